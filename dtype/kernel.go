@@ -1,0 +1,6 @@
+package dtype
+
+// kernel converts all elements of src into dst. len(src) and len(dst) hold
+// the same whole number of elements of the kernel's source and target dtypes.
+// It adds what it did to st.
+type kernel func(dst, src []byte, opts Options, st *Stats)
