@@ -1,0 +1,61 @@
+package interop_test
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// python returns the interpreter of the pinned reference environment, or
+// skips the test (fails it when CKPT_INTEROP=1).
+func python(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("CKPT_INTEROP_PYTHON"); p != "" {
+		return p
+	}
+	_, self, _, ok := runtime.Caller(0)
+	if !ok {
+		self = "python_test.go"
+	}
+	bin := "bin/python"
+	if runtime.GOOS == "windows" {
+		bin = `Scripts\python.exe`
+	}
+	p := filepath.Join(filepath.Dir(self), ".venv", filepath.FromSlash(bin))
+	if _, err := os.Stat(p); err == nil {
+		return p
+	}
+	msg := "interop: no Python reference environment (" + p + " is missing); run `bash interop/setup.sh` or set CKPT_INTEROP_PYTHON"
+	if os.Getenv("CKPT_INTEROP") == "1" {
+		t.Fatal(msg + " — CKPT_INTEROP=1 requires it")
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// script returns the path of a script under interop/py.
+func script(name string) string {
+	_, self, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(self), "py", name)
+}
+
+// runPy runs a script of interop/py with the reference interpreter and
+// returns its standard output; a failure of the script fails the test.
+func runPy(t testing.TB, name string, args ...string) []byte {
+	t.Helper()
+	py := python(t)
+	cmd := exec.Command(py, append([]string{script(name)}, args...)...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, errb.String())
+	}
+	t.Logf("%s %s: %v", name, args[0], time.Since(start).Round(time.Millisecond))
+	return out.Bytes()
+}
