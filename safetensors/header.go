@@ -1,0 +1,1083 @@
+package safetensors
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math"
+	"math/bits"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+	"unsafe"
+
+	"github.com/ckpt-go/ckpt/dtype"
+)
+
+// MaxHeaderSize is the largest header length accepted, in bytes (the
+// reference implementation's limit).
+const MaxHeaderSize = 100_000_000
+
+// maxDepth bounds JSON nesting in the header (serde_json's default recursion
+// limit is 128 as well).
+const maxDepth = 128
+
+// MetadataKey is the reserved header key holding the string-to-string
+// metadata map. No tensor may have this name.
+const MetadataKey = "__metadata__"
+
+// Header is a parsed and validated safetensors header.
+type Header struct {
+	// Metadata is the __metadata__ map: nil when absent or null.
+	Metadata map[string]string
+	// Tensors lists the tensors in file (offset) order.
+	Tensors []TensorInfo
+	// HeaderLen is the value of the 8-byte length field: the size of the JSON
+	// header including any padding.
+	HeaderLen uint64
+	// DataOffset is where the data section starts in the file: 8 + HeaderLen.
+	DataOffset int64
+	// DataLen is the size of the data section in bytes (-1 when unknown,
+	// see ParseHeader).
+	DataLen int64
+
+	index map[string]int // name -> position in Tensors
+}
+
+// Lookup returns the tensor named name.
+func (h *Header) Lookup(name string) (TensorInfo, bool) {
+	if i, ok := h.indexOf(name); ok {
+		return h.Tensors[i], true
+	}
+	return TensorInfo{}, false
+}
+
+func (h *Header) indexOf(name string) (int, bool) {
+	if h.index != nil {
+		i, ok := h.index[name]
+		return i, ok
+	}
+	for i := range h.Tensors {
+		if h.Tensors[i].Name == name {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// TensorInfo describes one tensor of a header.
+type TensorInfo struct {
+	Name  string
+	DType dtype.DType
+	Shape []int64
+	// Begin and End are the data_offsets: the tensor's bytes are
+	// [Begin, End) relative to the start of the data section.
+	Begin, End int64
+}
+
+// NumElements returns the product of the shape (1 for a scalar), or -1 if
+// it overflows int64 or a dimension is negative (never for a validated
+// header).
+func (t TensorInfo) NumElements() int64 {
+	n, ok := numElements(t.Shape)
+	if !ok {
+		return -1
+	}
+	return n
+}
+
+// ByteLen returns End - Begin, the size of the tensor's data in bytes.
+func (t TensorInfo) ByteLen() int64 { return t.End - t.Begin }
+
+func numElements(shape []int64) (int64, bool) {
+	n := int64(1)
+	for _, d := range shape {
+		if d < 0 {
+			return 0, false
+		}
+		hi, lo := bits.Mul64(uint64(n), uint64(d))
+		if hi != 0 || lo > math.MaxInt64 {
+			return 0, false
+		}
+		n = int64(lo)
+	}
+	return n, true
+}
+
+// ReadHeader reads, parses and validates the header of the safetensors file
+// of the given size available through r. It reads the 8-byte length field and
+// the JSON header, and no tensor data. The length field is checked against
+// MaxHeaderSize and size before anything is allocated.
+func ReadHeader(r io.ReaderAt, size int64) (*Header, error) {
+	if size < 8 {
+		return nil, newErr(ErrHeaderTooSmall, "", "", fmt.Sprintf("file is %d bytes, shorter than the 8-byte header length", size))
+	}
+	var lenBuf [8]byte
+	if _, err := r.ReadAt(lenBuf[:], 0); err != nil {
+		return nil, &Error{Kind: ErrIO, Msg: "reading header length", Err: err}
+	}
+	n := binary.LittleEndian.Uint64(lenBuf[:])
+	if err := checkHeaderLen(n, size); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, n)
+	if n > 0 {
+		if _, err := r.ReadAt(buf, 8); err != nil {
+			return nil, &Error{Kind: ErrIO, Msg: "reading header", Err: err}
+		}
+	}
+	// buf is ours and never written again: share it with the parsed names.
+	return parseHeader(unsafe.String(unsafe.SliceData(buf), len(buf)), size-8-int64(n))
+}
+
+// ReadHeaderFile is ReadHeader on the file at path. It does not map the
+// file. Errors name the file.
+func ReadHeaderFile(path string) (*Header, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, &Error{Kind: ErrIO, File: path, Msg: "open", Err: err}
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, &Error{Kind: ErrIO, File: path, Msg: "stat", Err: err}
+	}
+	h, err := ReadHeader(f, st.Size())
+	if err != nil {
+		return nil, withFile(err, path)
+	}
+	return h, nil
+}
+
+func checkHeaderLen(n uint64, size int64) error {
+	if n > MaxHeaderSize {
+		return newErr(ErrHeaderTooLarge, "", "", fmt.Sprintf("header length %d exceeds the %d-byte limit", n, MaxHeaderSize))
+	}
+	if int64(n)+8 > size {
+		return newErr(ErrInvalidHeaderLength, "", "", fmt.Sprintf("header length %d runs past the end of the %d-byte file", n, size))
+	}
+	return nil
+}
+
+// ParseHeader parses and validates JSON header bytes (without the 8-byte
+// length field) against a data section of dataLen bytes: the tensors must
+// cover it exactly. A negative dataLen skips that last check (for tools that
+// only have the header). The returned Header does not reference b.
+func ParseHeader(b []byte, dataLen int64) (*Header, error) {
+	if len(b) > MaxHeaderSize {
+		return nil, newErr(ErrHeaderTooLarge, "", "", fmt.Sprintf("header length %d exceeds the %d-byte limit", len(b), MaxHeaderSize))
+	}
+	return parseHeader(string(b), dataLen)
+}
+
+// parseHeader parses s, which the returned Header may reference.
+func parseHeader(s string, dataLen int64) (*Header, error) {
+	if !utf8.ValidString(s) {
+		i := 0
+		for i < len(s) {
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && size <= 1 {
+				break
+			}
+			i += size
+		}
+		return nil, newErr(ErrInvalidUTF8, "", "", fmt.Sprintf("header is not valid UTF-8 (byte %d)", i))
+	}
+	p := parser{s: s}
+	h := &Header{HeaderLen: uint64(len(s)), DataOffset: 8 + int64(len(s)), DataLen: dataLen}
+	if dataLen < 0 {
+		h.DataLen = -1
+	}
+	p.parse(h)
+	if p.synErr != nil {
+		return nil, p.synErr
+	}
+	if p.semErr != nil {
+		return nil, p.semErr
+	}
+	if err := h.finish(); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// finish sorts the tensors by offset, indexes them, and validates the
+// offsets, sizes and data coverage in the reference's order.
+func (h *Header) finish() error {
+	ts := h.Tensors
+	sorted := true
+	for i := 1; i < len(ts); i++ {
+		if cmpOffsets(ts[i-1], ts[i]) > 0 {
+			sorted = false
+			break
+		}
+	}
+	if !sorted {
+		slices.SortStableFunc(ts, cmpOffsets)
+	}
+	h.index = make(map[string]int, len(ts))
+	for i := range ts {
+		if _, dup := h.index[ts[i].Name]; dup {
+			return newErr(ErrDuplicateKey, ts[i].Name, "", "tensor name appears twice in the header")
+		}
+		h.index[ts[i].Name] = i
+	}
+	var start int64
+	for i := range ts {
+		t := &ts[i]
+		if t.Begin != start || t.End < t.Begin {
+			return newErr(ErrInvalidOffset, t.Name, "data_offsets",
+				fmt.Sprintf("data_offsets [%d, %d] do not start where the previous tensor ends (%d)", t.Begin, t.End, start))
+		}
+		start = t.End
+		n, ok := numElements(t.Shape)
+		if !ok {
+			return newErr(ErrOverflow, t.Name, "shape", fmt.Sprintf("element count of shape %v overflows", t.Shape))
+		}
+		nb := int64(t.DType.Bits())
+		if n > math.MaxInt64/nb {
+			return newErr(ErrOverflow, t.Name, "shape", fmt.Sprintf("byte size of shape %v in %s overflows", t.Shape, t.DType))
+		}
+		nbits := n * nb
+		if nbits%8 != 0 {
+			return newErr(ErrMisalignedSlice, t.Name, "shape",
+				fmt.Sprintf("%d elements of %s (%d bits each) do not fill whole bytes", n, t.DType, nb))
+		}
+		if t.End-t.Begin != nbits/8 {
+			return newErr(ErrTensorSizeMismatch, t.Name, "data_offsets",
+				fmt.Sprintf("data_offsets span %d bytes, but %s %v needs %d", t.End-t.Begin, t.DType, t.Shape, nbits/8))
+		}
+	}
+	if h.DataLen >= 0 && start != h.DataLen {
+		msg := fmt.Sprintf("tensors cover %d bytes but the data section has %d", start, h.DataLen)
+		if start < h.DataLen {
+			msg += " (trailing bytes)"
+		} else {
+			msg += " (file truncated?)"
+		}
+		return newErr(ErrIncompleteBuffer, "", "", msg)
+	}
+	return nil
+}
+
+func cmpOffsets(a, b TensorInfo) int {
+	if a.Begin != b.Begin {
+		if a.Begin < b.Begin {
+			return -1
+		}
+		return 1
+	}
+	if a.End != b.End {
+		if a.End < b.End {
+			return -1
+		}
+		return 1
+	}
+	return 0
+}
+
+// lookupDType maps an exact safetensors dtype name to a DType. Unlike
+// dtype.Parse it accepts no aliases and no other letter case, as the format
+// (and the reference) require.
+func lookupDType(name string) (dtype.DType, bool) {
+	switch name {
+	case "F32":
+		return dtype.F32, true
+	case "BF16":
+		return dtype.BF16, true
+	case "F16":
+		return dtype.F16, true
+	case "I64":
+		return dtype.I64, true
+	case "F64":
+		return dtype.F64, true
+	case "I32":
+		return dtype.I32, true
+	case "U8":
+		return dtype.U8, true
+	case "I8":
+		return dtype.I8, true
+	case "BOOL":
+		return dtype.BOOL, true
+	case "F8_E4M3":
+		return dtype.F8_E4M3, true
+	case "F8_E5M2":
+		return dtype.F8_E5M2, true
+	case "U16":
+		return dtype.U16, true
+	case "I16":
+		return dtype.I16, true
+	case "U32":
+		return dtype.U32, true
+	case "U64":
+		return dtype.U64, true
+	case "C64":
+		return dtype.C64, true
+	case "F8_E8M0":
+		return dtype.F8_E8M0, true
+	case "F4":
+		return dtype.F4, true
+	case "F6_E2M3":
+		return dtype.F6_E2M3, true
+	case "F6_E3M2":
+		return dtype.F6_E3M2, true
+	case "F8_E4M3FNUZ":
+		return dtype.F8_E4M3FNUZ, true
+	case "F8_E5M2FNUZ":
+		return dtype.F8_E5M2FNUZ, true
+	}
+	if name == "" || strings.TrimSpace(name) != name {
+		return dtype.Invalid, false
+	}
+	d, err := dtype.Parse(name)
+	if err != nil || d.String() != name || d.Bits() == 0 {
+		return dtype.Invalid, false
+	}
+	return d, true
+}
+
+// parser is a strict, allocation-light JSON scanner for safetensors
+// headers. It follows RFC 8259 as serde_json does: whitespace is space, tab,
+// LF and CR; strings reject raw control characters and lone surrogates;
+// numbers follow the JSON grammar. Syntax errors stop the parse; shape errors
+// (wrong types, unknown dtypes, duplicate keys) are recorded and reported
+// only if the whole header is syntactically valid, as the reference does.
+type parser struct {
+	s      string
+	i      int
+	depth  int
+	synErr *Error
+	semErr *Error
+	shapes []int64
+	spans  []shapeSpan
+	keyBuf []byte
+}
+
+type shapeSpan struct{ start, n int }
+
+func (p *parser) syntax(msg string) bool {
+	if p.synErr == nil {
+		p.synErr = newErr(ErrInvalidJSON, "", "", fmt.Sprintf("%s at byte %d", msg, p.i))
+	}
+	return false
+}
+
+func (p *parser) semantic(kind ErrorKind, tensor, field, msg string) {
+	if p.semErr == nil {
+		p.semErr = newErr(kind, tensor, field, msg)
+	}
+}
+
+func (p *parser) ws() {
+	for p.i < len(p.s) {
+		switch p.s[p.i] {
+		case ' ', '\t', '\n', '\r':
+			p.i++
+		default:
+			return
+		}
+	}
+}
+
+func (p *parser) peek() byte {
+	if p.i < len(p.s) {
+		return p.s[p.i]
+	}
+	return 0
+}
+
+func (p *parser) expect(c byte) bool {
+	if p.i < len(p.s) && p.s[p.i] == c {
+		p.i++
+		return true
+	}
+	if p.i >= len(p.s) {
+		return p.syntax(fmt.Sprintf("unexpected end of header, expected %q", c))
+	}
+	return p.syntax(fmt.Sprintf("expected %q, found %q", c, p.s[p.i]))
+}
+
+func (p *parser) parse(h *Header) {
+	p.ws()
+	if p.peek() != '{' {
+		if p.i >= len(p.s) {
+			p.syntax("empty header")
+			return
+		}
+		if p.skipValue() {
+			p.ws()
+			if p.i != len(p.s) {
+				p.syntax("trailing characters after JSON value")
+				return
+			}
+			p.semantic(ErrInvalidHeader, "", "", "header is not a JSON object")
+		}
+		return
+	}
+	p.i++
+	p.ws()
+	sawMeta := false
+	if p.peek() == '}' {
+		p.i++
+	} else {
+		for {
+			if p.peek() != '"' {
+				p.syntax("expected a string key")
+				return
+			}
+			key, ok := p.str()
+			if !ok {
+				return
+			}
+			p.ws()
+			if !p.expect(':') {
+				return
+			}
+			p.ws()
+			if key == MetadataKey {
+				if sawMeta {
+					p.semantic(ErrDuplicateKey, MetadataKey, "", "__metadata__ appears twice in the header")
+				}
+				sawMeta = true
+				m, ok := p.metadata()
+				if !ok {
+					return
+				}
+				if h.Metadata == nil {
+					h.Metadata = m
+				}
+			} else {
+				info, ok := p.tensor(key)
+				if !ok {
+					return
+				}
+				h.Tensors = append(h.Tensors, info)
+			}
+			p.ws()
+			c := p.peek()
+			if c == ',' {
+				p.i++
+				p.ws()
+				continue
+			}
+			if c == '}' {
+				p.i++
+				break
+			}
+			p.syntax("expected ',' or '}' after header entry")
+			return
+		}
+	}
+	p.ws()
+	if p.i != len(p.s) {
+		p.syntax("trailing characters after the header object")
+		return
+	}
+	if p.shapes == nil {
+		p.shapes = []int64{}
+	}
+	for i := range h.Tensors {
+		sp := p.spans[i]
+		h.Tensors[i].Shape = p.shapes[sp.start : sp.start+sp.n : sp.start+sp.n]
+	}
+}
+
+// metadata parses null or an object of strings.
+func (p *parser) metadata() (map[string]string, bool) {
+	switch p.peek() {
+	case 'n':
+		return nil, p.literal("null")
+	case '{':
+	default:
+		if !p.skipValue() {
+			return nil, false
+		}
+		p.semantic(ErrInvalidHeader, MetadataKey, "", "__metadata__ must be an object of strings or null")
+		return nil, true
+	}
+	p.i++
+	if !p.push() {
+		return nil, false
+	}
+	m := map[string]string{}
+	p.ws()
+	if p.peek() == '}' {
+		p.i++
+		p.depth--
+		return m, true
+	}
+	for {
+		if p.peek() != '"' {
+			return nil, p.syntax("expected a string key")
+		}
+		k, ok := p.str()
+		if !ok {
+			return nil, false
+		}
+		k = strings.Clone(k)
+		p.ws()
+		if !p.expect(':') {
+			return nil, false
+		}
+		p.ws()
+		if p.peek() == '"' {
+			v, ok := p.str()
+			if !ok {
+				return nil, false
+			}
+			if _, dup := m[k]; dup {
+				p.semantic(ErrDuplicateKey, MetadataKey, k, "metadata key appears twice")
+			} else {
+				m[k] = strings.Clone(v)
+			}
+		} else {
+			if !p.skipValue() {
+				return nil, false
+			}
+			p.semantic(ErrInvalidHeader, MetadataKey, k, "metadata values must be strings")
+		}
+		p.ws()
+		switch p.peek() {
+		case ',':
+			p.i++
+			p.ws()
+			continue
+		case '}':
+			p.i++
+			p.depth--
+			return m, true
+		}
+		return nil, p.syntax("expected ',' or '}' in __metadata__")
+	}
+}
+
+const (
+	hasDType = 1 << iota
+	hasShape
+	hasOffsets
+)
+
+// tensor parses one tensor entry.
+func (p *parser) tensor(name string) (TensorInfo, bool) {
+	info := TensorInfo{Name: name}
+	span := shapeSpan{start: len(p.shapes)}
+	defer func() { p.spans = append(p.spans, span) }()
+	if p.peek() != '{' {
+		if !p.skipValue() {
+			return info, false
+		}
+		p.semantic(ErrInvalidHeader, name, "", "tensor entry must be an object with dtype, shape and data_offsets")
+		return info, true
+	}
+	p.i++
+	if !p.push() {
+		return info, false
+	}
+	seen := 0
+	p.ws()
+	if p.peek() == '}' {
+		p.i++
+		p.depth--
+		p.semantic(ErrInvalidHeader, name, "dtype", "missing field dtype")
+		return info, true
+	}
+	for {
+		if p.peek() != '"' {
+			return info, p.syntax("expected a string key")
+		}
+		key, ok := p.str()
+		if !ok {
+			return info, false
+		}
+		p.ws()
+		if !p.expect(':') {
+			return info, false
+		}
+		p.ws()
+		switch key {
+		case "dtype":
+			if seen&hasDType != 0 {
+				p.semantic(ErrDuplicateKey, name, "dtype", "duplicate field dtype")
+			}
+			seen |= hasDType
+			if p.peek() != '"' {
+				if !p.skipValue() {
+					return info, false
+				}
+				p.semantic(ErrInvalidHeader, name, "dtype", "dtype must be a string")
+				break
+			}
+			v, ok := p.str()
+			if !ok {
+				return info, false
+			}
+			d, known := lookupDType(v)
+			if !known {
+				p.semantic(ErrUnknownDType, name, "dtype", fmt.Sprintf("unknown dtype %q (valid: %s)", v, strings.Join(dtype.Names(), ", ")))
+			}
+			info.DType = d
+		case "shape":
+			if seen&hasShape != 0 {
+				p.semantic(ErrDuplicateKey, name, "shape", "duplicate field shape")
+				// Keep the first shape; parse the second into scratch.
+				save := len(p.shapes)
+				if !p.uintArray(name, "shape", -1) {
+					return info, false
+				}
+				p.shapes = p.shapes[:save]
+				break
+			}
+			seen |= hasShape
+			span.start = len(p.shapes)
+			if !p.uintArray(name, "shape", -1) {
+				return info, false
+			}
+			span.n = len(p.shapes) - span.start
+		case "data_offsets":
+			if seen&hasOffsets != 0 {
+				p.semantic(ErrDuplicateKey, name, "data_offsets", "duplicate field data_offsets")
+			}
+			seen |= hasOffsets
+			save := len(p.shapes)
+			if !p.uintArray(name, "data_offsets", 2) {
+				return info, false
+			}
+			if len(p.shapes) == save+2 {
+				info.Begin, info.End = p.shapes[save], p.shapes[save+1]
+			}
+			p.shapes = p.shapes[:save]
+		default:
+			// Unknown fields are ignored, as by the reference.
+			if !p.skipValue() {
+				return info, false
+			}
+		}
+		p.ws()
+		c := p.peek()
+		if c == ',' {
+			p.i++
+			p.ws()
+			continue
+		}
+		if c == '}' {
+			p.i++
+			p.depth--
+			break
+		}
+		return info, p.syntax("expected ',' or '}' in tensor entry")
+	}
+	switch {
+	case seen&hasDType == 0:
+		p.semantic(ErrInvalidHeader, name, "dtype", "missing field dtype")
+	case seen&hasShape == 0:
+		p.semantic(ErrInvalidHeader, name, "shape", "missing field shape")
+	case seen&hasOffsets == 0:
+		p.semantic(ErrInvalidHeader, name, "data_offsets", "missing field data_offsets")
+	}
+	return info, true
+}
+
+// uintArray parses an array of non-negative integers, appending them to
+// p.shapes. want >= 0 requires exactly that many elements.
+func (p *parser) uintArray(name, field string, want int) bool {
+	if p.peek() != '[' {
+		if !p.skipValue() {
+			return false
+		}
+		p.semantic(ErrInvalidHeader, name, field, field+" must be an array of non-negative integers")
+		return true
+	}
+	p.i++
+	if !p.push() {
+		return false
+	}
+	start := len(p.shapes)
+	p.ws()
+	if p.peek() == ']' {
+		p.i++
+	} else {
+		for {
+			c := p.peek()
+			if c >= '0' && c <= '9' {
+				v, kind, ok := p.uint()
+				if !ok {
+					return false
+				}
+				switch kind {
+				case 0:
+					p.shapes = append(p.shapes, v)
+				case 1:
+					p.shapes = append(p.shapes, 0)
+					if field == "shape" {
+						p.semantic(ErrOverflow, name, field, "dimension does not fit in int64")
+					} else {
+						p.semantic(ErrInvalidOffset, name, field, "offset does not fit in int64")
+					}
+				default:
+					p.shapes = append(p.shapes, 0)
+					p.semantic(ErrInvalidHeader, name, field, field+" must hold non-negative integers")
+				}
+			} else {
+				if !p.skipValue() {
+					return false
+				}
+				p.shapes = append(p.shapes, 0)
+				p.semantic(ErrInvalidHeader, name, field, field+" must hold non-negative integers")
+			}
+			p.ws()
+			c = p.peek()
+			if c == ',' {
+				p.i++
+				p.ws()
+				continue
+			}
+			if c == ']' {
+				p.i++
+				break
+			}
+			return p.syntax("expected ',' or ']' in array")
+		}
+	}
+	p.depth--
+	if want >= 0 && len(p.shapes)-start != want {
+		p.semantic(ErrInvalidHeader, name, field, fmt.Sprintf("%s must have exactly %d elements, has %d", field, want, len(p.shapes)-start))
+	}
+	return true
+}
+
+// uint parses a JSON number that starts with a digit. kind is 0 for an
+// integer that fits int64, 1 for a larger integer, 2 for a non-integer
+// number (fraction or exponent).
+func (p *parser) uint() (v int64, kind int, ok bool) {
+	start := p.i
+	s := p.s
+	i := p.i
+	var u uint64
+	over := false
+	if s[i] == '0' {
+		i++
+	} else {
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			d := uint64(s[i] - '0')
+			if u > (math.MaxInt64-d)/10 {
+				over = true
+			} else {
+				u = u*10 + d
+			}
+			i++
+		}
+	}
+	if i < len(s) && (s[i] == '.' || s[i] == 'e' || s[i] == 'E') {
+		p.i = start
+		if !p.number() {
+			return 0, 0, false
+		}
+		return 0, 2, true
+	}
+	if i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		p.i = i
+		return 0, 0, p.syntax("leading zero in number")
+	}
+	p.i = i
+	if over {
+		return 0, 1, true
+	}
+	return int64(u), 0, true
+}
+
+func (p *parser) push() bool {
+	p.depth++
+	if p.depth > maxDepth {
+		return p.syntax("nesting too deep")
+	}
+	return true
+}
+
+func (p *parser) literal(lit string) bool {
+	if strings.HasPrefix(p.s[p.i:], lit) {
+		p.i += len(lit)
+		return true
+	}
+	return p.syntax("invalid literal")
+}
+
+// number validates a JSON number and skips it.
+func (p *parser) number() bool {
+	s := p.s
+	i := p.i
+	start := i
+	if i < len(s) && s[i] == '-' {
+		i++
+	}
+	if i >= len(s) {
+		p.i = i
+		return p.syntax("invalid number")
+	}
+	if s[i] == '0' {
+		i++
+		if i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			p.i = i
+			return p.syntax("leading zero in number")
+		}
+	} else if s[i] >= '1' && s[i] <= '9' {
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+	} else {
+		p.i = i
+		return p.syntax("invalid number")
+	}
+	float := false
+	if i < len(s) && s[i] == '.' {
+		float = true
+		i++
+		j := i
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+		if i == j {
+			p.i = i
+			return p.syntax("invalid number: no digits after '.'")
+		}
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		float = true
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		j := i
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+		if i == j {
+			p.i = i
+			return p.syntax("invalid number: no digits in exponent")
+		}
+	}
+	p.i = i
+	if float {
+		// serde_json rejects numbers out of the float64 range.
+		if f, err := strconv.ParseFloat(s[start:i], 64); err != nil && math.IsInf(f, 0) {
+			p.i = start
+			return p.syntax("number out of range")
+		}
+	}
+	return true
+}
+
+// skipValue validates and skips any JSON value.
+func (p *parser) skipValue() bool {
+	switch c := p.peek(); {
+	case c == '"':
+		_, ok := p.str()
+		return ok
+	case c == '{':
+		p.i++
+		if !p.push() {
+			return false
+		}
+		p.ws()
+		if p.peek() == '}' {
+			p.i++
+			p.depth--
+			return true
+		}
+		for {
+			if p.peek() != '"' {
+				return p.syntax("expected a string key")
+			}
+			if _, ok := p.str(); !ok {
+				return false
+			}
+			p.ws()
+			if !p.expect(':') {
+				return false
+			}
+			p.ws()
+			if !p.skipValue() {
+				return false
+			}
+			p.ws()
+			switch p.peek() {
+			case ',':
+				p.i++
+				p.ws()
+				continue
+			case '}':
+				p.i++
+				p.depth--
+				return true
+			}
+			return p.syntax("expected ',' or '}' in object")
+		}
+	case c == '[':
+		p.i++
+		if !p.push() {
+			return false
+		}
+		p.ws()
+		if p.peek() == ']' {
+			p.i++
+			p.depth--
+			return true
+		}
+		for {
+			if !p.skipValue() {
+				return false
+			}
+			p.ws()
+			switch p.peek() {
+			case ',':
+				p.i++
+				p.ws()
+				continue
+			case ']':
+				p.i++
+				p.depth--
+				return true
+			}
+			return p.syntax("expected ',' or ']' in array")
+		}
+	case c == 't':
+		return p.literal("true")
+	case c == 'f':
+		return p.literal("false")
+	case c == 'n':
+		return p.literal("null")
+	case c == '-' || (c >= '0' && c <= '9'):
+		return p.number()
+	case p.i >= len(p.s):
+		return p.syntax("unexpected end of header")
+	default:
+		return p.syntax(fmt.Sprintf("unexpected character %q", c))
+	}
+}
+
+// str parses a JSON string at p.i (which is '"') and returns its decoded
+// value. Without escapes the value is a substring of the header (no
+// allocation).
+func (p *parser) str() (string, bool) {
+	s := p.s
+	i := p.i + 1
+	start := i
+	for i < len(s) {
+		c := s[i]
+		if c == '"' {
+			p.i = i + 1
+			return s[start:i], true
+		}
+		if c == '\\' {
+			break
+		}
+		if c < 0x20 {
+			p.i = i
+			return "", p.syntax("control character in string")
+		}
+		i++
+	}
+	if i >= len(s) {
+		p.i = i
+		return "", p.syntax("unterminated string")
+	}
+	// Slow path: escapes.
+	buf := append(p.keyBuf[:0], s[start:i]...)
+	for {
+		if i >= len(s) {
+			p.i = i
+			return "", p.syntax("unterminated string")
+		}
+		c := s[i]
+		switch {
+		case c == '"':
+			p.i = i + 1
+			p.keyBuf = buf
+			return string(buf), true
+		case c < 0x20:
+			p.i = i
+			return "", p.syntax("control character in string")
+		case c != '\\':
+			buf = append(buf, c)
+			i++
+			continue
+		}
+		i++
+		if i >= len(s) {
+			p.i = i
+			return "", p.syntax("unterminated escape")
+		}
+		e := s[i]
+		i++
+		switch e {
+		case '"', '\\', '/':
+			buf = append(buf, e)
+		case 'b':
+			buf = append(buf, '\b')
+		case 'f':
+			buf = append(buf, '\f')
+		case 'n':
+			buf = append(buf, '\n')
+		case 'r':
+			buf = append(buf, '\r')
+		case 't':
+			buf = append(buf, '\t')
+		case 'u':
+			r, ok := hex4(s, i)
+			if !ok {
+				p.i = i
+				return "", p.syntax("invalid \\u escape")
+			}
+			i += 4
+			if r >= 0xDC00 && r <= 0xDFFF {
+				p.i = i
+				return "", p.syntax("lone trailing surrogate in \\u escape")
+			}
+			if r >= 0xD800 && r <= 0xDBFF {
+				if i+1 >= len(s) || s[i] != '\\' || s[i+1] != 'u' {
+					p.i = i
+					return "", p.syntax("lone leading surrogate in \\u escape")
+				}
+				r2, ok := hex4(s, i+2)
+				if !ok {
+					p.i = i + 2
+					return "", p.syntax("invalid \\u escape")
+				}
+				if r2 < 0xDC00 || r2 > 0xDFFF {
+					p.i = i
+					return "", p.syntax("lone leading surrogate in \\u escape")
+				}
+				i += 6
+				r = 0x10000 + (r-0xD800)<<10 + (r2 - 0xDC00)
+			}
+			buf = utf8.AppendRune(buf, r)
+		default:
+			p.i = i - 1
+			return "", p.syntax("invalid escape")
+		}
+	}
+}
+
+func hex4(s string, i int) (rune, bool) {
+	if i+4 > len(s) {
+		return 0, false
+	}
+	var r rune
+	for k := 0; k < 4; k++ {
+		c := s[i+k]
+		var d byte
+		switch {
+		case c >= '0' && c <= '9':
+			d = c - '0'
+		case c >= 'a' && c <= 'f':
+			d = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			d = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(d)
+	}
+	return r, true
+}

@@ -1,0 +1,240 @@
+package safetensors
+
+import (
+	"fmt"
+	"slices"
+	"unsafe"
+
+	"github.com/ckpt-go/ckpt/dtype"
+)
+
+// Tensor is a cheap view of one tensor of an open File. It holds no data;
+// its methods read from the File and fail with ErrClosed after Close.
+type Tensor struct {
+	f    *File
+	info *TensorInfo
+}
+
+// Name returns the tensor's name.
+func (t *Tensor) Name() string { return t.info.Name }
+
+// DType returns the tensor's element type.
+func (t *Tensor) DType() dtype.DType { return t.info.DType }
+
+// Shape returns a copy of the tensor's shape (empty for a scalar).
+func (t *Tensor) Shape() []int64 { return slices.Clone(t.info.Shape) }
+
+// NumElements returns the number of elements (1 for a scalar).
+func (t *Tensor) NumElements() int64 { return t.info.NumElements() }
+
+// ByteLen returns the size of the tensor's data in bytes.
+func (t *Tensor) ByteLen() int64 { return t.info.ByteLen() }
+
+// Info returns the tensor's header entry (with a copy of the shape).
+func (t *Tensor) Info() TensorInfo {
+	i := *t.info
+	i.Shape = slices.Clone(i.Shape)
+	return i
+}
+
+// File returns the file the tensor belongs to.
+func (t *Tensor) File() *File { return t.f }
+
+// Offset returns the absolute file offset of the tensor's first byte.
+func (t *Tensor) Offset() int64 { return t.f.hdr.DataOffset + t.info.Begin }
+
+func (t *Tensor) err(kind ErrorKind, msg string) *Error {
+	return t.f.err(kind, t.info.Name, msg)
+}
+
+// Bytes returns the tensor's raw little-endian bytes. For mapped files and
+// OpenBytes it is a zero-copy view of the file (capacity limited to the
+// tensor): do not modify it, and do not use it after File.Close. Reading the
+// view of a mapped file that another process truncated raises SIGBUS in the
+// reading code, which this package cannot intercept for the caller; use
+// ReadTo or ConvertTo for a checked copy. With the ReadAt backend, Bytes
+// returns a fresh copy.
+func (t *Tensor) Bytes() ([]byte, error) {
+	f := t.f
+	if err := f.rlock(t.info.Name); err != nil {
+		return nil, err
+	}
+	defer f.mu.RUnlock()
+	off := f.hdr.DataOffset + t.info.Begin
+	end := f.hdr.DataOffset + t.info.End
+	if f.data != nil {
+		if end > int64(len(f.data)) {
+			return nil, t.err(ErrIO, "tensor extends past the mapped file")
+		}
+		return f.data[off:end:end], nil
+	}
+	buf := make([]byte, end-off)
+	if err := f.readAt(t.info.Name, buf, off); err != nil {
+		return nil, err
+	}
+	return buf, nil
+}
+
+// ReadTo copies the tensor's raw bytes into dst, which must be exactly
+// ByteLen bytes long. Files opened from a path are read with pread (see
+// ReadMode); a file truncated while open yields ErrIO or ErrFault, never a
+// crash.
+func (t *Tensor) ReadTo(dst []byte) error {
+	if int64(len(dst)) != t.info.ByteLen() {
+		return t.err(ErrInvalidArgument, fmt.Sprintf("destination is %d bytes, tensor has %d", len(dst), t.info.ByteLen()))
+	}
+	return t.f.readRange(t.info.Name, dst, t.f.hdr.DataOffset+t.info.Begin)
+}
+
+// readRange copies len(dst) bytes at absolute offset off.
+func (f *File) readRange(tensor string, dst []byte, off int64) error {
+	if err := f.rlock(tensor); err != nil {
+		return err
+	}
+	defer f.mu.RUnlock()
+	if f.usePread() {
+		return f.readAt(tensor, dst, off)
+	}
+	end := off + int64(len(dst))
+	if end > int64(len(f.data)) {
+		return f.err(ErrIO, tensor, "range extends past the mapped file")
+	}
+	return f.protect(tensor, func() { copy(dst, f.data[off:end]) })
+}
+
+// convertChunk is the source chunk size of converting reads: large enough to
+// amortise pread and goroutine start-up, small enough to stay in cache.
+const convertChunk = 4 << 20
+
+// ConvertTo reads the tensor converted to dtype to into dst, which must hold
+// exactly NumElements elements of to. The conversion is dtype.Convert
+// (exact widening, a single rounding; see its options). When to equals the
+// tensor's dtype it is a plain copy. Data is fetched in large pread chunks
+// into a reused buffer, or straight from memory (see ReadMode).
+func (t *Tensor) ConvertTo(to dtype.DType, dst []byte, opts dtype.Options) (dtype.Stats, error) {
+	from := t.info.DType
+	n := t.info.NumElements()
+	if !validDType(to) {
+		return dtype.Stats{}, t.err(ErrUnknownDType, fmt.Sprintf("unknown target dtype %v", to))
+	}
+	want, err := to.ByteLen(n)
+	if err != nil {
+		return dtype.Stats{}, &Error{Kind: ErrMisalignedSlice, File: t.f.path, Tensor: t.info.Name,
+			Msg: fmt.Sprintf("%d elements do not fill whole bytes of %s", n, to), Err: err}
+	}
+	if int64(len(dst)) != want {
+		return dtype.Stats{}, t.err(ErrInvalidArgument, fmt.Sprintf("destination is %d bytes, %d elements of %s need %d", len(dst), n, to, want))
+	}
+	if to == from {
+		if err := t.ReadTo(dst); err != nil {
+			return dtype.Stats{}, err
+		}
+		return dtype.Stats{Elements: n}, nil
+	}
+	return t.f.convertRange(t.info.Name, dst, to, t.f.hdr.DataOffset+t.info.Begin, t.info.ByteLen(), from, opts)
+}
+
+// convertRange converts srcLen bytes of dtype from at absolute offset off
+// into dst.
+func (f *File) convertRange(tensor string, dst []byte, to dtype.DType, off, srcLen int64, from dtype.DType, opts dtype.Options) (dtype.Stats, error) {
+	if err := f.rlock(tensor); err != nil {
+		return dtype.Stats{}, err
+	}
+	defer f.mu.RUnlock()
+	var total dtype.Stats
+	convErr := func(err error) error {
+		return &Error{Kind: ErrConvert, File: f.path, Tensor: tensor, Msg: fmt.Sprintf("convert %s to %s", from, to), Err: err}
+	}
+	if !f.usePread() && !f.mapped {
+		// Plain memory (OpenBytes): convert in one call, all workers.
+		st, err := dtype.Convert(dst, to, f.data[off:off+srcLen], from, opts)
+		if err != nil {
+			return st, convErr(err)
+		}
+		return st, nil
+	}
+	// Chunks hold a whole number of bytes of both dtypes: a multiple of 8
+	// elements.
+	fb, tb := int64(from.Bits()), int64(to.Bits())
+	elems := int64(convertChunk) * 8 / fb / 8 * 8
+	if elems < 8 {
+		elems = 8
+	}
+	srcChunk := elems * fb / 8
+	var scratch *[]byte
+	if f.usePread() {
+		scratch = f.getScratch(int(min(srcChunk, srcLen)))
+		defer f.putScratch(scratch)
+	}
+	for done := int64(0); done < srcLen; {
+		m := min(srcChunk, srcLen-done)
+		first := done * 8 / fb // elements before this chunk: a multiple of 8
+		dStart := first * tb / 8
+		dEnd := int64(len(dst))
+		if done+m < srcLen {
+			dEnd = (first + m*8/fb) * tb / 8
+		}
+		d := dst[dStart:dEnd]
+		var st dtype.Stats
+		var err error
+		if scratch != nil {
+			src := (*scratch)[:m]
+			if e := f.readAt(tensor, src, off+done); e != nil {
+				return total, e
+			}
+			st, err = dtype.Convert(d, to, src, from, opts)
+		} else {
+			o := opts
+			o.Workers = 1 // a fault must happen on this goroutine to be caught
+			src := f.data[off+done : off+done+m]
+			if ferr := f.protect(tensor, func() { st, err = dtype.Convert(d, to, src, from, o) }); ferr != nil {
+				return total, ferr
+			}
+		}
+		total.Add(st)
+		if err != nil {
+			return total, convErr(err)
+		}
+		done += m
+	}
+	return total, nil
+}
+
+// Float32s returns the tensor's elements converted to float32 (exactly for
+// every dtype of 24 significant bits or fewer; rounded once otherwise).
+func (t *Tensor) Float32s() ([]float32, error) {
+	n := t.info.NumElements()
+	out := make([]float32, n)
+	_, err := t.ConvertTo(dtype.F32, f32Bytes(out), dtype.Options{})
+	if err != nil {
+		return nil, err
+	}
+	fixEndian32(out)
+	return out, nil
+}
+
+// Float64s returns the tensor's elements converted to float64.
+func (t *Tensor) Float64s() ([]float64, error) {
+	n := t.info.NumElements()
+	out := make([]float64, n)
+	_, err := t.ConvertTo(dtype.F64, f64Bytes(out), dtype.Options{})
+	if err != nil {
+		return nil, err
+	}
+	fixEndian64(out)
+	return out, nil
+}
+
+func f32Bytes(s []float32) []byte {
+	if len(s) == 0 {
+		return []byte{}
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*4)
+}
+
+func f64Bytes(s []float64) []byte {
+	if len(s) == 0 {
+		return []byte{}
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*8)
+}

@@ -1,0 +1,654 @@
+package safetensors
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/atomicfile"
+)
+
+// TensorSpec declares a tensor to a Writer.
+type TensorSpec struct {
+	Name  string
+	DType dtype.DType
+	Shape []int64
+}
+
+// ByteLen returns the size of the tensor's data, checking the dtype, the
+// shape (non-negative, no overflow) and that sub-byte elements fill whole
+// bytes.
+func (s TensorSpec) ByteLen() (int64, error) {
+	if !s.DType.Valid() || s.DType.Bits() == 0 {
+		return 0, newErr(ErrUnknownDType, s.Name, "dtype", fmt.Sprintf("invalid dtype %v", s.DType))
+	}
+	for _, d := range s.Shape {
+		if d < 0 {
+			return 0, newErr(ErrInvalidArgument, s.Name, "shape", fmt.Sprintf("negative dimension in shape %v", s.Shape))
+		}
+	}
+	n, ok := numElements(s.Shape)
+	if !ok {
+		return 0, newErr(ErrOverflow, s.Name, "shape", fmt.Sprintf("element count of shape %v overflows", s.Shape))
+	}
+	bits := int64(s.DType.Bits())
+	if n > math.MaxInt64/bits {
+		return 0, newErr(ErrOverflow, s.Name, "shape", fmt.Sprintf("byte size of shape %v overflows", s.Shape))
+	}
+	if n*bits%8 != 0 {
+		return 0, newErr(ErrMisalignedSlice, s.Name, "shape",
+			fmt.Sprintf("%d elements of %s do not fill whole bytes", n, s.DType))
+	}
+	return n * bits / 8, nil
+}
+
+// TensorData is a tensor with its raw little-endian bytes, for Save and
+// Serialize.
+type TensorData struct {
+	Name  string
+	DType dtype.DType
+	Shape []int64
+	Data  []byte
+}
+
+// WriteOption configures a writer.
+type WriteOption func(*writeConfig)
+
+type writeConfig struct {
+	align int
+}
+
+// WithAlignment makes the data section start at a multiple of n bytes in
+// the file (default 8, as the reference writer), by padding the header with
+// spaces. n must be a positive multiple of 8, e.g. 4096 for direct I/O. With
+// the default layout every tensor is then aligned to its element size.
+func WithAlignment(n int) WriteOption { return func(c *writeConfig) { c.align = n } }
+
+// layoutRank orders dtypes as the reference implementation's Dtype enum
+// does; the writer lays tensors out by descending rank, then by name, so
+// that the widest elements come first and every tensor stays aligned.
+// Dtypes the reference lacks are slotted in next to those of equal width.
+func layoutRank(d dtype.DType) int {
+	switch d {
+	case dtype.BOOL:
+		return 0
+	case dtype.F4:
+		return 10
+	case dtype.F6_E2M3:
+		return 20
+	case dtype.F6_E3M2:
+		return 30
+	case dtype.U8:
+		return 40
+	case dtype.I8:
+		return 50
+	case dtype.F8_E5M2:
+		return 60
+	case dtype.F8_E4M3:
+		return 70
+	case dtype.F8_E8M0:
+		return 80
+	case dtype.F8_E4M3FNUZ:
+		return 81
+	case dtype.F8_E5M2FNUZ:
+		return 82
+	case dtype.I16:
+		return 90
+	case dtype.U16:
+		return 100
+	case dtype.F16:
+		return 110
+	case dtype.BF16:
+		return 120
+	case dtype.I32:
+		return 130
+	case dtype.U32:
+		return 140
+	case dtype.F32:
+		return 150
+	case dtype.C64:
+		return 160
+	case dtype.F64:
+		return 170
+	case dtype.I64:
+		return 180
+	case dtype.U64:
+		return 190
+	}
+	switch b := d.Bits(); {
+	case b < 8:
+		return 35
+	case b < 16:
+		return 85
+	case b < 32:
+		return 125
+	case b < 64:
+		return 155
+	default:
+		return 195
+	}
+}
+
+// plan is a validated layout.
+type plan struct {
+	order   []TensorSpec
+	sizes   []int64
+	header  []byte // 8-byte length + JSON + padding
+	dataLen int64
+}
+
+func makePlan(tensors []TensorSpec, metadata map[string]string, opts []WriteOption) (*plan, error) {
+	cfg := writeConfig{align: 8}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if cfg.align <= 0 || cfg.align%8 != 0 {
+		return nil, newErr(ErrInvalidArgument, "", "", fmt.Sprintf("alignment %d is not a positive multiple of 8", cfg.align))
+	}
+	p := &plan{order: make([]TensorSpec, len(tensors)), sizes: make([]int64, len(tensors))}
+	seen := make(map[string]struct{}, len(tensors))
+	for i, t := range tensors {
+		if t.Name == MetadataKey {
+			return nil, newErr(ErrReservedName, t.Name, "", "a tensor cannot be named __metadata__")
+		}
+		if !utf8.ValidString(t.Name) {
+			return nil, newErr(ErrInvalidUTF8, t.Name, "", "tensor name is not valid UTF-8")
+		}
+		if _, dup := seen[t.Name]; dup {
+			return nil, newErr(ErrDuplicateKey, t.Name, "", "tensor declared twice")
+		}
+		seen[t.Name] = struct{}{}
+		if _, err := t.ByteLen(); err != nil {
+			return nil, err
+		}
+		p.order[i] = TensorSpec{Name: t.Name, DType: t.DType, Shape: slices.Clone(t.Shape)}
+	}
+	for k, v := range metadata {
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return nil, newErr(ErrInvalidUTF8, MetadataKey, k, "metadata is not valid UTF-8")
+		}
+	}
+	sort.Slice(p.order, func(i, j int) bool {
+		ri, rj := layoutRank(p.order[i].DType), layoutRank(p.order[j].DType)
+		if ri != rj {
+			return ri > rj
+		}
+		return p.order[i].Name < p.order[j].Name
+	})
+	var off int64
+	for i, t := range p.order {
+		n, _ := t.ByteLen()
+		if off > math.MaxInt64-n {
+			return nil, newErr(ErrOverflow, t.Name, "", "total data size overflows int64")
+		}
+		p.sizes[i] = n
+		off += n
+	}
+	p.dataLen = off
+
+	b := make([]byte, 8, 8+64+len(p.order)*96)
+	b = append(b, '{')
+	if metadata != nil {
+		b = appendJSONString(b, MetadataKey)
+		b = append(b, ':', '{')
+		keys := make([]string, 0, len(metadata))
+		for k := range metadata {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for i, k := range keys {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, k)
+			b = append(b, ':')
+			b = appendJSONString(b, metadata[k])
+		}
+		b = append(b, '}')
+		if len(p.order) > 0 {
+			b = append(b, ',')
+		}
+	}
+	off = 0
+	for i, t := range p.order {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, t.Name)
+		b = append(b, `:{"dtype":`...)
+		b = appendJSONString(b, t.DType.String())
+		b = append(b, `,"shape":[`...)
+		for j, d := range t.Shape {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendInt(b, d, 10)
+		}
+		b = append(b, `],"data_offsets":[`...)
+		b = strconv.AppendInt(b, off, 10)
+		b = append(b, ',')
+		off += p.sizes[i]
+		b = strconv.AppendInt(b, off, 10)
+		b = append(b, ']', '}')
+	}
+	b = append(b, '}')
+	total := len(b)
+	if r := total % cfg.align; r != 0 {
+		total += cfg.align - r
+	}
+	for len(b) < total {
+		b = append(b, ' ')
+	}
+	n := uint64(len(b) - 8)
+	if n > MaxHeaderSize {
+		return nil, newErr(ErrHeaderTooLarge, "", "", fmt.Sprintf("header would be %d bytes, over the %d-byte limit", n, MaxHeaderSize))
+	}
+	binary.LittleEndian.PutUint64(b, n)
+	p.header = b
+	return p, nil
+}
+
+// appendJSONString appends s as a JSON string the way serde_json writes it:
+// '"' and '\' escaped, control characters as \b \t \n \f \r or \u00XX
+// (lower-case hex), everything else (non-ASCII included) verbatim.
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		b = append(b, s[start:i]...)
+		switch c {
+		case '"':
+			b = append(b, '\\', '"')
+		case '\\':
+			b = append(b, '\\', '\\')
+		case '\b':
+			b = append(b, '\\', 'b')
+		case '\t':
+			b = append(b, '\\', 't')
+		case '\n':
+			b = append(b, '\\', 'n')
+		case '\f':
+			b = append(b, '\\', 'f')
+		case '\r':
+			b = append(b, '\\', 'r')
+		default:
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
+		}
+		start = i + 1
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+// Writer streams a safetensors file: NewWriter writes the header, then the
+// tensors' bytes follow in the layout order (Order), through Next or
+// WriteTensor. Memory use does not depend on tensor sizes. A Writer is not
+// safe for concurrent use.
+type Writer struct {
+	w       io.Writer
+	p       *plan
+	cur     int   // index of the tensor being written; -1 before the first
+	written int64 // bytes of the current tensor written
+	total   int64 // data bytes written
+	err     error // sticky failure
+	closed  bool
+}
+
+// NewWriter validates the declared tensors and metadata, computes the
+// layout (tensors ordered by dtype as the reference writer does, widest
+// first, then by name; metadata keys sorted; header padded with spaces so the
+// data section starts at a multiple of 8, or of WithAlignment's n) and writes
+// the header to w. The same input always gives the same bytes. A nil
+// metadata map writes no __metadata__ entry; an empty one writes "{}".
+func NewWriter(w io.Writer, tensors []TensorSpec, metadata map[string]string, opts ...WriteOption) (*Writer, error) {
+	p, err := makePlan(tensors, metadata, opts)
+	if err != nil {
+		return nil, err
+	}
+	wr := &Writer{w: w, p: p, cur: -1}
+	if err := wr.raw(p.header); err != nil {
+		return nil, err
+	}
+	return wr, nil
+}
+
+// Order returns the tensors in the order their bytes must be written.
+func (w *Writer) Order() []TensorSpec {
+	out := make([]TensorSpec, len(w.p.order))
+	for i, t := range w.p.order {
+		out[i] = TensorSpec{Name: t.Name, DType: t.DType, Shape: slices.Clone(t.Shape)}
+	}
+	return out
+}
+
+// HeaderLen returns the size of the header including the 8-byte length
+// field: the offset of the data section.
+func (w *Writer) HeaderLen() int64 { return int64(len(w.p.header)) }
+
+// Size returns the total size of the file being written.
+func (w *Writer) Size() int64 { return int64(len(w.p.header)) + w.p.dataLen }
+
+func (w *Writer) raw(b []byte) error {
+	if _, err := w.w.Write(b); err != nil {
+		kind := ErrIO
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			kind = ErrCanceled
+		}
+		w.err = &Error{Kind: kind, Msg: "write", Err: err}
+		return w.err
+	}
+	return nil
+}
+
+func (w *Writer) check() error {
+	if w.err != nil {
+		return w.err
+	}
+	if w.closed {
+		return newErr(ErrClosed, "", "", "writer is closed")
+	}
+	return nil
+}
+
+func (w *Writer) currentIncomplete() error {
+	if w.cur >= 0 && w.cur < len(w.p.order) && w.written < w.p.sizes[w.cur] {
+		t := w.p.order[w.cur]
+		return newErr(ErrWriteOrder, t.Name, "", fmt.Sprintf("tensor incomplete: %d of %d bytes written", w.written, w.p.sizes[w.cur]))
+	}
+	return nil
+}
+
+// Next moves to the next tensor in Order and returns its spec and a writer
+// that accepts exactly its ByteLen bytes. It fails with ErrWriteOrder if the
+// previous tensor is incomplete, and returns io.EOF after the last tensor.
+func (w *Writer) Next() (TensorSpec, io.Writer, error) {
+	if err := w.check(); err != nil {
+		return TensorSpec{}, nil, err
+	}
+	if err := w.currentIncomplete(); err != nil {
+		return TensorSpec{}, nil, err
+	}
+	if w.cur+1 >= len(w.p.order) {
+		return TensorSpec{}, nil, io.EOF
+	}
+	w.cur++
+	w.written = 0
+	t := w.p.order[w.cur]
+	return TensorSpec{Name: t.Name, DType: t.DType, Shape: slices.Clone(t.Shape)}, &tensorWriter{w: w, idx: w.cur}, nil
+}
+
+type tensorWriter struct {
+	w   *Writer
+	idx int
+}
+
+func (tw *tensorWriter) Write(b []byte) (int, error) {
+	w := tw.w
+	if err := w.check(); err != nil {
+		return 0, err
+	}
+	name := w.p.order[tw.idx].Name
+	if tw.idx != w.cur {
+		return 0, newErr(ErrWriteOrder, name, "", "write to a tensor after moving past it")
+	}
+	if int64(len(b)) > w.p.sizes[tw.idx]-w.written {
+		w.err = newErr(ErrWriteOrder, name, "", fmt.Sprintf("too many bytes: %d more after %d of %d", len(b), w.written, w.p.sizes[tw.idx]))
+		return 0, w.err
+	}
+	if err := w.raw(b); err != nil {
+		return 0, err
+	}
+	w.written += int64(len(b))
+	w.total += int64(len(b))
+	return len(b), nil
+}
+
+// WriteTensor writes the whole data of the tensor named name, which must be
+// the next tensor in Order (zero-size tensors in between are skipped) and
+// data exactly its ByteLen bytes.
+func (w *Writer) WriteTensor(name string, data []byte) error {
+	if err := w.check(); err != nil {
+		return err
+	}
+	if err := w.currentIncomplete(); err != nil {
+		return err
+	}
+	j := w.cur + 1
+	for j < len(w.p.order) && w.p.order[j].Name != name && w.p.sizes[j] == 0 {
+		j++
+	}
+	if j >= len(w.p.order) || w.p.order[j].Name != name {
+		want := "none (all tensors written)"
+		if w.cur+1 < len(w.p.order) {
+			want = strconv.Quote(w.p.order[w.cur+1].Name)
+		}
+		return newErr(ErrWriteOrder, name, "", "out of order: the next tensor is "+want)
+	}
+	if int64(len(data)) != w.p.sizes[j] {
+		return newErr(ErrTensorSizeMismatch, name, "", fmt.Sprintf("data is %d bytes, %s %v needs %d", len(data), w.p.order[j].DType, w.p.order[j].Shape, w.p.sizes[j]))
+	}
+	w.cur = j
+	w.written = 0
+	if len(data) == 0 {
+		return nil
+	}
+	if err := w.raw(data); err != nil {
+		return err
+	}
+	w.written = int64(len(data))
+	w.total += int64(len(data))
+	return nil
+}
+
+// Close checks that every tensor was written completely. It does not close
+// the underlying io.Writer. Calling it again returns nil.
+func (w *Writer) Close() error {
+	if w.closed {
+		return nil
+	}
+	if w.err != nil {
+		return w.err
+	}
+	if w.total != w.p.dataLen {
+		next := ""
+		if err := w.currentIncomplete(); err != nil {
+			return err
+		}
+		if w.cur+1 < len(w.p.order) {
+			next = w.p.order[w.cur+1].Name
+		}
+		return newErr(ErrWriteOrder, next, "", fmt.Sprintf("incomplete: %d of %d data bytes written", w.total, w.p.dataLen))
+	}
+	w.closed = true
+	return nil
+}
+
+// FileWriter is a Writer to a file that appears atomically: the bytes go to
+// a hidden temporary file in the same directory, and only Commit renames it
+// over the target. Any failure, Abort, or a canceled context leaves the
+// previous file untouched and removes the temporary file.
+type FileWriter struct {
+	*Writer
+	ctx  context.Context
+	af   *atomicfile.File
+	bw   *bufio.Writer
+	path string
+	done bool
+}
+
+type ctxWriter struct {
+	ctx context.Context
+	w   io.Writer
+}
+
+func (c ctxWriter) Write(b []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.w.Write(b)
+}
+
+// Create starts an atomic write of a safetensors file at path (see
+// NewWriter for the layout). Write the tensors through the embedded Writer,
+// then call Commit; call Abort (or defer it: it is a no-op after Commit) to
+// give up. ctx is checked on every write and before the commit.
+func Create(ctx context.Context, path string, tensors []TensorSpec, metadata map[string]string, opts ...WriteOption) (*FileWriter, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, &Error{Kind: ErrCanceled, File: path, Err: err}
+	}
+	p, err := makePlan(tensors, metadata, opts)
+	if err != nil {
+		return nil, withFile(err, path)
+	}
+	af, err := atomicfile.Create(path)
+	if err != nil {
+		return nil, &Error{Kind: ErrIO, File: path, Msg: "create temporary file", Err: err}
+	}
+	bw := bufio.NewWriterSize(ctxWriter{ctx: ctx, w: af}, 1<<20)
+	wr := &Writer{w: bw, p: p, cur: -1}
+	fw := &FileWriter{Writer: wr, ctx: ctx, af: af, bw: bw, path: path}
+	if err := wr.raw(p.header); err != nil {
+		_ = af.Abort()
+		return nil, withFile(err, path)
+	}
+	return fw, nil
+}
+
+// Path returns the target path.
+func (fw *FileWriter) Path() string { return fw.path }
+
+// Commit checks that every tensor is complete and the context still live,
+// flushes, fsyncs, and renames the file into place. On failure the target is
+// untouched and the temporary file removed.
+func (fw *FileWriter) Commit() error {
+	if fw.done {
+		return newErr(ErrClosed, "", "", "already committed or aborted")
+	}
+	fail := func(err error) error {
+		fw.done = true
+		_ = fw.af.Abort()
+		return withFile(err, fw.path)
+	}
+	if err := fw.ctx.Err(); err != nil {
+		return fail(&Error{Kind: ErrCanceled, Err: err})
+	}
+	if err := fw.Writer.Close(); err != nil {
+		return fail(err)
+	}
+	if err := fw.bw.Flush(); err != nil {
+		kind := ErrIO
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			kind = ErrCanceled
+		}
+		return fail(&Error{Kind: kind, Msg: "flush", Err: err})
+	}
+	fw.done = true
+	if err := fw.af.Commit(); err != nil {
+		return &Error{Kind: ErrIO, File: fw.path, Msg: "commit", Err: err}
+	}
+	return nil
+}
+
+// Abort discards the write, removing the temporary file. It is a no-op
+// after Commit or Abort.
+func (fw *FileWriter) Abort() error {
+	if fw.done {
+		return nil
+	}
+	fw.done = true
+	fw.Writer.closed = true
+	if err := fw.af.Abort(); err != nil {
+		return &Error{Kind: ErrIO, File: fw.path, Msg: "abort", Err: err}
+	}
+	return nil
+}
+
+// saveChunk bounds each write of Save so cancellation is noticed promptly.
+const saveChunk = 16 << 20
+
+func specsOf(tensors []TensorData) ([]TensorSpec, map[string]int, error) {
+	specs := make([]TensorSpec, len(tensors))
+	idx := make(map[string]int, len(tensors))
+	for i, t := range tensors {
+		specs[i] = TensorSpec{Name: t.Name, DType: t.DType, Shape: t.Shape}
+		n, err := specs[i].ByteLen()
+		if err != nil {
+			return nil, nil, err
+		}
+		if int64(len(t.Data)) != n {
+			return nil, nil, newErr(ErrTensorSizeMismatch, t.Name, "", fmt.Sprintf("data is %d bytes, %s %v needs %d", len(t.Data), t.DType, t.Shape, n))
+		}
+		idx[t.Name] = i
+	}
+	return specs, idx, nil
+}
+
+// Save writes tensors and metadata to path atomically (see Create). On any
+// error, including a canceled ctx or a full disk, the previous file at path
+// is untouched and no temporary file is left.
+func Save(ctx context.Context, path string, tensors []TensorData, metadata map[string]string, opts ...WriteOption) error {
+	specs, idx, err := specsOf(tensors)
+	if err != nil {
+		return withFile(err, path)
+	}
+	fw, err := Create(ctx, path, specs, metadata, opts...)
+	if err != nil {
+		return err
+	}
+	defer fw.Abort()
+	for {
+		spec, tw, err := fw.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return withFile(err, path)
+		}
+		data := tensors[idx[spec.Name]].Data
+		for len(data) > 0 {
+			m := min(len(data), saveChunk)
+			if _, err := tw.Write(data[:m]); err != nil {
+				return withFile(err, path)
+			}
+			data = data[m:]
+		}
+	}
+	return fw.Commit()
+}
+
+// Serialize returns the bytes of a safetensors file holding tensors and
+// metadata, laid out as NewWriter does.
+func Serialize(tensors []TensorData, metadata map[string]string, opts ...WriteOption) ([]byte, error) {
+	specs, idx, err := specsOf(tensors)
+	if err != nil {
+		return nil, err
+	}
+	p, err := makePlan(specs, metadata, opts)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	buf.Grow(len(p.header) + int(p.dataLen))
+	buf.Write(p.header)
+	for _, t := range p.order {
+		buf.Write(tensors[idx[t.Name]].Data)
+	}
+	return buf.Bytes(), nil
+}
