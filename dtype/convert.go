@@ -1,11 +1,153 @@
 package dtype
 
+import (
+	"runtime"
+	"sync"
+	"unsafe"
+)
+
+// parallelMin is the size (in bytes of the larger side) from which Convert
+// splits the work across goroutines.
+const parallelMin = 1 << 20
+
 // Convert converts the elements of src (dtype from) into dst (dtype to), both
 // in little-endian safetensors layout, and reports what happened to the
-// values. dst and src must hold the same number of elements.
+// values. dst and src must hold the same whole number of elements; otherwise
+// Convert returns a *ConvertError matching ErrLength. Unknown dtypes give a
+// *ConvertError matching ErrUnknown, and C64 to a real type one matching
+// ErrUnsupported. dst and src must not overlap unless they are the same slice
+// of the same dtype.
 //
-// PLACEHOLDER: the conversion engine is being written (issue 2); this stub
-// only checks lengths so that dependent packages compile.
+// Every value is widened exactly and rounded once to the target, to nearest
+// with ties to even (except F8_E8M0, see below). The rules for values out of
+// the target's range, NaN and the special encodings are given in the package
+// documentation; Stats counts each event.
+//
+// Conversions of at least 1 MiB are split across opts.Workers goroutines
+// (GOMAXPROCS when 0); the result and the Stats are the same as serially.
 func Convert(dst []byte, to DType, src []byte, from DType, opts Options) (Stats, error) {
-	return Stats{}, &ConvertError{From: from, To: to, Err: ErrUnsupported, Reason: "not implemented yet"}
+	var st Stats
+	fail := func(err error, reason string) (Stats, error) {
+		ns, nd := -1, -1
+		if from.Valid() {
+			if n, e := from.Elements(len(src)); e == nil {
+				ns = n
+			}
+		}
+		if to.Valid() {
+			if n, e := to.Elements(len(dst)); e == nil {
+				nd = n
+			}
+		}
+		return st, &ConvertError{From: from, To: to, SrcBytes: len(src), DstBytes: len(dst),
+			SrcElements: ns, DstElements: nd, Err: err, Reason: reason}
+	}
+	if !from.Valid() {
+		return fail(ErrUnknown, "unknown source dtype")
+	}
+	if !to.Valid() {
+		return fail(ErrUnknown, "unknown target dtype")
+	}
+	ns, errS := from.Elements(len(src))
+	nd, errD := to.Elements(len(dst))
+	switch {
+	case errS != nil:
+		return fail(ErrLength, "source is not a whole number of elements")
+	case errD != nil:
+		return fail(ErrLength, "destination is not a whole number of elements")
+	case ns != nd:
+		return fail(ErrLength, "element counts differ")
+	}
+	k := archKernel(from, to)
+	if k == nil {
+		k = genericKernel(from, to)
+	}
+	if k == nil {
+		return fail(ErrUnsupported, "no conversion from complex to real values")
+	}
+	if ns == 0 {
+		return st, nil
+	}
+	workers := opts.Workers
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	if workers == 1 || max(len(src), len(dst)) < parallelMin {
+		k(dst, src, opts, &st)
+		return st, nil
+	}
+	convertParallel(k, dst, to, src, from, ns, workers, opts, &st)
+	return st, nil
+}
+
+// convertParallel splits n elements into parts of a multiple of 8 elements
+// (whole bytes for every dtype) of at least parallelMin/2 bytes each.
+func convertParallel(k kernel, dst []byte, to DType, src []byte, from DType, n, workers int, opts Options, st *Stats) {
+	width := max(from.Bits(), to.Bits()) // bits per element of the larger side
+	minElems := parallelMin / 2 * 8 / width
+	parts := min(workers, max(1, n/minElems))
+	per := (n/parts + 7) &^ 7
+	stats := make([]Stats, parts)
+	var wg sync.WaitGroup
+	for p := 0; p < parts; p++ {
+		lo := p * per
+		hi := min(n, lo+per)
+		if lo >= hi {
+			break
+		}
+		s := src[byteOff(from, lo):byteOff(from, hi)]
+		d := dst[byteOff(to, lo):byteOff(to, hi)]
+		wg.Add(1)
+		go func(p int) {
+			defer wg.Done()
+			k(d, s, opts, &stats[p])
+		}(p)
+	}
+	wg.Wait()
+	for _, s := range stats {
+		st.Add(s)
+	}
+}
+
+// DecodeFloat32 widens the elements of src (dtype from) into dst, which must
+// have one float32 per element. It is Convert with F32 as the target, without
+// reinterpreting dst as bytes at the call site.
+func DecodeFloat32(dst []float32, src []byte, from DType) (Stats, error) {
+	return Convert(Float32Bytes(dst), F32, src, from, Options{})
+}
+
+// EncodeFloat32 rounds src into dst (dtype to), which must hold len(src)
+// elements. It is Convert with F32 as the source.
+func EncodeFloat32(dst []byte, to DType, src []float32, opts Options) (Stats, error) {
+	return Convert(dst, to, Float32Bytes(src), F32, opts)
+}
+
+// DecodeFloat64 widens src into dst like DecodeFloat32, for float64.
+func DecodeFloat64(dst []float64, src []byte, from DType) (Stats, error) {
+	return Convert(Float64Bytes(dst), F64, src, from, Options{})
+}
+
+// EncodeFloat64 rounds src into dst (dtype to), like EncodeFloat32.
+func EncodeFloat64(dst []byte, to DType, src []float64, opts Options) (Stats, error) {
+	return Convert(dst, to, Float64Bytes(src), F64, opts)
+}
+
+// Float32Bytes returns the memory of f as bytes, without copying: the bytes
+// are the F32 safetensors layout on little-endian hosts (amd64, arm64 and
+// every other platform Go supports except big-endian ones such as s390x and
+// ppc64, where the byte order is reversed). Writes through either slice are
+// visible in the other.
+func Float32Bytes(f []float32) []byte {
+	if len(f) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(f))), 4*len(f))
+}
+
+// Float64Bytes is Float32Bytes for float64.
+func Float64Bytes(f []float64) []byte {
+	if len(f) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(f))), 8*len(f))
 }
