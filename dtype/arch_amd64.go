@@ -1,5 +1,92 @@
+//go:build amd64 && !purego
+
 package dtype
+
+// Vector fast paths in arch_amd64.s. See vecRun for the contract.
+
+//go:noescape
+func bf16ToF32AVX2(dst, src []byte, acc *[32]byte) int
+
+//go:noescape
+func f16ToF32AVX2(dst, src []byte, acc *[32]byte) int
+
+//go:noescape
+func f32ToF16AVX2(dst, src []byte, acc *[32]byte) int
+
+//go:noescape
+func f32ToBF16AVX2(dst, src []byte, acc *[32]byte) int
+
+//go:noescape
+func f32ToF8AVX2(dst, src []byte, acc *[32]byte, p *f8EncodeParams) int
+
+//go:noescape
+func f8ToF32AVX2(dst, src []byte, acc *[32]byte, p *f8DecodeParams) int
+
+//go:noescape
+func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
+
+//go:noescape
+func xgetbv() (eax uint32)
+
+// hasAVX2 and hasF16C tell which fast paths this CPU can run. They are set
+// once at start-up and never change.
+var hasAVX2, hasF16C = detectX86()
+
+// detectX86 reads the CPU features the fast paths need: AVX2 with the YMM
+// state enabled by the OS, and F16C. (golang.org/x/sys/cpu does not report
+// F16C.)
+func detectX86() (avx2, f16c bool) {
+	maxID, _, _, _ := cpuid(0, 0)
+	if maxID < 7 {
+		return false, false
+	}
+	_, _, ecx1, _ := cpuid(1, 0)
+	const osxsave, avx, f16cBit = 1 << 27, 1 << 28, 1 << 29
+	if ecx1&osxsave == 0 || ecx1&avx == 0 || xgetbv()&6 != 6 {
+		return false, false
+	}
+	_, ebx7, _, _ := cpuid(7, 0)
+	avx2 = ebx7&(1<<5) != 0
+	return avx2, avx2 && ecx1&f16cBit != 0
+}
 
 // archKernel returns a vectorized kernel for the pair, or nil when there is
 // none and the portable kernel must be used.
-func archKernel(from, to DType) kernel { return nil }
+func archKernel(from, to DType) kernel {
+	return nil // wired to vecKernelFor once the portable kernels exist
+}
+
+// vecKernelFor returns the vector kernel for the pair that falls back to
+// fallback for special values and tails, or nil when this CPU has none.
+func vecKernelFor(from, to DType, fallback kernel) kernel {
+	if !hasAVX2 || fallback == nil {
+		return nil
+	}
+	v := &vecKernel{fallback: fallback, block: 32}
+	switch {
+	case from == BF16 && to == F32:
+		v.run, v.inSize, v.outSize, v.accMax = bf16ToF32AVX2, 2, 4, maxAbsBF16
+	case from == F16 && to == F32 && hasF16C:
+		v.run, v.inSize, v.outSize, v.accMax = f16ToF32AVX2, 2, 4, maxAbsF16
+	case from == F32 && to == BF16:
+		v.run, v.inSize, v.outSize, v.accMax = f32ToBF16AVX2, 4, 2, maxAbsF32
+	case from == F32 && to == F16 && hasF16C:
+		v.run, v.inSize, v.outSize, v.accMax = f32ToF16AVX2, 4, 2, maxAbsF32
+	case from == F32 && f8Encoders[to] != nil:
+		p := f8Encoders[to]
+		v.run = func(dst, src []byte, acc *[32]byte) int { return f32ToF8AVX2(dst, src, acc, p) }
+		v.inSize, v.outSize, v.accMax = 4, 1, maxAbsF32
+	case to == F32:
+		l, ok := f8Layouts[from]
+		if !ok {
+			return nil
+		}
+		p := l.decodeParams()
+		v.run = func(dst, src []byte, acc *[32]byte) int { return f8ToF32AVX2(dst, src, acc, p) }
+		v.inSize, v.outSize = 1, 4
+		v.accMax = func(acc *[32]byte) float64 { return l.value(accMaxU8(acc)) }
+	default:
+		return nil
+	}
+	return v.kernel()
+}

@@ -1,6 +1,10 @@
-//go:build !amd64 && !arm64
+//go:build (!amd64 && !arm64) || purego
 
 package dtype
 
-// archKernel returns nil: this architecture has only the portable kernels.
+// archKernel returns nil: without assembly (other architectures, or the
+// purego build tag) only the portable kernels exist.
 func archKernel(from, to DType) kernel { return nil }
+
+// vecKernelFor returns nil: there are no vector kernels in this build.
+func vecKernelFor(from, to DType, fallback kernel) kernel { return nil }

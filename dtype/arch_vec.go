@@ -1,0 +1,205 @@
+//go:build (amd64 || arm64) && !purego
+
+package dtype
+
+import (
+	"encoding/binary"
+	"math"
+)
+
+// vecRun is the signature of a vector fast path. It converts whole blocks of
+// elements from the start of src into dst and stops before the first block
+// that holds a value it does not handle itself (NaN, Inf, overflow,
+// underflow, or a code without a plain decode); it returns the number of
+// elements it converted. It folds the magnitudes it saw into acc (a vector
+// register image whose lane layout the kernel's accMax function knows).
+type vecRun func(dst, src []byte, acc *[32]byte) int
+
+// vecKernel combines a vector fast path with the portable kernel: the fast
+// path converts the ordinary blocks, the portable kernel the blocks that hold
+// special values and the tail, so that dst and Stats are exactly what the
+// portable kernel alone would give.
+type vecKernel struct {
+	run      vecRun
+	inSize   int // bytes per source element
+	outSize  int // bytes per target element
+	block    int // elements per vector block
+	fallback kernel
+	// accMax returns the largest finite input magnitude recorded in acc.
+	accMax func(acc *[32]byte) float64
+}
+
+// maxFallbackRun bounds how many elements the portable kernel converts in one
+// go after the fast path gave up, when special values come in runs.
+const maxFallbackRun = 4096
+
+func (v *vecKernel) convert(dst, src []byte, opts Options, st *Stats) {
+	n := len(src) / v.inSize
+	var acc [32]byte
+	fast := 0
+	run := v.block // elements the portable kernel takes after a stop
+	for i := 0; i < n; {
+		if n-i >= v.block {
+			d := v.run(dst[i*v.outSize:n*v.outSize], src[i*v.inSize:n*v.inSize], &acc)
+			i += d
+			fast += d
+			if d > 0 {
+				run = v.block
+			} else if run < maxFallbackRun {
+				run *= 2
+			}
+			if i >= n {
+				break
+			}
+		}
+		j := min(i+run, n)
+		v.fallback(dst[i*v.outSize:j*v.outSize], src[i*v.inSize:j*v.inSize], opts, st)
+		i = j
+	}
+	if fast > 0 {
+		st.Elements += int64(fast)
+		if m := v.accMax(&acc); m > st.MaxAbs {
+			st.MaxAbs = m
+		}
+	}
+}
+
+// kernel returns v as a kernel.
+func (v *vecKernel) kernel() kernel { return v.convert }
+
+// accMaxU16 returns the largest 16-bit lane of acc.
+func accMaxU16(acc *[32]byte) uint16 {
+	var m uint16
+	for i := 0; i < 32; i += 2 {
+		m = max(m, binary.LittleEndian.Uint16(acc[i:]))
+	}
+	return m
+}
+
+// accMaxU32 returns the largest 32-bit lane of acc.
+func accMaxU32(acc *[32]byte) uint32 {
+	var m uint32
+	for i := 0; i < 32; i += 4 {
+		m = max(m, binary.LittleEndian.Uint32(acc[i:]))
+	}
+	return m
+}
+
+// accMaxU8 returns the largest byte of acc.
+func accMaxU8(acc *[32]byte) uint8 {
+	var m uint8
+	for _, b := range acc {
+		m = max(m, b)
+	}
+	return m
+}
+
+// maxAbsBF16 reads acc as the magnitudes of BF16 values.
+func maxAbsBF16(acc *[32]byte) float64 {
+	return float64(math.Float32frombits(uint32(accMaxU16(acc)) << 16))
+}
+
+// maxAbsF16 reads acc as the magnitudes of F16 values (all finite).
+func maxAbsF16(acc *[32]byte) float64 {
+	h := accMaxU16(acc)
+	e, m := int(h>>10), float64(h&0x3ff)
+	if e == 0 {
+		return math.Ldexp(m, -24)
+	}
+	return math.Ldexp(1024+m, e-25)
+}
+
+// maxAbsF32 reads acc as the magnitudes of F32 values.
+func maxAbsF32(acc *[32]byte) float64 {
+	return float64(math.Float32frombits(accMaxU32(acc)))
+}
+
+// f8Layout describes a sign-magnitude 8-bit float (or E8M0) for the vector
+// decoder: code magnitude m decodes as float32 bits m<<shift times 2^scaleExp,
+// which is exact for subnormals too.
+type f8Layout struct {
+	magMask     uint8 // bits of the code that hold the magnitude
+	signed      bool  // the top bit is a sign
+	shift       uint  // 23 - mantissa bits
+	scaleExp    int   // 127 - bias
+	magSpecial  uint8 // magnitudes >= this are NaN/Inf: left to the portable kernel (0xFF: none below 0xFF)
+	codeSpecial uint8 // one more code left to the portable kernel
+}
+
+// f8Layouts lists the 8-bit float types with a vector decoder.
+var f8Layouts = map[DType]f8Layout{
+	F8_E4M3:     {magMask: 0x7f, signed: true, shift: 20, scaleExp: 120, magSpecial: 0x7f, codeSpecial: 0xff},
+	F8_E5M2:     {magMask: 0x7f, signed: true, shift: 21, scaleExp: 112, magSpecial: 0x7c, codeSpecial: 0xff},
+	F8_E4M3FNUZ: {magMask: 0x7f, signed: true, shift: 20, scaleExp: 119, magSpecial: 0xff, codeSpecial: 0x80},
+	F8_E5M2FNUZ: {magMask: 0x7f, signed: true, shift: 21, scaleExp: 111, magSpecial: 0xff, codeSpecial: 0x80},
+	F8_E8M0:     {magMask: 0xff, signed: false, shift: 23, scaleExp: 0, magSpecial: 0xff, codeSpecial: 0x00},
+}
+
+// value returns the magnitude code m as a float64.
+func (l f8Layout) value(m uint8) float64 {
+	return float64(math.Float32frombits(uint32(m)<<l.shift)) * math.Ldexp(1, l.scaleExp)
+}
+
+// f8DecodeParams is the constant block the vector FP8 decoder reads: each row
+// is one 32-byte vector.
+type f8DecodeParams struct {
+	magMask8     [32]uint8
+	magSpecial8  [32]uint8
+	codeSpecial8 [32]uint8
+	signMask32   [8]uint32
+	magMask32    [8]uint32
+	scale        [8]float32
+	shift        [8]uint64 // count for the vector shift: [0] is used
+}
+
+func (l f8Layout) decodeParams() *f8DecodeParams {
+	p := new(f8DecodeParams)
+	for i := range 32 {
+		p.magMask8[i] = l.magMask
+		p.magSpecial8[i] = l.magSpecial
+		p.codeSpecial8[i] = l.codeSpecial
+	}
+	for i := range 8 {
+		if l.signed {
+			p.signMask32[i] = 0x80000000
+		}
+		p.magMask32[i] = uint32(l.magMask)
+		p.scale[i] = float32(math.Ldexp(1, l.scaleExp))
+	}
+	p.shift[0] = uint64(l.shift)
+	return p
+}
+
+// f8EncodeParams is the constant block the vector F32→FP8 encoder reads.
+// The fast path handles inputs that neither overflow nor underflow to zero:
+// |x| <= omax and (x == 0 or |x| > under), where the rounding is the same in
+// both Saturate modes.
+type f8EncodeParams struct {
+	omax   [8]uint32 // largest |x| bits that do not overflow
+	under  [8]uint32 // nonzero |x| bits <= under round to zero
+	sublim [8]uint32 // |x| below this encodes as a subnormal (or the smallest normal)
+	magic  [8]uint32 // float adding the subnormal quantum at the last mantissa bit
+	rebias [8]uint32 // exponent rebias in code units
+	half   [8]uint32 // 2^(shift-1) - 1, for round to nearest even
+	shift  [4]uint64 // 23 - mantissa bits ([0] is used)
+}
+
+// f8Encoders lists the FP8 targets with a vector encoder.
+var f8Encoders = map[DType]*f8EncodeParams{
+	F8_E4M3: newF8EncodeParams(0x43e80000, 0x3a800000, 0x3c800000, 0x46800000, 120<<3, 20),
+	F8_E5M2: newF8EncodeParams(0x476fffff, 0x37000000, 0x38800000, 0x43000000, 112<<2, 21),
+}
+
+func newF8EncodeParams(omax, under, sublim, magic, rebias uint32, shift uint) *f8EncodeParams {
+	p := new(f8EncodeParams)
+	for i := range 8 {
+		p.omax[i] = omax
+		p.under[i] = under
+		p.sublim[i] = sublim
+		p.magic[i] = magic
+		p.rebias[i] = rebias
+		p.half[i] = 1<<(shift-1) - 1
+	}
+	p.shift[0] = uint64(shift)
+	return p
+}
