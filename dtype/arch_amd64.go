@@ -53,7 +53,7 @@ func detectX86() (avx2, f16c bool) {
 // archKernel returns a vectorized kernel for the pair, or nil when there is
 // none and the portable kernel must be used.
 func archKernel(from, to DType) kernel {
-	return nil // wired to vecKernelFor once the portable kernels exist
+	return vecKernelFor(from, to, genericKernel(from, to))
 }
 
 // vecKernelFor returns the vector kernel for the pair that falls back to
