@@ -62,6 +62,7 @@ type File struct {
 	osf    *os.File    // owned file, closed by Close
 	mapped bool
 	mode   ReadMode
+	chunk  int64 // converting-read chunk size; 0 means convertChunk (tests lower it)
 
 	mu      sync.RWMutex // held for reading while mapped memory is accessed
 	closed  atomic.Bool

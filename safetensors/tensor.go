@@ -156,7 +156,11 @@ func (f *File) convertRange(tensor string, dst []byte, to dtype.DType, off, srcL
 	// Chunks hold a whole number of bytes of both dtypes: a multiple of 8
 	// elements.
 	fb, tb := int64(from.Bits()), int64(to.Bits())
-	elems := int64(convertChunk) * 8 / fb / 8 * 8
+	chunk := int64(convertChunk)
+	if f.chunk > 0 {
+		chunk = f.chunk
+	}
+	elems := chunk * 8 / fb / 8 * 8
 	if elems < 8 {
 		elems = 8
 	}

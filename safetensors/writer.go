@@ -510,6 +510,12 @@ func (c ctxWriter) Write(b []byte) (int, error) {
 // then call Commit; call Abort (or defer it: it is a no-op after Commit) to
 // give up. ctx is checked on every write and before the commit.
 func Create(ctx context.Context, path string, tensors []TensorSpec, metadata map[string]string, opts ...WriteOption) (*FileWriter, error) {
+	return create(ctx, path, tensors, metadata, nil, opts)
+}
+
+// create is Create with an optional wrapper around the temporary file's
+// writer (tests use it to inject write failures such as a full disk).
+func create(ctx context.Context, path string, tensors []TensorSpec, metadata map[string]string, wrap func(io.Writer) io.Writer, opts []WriteOption) (*FileWriter, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, &Error{Kind: ErrCanceled, File: path, Err: err}
 	}
@@ -521,7 +527,11 @@ func Create(ctx context.Context, path string, tensors []TensorSpec, metadata map
 	if err != nil {
 		return nil, &Error{Kind: ErrIO, File: path, Msg: "create temporary file", Err: err}
 	}
-	bw := bufio.NewWriterSize(ctxWriter{ctx: ctx, w: af}, 1<<20)
+	var out io.Writer = af
+	if wrap != nil {
+		out = wrap(af)
+	}
+	bw := bufio.NewWriterSize(ctxWriter{ctx: ctx, w: out}, 1<<20)
 	wr := &Writer{w: bw, p: p, cur: -1}
 	fw := &FileWriter{Writer: wr, ctx: ctx, af: af, bw: bw, path: path}
 	if err := wr.raw(p.header); err != nil {

@@ -218,7 +218,9 @@ func TestNameEscaping(t *testing.T) {
 }
 
 func TestWriterErrors(t *testing.T) {
-	u8 := func(name string, n int64) TensorSpec { return TensorSpec{Name: name, DType: dtype.U8, Shape: []int64{n}} }
+	u8 := func(name string, n int64) TensorSpec {
+		return TensorSpec{Name: name, DType: dtype.U8, Shape: []int64{n}}
+	}
 	for _, c := range []struct {
 		name  string
 		specs []TensorSpec
@@ -308,6 +310,23 @@ type failWriter struct{}
 
 func (failWriter) Write([]byte) (int, error) { return 0, errDiskFull }
 
+// limitWriter fails with errDiskFull once n bytes were written.
+type limitWriter struct {
+	w io.Writer
+	n int
+}
+
+func (l *limitWriter) Write(b []byte) (int, error) {
+	if len(b) > l.n {
+		k, _ := l.w.Write(b[:l.n])
+		l.n -= k
+		return k, errDiskFull
+	}
+	k, err := l.w.Write(b)
+	l.n -= k
+	return k, err
+}
+
 // dirEntries lists a directory, for checking that no temporary file is left.
 func dirEntries(t *testing.T, dir string) []string {
 	t.Helper()
@@ -386,6 +405,24 @@ func TestAtomicSave(t *testing.T) {
 		if err := fw.Abort(); err != nil {
 			t.Fatal(err)
 		}
+		unchanged(t)
+	})
+	t.Run("disk full", func(t *testing.T) {
+		fw, err := create(context.Background(), path, []TensorSpec{{Name: "w", DType: dtype.F32, Shape: []int64{1 << 20}}}, nil,
+			func(w io.Writer) io.Writer { return &limitWriter{w: w, n: 3 << 20} }, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = fw.WriteTensor("w", make([]byte, 4<<20))
+		e := wantKind(t, err, ErrIO)
+		if !errors.Is(e, errDiskFull) {
+			t.Fatal(err)
+		}
+		wantKind(t, fw.Commit(), ErrIO)
+		unchanged(t)
+	})
+	t.Run("missing dir", func(t *testing.T) {
+		wantKind(t, Save(context.Background(), filepath.Join(dir, "no", "x.safetensors"), old, nil), ErrIO)
 		unchanged(t)
 	})
 	t.Run("read-only dir", func(t *testing.T) {
