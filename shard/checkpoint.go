@@ -1,0 +1,431 @@
+package shard
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"io/fs"
+	"iter"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/ckpt-go/ckpt/safetensors"
+)
+
+// Option configures Open.
+type Option func(*openConfig)
+
+type openConfig struct {
+	symlinkRoot string
+	openOpts    []safetensors.OpenOption
+}
+
+// WithSymlinkRoot lets shards be symlinks that resolve anywhere under root
+// instead of only inside the index's own folder. Use it for the Hugging Face
+// cache, where snapshots/REV/*.safetensors link to ../../blobs: pass the
+// repository folder (models--org--name).
+func WithSymlinkRoot(root string) Option {
+	return func(c *openConfig) { c.symlinkRoot = root }
+}
+
+// WithOpenOptions passes options to safetensors.Open for every shard.
+func WithOpenOptions(opts ...safetensors.OpenOption) Option {
+	return func(c *openConfig) { c.openOpts = append(c.openOpts, opts...) }
+}
+
+// Checkpoint is one logical checkpoint made of one or more safetensors
+// files: a sharded set described by an index, or a single file. Every
+// tensor is looked up by name across all shards.
+//
+// Open validates the whole set from the shards' headers; the shards
+// themselves are opened lazily, on the first access to one of their
+// tensors, and stay open until Close. A Checkpoint is safe for concurrent
+// use by several goroutines.
+type Checkpoint struct {
+	path     string
+	index    *Index // nil for a single file
+	shards   []*shardFile
+	byName   map[string]entry
+	names    []string
+	meta     map[string]string
+	warnings []string
+	unmapped []string
+	cfg      openConfig
+
+	mu     sync.RWMutex // guards closed; held for reading while a tensor is handed out
+	closed bool
+
+	errMu   sync.Mutex
+	iterErr error
+}
+
+type entry struct {
+	shard int
+	info  safetensors.TensorInfo
+}
+
+type shardFile struct {
+	name   string // as the index spells it
+	path   string
+	header *safetensors.Header
+
+	mu sync.Mutex
+	f  *safetensors.File
+}
+
+// Open opens a checkpoint: path is either a shard index
+// (*.safetensors.index*.json, or any name ending in ".json") or a single
+// safetensors file. For an index, before returning it checks that every
+// shard is a bare file name in the index's folder (symlinks may not leave
+// it, see WithSymlinkRoot), that every shard exists and has a valid header,
+// and that every mapped tensor is in its shard's header. A tensor that is
+// also present in another shard is taken from the mapped one, with a
+// warning; tensors in shards that the index does not map are reported in
+// Warnings and Unmapped and are not part of the checkpoint. A folder is
+// refused with ErrUnsupportedPath: resolve it with package variant first.
+func Open(path string, opts ...Option) (*Checkpoint, error) {
+	c := &Checkpoint{path: path}
+	for _, o := range opts {
+		o(&c.cfg)
+	}
+	if strings.HasSuffix(path, ".json") {
+		if err := c.openIndex(); err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, &Error{Kind: ErrMissingShard, Path: path, Err: err}
+		}
+		return nil, &Error{Kind: ErrInvalidShard, Path: path, Err: err}
+	}
+	if !st.Mode().IsRegular() {
+		msg := "not a regular file"
+		if st.IsDir() {
+			msg = "a folder, not an index or safetensors file (resolve folders with package variant)"
+		}
+		return nil, &Error{Kind: ErrUnsupportedPath, Path: path, Msg: msg}
+	}
+	h, err := safetensors.ReadHeaderFile(path)
+	if err != nil {
+		return nil, &Error{Kind: ErrInvalidShard, Path: path, Err: err}
+	}
+	s := &shardFile{name: filepath.Base(path), path: path, header: h}
+	c.shards = []*shardFile{s}
+	c.byName = make(map[string]entry, len(h.Tensors))
+	for _, ti := range h.Tensors {
+		c.byName[ti.Name] = entry{shard: 0, info: ti}
+		c.names = append(c.names, ti.Name)
+	}
+	c.meta = maps.Clone(h.Metadata)
+	return c, nil
+}
+
+func (c *Checkpoint) openIndex() error {
+	ix, err := ReadIndex(c.path)
+	if err != nil {
+		return err
+	}
+	c.index = ix
+	c.warnings = append(c.warnings, ix.Warnings...)
+	dir := filepath.Dir(c.path)
+	root := c.cfg.symlinkRoot
+	if root == "" {
+		root = dir
+	}
+	realRoot := ""
+	shardNames := ix.Shards()
+	pos := make(map[string]int, len(shardNames))
+	for i, name := range shardNames {
+		p := filepath.Join(dir, name)
+		st, err := os.Lstat(p)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return &Error{Kind: ErrMissingShard, Path: c.path, Shard: name,
+					Msg: fmt.Sprintf("not found in %s", dir)}
+			}
+			return &Error{Kind: ErrInvalidShard, Path: c.path, Shard: name, Err: err}
+		}
+		if st.Mode()&fs.ModeSymlink != 0 {
+			if realRoot == "" {
+				if realRoot, err = filepath.EvalSymlinks(root); err != nil {
+					return &Error{Kind: ErrIndexRead, Path: c.path, Msg: "cannot resolve the folder", Err: err}
+				}
+			}
+			target, err := filepath.EvalSymlinks(p)
+			if err != nil {
+				return &Error{Kind: ErrMissingShard, Path: c.path, Shard: name, Msg: "dangling symlink", Err: err}
+			}
+			if !within(realRoot, target) {
+				return &Error{Kind: ErrInsecurePath, Path: c.path, Shard: name,
+					Msg: fmt.Sprintf("symlink resolves to %s, outside %s", target, root)}
+			}
+		}
+		h, err := safetensors.ReadHeaderFile(p)
+		if err != nil {
+			return &Error{Kind: ErrInvalidShard, Path: c.path, Shard: name, Err: err}
+		}
+		c.shards = append(c.shards, &shardFile{name: name, path: p, header: h})
+		pos[name] = i
+	}
+
+	// Every mapped tensor must be in its shard.
+	owner := make(map[string][]string) // tensor -> shards that have it
+	for _, s := range c.shards {
+		for _, ti := range s.header.Tensors {
+			owner[ti.Name] = append(owner[ti.Name], s.name)
+		}
+	}
+	c.byName = make(map[string]entry, len(ix.WeightMap))
+	for _, name := range ix.order {
+		sname := ix.WeightMap[name]
+		s := c.shards[pos[sname]]
+		ti, ok := s.header.Lookup(name)
+		if !ok {
+			msg := "the index maps it to this shard, whose header does not have it"
+			if others := owner[name]; len(others) > 0 {
+				msg += fmt.Sprintf(" (it is in %s: the index names the wrong shard)", strings.Join(others, ", "))
+			}
+			return &Error{Kind: ErrTensorMissingFromShard, Path: c.path, Shard: sname, Tensor: name, Msg: msg}
+		}
+		c.byName[name] = entry{shard: pos[sname], info: ti}
+	}
+
+	// Duplicates and unmapped tensors, in shard order.
+	var total int64
+	for i, s := range c.shards {
+		var unmapped []string
+		for _, ti := range s.header.Tensors {
+			e, mapped := c.byName[ti.Name]
+			switch {
+			case !mapped:
+				unmapped = append(unmapped, ti.Name)
+			case e.shard != i:
+				c.warnings = append(c.warnings, fmt.Sprintf("tensor %q is in %s and %s; taking it from %s as the index says",
+					ti.Name, s.name, c.shards[e.shard].name, c.shards[e.shard].name))
+			default:
+				total += ti.End - ti.Begin
+			}
+		}
+		if len(unmapped) > 0 {
+			c.unmapped = append(c.unmapped, unmapped...)
+			c.warnings = append(c.warnings, fmt.Sprintf("%s has %d tensor(s) the index does not map, not loaded: %s",
+				s.name, len(unmapped), abbreviate(unmapped, 5)))
+		}
+	}
+	if ix.TotalSize != 0 && ix.TotalSize != total {
+		c.warnings = append(c.warnings, fmt.Sprintf("metadata.total_size is %d but the mapped tensors hold %d bytes", ix.TotalSize, total))
+	}
+
+	// Logical order: shard by shard, in data order.
+	c.names = slices.Collect(maps.Keys(c.byName))
+	slices.SortFunc(c.names, func(a, b string) int {
+		ea, eb := c.byName[a], c.byName[b]
+		return cmp.Or(cmp.Compare(ea.shard, eb.shard), cmp.Compare(ea.info.Begin, eb.info.Begin), strings.Compare(a, b))
+	})
+
+	// Metadata: union of the shards' __metadata__, first shard wins.
+	c.meta = make(map[string]string)
+	from := make(map[string]string)
+	for _, s := range c.shards {
+		keys := slices.Sorted(maps.Keys(s.header.Metadata))
+		for _, k := range keys {
+			v := s.header.Metadata[k]
+			if old, ok := c.meta[k]; ok {
+				if old != v {
+					c.warnings = append(c.warnings, fmt.Sprintf("metadata %q is %q in %s but %q in %s; keeping %q",
+						k, old, from[k], v, s.name, old))
+				}
+				continue
+			}
+			c.meta[k] = v
+			from[k] = s.name
+		}
+	}
+	return nil
+}
+
+// within reports whether path is root or inside it (both already resolved).
+func within(root, path string) bool {
+	rel, err := filepath.Rel(root, path)
+	if err != nil {
+		return false
+	}
+	return rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) && !filepath.IsAbs(rel)
+}
+
+func abbreviate(names []string, n int) string {
+	if len(names) <= n {
+		return strings.Join(names, ", ")
+	}
+	return strings.Join(names[:n], ", ") + fmt.Sprintf(", and %d more", len(names)-n)
+}
+
+// Path returns the path Open was given.
+func (c *Checkpoint) Path() string { return c.path }
+
+// Index returns the parsed index, or nil for a single file.
+func (c *Checkpoint) Index() *Index { return c.index }
+
+// Len returns the number of tensors.
+func (c *Checkpoint) Len() int { return len(c.names) }
+
+// Names returns the tensor names: shard by shard (in file name order), and
+// within a shard in data order.
+func (c *Checkpoint) Names() []string { return slices.Clone(c.names) }
+
+// Has reports whether the checkpoint has a tensor called name.
+func (c *Checkpoint) Has(name string) bool {
+	_, ok := c.byName[name]
+	return ok
+}
+
+// Info returns a tensor's description and the path of its file, without
+// opening any shard.
+func (c *Checkpoint) Info(name string) (info safetensors.TensorInfo, file string, ok bool) {
+	e, ok := c.byName[name]
+	if !ok {
+		return safetensors.TensorInfo{}, "", false
+	}
+	return e.info, c.shards[e.shard].path, true
+}
+
+// Metadata returns the shards' __metadata__ merged (a key with different
+// values in different shards keeps the first shard's value, with a warning).
+// The map is a copy.
+func (c *Checkpoint) Metadata() map[string]string { return maps.Clone(c.meta) }
+
+// Files returns the paths of the checkpoint's safetensors files, sorted.
+func (c *Checkpoint) Files() []string {
+	out := make([]string, len(c.shards))
+	for i, s := range c.shards {
+		out[i] = s.path
+	}
+	return out
+}
+
+// Warnings returns what Open noticed but tolerated: tensors present in two
+// shards, unmapped tensors, conflicting metadata, index oddities.
+func (c *Checkpoint) Warnings() []string { return slices.Clone(c.warnings) }
+
+// Unmapped returns the tensors found in shard headers that the index does
+// not map. They are not part of the checkpoint.
+func (c *Checkpoint) Unmapped() []string { return slices.Clone(c.unmapped) }
+
+// Tensor returns the named tensor, opening its shard if needed. An unknown
+// name gives an *Error of kind ErrTensorNotFound.
+func (c *Checkpoint) Tensor(name string) (*safetensors.Tensor, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
+		return nil, &Error{Kind: ErrClosed, Path: c.path, Tensor: name}
+	}
+	e, ok := c.byName[name]
+	if !ok {
+		return nil, &Error{Kind: ErrTensorNotFound, Path: c.path, Tensor: name}
+	}
+	s := c.shards[e.shard]
+	f, err := c.open(s)
+	if err != nil {
+		return nil, err
+	}
+	t, err := f.Tensor(name)
+	if err != nil {
+		return nil, &Error{Kind: ErrInvalidShard, Path: c.path, Shard: s.name, Tensor: name, Err: err}
+	}
+	return t, nil
+}
+
+// open opens a shard on first use. The caller holds c.mu for reading.
+func (c *Checkpoint) open(s *shardFile) (*safetensors.File, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.f != nil {
+		return s.f, nil
+	}
+	f, err := safetensors.Open(s.path, c.cfg.openOpts...)
+	if err != nil {
+		return nil, &Error{Kind: ErrInvalidShard, Path: c.path, Shard: s.name, Err: err}
+	}
+	h := f.Header()
+	if h.HeaderLen != s.header.HeaderLen || len(h.Tensors) != len(s.header.Tensors) || h.DataLen != s.header.DataLen {
+		f.Close()
+		return nil, &Error{Kind: ErrInvalidShard, Path: c.path, Shard: s.name, Msg: "the file changed since the checkpoint was opened"}
+	}
+	s.f = f
+	return f, nil
+}
+
+// Tensors iterates over all tensors in Names order, opening shards as it
+// reaches them. If a shard cannot be opened the iteration stops; Err then
+// returns the error.
+func (c *Checkpoint) Tensors() iter.Seq2[string, *safetensors.Tensor] {
+	return func(yield func(string, *safetensors.Tensor) bool) {
+		c.setErr(nil)
+		for _, name := range c.names {
+			t, err := c.Tensor(name)
+			if err != nil {
+				c.setErr(err)
+				return
+			}
+			if !yield(name, t) {
+				return
+			}
+		}
+	}
+}
+
+// All iterates over all tensors in Names order, yielding an error (and a nil
+// tensor) for a tensor whose shard cannot be opened.
+func (c *Checkpoint) All() iter.Seq2[*safetensors.Tensor, error] {
+	return func(yield func(*safetensors.Tensor, error) bool) {
+		for _, name := range c.names {
+			if !yield(c.Tensor(name)) {
+				return
+			}
+		}
+	}
+}
+
+func (c *Checkpoint) setErr(err error) {
+	c.errMu.Lock()
+	c.iterErr = err
+	c.errMu.Unlock()
+}
+
+// Err returns the error that ended the most recent Tensors iteration early,
+// or nil.
+func (c *Checkpoint) Err() error {
+	c.errMu.Lock()
+	defer c.errMu.Unlock()
+	return c.iterErr
+}
+
+// Close closes every shard that was opened. Tensors obtained earlier must
+// not be read afterwards. Close is idempotent.
+func (c *Checkpoint) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	var errs []error
+	for _, s := range c.shards {
+		s.mu.Lock()
+		if s.f != nil {
+			if err := s.f.Close(); err != nil {
+				errs = append(errs, &Error{Kind: ErrInvalidShard, Path: c.path, Shard: s.name, Err: err})
+			}
+			s.f = nil
+		}
+		s.mu.Unlock()
+	}
+	return errors.Join(errs...)
+}

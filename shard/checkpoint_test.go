@@ -1,0 +1,336 @@
+package shard
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/ckpt-go/ckpt/ckpttest"
+	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/safetensors"
+)
+
+var sample = ckpttest.MustParseTensors("embed:BF16[8,4] l0.w:F32[4,4] l0.b:F16[4] l1.w:F8_E4M3[4,4] l1.s:F32[] l2.w:F4[4,4] l2.b:I64[3] head:F32[4,8]")
+
+// wantBytes checks a tensor against ckpttest's deterministic contents.
+func wantBytes(t *testing.T, tt *safetensors.Tensor) {
+	t.Helper()
+	want, err := ckpttest.Fill(tt.Name(), tt.DType(), tt.Shape())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := tt.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s: contents differ", tt.Name())
+	}
+}
+
+func TestOpenSharded(t *testing.T) {
+	dir := ckpttest.Dir(t, ckpttest.Weights{Shards: 3, Tensors: sample, Metadata: map[string]string{"format": "pt"}})
+	c, err := Open(filepath.Join(dir, "model.safetensors.index.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.Len() != len(sample) || len(c.Files()) != 3 {
+		t.Fatalf("Len %d Files %v", c.Len(), c.Files())
+	}
+	if len(c.Warnings()) != 0 {
+		t.Errorf("warnings: %v", c.Warnings())
+	}
+	if c.Metadata()["format"] != "pt" {
+		t.Errorf("metadata %v", c.Metadata())
+	}
+	// Names: shard by shard, data order; ckpttest keeps the given order.
+	for i, n := range c.Names() {
+		if n != sample[i].Name {
+			t.Fatalf("Names() = %v", c.Names())
+		}
+	}
+	n := 0
+	for name, tt := range c.Tensors() {
+		if name != tt.Name() {
+			t.Errorf("name %s vs %s", name, tt.Name())
+		}
+		wantBytes(t, tt)
+		n++
+	}
+	if n != len(sample) || c.Err() != nil {
+		t.Errorf("iterated %d, err %v", n, c.Err())
+	}
+	if _, err := c.Tensor("nope"); !errors.Is(err, ErrTensorNotFound) || !errors.Is(err, safetensors.ErrTensorNotFound) {
+		t.Errorf("missing tensor: %v", err)
+	}
+	info, file, ok := c.Info("head")
+	if !ok || info.DType != dtype.F32 || filepath.Base(file) != "model-00003-of-00003.safetensors" {
+		t.Errorf("Info(head) = %+v %s %v", info, file, ok)
+	}
+}
+
+func TestOpenSingleFile(t *testing.T) {
+	p := ckpttest.File(t, sample...)
+	c, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.Index() != nil || c.Len() != len(sample) || len(c.Files()) != 1 {
+		t.Fatalf("got %d tensors, files %v", c.Len(), c.Files())
+	}
+	for tt, err := range c.All() {
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantBytes(t, tt)
+	}
+	if _, err := Open(filepath.Dir(p)); !errors.Is(err, ErrUnsupportedPath) {
+		t.Errorf("folder: %v", err)
+	}
+	if _, err := Open(filepath.Join(filepath.Dir(p), "absent.safetensors")); !errors.Is(err, ErrMissingShard) {
+		t.Errorf("absent: %v", err)
+	}
+}
+
+func writeSharded(t *testing.T) (dir, index string) {
+	dir = ckpttest.Dir(t, ckpttest.Weights{Shards: 2, Tensors: sample})
+	return dir, filepath.Join(dir, "model.safetensors.index.json")
+}
+
+func TestOpenMissingShard(t *testing.T) {
+	dir, index := writeSharded(t)
+	os.Remove(filepath.Join(dir, "model-00002-of-00002.safetensors"))
+	_, err := Open(index)
+	var e *Error
+	if !errors.As(err, &e) || e.Kind != ErrMissingShard || e.Shard != "model-00002-of-00002.safetensors" || e.Path != index {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestOpenWrongShard(t *testing.T) {
+	dir, index := writeSharded(t)
+	wm := map[string]string{}
+	for i, tt := range sample {
+		wm[tt.Name] = fmt.Sprintf("model-%05d-of-00002.safetensors", 1+i*2/len(sample))
+	}
+	wm["head"] = "model-00001-of-00002.safetensors" // it is in shard 2
+	ckpttest.WriteIndex(index, wm, nil)
+	_, err := Open(index)
+	var e *Error
+	if !errors.As(err, &e) || e.Kind != ErrTensorMissingFromShard || e.Tensor != "head" || e.Shard != "model-00001-of-00002.safetensors" {
+		t.Fatalf("got %v", err)
+	}
+	if !strings.Contains(err.Error(), "model-00002-of-00002.safetensors") {
+		t.Errorf("message does not say where the tensor is: %v", err)
+	}
+	_ = dir
+}
+
+func TestOpenDuplicateAndUnmapped(t *testing.T) {
+	dir := t.TempDir()
+	a := ckpttest.MustParseTensors("x:F32[2] y:F32[2] stray:F32[1]")
+	b := ckpttest.MustParseTensors("z:F32[2] x:F32[2]")
+	b[1].Data = make([]byte, 8) // a different x
+	if err := ckpttest.WriteFile(filepath.Join(dir, "a.safetensors"), a, map[string]string{"k": "1", "only_a": "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ckpttest.WriteFile(filepath.Join(dir, "b.safetensors"), b, map[string]string{"k": "2"}); err != nil {
+		t.Fatal(err)
+	}
+	index := filepath.Join(dir, "i.safetensors.index.json")
+	ckpttest.WriteIndex(index, map[string]string{"x": "a.safetensors", "y": "a.safetensors", "z": "b.safetensors"}, map[string]any{"total_size": 999})
+	c, err := Open(index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	w := strings.Join(c.Warnings(), "\n")
+	for _, want := range []string{`tensor "x" is in b.safetensors and a.safetensors; taking it from a.safetensors`,
+		"a.safetensors has 1 tensor(s) the index does not map, not loaded: stray",
+		`metadata "k" is "1" in a.safetensors but "2" in b.safetensors; keeping "1"`,
+		"metadata.total_size is 999 but the mapped tensors hold 24 bytes"} {
+		if !strings.Contains(w, want) {
+			t.Errorf("warnings lack %q:\n%s", want, w)
+		}
+	}
+	if u := c.Unmapped(); len(u) != 1 || u[0] != "stray" {
+		t.Errorf("Unmapped %v", u)
+	}
+	if c.Has("stray") || c.Len() != 3 {
+		t.Errorf("stray is part of the checkpoint")
+	}
+	x, err := c.Tensor("x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantBytes(t, x) // from a, not the zeros in b
+	if m := c.Metadata(); m["k"] != "1" || m["only_a"] != "a" {
+		t.Errorf("metadata %v", m)
+	}
+}
+
+func TestOpenInvalidShard(t *testing.T) {
+	dir, index := writeSharded(t)
+	os.WriteFile(filepath.Join(dir, "model-00001-of-00002.safetensors"), []byte("garbage"), 0o644)
+	if _, err := Open(index); !errors.Is(err, ErrInvalidShard) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestOpenSymlinks(t *testing.T) {
+	outside := t.TempDir()
+	dir, index := writeSharded(t)
+	s2 := "model-00002-of-00002.safetensors"
+	// A symlink leaving the folder.
+	os.Rename(filepath.Join(dir, s2), filepath.Join(outside, s2))
+	if err := os.Symlink(filepath.Join(outside, s2), filepath.Join(dir, s2)); err != nil {
+		t.Skip("symlinks unsupported:", err)
+	}
+	_, err := Open(index)
+	var e *Error
+	if !errors.As(err, &e) || e.Kind != ErrInsecurePath || e.Shard != s2 {
+		t.Fatalf("escaping symlink: %v", err)
+	}
+	// Allowed under an explicit root (the Hugging Face cache case).
+	c, err := Open(index, WithSymlinkRoot(filepath.Dir(outside)))
+	if err != nil {
+		if filepath.Dir(outside) != filepath.Dir(dir) {
+			t.Skip("temp dirs do not share a parent")
+		}
+		t.Fatal(err)
+	}
+	c.Close()
+	// A relative symlink inside the folder is fine.
+	os.Remove(filepath.Join(dir, s2))
+	os.Rename(filepath.Join(outside, s2), filepath.Join(dir, "blob"))
+	os.Symlink("blob", filepath.Join(dir, s2))
+	c, err = Open(index)
+	if err != nil {
+		t.Fatalf("inside symlink: %v", err)
+	}
+	c.Close()
+	// A dangling one is a missing shard.
+	os.Remove(filepath.Join(dir, "blob"))
+	if _, err := Open(index); !errors.Is(err, ErrMissingShard) {
+		t.Fatalf("dangling: %v", err)
+	}
+}
+
+func TestConcurrentLazyOpen(t *testing.T) {
+	_, index := writeSharded(t)
+	c, err := Open(index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := range sample {
+				name := sample[(i+g)%len(sample)].Name
+				tt, err := c.Tensor(name)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				wantBytes(t, tt)
+			}
+		}(g)
+	}
+	wg.Wait()
+	opened := 0
+	for _, s := range c.shards {
+		if s.f != nil {
+			opened++
+		}
+	}
+	if opened != 2 {
+		t.Errorf("%d shards open, want 2 (each once)", opened)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal("second Close:", err)
+	}
+	if _, err := c.Tensor("head"); !errors.Is(err, ErrClosed) {
+		t.Errorf("after Close: %v", err)
+	}
+	for range c.Tensors() {
+		t.Fatal("iterated a closed checkpoint")
+	}
+	if !errors.Is(c.Err(), ErrClosed) {
+		t.Errorf("Err() = %v", c.Err())
+	}
+}
+
+func TestOpenLazy(t *testing.T) {
+	dir, index := writeSharded(t)
+	c, err := Open(index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, s := range c.shards {
+		if s.f != nil {
+			t.Fatal("shard opened before use")
+		}
+	}
+	// A shard replaced after Open is detected on first use.
+	os.WriteFile(filepath.Join(dir, "model-00002-of-00002.safetensors"), mustEncode(t, ckpttest.MustParseTensors("q:F32[1]")), 0o644)
+	if _, err := c.Tensor("head"); !errors.Is(err, ErrInvalidShard) {
+		t.Errorf("changed shard: %v", err)
+	}
+	if _, err := c.Tensor("embed"); err != nil {
+		t.Errorf("unchanged shard: %v", err)
+	}
+}
+
+func mustEncode(t *testing.T, ts []ckpttest.Tensor) []byte {
+	b, err := ckpttest.Encode(ts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestOpenRealIndexWithSyntheticShards(t *testing.T) {
+	src := filepath.Join(realFixtures, "index", "granite-3.1-1b-a400m-instruct.model.safetensors.index.json")
+	ix, err := ReadIndex(src)
+	if err != nil {
+		t.Skip("real fixtures not present:", err)
+	}
+	dir := t.TempDir()
+	byShard := map[string][]ckpttest.Tensor{}
+	for _, n := range ix.Names() {
+		byShard[ix.WeightMap[n]] = append(byShard[ix.WeightMap[n]], ckpttest.T(n, dtype.BF16, 2))
+	}
+	for s, ts := range byShard {
+		if err := ckpttest.WriteFile(filepath.Join(dir, s), ts, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, _ := os.ReadFile(src)
+	index := filepath.Join(dir, "model.safetensors.index.json")
+	os.WriteFile(index, data, 0o644)
+	c, err := Open(index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.Len() != 218 || len(c.Files()) != 2 {
+		t.Fatalf("Len %d files %d", c.Len(), len(c.Files()))
+	}
+	// The synthetic shards are tiny, so total_size disagrees, with a warning.
+	if w := c.Warnings(); len(w) != 1 || !strings.Contains(w[0], "5338513408") {
+		t.Errorf("warnings %v", w)
+	}
+}

@@ -1,0 +1,164 @@
+package shard
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+
+	"github.com/ckpt-go/ckpt/safetensors"
+)
+
+// ErrorKind classifies the failures of this package. Each kind is also an
+// error, so callers can test for it with errors.Is:
+//
+//	if errors.Is(err, shard.ErrMissingShard) { ... }
+type ErrorKind int
+
+// The kinds of Error. Their String forms (snake_case) are stable and meant
+// for machine-readable output.
+const (
+	// ErrIndexRead: the index file could not be read.
+	ErrIndexRead ErrorKind = iota + 1
+	// ErrIndexTooLarge: the index file is larger than MaxIndexSize.
+	ErrIndexTooLarge
+	// ErrIndexInvalidJSON: the index is not a well-formed JSON object.
+	ErrIndexInvalidJSON
+	// ErrIndexMissingWeightMap: the index has no "weight_map".
+	ErrIndexMissingWeightMap
+	// ErrIndexInvalidWeightMap: "weight_map" is not a non-empty object of
+	// strings, or maps an empty tensor name.
+	ErrIndexInvalidWeightMap
+	// ErrIndexDuplicateTensor: "weight_map" lists a tensor twice.
+	ErrIndexDuplicateTensor
+	// ErrIndexInvalidMetadata: "metadata" is present but not an object.
+	ErrIndexInvalidMetadata
+	// ErrInvalidShardName: a shard name is empty, has control characters
+	// or does not end in ".safetensors".
+	ErrInvalidShardName
+	// ErrInsecurePath: a shard name is a path (separators, "..", an
+	// absolute path, a drive letter) or a symlink that leaves the folder.
+	ErrInsecurePath
+	// ErrMissingShard: a shard the index names does not exist.
+	ErrMissingShard
+	// ErrInvalidShard: a shard exists but is not a readable safetensors file.
+	ErrInvalidShard
+	// ErrTensorMissingFromShard: the index maps a tensor to a shard whose
+	// header does not have it.
+	ErrTensorMissingFromShard
+	// ErrTensorNotFound: the checkpoint has no tensor of that name. Errors
+	// of this kind also match safetensors.ErrTensorNotFound.
+	ErrTensorNotFound
+	// ErrClosed: the checkpoint was closed.
+	ErrClosed
+	// ErrUnsupportedPath: Open was given something that is neither an index
+	// nor a safetensors file (a folder, for example).
+	ErrUnsupportedPath
+	// ErrInvalidSize: ParseSize or WithMaxShardSize got a bad size.
+	ErrInvalidSize
+	// ErrInvalidPrefix: Write got an unusable file name prefix.
+	ErrInvalidPrefix
+	// ErrInvalidVariant: a variant name does not match ^[A-Za-z0-9_]+$.
+	ErrInvalidVariant
+	// ErrDuplicateTensor: Write got two tensors with the same name.
+	ErrDuplicateTensor
+	// ErrInvalidTensor: Write got a tensor whose name, dtype, shape or data
+	// length is unusable.
+	ErrInvalidTensor
+	// ErrWrite: writing a new file failed; the previous set is intact.
+	ErrWrite
+	// ErrCommit: moving the new set into place failed; the previous set was
+	// restored (Err says if restoring failed too).
+	ErrCommit
+	// ErrCanceled: the context was canceled; Err is the context's error.
+	ErrCanceled
+)
+
+var kindNames = [...]string{
+	ErrIndexRead:              "index_read",
+	ErrIndexTooLarge:          "index_too_large",
+	ErrIndexInvalidJSON:       "index_invalid_json",
+	ErrIndexMissingWeightMap:  "index_missing_weight_map",
+	ErrIndexInvalidWeightMap:  "index_invalid_weight_map",
+	ErrIndexDuplicateTensor:   "index_duplicate_tensor",
+	ErrIndexInvalidMetadata:   "index_invalid_metadata",
+	ErrInvalidShardName:       "invalid_shard_name",
+	ErrInsecurePath:           "insecure_path",
+	ErrMissingShard:           "missing_shard",
+	ErrInvalidShard:           "invalid_shard",
+	ErrTensorMissingFromShard: "tensor_missing_from_shard",
+	ErrTensorNotFound:         "tensor_not_found",
+	ErrClosed:                 "closed",
+	ErrUnsupportedPath:        "unsupported_path",
+	ErrInvalidSize:            "invalid_size",
+	ErrInvalidPrefix:          "invalid_prefix",
+	ErrInvalidVariant:         "invalid_variant",
+	ErrDuplicateTensor:        "duplicate_tensor",
+	ErrInvalidTensor:          "invalid_tensor",
+	ErrWrite:                  "write",
+	ErrCommit:                 "commit",
+	ErrCanceled:               "canceled",
+}
+
+// String returns the kind's snake_case name, e.g. "missing_shard".
+func (k ErrorKind) String() string {
+	if k > 0 && int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return "unknown"
+}
+
+// Error makes a kind usable as an errors.Is target.
+func (k ErrorKind) Error() string { return "shard: " + k.String() }
+
+// Error is the error type of this package. It names the index or file
+// (Path), the shard and the tensor concerned, where they apply.
+type Error struct {
+	Kind   ErrorKind
+	Path   string // the index, checkpoint file or output folder
+	Shard  string // the shard file name, as the index spells it
+	Tensor string // the tensor name
+	Msg    string // what went wrong, for people
+	Err    error  // the underlying error, if any
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("shard: ")
+	b.WriteString(e.Kind.String())
+	if e.Path != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Path)
+	}
+	if e.Shard != "" {
+		b.WriteString(": shard ")
+		b.WriteString(strconv.Quote(e.Shard))
+	}
+	if e.Tensor != "" {
+		b.WriteString(": tensor ")
+		b.WriteString(strconv.Quote(e.Tensor))
+	}
+	if e.Msg != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Msg)
+	}
+	if e.Err != nil {
+		b.WriteString(": ")
+		b.WriteString(e.Err.Error())
+	}
+	return b.String()
+}
+
+// Is reports whether target is e's kind (or, for ErrTensorNotFound,
+// safetensors.ErrTensorNotFound).
+func (e *Error) Is(target error) bool {
+	if k, ok := target.(ErrorKind); ok {
+		return k == e.Kind
+	}
+	if e.Kind == ErrTensorNotFound {
+		return errors.Is(safetensors.ErrTensorNotFound, target)
+	}
+	return false
+}
+
+// Unwrap returns the underlying error.
+func (e *Error) Unwrap() error { return e.Err }

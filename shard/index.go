@@ -1,0 +1,297 @@
+package shard
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"strings"
+)
+
+// MaxIndexSize is the largest index file ReadIndex accepts (64 MiB). Real
+// indexes of the largest models are a few MiB.
+const MaxIndexSize = 64 << 20
+
+// Index is a parsed and validated *.safetensors.index.json file.
+type Index struct {
+	// Path is the file the index was read from ("" for ParseIndex).
+	Path string `json:"path,omitempty"`
+	// Metadata is the informational "metadata" object, numbers as
+	// json.Number; nil when absent.
+	Metadata map[string]any `json:"metadata,omitempty"`
+	// WeightMap maps each tensor name to the bare file name of its shard.
+	WeightMap map[string]string `json:"weight_map"`
+	// TotalSize is metadata.total_size in bytes, 0 when absent or unusable
+	// (a warning says which).
+	TotalSize int64 `json:"total_size,omitempty"`
+	// Warnings are the oddities that did not make the index invalid.
+	Warnings []string `json:"warnings,omitempty"`
+
+	order []string // tensor names in file order
+}
+
+// Names returns the tensor names in the order the index lists them.
+func (ix *Index) Names() []string { return slices.Clone(ix.order) }
+
+// Shards returns the distinct shard file names, sorted.
+func (ix *Index) Shards() []string {
+	var out []string
+	seen := make(map[string]bool)
+	for _, s := range ix.WeightMap {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ReadIndex reads and validates the index file at path: it must be a JSON
+// object with a non-empty "weight_map" of tensor names to bare shard file
+// names (see CheckShardName), listing no tensor twice; "metadata", when
+// present, must be an object. It checks the JSON only: no shard is opened
+// (Open does that). Errors are *Error values naming the file.
+func ReadIndex(path string) (*Index, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, &Error{Kind: ErrIndexRead, Path: path, Err: err}
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() > MaxIndexSize {
+		return nil, &Error{Kind: ErrIndexTooLarge, Path: path,
+			Msg: fmt.Sprintf("%d bytes, more than the %d an index may have", st.Size(), MaxIndexSize)}
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxIndexSize+1))
+	if err != nil {
+		return nil, &Error{Kind: ErrIndexRead, Path: path, Err: err}
+	}
+	if len(data) > MaxIndexSize {
+		return nil, &Error{Kind: ErrIndexTooLarge, Path: path,
+			Msg: fmt.Sprintf("more than the %d bytes an index may have", MaxIndexSize)}
+	}
+	ix, err := ParseIndex(data)
+	if err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			e.Path = path
+		}
+		return nil, err
+	}
+	ix.Path = path
+	return ix, nil
+}
+
+// ParseIndex parses and validates index JSON held in memory; see ReadIndex.
+func ParseIndex(data []byte) (*Index, error) {
+	if len(data) > MaxIndexSize {
+		return nil, &Error{Kind: ErrIndexTooLarge, Msg: fmt.Sprintf("%d bytes, more than the %d an index may have", len(data), MaxIndexSize)}
+	}
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.UseNumber()
+	ix := &Index{}
+	syntax := func(err error) error {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return &Error{Kind: ErrIndexInvalidJSON, Msg: fmt.Sprintf("at byte %d", se.Offset), Err: err}
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return &Error{Kind: ErrIndexInvalidJSON, Msg: "unexpected end of input"}
+		}
+		return &Error{Kind: ErrIndexInvalidJSON, Err: err}
+	}
+	tok, err := d.Token()
+	if err != nil {
+		return nil, syntax(err)
+	}
+	if tok != json.Delim('{') {
+		return nil, &Error{Kind: ErrIndexInvalidJSON, Msg: "top level is " + describe(tok) + ", not an object"}
+	}
+	seen := make(map[string]bool)
+	for d.More() {
+		tok, err := d.Token()
+		if err != nil {
+			return nil, syntax(err)
+		}
+		key, _ := tok.(string) // object keys are always strings
+		if seen[key] {
+			return nil, &Error{Kind: ErrIndexInvalidJSON, Msg: fmt.Sprintf("key %q appears twice", key)}
+		}
+		seen[key] = true
+		switch key {
+		case "weight_map":
+			if err := ix.parseWeightMap(d, syntax); err != nil {
+				return nil, err
+			}
+		case "metadata":
+			var v any
+			if err := d.Decode(&v); err != nil {
+				return nil, syntax(err)
+			}
+			switch m := v.(type) {
+			case nil:
+				ix.Warnings = append(ix.Warnings, `"metadata" is null`)
+			case map[string]any:
+				ix.Metadata = m
+				ix.TotalSize = ix.totalSize(m)
+			default:
+				return nil, &Error{Kind: ErrIndexInvalidMetadata, Msg: fmt.Sprintf(`"metadata" is %s, not an object`, describeValue(v))}
+			}
+		default:
+			var skip json.RawMessage
+			if err := d.Decode(&skip); err != nil {
+				return nil, syntax(err)
+			}
+			ix.Warnings = append(ix.Warnings, fmt.Sprintf("unknown top-level key %q ignored", key))
+		}
+	}
+	if _, err := d.Token(); err != nil { // the closing brace
+		return nil, syntax(err)
+	}
+	if _, err := d.Token(); err != io.EOF {
+		if err == nil {
+			return nil, &Error{Kind: ErrIndexInvalidJSON, Msg: fmt.Sprintf("data after the top-level object at byte %d", d.InputOffset())}
+		}
+		return nil, syntax(err)
+	}
+	if !seen["weight_map"] {
+		return nil, &Error{Kind: ErrIndexMissingWeightMap, Msg: `no "weight_map" object`}
+	}
+	return ix, nil
+}
+
+func (ix *Index) parseWeightMap(d *json.Decoder, syntax func(error) error) error {
+	tok, err := d.Token()
+	if err != nil {
+		return syntax(err)
+	}
+	if tok != json.Delim('{') {
+		if delim, ok := tok.(json.Delim); ok && delim == '[' {
+			return &Error{Kind: ErrIndexInvalidWeightMap, Msg: `"weight_map" is an array, not an object`}
+		}
+		return &Error{Kind: ErrIndexInvalidWeightMap, Msg: `"weight_map" is ` + describe(tok) + ", not an object"}
+	}
+	ix.WeightMap = make(map[string]string)
+	for d.More() {
+		tok, err := d.Token()
+		if err != nil {
+			return syntax(err)
+		}
+		name, _ := tok.(string)
+		tok, err = d.Token()
+		if err != nil {
+			return syntax(err)
+		}
+		shard, ok := tok.(string)
+		if !ok {
+			return &Error{Kind: ErrIndexInvalidWeightMap, Tensor: name, Msg: "shard is " + describe(tok) + ", not a string"}
+		}
+		if name == "" {
+			return &Error{Kind: ErrIndexInvalidWeightMap, Shard: shard, Msg: "empty tensor name"}
+		}
+		if prev, dup := ix.WeightMap[name]; dup {
+			return &Error{Kind: ErrIndexDuplicateTensor, Tensor: name,
+				Msg: fmt.Sprintf("listed twice (shards %q and %q)", prev, shard)}
+		}
+		if err := CheckShardName(shard); err != nil {
+			e := err.(*Error)
+			e.Tensor = name
+			return e
+		}
+		ix.WeightMap[name] = shard
+		ix.order = append(ix.order, name)
+	}
+	if _, err := d.Token(); err != nil {
+		return syntax(err)
+	}
+	if len(ix.WeightMap) == 0 {
+		return &Error{Kind: ErrIndexInvalidWeightMap, Msg: `"weight_map" is empty`}
+	}
+	return nil
+}
+
+// totalSize reads metadata.total_size, adding a warning when it is present
+// but not a non-negative whole number.
+func (ix *Index) totalSize(m map[string]any) int64 {
+	v, ok := m["total_size"]
+	if !ok {
+		return 0
+	}
+	if n, ok := v.(json.Number); ok {
+		if i, err := n.Int64(); err == nil && i >= 0 {
+			return i
+		}
+		if f, err := n.Float64(); err == nil && f >= 0 && f == math.Trunc(f) && f < math.MaxInt64 {
+			return int64(f)
+		}
+	}
+	ix.Warnings = append(ix.Warnings, fmt.Sprintf("metadata.total_size %s is not a byte count; ignored", describeValue(v)))
+	return 0
+}
+
+// CheckShardName reports whether name is acceptable as a shard file name in
+// an index: a bare file name ending in ".safetensors". Paths are refused with
+// ErrInsecurePath (separators "/" or "\", "..", absolute paths, drive letters
+// and any ":"), other bad names with ErrInvalidShardName (empty, control
+// characters, another extension). The returned error is an *Error with Shard
+// set.
+func CheckShardName(name string) error {
+	bad := func(k ErrorKind, msg string) error { return &Error{Kind: k, Shard: name, Msg: msg} }
+	if name == "" {
+		return bad(ErrInvalidShardName, "empty shard name")
+	}
+	for _, r := range name {
+		if r < 0x20 || r == 0x7f {
+			return bad(ErrInvalidShardName, "control character in shard name")
+		}
+	}
+	switch {
+	case strings.ContainsAny(name, `/\`):
+		return bad(ErrInsecurePath, "shard name is a path, not a bare file name")
+	case strings.Contains(name, ".."):
+		return bad(ErrInsecurePath, `shard name contains ".."`)
+	case strings.Contains(name, ":"):
+		return bad(ErrInsecurePath, "shard name contains a drive letter or stream separator")
+	case !strings.HasSuffix(name, ".safetensors") || name == ".safetensors":
+		return bad(ErrInvalidShardName, `shard name does not end in ".safetensors"`)
+	}
+	return nil
+}
+
+func describe(tok json.Token) string {
+	switch v := tok.(type) {
+	case json.Delim:
+		switch v {
+		case '[':
+			return "an array"
+		case '{':
+			return "an object"
+		}
+		return "a " + v.String()
+	case nil:
+		return "null"
+	}
+	return describeValue(tok)
+}
+
+func describeValue(v any) string {
+	switch v := v.(type) {
+	case nil:
+		return "null"
+	case string:
+		return fmt.Sprintf("the string %q", v)
+	case json.Number:
+		return "the number " + v.String()
+	case bool:
+		return fmt.Sprintf("%v", v)
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "an object"
+	}
+	return fmt.Sprintf("%T", v)
+}

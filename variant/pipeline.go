@@ -1,0 +1,296 @@
+package variant
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/ckpt-go/ckpt/shard"
+)
+
+// ModelIndex is the file that lists a diffusers pipeline's components.
+const ModelIndex = "model_index.json"
+
+// maxModelIndex bounds the size of model_index.json (real ones are < 2 KiB).
+const maxModelIndex = 1 << 20
+
+// PipelinePlan is the plan for a whole pipeline: one Plan per component
+// that has weights.
+type PipelinePlan struct {
+	// Root is the pipeline folder.
+	Root string `json:"root"`
+	// Variant is the requested variant.
+	Variant string `json:"variant"`
+	// Components are the plans of the components with weights, sorted by
+	// name. A component that failed has its Error set.
+	Components []*Plan `json:"components"`
+	// Warnings are pipeline-level warnings (fallbacks to untagged weights
+	// are also listed here, naming the component).
+	Warnings []string `json:"warnings"`
+	// Ignored lists root files and folders that are not loaded, and
+	// components without weights.
+	Ignored []Ignored `json:"ignored"`
+	// Error is set when the pipeline as a whole could not be resolved
+	// (model_index.json missing or invalid, no component with the variant).
+	// Component failures are in each component's Error.
+	Error *PlanError `json:"error,omitempty"`
+}
+
+// Failed reports whether the pipeline or any component failed.
+func (pp *PipelinePlan) Failed() bool {
+	if pp.Error != nil {
+		return true
+	}
+	for _, c := range pp.Components {
+		if c.Error != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// Component returns the plan of the named component, or nil.
+func (pp *PipelinePlan) Component(name string) *Plan {
+	for _, c := range pp.Components {
+		if c.Component == name {
+			return c
+		}
+	}
+	return nil
+}
+
+func (pp *PipelinePlan) fail(err error) (*PipelinePlan, error) {
+	var e *Error
+	kind := "error"
+	if errors.As(err, &e) {
+		kind = e.Kind.String()
+	}
+	pp.Error = &PlanError{Kind: kind, Message: err.Error()}
+	return pp, err
+}
+
+// ResolvePipeline resolves every component of the diffusers pipeline in
+// root for variant. model_index.json lists the components (keys whose value
+// is a [library, class] pair; [null, null] entries are absent components);
+// folders it does not list are ignored, and weights files directly in root
+// never stand in for a component's own folder. A component without weights
+// for the variant falls back to its untagged weights, with a warning naming
+// it; it is an ErrNoComponentHasVariant error if no component has the
+// variant. Components without any weights files (tokenizers, schedulers)
+// are listed in Ignored.
+//
+// The plan is returned even on failure. The error is the pipeline's error,
+// or the components' errors joined.
+func ResolvePipeline(root, variant string) (*PipelinePlan, error) {
+	pp := &PipelinePlan{Root: root, Variant: variant, Components: []*Plan{}, Warnings: []string{}, Ignored: []Ignored{}}
+	if variant != "" && !ValidName(variant) {
+		return pp.fail(&Error{Kind: ErrInvalidVariant, Dir: root, Msg: fmt.Sprintf("%q does not match ^[A-Za-z0-9_]+$", variant)})
+	}
+	names, err := readModelIndex(root)
+	if err != nil {
+		return pp.fail(err)
+	}
+	listed := make(map[string]bool, len(names))
+	for _, n := range names {
+		listed[n] = true
+	}
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return pp.fail(&Error{Kind: ErrReadDir, Dir: root, Err: err})
+	}
+	for _, e := range entries {
+		n := e.Name()
+		switch {
+		case e.IsDir() && !listed[n]:
+			pp.Ignored = append(pp.Ignored, Ignored{File: n + "/", Reason: "folder not listed in " + ModelIndex})
+		case !e.IsDir() && n != ModelIndex && (weightsLike(n) || isCandidate(n)):
+			pp.Ignored = append(pp.Ignored, Ignored{File: n, Reason: "in the pipeline root; components load only from their own folders"})
+		}
+	}
+
+	// Scan the components.
+	type comp struct {
+		name string
+		f    *folder
+		plan *Plan
+	}
+	var comps []*comp
+	var errs []error
+	realRoot, rootErr := filepath.EvalSymlinks(root)
+	for _, n := range names {
+		dir := filepath.Join(root, n)
+		p := newPlan(n, dir, variant)
+		if err := checkComponentName(n); err != nil {
+			err.Dir = root
+			p.fail(err)
+			pp.Components = append(pp.Components, p)
+			errs = append(errs, err)
+			continue
+		}
+		st, err := os.Stat(dir)
+		if err != nil || !st.IsDir() {
+			e := &Error{Kind: ErrComponentMissing, Dir: root, File: n, Msg: "listed in " + ModelIndex + " but there is no such folder"}
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				e.Err = err
+			}
+			p.fail(e)
+			pp.Components = append(pp.Components, p)
+			errs = append(errs, e)
+			continue
+		}
+		if rootErr == nil {
+			if real, err := filepath.EvalSymlinks(dir); err == nil && !within(realRoot, real) {
+				e := &Error{Kind: ErrInsecurePath, Dir: root, File: n, Msg: "component folder is a symlink that leaves the pipeline root"}
+				p.fail(e)
+				pp.Components = append(pp.Components, p)
+				errs = append(errs, e)
+				continue
+			}
+		}
+		f, err := scan(dir)
+		if err != nil {
+			p.fail(err)
+			pp.Components = append(pp.Components, p)
+			errs = append(errs, err)
+			continue
+		}
+		if len(f.cands) == 0 {
+			if len(f.other) > 0 {
+				pp.Warnings = append(pp.Warnings, fmt.Sprintf("component %s has no safetensors weights under the recognized names (ignored: %s)", n, strings.Join(f.other, ", ")))
+				pp.Ignored = append(pp.Ignored, Ignored{File: n + "/", Reason: "no safetensors weights under the recognized names"})
+			} else {
+				pp.Ignored = append(pp.Ignored, Ignored{File: n + "/", Reason: "no weights files"})
+			}
+			continue
+		}
+		c := &comp{name: n, f: f, plan: p}
+		comps = append(comps, c)
+		pp.Components = append(pp.Components, p)
+	}
+
+	if variant != "" && len(comps) > 0 {
+		found := false
+		for _, c := range comps {
+			found = found || c.f.has(variant)
+		}
+		if !found {
+			var avail []string
+			for _, c := range comps {
+				vs := c.f.variants()
+				desc := "none"
+				if len(vs) > 0 {
+					desc = strings.Join(vs, ", ")
+				}
+				avail = append(avail, c.name+": "+desc)
+			}
+			pp.Components = []*Plan{}
+			return pp.fail(&Error{Kind: ErrNoComponentHasVariant, Dir: root,
+				Msg: fmt.Sprintf("no component has variant %s (variants per component: %s)", variant, strings.Join(avail, "; "))})
+		}
+	}
+	for _, c := range comps {
+		if variant != "" && !c.f.has(variant) && c.f.has("") {
+			c.plan.Variant = ""
+			c.plan.Fallback = true
+			msg := fmt.Sprintf("component %s has no %s weights; using its untagged weights", c.name, variant)
+			c.plan.Warnings = append(c.plan.Warnings, msg)
+			pp.Warnings = append(pp.Warnings, msg)
+		}
+		if _, err := c.f.resolve(c.plan); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	slices.SortFunc(pp.Ignored, func(a, b Ignored) int { return strings.Compare(a.File, b.File) })
+	return pp, errors.Join(errs...)
+}
+
+// Resolve resolves path as a pipeline when it holds a model_index.json, and
+// as a single component otherwise (the PipelinePlan then has one component).
+func Resolve(path, variant string) (*PipelinePlan, error) {
+	if _, err := os.Stat(filepath.Join(path, ModelIndex)); err == nil {
+		return ResolvePipeline(path, variant)
+	}
+	p, err := ResolveComponent(path, variant)
+	pp := &PipelinePlan{Root: path, Variant: variant, Components: []*Plan{p}, Warnings: []string{}, Ignored: []Ignored{}}
+	return pp, err
+}
+
+func isCandidate(name string) bool {
+	_, ok := classify(name)
+	return ok
+}
+
+// readModelIndex returns the sorted names of the components model_index.json
+// lists with a non-null [library, class] pair.
+func readModelIndex(root string) ([]string, error) {
+	path := filepath.Join(root, ModelIndex)
+	f, err := os.Open(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, &Error{Kind: ErrModelIndexMissing, Dir: root, File: ModelIndex, Msg: "not a pipeline folder"}
+		}
+		return nil, &Error{Kind: ErrModelIndexInvalid, Dir: root, File: ModelIndex, Err: err}
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxModelIndex+1))
+	if err != nil {
+		return nil, &Error{Kind: ErrModelIndexInvalid, Dir: root, File: ModelIndex, Err: err}
+	}
+	if len(data) > maxModelIndex {
+		return nil, &Error{Kind: ErrModelIndexInvalid, Dir: root, File: ModelIndex, Msg: fmt.Sprintf("larger than %d bytes", maxModelIndex)}
+	}
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return nil, &Error{Kind: ErrModelIndexInvalid, Dir: root, File: ModelIndex, Err: err}
+	}
+	if doc == nil {
+		return nil, &Error{Kind: ErrModelIndexInvalid, Dir: root, File: ModelIndex, Msg: "not a JSON object"}
+	}
+	var names []string
+	for k, raw := range doc {
+		if strings.HasPrefix(k, "_") {
+			continue
+		}
+		var pair []any
+		if !bytes.HasPrefix(bytes.TrimSpace(raw), []byte("[")) || json.Unmarshal(raw, &pair) != nil || len(pair) != 2 {
+			continue // a config value, not a component
+		}
+		if pair[0] == nil || pair[1] == nil {
+			continue // an absent optional component
+		}
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+func checkComponentName(n string) *Error {
+	if n == "" || n == "." || strings.ContainsAny(n, `/\:`) || strings.Contains(n, "..") || strings.ContainsFunc(n, func(r rune) bool { return r < 0x20 }) {
+		return &Error{Kind: ErrInsecurePath, File: n, Msg: "component name in " + ModelIndex + " is not a bare folder name"}
+	}
+	return nil
+}
+
+func within(root, path string) bool {
+	rel, err := filepath.Rel(root, path)
+	if err != nil {
+		return false
+	}
+	return rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) && !filepath.IsAbs(rel)
+}
+
+// Open opens the named component's planned files.
+func (pp *PipelinePlan) Open(component string, opts ...shard.Option) (*shard.Checkpoint, error) {
+	p := pp.Component(component)
+	if p == nil {
+		return nil, &Error{Kind: ErrComponentMissing, Dir: pp.Root, File: component, Msg: "no such component in the plan"}
+	}
+	return p.Open(opts...)
+}

@@ -1,0 +1,525 @@
+package variant
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/ckpt-go/ckpt/safetensors"
+	"github.com/ckpt-go/ckpt/shard"
+)
+
+// Layouts of a plan.
+const (
+	LayoutSingle        = "single"         // one X.safetensors / X.V.safetensors file
+	LayoutSharded       = "sharded"        // an index and X[.V]-NNNNN-of-NNNNN.safetensors shards
+	LayoutLegacySharded = "legacy-sharded" // diffusers' X-NNNNN-of-NNNNN.V.safetensors shards
+)
+
+// Plan says exactly which files to load for one component, which files were
+// ignored and why, and what deserved a warning. File names are relative to
+// Dir. When resolution fails, Error is set and Files is empty.
+type Plan struct {
+	// Component is the component's folder name (the folder's base name for
+	// ResolveComponent).
+	Component string `json:"component"`
+	// Dir is the component's folder.
+	Dir string `json:"dir"`
+	// Variant is the variant whose files the plan loads ("" for untagged).
+	// In a pipeline it can differ from the requested variant (see Fallback).
+	Variant string `json:"variant"`
+	// Fallback is set when a pipeline component had no weights for the
+	// requested variant and the plan uses its untagged weights.
+	Fallback bool `json:"fallback,omitempty"`
+	// Layout is LayoutSingle, LayoutSharded or LayoutLegacySharded.
+	Layout string `json:"layout"`
+	// Index is the index file for sharded layouts.
+	Index string `json:"index,omitempty"`
+	// Files are the safetensors files to load, sorted.
+	Files []string `json:"files"`
+	// Ignored lists the weights-like files not loaded, with the reason.
+	Ignored []Ignored `json:"ignored"`
+	// Warnings explain choices the caller should know about.
+	Warnings []string `json:"warnings"`
+	// Error is set when the component could not be resolved.
+	Error *PlanError `json:"error,omitempty"`
+
+	err error
+}
+
+// Ignored is a file a plan does not load.
+type Ignored struct {
+	File   string `json:"file"`
+	Reason string `json:"reason"`
+}
+
+// PlanError is the JSON form of a resolution error.
+type PlanError struct {
+	Kind    string `json:"kind"`
+	Message string `json:"message"`
+}
+
+// Err returns the resolution error as an error value (nil on success).
+func (p *Plan) Err() error { return p.err }
+
+// Paths returns the full paths of Files.
+func (p *Plan) Paths() []string {
+	out := make([]string, len(p.Files))
+	for i, f := range p.Files {
+		out[i] = filepath.Join(p.Dir, f)
+	}
+	return out
+}
+
+// Open opens exactly the planned files as one checkpoint. It fails with the
+// plan's own error when resolution failed, and with ErrPlanChanged when the
+// index now names other files than the planned ones.
+func (p *Plan) Open(opts ...shard.Option) (*shard.Checkpoint, error) {
+	if p.err != nil {
+		return nil, p.err
+	}
+	if len(p.Files) == 0 {
+		return nil, &Error{Kind: ErrNoWeights, Dir: p.Dir, Msg: "the plan has no files"}
+	}
+	path := filepath.Join(p.Dir, p.Files[0])
+	if p.Index != "" {
+		path = filepath.Join(p.Dir, p.Index)
+	}
+	c, err := shard.Open(path, opts...)
+	if err != nil {
+		return nil, err
+	}
+	got := make([]string, 0, len(c.Files()))
+	for _, f := range c.Files() {
+		got = append(got, filepath.Base(f))
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, p.Files) {
+		c.Close()
+		return nil, &Error{Kind: ErrPlanChanged, Dir: p.Dir, File: p.Index,
+			Msg: fmt.Sprintf("planned %s, found %s", strings.Join(p.Files, ", "), strings.Join(got, ", "))}
+	}
+	return c, nil
+}
+
+func (p *Plan) fail(err error) (*Plan, error) {
+	p.err = err
+	p.Files = []string{}
+	p.Layout = ""
+	p.Index = ""
+	var e *Error
+	kind := "error"
+	if errors.As(err, &e) {
+		kind = e.Kind.String()
+	}
+	p.Error = &PlanError{Kind: kind, Message: err.Error()}
+	return p, err
+}
+
+func (p *Plan) ignore(file, reason string) {
+	p.Ignored = append(p.Ignored, Ignored{File: file, Reason: reason})
+}
+
+func (p *Plan) warn(format string, args ...any) {
+	p.Warnings = append(p.Warnings, fmt.Sprintf(format, args...))
+}
+
+// folder is the scan of one folder.
+type folder struct {
+	dir   string
+	cands []candidate
+	other []string // weights-like files with unrecognized names
+}
+
+func scan(dir string) (*folder, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, &Error{Kind: ErrReadDir, Dir: dir, Err: err}
+	}
+	f := &folder{dir: dir}
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() {
+			continue
+		}
+		if e.Type()&os.ModeSymlink != 0 {
+			st, err := os.Stat(filepath.Join(dir, name))
+			if err == nil && st.IsDir() {
+				continue
+			}
+		} else if !e.Type().IsRegular() {
+			continue
+		}
+		if c, ok := classify(name); ok {
+			f.cands = append(f.cands, c)
+		} else if weightsLike(name) {
+			f.other = append(f.other, name)
+		}
+	}
+	return f, nil
+}
+
+// has reports whether the folder has weights tagged with variant v ("" for
+// untagged) under any prefix.
+func (f *folder) has(v string) bool {
+	for _, c := range f.cands {
+		if c.variant == v {
+			return true
+		}
+	}
+	return false
+}
+
+// variants lists the distinct variant tags present, sorted ("" excluded).
+func (f *folder) variants() []string {
+	var out []string
+	for _, c := range f.cands {
+		if c.variant != "" && !slices.Contains(out, c.variant) {
+			out = append(out, c.variant)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ResolveComponent decides which files of the component folder dir to load
+// for variant (the empty string for untagged weights). It understands, with
+// X the weights prefix ("model" or "diffusion_pytorch_model"): single files
+// X.safetensors / X.V.safetensors; indexes X.safetensors.index.json /
+// X.safetensors.index.V.json with shards X-NNNNN-of-NNNNN.safetensors /
+// X.V-NNNNN-of-NNNNN.safetensors; and diffusers' legacy variant layout,
+// shards X-NNNNN-of-NNNNN.V.safetensors with index
+// X.safetensors.index.V.json or X.safetensors.V.index.json (loaded, with a
+// warning).
+//
+// Rules: variant names match ^[A-Za-z0-9_]+$ and are case-sensitive. A plan
+// for V uses only V-tagged files, a plan without a variant only untagged
+// ones; an index that maps tensors to shards of another tag is an
+// ErrVariantMismatch error. Only the exact names above are candidates. A
+// current-name index beats a legacy-name one. When a single file and an
+// index are both complete (every shard present, every mapped tensor in its
+// shard), the single file wins and the index is named in a warning; when
+// only one is complete it is used, with a warning; when neither is, the
+// error of the preferred candidate is returned. A component with no
+// V-tagged weights fails with ErrVariantNotFound, whose message says whether
+// untagged weights exist.
+//
+// The plan is returned even on failure, with Error set, so that callers can
+// report the ignored files; the error is also returned.
+func ResolveComponent(dir, variant string) (*Plan, error) {
+	p := newPlan(filepath.Base(filepath.Clean(dir)), dir, variant)
+	if variant != "" && !ValidName(variant) {
+		return p.fail(&Error{Kind: ErrInvalidVariant, Dir: dir, Msg: fmt.Sprintf("%q does not match ^[A-Za-z0-9_]+$", variant)})
+	}
+	f, err := scan(dir)
+	if err != nil {
+		return p.fail(err)
+	}
+	return f.resolve(p)
+}
+
+func newPlan(component, dir, variant string) *Plan {
+	return &Plan{Component: component, Dir: dir, Variant: variant, Files: []string{}, Ignored: []Ignored{}, Warnings: []string{}}
+}
+
+// outcome of checking one candidate.
+type checked struct {
+	c       candidate
+	err     error // nil when complete
+	shards  []string
+	legacy  bool
+	warns   []string
+	unusedS map[string]bool
+}
+
+func (f *folder) resolve(p *Plan) (*Plan, error) {
+	v := p.Variant
+	for _, o := range f.other {
+		p.ignore(o, "not a recognized weights file name")
+	}
+	// Which prefix?
+	var withV []string
+	for _, pre := range prefixes {
+		for _, c := range f.cands {
+			if c.prefix == pre && c.variant == v {
+				withV = append(withV, pre)
+				break
+			}
+		}
+	}
+	if len(withV) == 0 {
+		for _, c := range f.cands {
+			p.ignore(c.name, ignoreReason(c, v))
+		}
+		return p.fail(f.notFound(v))
+	}
+	if len(withV) > 1 {
+		for _, c := range f.cands {
+			p.ignore(c.name, ignoreReason(c, v))
+		}
+		return p.fail(&Error{Kind: ErrAmbiguousPrefix, Dir: f.dir,
+			Msg: fmt.Sprintf("%s weights exist for both prefixes %q and %q", describeVariant(v), withV[0], withV[1])})
+	}
+	prefix := withV[0]
+
+	var single *candidate
+	var indexes []candidate // current names first
+	shards := make(map[string]candidate)
+	for _, c := range f.cands {
+		if c.prefix != prefix || c.variant != v {
+			p.ignore(c.name, ignoreReason(c, v))
+			continue
+		}
+		switch c.kind {
+		case kindSingle:
+			single = &c
+		case kindIndex:
+			indexes = append(indexes, c)
+		case kindShard:
+			shards[c.name] = c
+		}
+	}
+	slices.SortStableFunc(indexes, func(a, b candidate) int {
+		if a.legacy == b.legacy {
+			return strings.Compare(a.name, b.name)
+		}
+		if !a.legacy {
+			return -1
+		}
+		return 1
+	})
+
+	// Check the indexes: tags first (a hard error), then completeness.
+	var idx []*checked
+	for _, c := range indexes {
+		ch, err := f.checkIndex(c, prefix, v)
+		if err != nil {
+			return p.fail(err)
+		}
+		idx = append(idx, ch)
+	}
+	var singleErr error
+	if single != nil {
+		singleErr = f.checkSingle(single.name)
+	}
+
+	used := map[string]bool{}
+	switch {
+	case single != nil && singleErr == nil:
+		p.Layout, p.Files = LayoutSingle, []string{single.name}
+		used[single.name] = true
+		for _, ch := range idx {
+			if ch.err == nil {
+				p.warn("%s and %s are both complete; using the single file %s and ignoring the index %s", single.name, ch.c.name, single.name, ch.c.name)
+				p.ignore(ch.c.name, "the complete single file "+single.name+" wins over an index")
+			} else {
+				p.warn("ignoring incomplete index %s: %v", ch.c.name, ch.err)
+				p.ignore(ch.c.name, "incomplete: "+ch.err.Error())
+			}
+		}
+	default:
+		var chosen *checked
+		for _, ch := range idx {
+			if ch.err == nil {
+				chosen = ch
+				break
+			}
+		}
+		if chosen == nil {
+			// Nothing complete: report the preferred candidate's error.
+			var errs []string
+			var first error
+			if single != nil {
+				first = singleErr
+				errs = append(errs, single.name+": "+singleErr.Error())
+			}
+			for _, ch := range idx {
+				if first == nil {
+					first = ch.err
+				}
+				errs = append(errs, ch.c.name+": "+ch.err.Error())
+			}
+			if first == nil { // shards without any index or single file
+				names := slices.Sorted(maps.Keys(shards))
+				for _, s := range names {
+					p.ignore(s, "shard without an index")
+				}
+				return p.fail(&Error{Kind: ErrMissingIndex, Dir: f.dir, File: currentIndexName(prefix, v),
+					Msg: fmt.Sprintf("%s shards exist but no index or single file", describeVariant(v))})
+			}
+			if single != nil {
+				p.ignore(single.name, "incomplete: "+singleErr.Error())
+			}
+			for _, ch := range idx {
+				p.ignore(ch.c.name, "incomplete: "+ch.err.Error())
+			}
+			for _, s := range slices.Sorted(maps.Keys(shards)) {
+				p.ignore(s, "shard of an incomplete set")
+			}
+			e := first.(*Error)
+			if len(errs) > 1 {
+				e.Msg = strings.TrimPrefix(e.Msg+"; no complete candidate: "+strings.Join(errs, "; "), "; ")
+			}
+			return p.fail(e)
+		}
+		p.Index, p.Files = chosen.c.name, chosen.shards
+		p.Layout = LayoutSharded
+		if chosen.legacy {
+			p.Layout = LayoutLegacySharded
+			p.warn("%s uses diffusers' legacy variant naming (shards like %s); the current format is %s with shards %s",
+				chosen.c.name, chosen.shards[0], currentIndexName(prefix, v), currentShardName(prefix, v))
+		}
+		if chosen.c.legacy {
+			p.warn("index %s has a legacy name; the current name is %s", chosen.c.name, currentIndexName(prefix, v))
+		}
+		p.Warnings = append(p.Warnings, chosen.warns...)
+		used[chosen.c.name] = true
+		for _, s := range chosen.shards {
+			used[s] = true
+		}
+		if single != nil {
+			p.warn("ignoring incomplete single file %s: %v", single.name, singleErr)
+			p.ignore(single.name, "incomplete: "+singleErr.Error())
+		}
+		for _, ch := range idx {
+			if ch == chosen {
+				continue
+			}
+			switch {
+			case ch.err != nil:
+				p.warn("ignoring incomplete index %s: %v", ch.c.name, ch.err)
+				p.ignore(ch.c.name, "incomplete: "+ch.err.Error())
+			case !chosen.c.legacy && ch.c.legacy:
+				p.warn("ignoring legacy-name index %s: the current-name index %s is used", ch.c.name, chosen.c.name)
+				p.ignore(ch.c.name, "legacy-name index superseded by "+chosen.c.name)
+			default:
+				p.warn("ignoring index %s: %s is used", ch.c.name, chosen.c.name)
+				p.ignore(ch.c.name, "another index, "+chosen.c.name+", is used")
+			}
+		}
+	}
+	for _, s := range slices.Sorted(maps.Keys(shards)) {
+		if !used[s] {
+			reason := "not referenced by the index used"
+			if p.Layout == LayoutSingle {
+				reason = "shard of an index that is not used"
+			}
+			p.ignore(s, reason)
+		}
+	}
+	slices.SortFunc(p.Ignored, func(a, b Ignored) int { return strings.Compare(a.File, b.File) })
+	return p, nil
+}
+
+func ignoreReason(c candidate, v string) string {
+	switch {
+	case c.variant == v:
+		return "weights of prefix " + c.prefix + ", not the one used"
+	case v == "":
+		return fmt.Sprintf("variant-tagged (%s); the plan loads untagged weights", c.variant)
+	case c.variant == "":
+		return fmt.Sprintf("untagged; the plan loads variant %s", v)
+	default:
+		return fmt.Sprintf("variant %s; the plan loads variant %s", c.variant, v)
+	}
+}
+
+func (f *folder) notFound(v string) error {
+	vs := f.variants()
+	if v == "" {
+		if len(vs) > 0 {
+			return &Error{Kind: ErrUntaggedNotFound, Dir: f.dir,
+				Msg: fmt.Sprintf("no untagged weights; variant-tagged weights exist for %s (pass a variant)", strings.Join(vs, ", "))}
+		}
+		return &Error{Kind: ErrNoWeights, Dir: f.dir, Msg: "no safetensors weights under the recognized names (model*.safetensors, diffusion_pytorch_model*.safetensors)"}
+	}
+	var msg string
+	switch {
+	case f.has("") && len(vs) > 0:
+		msg = fmt.Sprintf("no weights for variant %s; untagged weights exist, and variants %s", v, strings.Join(vs, ", "))
+	case f.has(""):
+		msg = fmt.Sprintf("no weights for variant %s; untagged weights exist", v)
+	case len(vs) > 0:
+		msg = fmt.Sprintf("no weights for variant %s and no untagged weights; variants present: %s", v, strings.Join(vs, ", "))
+	default:
+		msg = fmt.Sprintf("no weights for variant %s and no untagged weights: no safetensors weights at all", v)
+	}
+	return &Error{Kind: ErrVariantNotFound, Dir: f.dir, Msg: msg}
+}
+
+// checkSingle reports whether a single file is complete: its header parses.
+func (f *folder) checkSingle(name string) error {
+	if _, err := safetensors.ReadHeaderFile(filepath.Join(f.dir, name)); err != nil {
+		return &Error{Kind: ErrInvalidWeights, Dir: f.dir, File: name, Err: err}
+	}
+	return nil
+}
+
+// checkIndex validates an index's tags (errors returned directly: they are
+// never tolerated) and its completeness (recorded in checked.err).
+func (f *folder) checkIndex(c candidate, prefix, v string) (*checked, error) {
+	ch := &checked{c: c}
+	path := filepath.Join(f.dir, c.name)
+	ix, err := shard.ReadIndex(path)
+	if err != nil {
+		ch.err = fromShard(f.dir, c.name, err)
+		return ch, nil
+	}
+	ch.shards = ix.Shards()
+	var current, legacy int
+	for _, s := range ch.shards {
+		sc, ok := classify(s)
+		if !ok || sc.prefix != prefix {
+			return nil, &Error{Kind: ErrForeignShard, Dir: f.dir, File: c.name,
+				Msg: fmt.Sprintf("maps tensors to %s, which is not a %s weights file name", s, prefix)}
+		}
+		if sc.variant != v || sc.kind == kindIndex {
+			return nil, &Error{Kind: ErrVariantMismatch, Dir: f.dir, File: c.name,
+				Msg: fmt.Sprintf("this %s index maps tensors to %s, which is %s: refusing to mix", describeVariant(v), s, describeVariant(sc.variant))}
+		}
+		if sc.legacy {
+			legacy++
+		} else {
+			current++
+		}
+	}
+	ch.legacy = legacy > 0
+	if legacy > 0 && current > 0 {
+		ch.warns = append(ch.warns, fmt.Sprintf("index %s mixes current and legacy shard names", c.name))
+	}
+	ck, err := shard.Open(path)
+	if err != nil {
+		ch.err = fromShard(f.dir, c.name, err)
+		return ch, nil
+	}
+	for _, w := range ck.Warnings() {
+		ch.warns = append(ch.warns, c.name+": "+w)
+	}
+	ck.Close()
+	return ch, nil
+}
+
+// fromShard maps a shard error to this package's kinds, keeping it wrapped.
+func fromShard(dir, file string, err error) error {
+	var se *shard.Error
+	kind := ErrInvalidIndex
+	tensor := ""
+	if errors.As(err, &se) {
+		tensor = se.Tensor
+		switch se.Kind {
+		case shard.ErrInsecurePath:
+			kind = ErrInsecurePath
+		case shard.ErrMissingShard:
+			kind = ErrMissingShard
+		case shard.ErrTensorMissingFromShard:
+			kind = ErrTensorMissingFromShard
+		case shard.ErrInvalidShard:
+			kind = ErrInvalidWeights
+		}
+	}
+	return &Error{Kind: kind, Dir: dir, File: file, Tensor: tensor, Err: err}
+}
