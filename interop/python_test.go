@@ -2,6 +2,7 @@ package interop_test
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -58,4 +59,24 @@ func runPy(t testing.TB, name string, args ...string) []byte {
 	}
 	t.Logf("%s %s: %v", name, args[0], time.Since(start).Round(time.Millisecond))
 	return out.Bytes()
+}
+
+// mismatches collects disagreements with a few examples.
+type mismatches struct {
+	n        int
+	examples []string
+}
+
+func (m *mismatches) add(format string, args ...any) {
+	m.n++
+	if len(m.examples) < 8 {
+		m.examples = append(m.examples, fmt.Sprintf(format, args...))
+	}
+}
+
+func (m *mismatches) report(t testing.TB, what string, total int) {
+	t.Helper()
+	if m.n > 0 {
+		t.Errorf("%s: %d of %d disagree with ml_dtypes, e.g.\n\t%s", what, m.n, total, strings.Join(m.examples, "\n\t"))
+	}
 }
