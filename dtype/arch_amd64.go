@@ -11,13 +11,19 @@ func bf16ToF32AVX2(dst, src []byte, acc *[32]byte) int
 func f16ToF32AVX2(dst, src []byte, acc *[32]byte) int
 
 //go:noescape
-func f32ToF16AVX2(dst, src []byte, acc *[32]byte) int
+func f32ToF16AVX2(dst, src []byte, acc *[32]byte) (n, under int)
 
 //go:noescape
-func f32ToBF16AVX2(dst, src []byte, acc *[32]byte) int
+func f32ToBF16AVX2(dst, src []byte, acc *[32]byte) (n, under int)
 
 //go:noescape
-func f32ToF8AVX2(dst, src []byte, acc *[32]byte, p *f8EncodeParams) int
+func f32ToF8AVX2(dst, src []byte, acc *[32]byte, p *f8EncodeParams) (n, under int)
+
+//go:noescape
+func f8ToF32F16C(dst, src []byte, acc *[32]byte, p *f8HalfParams) int
+
+//go:noescape
+func e5m2ToF32F16C(dst, src []byte, acc *[32]byte, p *f8HalfParams) int
 
 //go:noescape
 func f8ToF32AVX2(dst, src []byte, acc *[32]byte, p *f8DecodeParams) int
@@ -33,7 +39,7 @@ func xgetbv() (eax uint32)
 var hasAVX2, hasF16C = detectX86()
 
 // detectX86 reads the CPU features the fast paths need: AVX2 with the YMM
-// state enabled by the OS, and F16C. (golang.org/x/sys/cpu does not report
+// state enabled by the OS and POPCNT, and F16C. (golang.org/x/sys/cpu does not report
 // F16C.)
 func detectX86() (avx2, f16c bool) {
 	maxID, _, _, _ := cpuid(0, 0)
@@ -41,8 +47,8 @@ func detectX86() (avx2, f16c bool) {
 		return false, false
 	}
 	_, _, ecx1, _ := cpuid(1, 0)
-	const osxsave, avx, f16cBit = 1 << 27, 1 << 28, 1 << 29
-	if ecx1&osxsave == 0 || ecx1&avx == 0 || xgetbv()&6 != 6 {
+	const popcnt, osxsave, avx, f16cBit = 1 << 23, 1 << 27, 1 << 28, 1 << 29
+	if ecx1&popcnt == 0 || ecx1&osxsave == 0 || ecx1&avx == 0 || xgetbv()&6 != 6 {
 		return false, false
 	}
 	_, ebx7, _, _ := cpuid(7, 0)
@@ -65,28 +71,40 @@ func vecKernelFor(from, to DType, fallback kernel) kernel {
 	v := &vecKernel{fallback: fallback, block: 32}
 	switch {
 	case from == BF16 && to == F32:
-		v.run, v.inSize, v.outSize, v.accMax = bf16ToF32AVX2, 2, 4, maxAbsBF16
+		v.run, v.inSize, v.outSize, v.accMax = widen(bf16ToF32AVX2), 2, 4, maxAbsBF16
 	case from == F16 && to == F32 && hasF16C:
-		v.run, v.inSize, v.outSize, v.accMax = f16ToF32AVX2, 2, 4, maxAbsF16
+		v.run, v.inSize, v.outSize, v.accMax = widen(f16ToF32AVX2), 2, 4, maxAbsF16
 	case from == F32 && to == BF16:
 		v.run, v.inSize, v.outSize, v.accMax = f32ToBF16AVX2, 4, 2, maxAbsF32
 	case from == F32 && to == F16 && hasF16C:
 		v.run, v.inSize, v.outSize, v.accMax = f32ToF16AVX2, 4, 2, maxAbsF32
 	case from == F32 && f8Encoders[to] != nil:
 		p := f8Encoders[to]
-		v.run = func(dst, src []byte, acc *[32]byte) int { return f32ToF8AVX2(dst, src, acc, p) }
+		v.run = func(dst, src []byte, acc *[32]byte) (int, int) { return f32ToF8AVX2(dst, src, acc, p) }
 		v.inSize, v.outSize, v.accMax = 4, 1, maxAbsF32
 	case to == F32:
 		l, ok := f8Layouts[from]
 		if !ok {
 			return nil
 		}
-		p := l.decodeParams()
-		v.run = func(dst, src []byte, acc *[32]byte) int { return f8ToF32AVX2(dst, src, acc, p) }
+		switch hp := l.halfParams(); {
+		case hp != nil && hasF16C && from == F8_E5M2:
+			v.run = func(dst, src []byte, acc *[32]byte) (int, int) { return e5m2ToF32F16C(dst, src, acc, hp), 0 }
+		case hp != nil && hasF16C:
+			v.run = func(dst, src []byte, acc *[32]byte) (int, int) { return f8ToF32F16C(dst, src, acc, hp), 0 }
+		default:
+			p := l.decodeParams()
+			v.run = func(dst, src []byte, acc *[32]byte) (int, int) { return f8ToF32AVX2(dst, src, acc, p), 0 }
+		}
 		v.inSize, v.outSize = 1, 4
 		v.accMax = func(acc *[32]byte) float64 { return l.value(accMaxU8(acc)) }
 	default:
 		return nil
 	}
 	return v.kernel()
+}
+
+// widen adapts a fast path without underflow to vecRun.
+func widen(f func(dst, src []byte, acc *[32]byte) int) vecRun {
+	return func(dst, src []byte, acc *[32]byte) (int, int) { return f(dst, src, acc), 0 }
 }

@@ -104,9 +104,10 @@ done:
 	RET
 
 // CHECK32 loads the magnitudes of 32 float32 values from (SI) into Y0-Y3 and
-// jumps to done unless every one is zero or in (Y11, Y12]: above Y12 the value
-// overflows (or is Inf/NaN), at or below Y11 a nonzero value underflows to
-// zero. Y13 holds 0x7fffffff, Y14 all ones; Y4-Y7 are clobbered.
+// jumps to done when one is above Y12 (it overflows, or is Inf or NaN).
+// Nonzero magnitudes at or below Y11 round to zero, which the vector code
+// gets right: CHECK32 only counts them, in R9. Y13 holds 0x7fffffff, Y14 all
+// ones; Y4-Y7 and BX are clobbered.
 #define CHECK32 \
 	VPAND   (SI), Y13, Y0 \
 	VPAND   32(SI), Y13, Y1 \
@@ -115,6 +116,10 @@ done:
 	VPMAXUD Y0, Y1, Y4 \
 	VPMAXUD Y2, Y4, Y4 \
 	VPMAXUD Y3, Y4, Y4 \
+	VPCMPGTD Y12, Y4, Y6 \
+	VPTEST  Y6, Y6 \
+	JNZ     done \
+	VPMAXUD Y4, Y15, Y15 \
 	VPADDD  Y14, Y0, Y5 \
 	VPADDD  Y14, Y1, Y6 \
 	VPMINUD Y5, Y6, Y5 \
@@ -122,14 +127,28 @@ done:
 	VPMINUD Y6, Y5, Y5 \
 	VPADDD  Y14, Y3, Y6 \
 	VPMINUD Y6, Y5, Y5 \
-	VPCMPGTD Y12, Y4, Y6 \
 	VPMAXUD Y11, Y5, Y7 \
 	VPCMPEQD Y7, Y5, Y7 \
-	VPANDN  Y7, Y6, Y6 \
-	VPMOVMSKB Y6, BX \
+	VPMOVMSKB Y7, BX \
 	CMPL    BX, $0xffffffff \
-	JNE     done \
-	VPMAXUD Y4, Y15, Y15
+	JEQ     nounder \
+	COUNTUNDER(Y0) \
+	COUNTUNDER(Y1) \
+	COUNTUNDER(Y2) \
+	COUNTUNDER(Y3) \
+nounder:
+
+// COUNTUNDER adds to R9 the number of lanes of reg (magnitudes) that are
+// nonzero and at most Y11.
+#define COUNTUNDER(reg) \
+	VPADDD  Y14, reg, Y5 \
+	VPMAXUD Y11, Y5, Y6 \
+	VPCMPEQD Y6, Y5, Y6 \
+	VPMOVMSKB Y6, BX \
+	NOTL    BX \
+	POPCNTL BX, BX \
+	SHRL    $2, BX \
+	ADDQ    BX, R9
 
 // PROLOG32 loads the arguments and the constants of CHECK32 (limits from
 // omax and under, 32-bit immediates).
@@ -140,6 +159,7 @@ done:
 	MOVQ acc+48(FP), DX \
 	SHRQ $7, CX \
 	XORQ AX, AX \
+	XORQ R9, R9 \
 	VMOVDQU (DX), Y15 \
 	VPCMPEQD Y14, Y14, Y14 \
 	VPSRLD  $1, Y14, Y13 \
@@ -150,8 +170,8 @@ done:
 	MOVQ    BX, X11 \
 	VPBROADCASTD X11, Y11
 
-// func f32ToF16AVX2(dst, src []byte, acc *[32]byte) int
-TEXT ·f32ToF16AVX2(SB), NOSPLIT, $0-64
+// func f32ToF16AVX2(dst, src []byte, acc *[32]byte) (n, under int)
+TEXT ·f32ToF16AVX2(SB), NOSPLIT, $0-72
 	PROLOG32($0x477fefff, $0x33000000)
 	TESTQ   CX, CX
 	JZ      done
@@ -175,7 +195,8 @@ f32f16loop:
 done:
 	VMOVDQU Y15, (DX)
 	VZEROUPPER
-	MOVQ    AX, ret+56(FP)
+	MOVQ    AX, n+56(FP)
+	MOVQ    R9, under+64(FP)
 	RET
 
 // RNEBF16 rounds the float32 at off(SI) to the bfloat16 bits in the low half
@@ -189,8 +210,8 @@ done:
 	VPADDD  Y8, reg, reg \
 	VPSRLD  $16, reg, reg
 
-// func f32ToBF16AVX2(dst, src []byte, acc *[32]byte) int
-TEXT ·f32ToBF16AVX2(SB), NOSPLIT, $0-64
+// func f32ToBF16AVX2(dst, src []byte, acc *[32]byte) (n, under int)
+TEXT ·f32ToBF16AVX2(SB), NOSPLIT, $0-72
 	PROLOG32($0x7f7f7fff, $0x00008000)
 	VPSRLD  $17, Y14, Y10       // 0x7fff
 	VPSRLD  $31, Y14, Y9        // 1
@@ -218,7 +239,8 @@ f32bf16loop:
 done:
 	VMOVDQU Y15, (DX)
 	VZEROUPPER
-	MOVQ    AX, ret+56(FP)
+	MOVQ    AX, n+56(FP)
+	MOVQ    R9, under+64(FP)
 	RET
 
 // Offsets in f8EncodeParams.
@@ -251,8 +273,8 @@ done:
 	VPAND   Y8, Y4, Y4 \
 	VPOR    Y4, reg, reg
 
-// func f32ToF8AVX2(dst, src []byte, acc *[32]byte, p *f8EncodeParams) int
-TEXT ·f32ToF8AVX2(SB), NOSPLIT, $0-72
+// func f32ToF8AVX2(dst, src []byte, acc *[32]byte, p *f8EncodeParams) (n, under int)
+TEXT ·f32ToF8AVX2(SB), NOSPLIT, $0-80
 	MOVQ dst_base+0(FP), DI
 	MOVQ src_base+24(FP), SI
 	MOVQ src_len+32(FP), CX
@@ -260,6 +282,7 @@ TEXT ·f32ToF8AVX2(SB), NOSPLIT, $0-72
 	MOVQ p+56(FP), R8
 	SHRQ $7, CX                 // blocks of 32 elements (128 bytes)
 	XORQ AX, AX
+	XORQ R9, R9
 	VMOVDQU (DX), Y15
 	VPCMPEQD Y14, Y14, Y14
 	VPSRLD  $1, Y14, Y13        // 0x7fffffff
@@ -292,7 +315,8 @@ f32f8loop:
 done:
 	VMOVDQU Y15, (DX)
 	VZEROUPPER
-	MOVQ    AX, ret+64(FP)
+	MOVQ    AX, n+64(FP)
+	MOVQ    R9, under+72(FP)
 	RET
 
 // f8perm reorders the dwords after the two packing steps.
@@ -383,4 +407,117 @@ TEXT ·xgetbv(SB), NOSPLIT, $0-4
 	MOVL $0, CX
 	XGETBV
 	MOVL AX, eax+0(FP)
+	RET
+
+// Offsets in f8HalfParams.
+#define H_MAGMASK8 0
+#define H_MAGSPECIAL8 32
+#define H_CODESPECIAL8 64
+#define H_WORDMASK 96
+#define H_SCALE 128
+#define H_SHIFT 160
+
+// F8CHECK jumps to done when the 32 codes at (SI) hold a code for the
+// portable kernel, and folds their magnitudes into Y15 otherwise. R8 points
+// at the parameters (H_ and D_ offsets of the check rows agree).
+#define F8CHECK \
+	VMOVDQU (SI), Y0 \
+	VPAND   H_MAGMASK8(R8), Y0, Y1 \
+	VPMAXUB H_MAGSPECIAL8(R8), Y1, Y2 \
+	VPCMPEQB Y1, Y2, Y2 \
+	VPCMPEQB H_CODESPECIAL8(R8), Y0, Y3 \
+	VPOR    Y2, Y3, Y2 \
+	VPTEST  Y2, Y2 \
+	JNZ     done \
+	VPMAXUB Y1, Y15, Y15
+
+// HALF8 widens the 16 codes at off(SI) to binary16 bits (code<<8, then an
+// arithmetic shift by X10 and a mask by Y9, both per word), converts them to
+// float32 with F16C, scales by Y8 and stores them at 4*off(DI). X11 is zero.
+#define HALF8(off) \
+	VMOVDQU off(SI), X0 \
+	VPUNPCKLBW X0, X11, X1 \
+	VPUNPCKHBW X0, X11, X2 \
+	VPSRAW  X10, X1, X1 \
+	VPSRAW  X10, X2, X2 \
+	VPAND   X9, X1, X1 \
+	VPAND   X9, X2, X2 \
+	VCVTPH2PS X1, Y1 \
+	VCVTPH2PS X2, Y2 \
+	VMULPS  Y8, Y1, Y1 \
+	VMULPS  Y8, Y2, Y2 \
+	VMOVUPS Y1, (4*off)(DI) \
+	VMOVUPS Y2, (4*off+32)(DI)
+
+// func f8ToF32F16C(dst, src []byte, acc *[32]byte, p *f8HalfParams) int
+TEXT ·f8ToF32F16C(SB), NOSPLIT, $0-72
+	MOVQ dst_base+0(FP), DI
+	MOVQ src_base+24(FP), SI
+	MOVQ src_len+32(FP), CX
+	MOVQ acc+48(FP), DX
+	MOVQ p+56(FP), R8
+	SHRQ $5, CX                 // blocks of 32 elements (32 bytes)
+	XORQ AX, AX
+	VMOVDQU (DX), Y15
+	VMOVDQU H_SHIFT(R8), X10
+	VMOVDQU H_WORDMASK(R8), Y9
+	VMOVDQU H_SCALE(R8), Y8
+	VPXOR   X11, X11, X11
+	TESTQ   CX, CX
+	JZ      done
+
+f8hloop:
+	F8CHECK
+	HALF8(0)
+	HALF8(16)
+	ADDQ    $32, SI
+	ADDQ    $128, DI
+	ADDQ    $32, AX
+	DECQ    CX
+	JNZ     f8hloop
+
+done:
+	VMOVDQU Y15, (DX)
+	VZEROUPPER
+	MOVQ    AX, ret+64(FP)
+	RET
+
+// E5M2 codes are the top byte of binary16: no shift, mask or scale.
+#define E5M2HALF(off) \
+	VMOVDQU off(SI), X0 \
+	VPUNPCKLBW X0, X11, X1 \
+	VPUNPCKHBW X0, X11, X2 \
+	VCVTPH2PS X1, Y1 \
+	VCVTPH2PS X2, Y2 \
+	VMOVUPS Y1, (4*off)(DI) \
+	VMOVUPS Y2, (4*off+32)(DI)
+
+// func e5m2ToF32F16C(dst, src []byte, acc *[32]byte, p *f8HalfParams) int
+TEXT ·e5m2ToF32F16C(SB), NOSPLIT, $0-72
+	MOVQ dst_base+0(FP), DI
+	MOVQ src_base+24(FP), SI
+	MOVQ src_len+32(FP), CX
+	MOVQ acc+48(FP), DX
+	MOVQ p+56(FP), R8
+	SHRQ $5, CX                 // blocks of 32 elements (32 bytes)
+	XORQ AX, AX
+	VMOVDQU (DX), Y15
+	VPXOR   X11, X11, X11
+	TESTQ   CX, CX
+	JZ      done
+
+e5m2loop:
+	F8CHECK
+	E5M2HALF(0)
+	E5M2HALF(16)
+	ADDQ    $32, SI
+	ADDQ    $128, DI
+	ADDQ    $32, AX
+	DECQ    CX
+	JNZ     e5m2loop
+
+done:
+	VMOVDQU Y15, (DX)
+	VZEROUPPER
+	MOVQ    AX, ret+64(FP)
 	RET

@@ -9,11 +9,12 @@ import (
 
 // vecRun is the signature of a vector fast path. It converts whole blocks of
 // elements from the start of src into dst and stops before the first block
-// that holds a value it does not handle itself (NaN, Inf, overflow,
-// underflow, or a code without a plain decode); it returns the number of
-// elements it converted. It folds the magnitudes it saw into acc (a vector
-// register image whose lane layout the kernel's accMax function knows).
-type vecRun func(dst, src []byte, acc *[32]byte) int
+// that holds a value it does not handle itself (NaN, Inf, overflow, or a
+// code without a plain decode); it returns the number of elements it
+// converted and how many of them were nonzero and rounded to zero. It folds
+// the magnitudes it saw into acc (a vector register image whose lane layout
+// the kernel's accMax function knows).
+type vecRun func(dst, src []byte, acc *[32]byte) (n, underflow int)
 
 // vecKernel combines a vector fast path with the portable kernel: the fast
 // path converts the ordinary blocks, the portable kernel the blocks that hold
@@ -36,11 +37,12 @@ const maxFallbackRun = 4096
 func (v *vecKernel) convert(dst, src []byte, opts Options, st *Stats) {
 	n := len(src) / v.inSize
 	var acc [32]byte
-	fast := 0
+	fast, under := 0, 0
 	run := v.block // elements the portable kernel takes after a stop
 	for i := 0; i < n; {
 		if n-i >= v.block {
-			d := v.run(dst[i*v.outSize:n*v.outSize], src[i*v.inSize:n*v.inSize], &acc)
+			d, u := v.run(dst[i*v.outSize:n*v.outSize], src[i*v.inSize:n*v.inSize], &acc)
+			under += u
 			i += d
 			fast += d
 			if d > 0 {
@@ -58,6 +60,7 @@ func (v *vecKernel) convert(dst, src []byte, opts Options, st *Stats) {
 	}
 	if fast > 0 {
 		st.Elements += int64(fast)
+		st.Underflow += int64(under)
 		if m := v.accMax(&acc); m > st.MaxAbs {
 			st.MaxAbs = m
 		}
@@ -170,10 +173,56 @@ func (l f8Layout) decodeParams() *f8DecodeParams {
 	return p
 }
 
+// f8HalfParams is the constant block the F16C-based FP8 decoder reads: the
+// code goes to binary16 bits as code<<8, shifted right arithmetically by
+// shift and masked with wordMask (to move a 4-bit exponent into place), then
+// to float32 and times scale. The first three rows are those of
+// f8DecodeParams.
+type f8HalfParams struct {
+	magMask8     [32]uint8
+	magSpecial8  [32]uint8
+	codeSpecial8 [32]uint8
+	wordMask     [16]uint16
+	scale        [8]float32
+	shift        [4]uint64 // count for the word shift: [0] is used
+}
+
+// halfParams returns the F16C decoder parameters, or nil for layouts that
+// binary16 cannot carry: E5M2 is binary16's top byte (no shift, scale 1);
+// layouts with a 4-bit exponent (E4M3, E4M3FNUZ) read as binary16 after an
+// arithmetic shift by one, times 2^(15-bias). E5M2FNUZ (whose top exponent is
+// finite) and E8M0 are left to the float32 decoder.
+func (l f8Layout) halfParams() *f8HalfParams {
+	bias := 127 - l.scaleExp
+	var shift uint
+	var mask uint16 = 0xffff
+	switch {
+	case l.signed && l.shift == 21 && bias == 15:
+	case l.signed && l.shift == 20:
+		shift, mask = 1, 0xbfff
+	default:
+		return nil
+	}
+	p := new(f8HalfParams)
+	for i := range 32 {
+		p.magMask8[i] = l.magMask
+		p.magSpecial8[i] = l.magSpecial
+		p.codeSpecial8[i] = l.codeSpecial
+	}
+	for i := range 16 {
+		p.wordMask[i] = mask
+	}
+	for i := range 8 {
+		p.scale[i] = float32(math.Ldexp(1, 15-bias))
+	}
+	p.shift[0] = uint64(shift)
+	return p
+}
+
 // f8EncodeParams is the constant block the vector F32→FP8 encoder reads.
-// The fast path handles inputs that neither overflow nor underflow to zero:
-// |x| <= omax and (x == 0 or |x| > under), where the rounding is the same in
-// both Saturate modes.
+// The fast path handles inputs that do not overflow (|x| <= omax), where the
+// rounding is the same in both Saturate modes; it counts the nonzero inputs
+// with |x| <= under, which round to zero.
 type f8EncodeParams struct {
 	omax   [8]uint32 // largest |x| bits that do not overflow
 	under  [8]uint32 // nonzero |x| bits <= under round to zero
