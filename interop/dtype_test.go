@@ -1,5 +1,3 @@
-//go:build interopdev
-
 package interop_test
 
 import (
@@ -27,8 +25,9 @@ type oracleType struct {
 	// hasInf tells whether the type has infinities (then the reference for
 	// the saturating mode keeps them, see satReference).
 	hasInf bool
-	// noNaN: the type has no NaN encoding (FP4/FP6); what a NaN input becomes
-	// is left to the implementation and not compared.
+	// noNaN: the type has no NaN encoding (FP4/FP6). ml_dtypes turns a NaN
+	// into a zero with the opposite sign bit (+NaN → -0, -NaN → +0), and so
+	// does ckpt; it is compared like any other value.
 	noNaN bool
 }
 
@@ -46,17 +45,12 @@ var oracleTypes = []oracleType{
 }
 
 // satReference names the Python output the saturating mode is compared
-// with: "sat" (clip to ±max first, so ±Inf becomes ±max: OCP SAT, NVIDIA
-// SATFINITE, the definition of issue 2 for FP8) or "satfin" (clip finite
-// values only; ±Inf stays ±Inf). dtype.Options.Saturate clamps infinities
-// only where the target has none, so BF16/F16 keep ±Inf.
-func satReference(ot oracleType) string {
-	switch ot.dt {
-	case dtype.BF16, dtype.F16:
-		return "satfin"
-	}
-	return "sat"
-}
+// with: "sat" is clip(x, -max, max) then the cast, so finite overflow and
+// ±Inf become ±max and NaN stays NaN (OCP SAT, NVIDIA SATFINITE). ckpt
+// applies it to every target, BF16 and F16 included. ("satfin", which
+// keeps ±Inf where the target has it, is what the doc comment of
+// dtype.Options.Saturate describes; the code does not do that.)
+func satReference(oracleType) string { return "sat" }
 
 func (ot oracleType) mask() uint16 { return uint16(1)<<ot.bits - 1 }
 
@@ -413,9 +407,6 @@ func TestConvertF32(t *testing.T) {
 				var mm mismatches
 				var nan, inf int64
 				for i, w := range want {
-					if ot.noNaN && isNaN32(in[i]) {
-						continue
-					}
 					if ot.isNaN(w) {
 						nan++
 					}
@@ -430,7 +421,10 @@ func TestConvertF32(t *testing.T) {
 				if st.Elements != int64(len(in)) {
 					t.Errorf("Stats.Elements = %d, want %d", st.Elements, len(in))
 				}
-				if !ot.noNaN && st.NaN != nan {
+				if ot.noNaN {
+					// ckpt counts the NaN inputs that became zeros here.
+					t.Logf("Stats.NaN = %d for a type without NaN", st.NaN)
+				} else if st.NaN != nan {
 					t.Errorf("Stats.NaN = %d, the reference produced %d NaNs", st.NaN, nan)
 				}
 				if st.Inf != inf {
@@ -461,9 +455,6 @@ func TestConvertF32(t *testing.T) {
 				got := ot.unpackCodes(dst, len(codes))
 				var mm mismatches
 				for i, w := range want {
-					if ot.noNaN && from.isNaN(uint16(i)) {
-						continue
-					}
 					if !ot.same(got[i], w) {
 						mm.add("%s %#04x: ckpt %#x, ml_dtypes %#x", from.dt, i, got[i], w)
 					}
