@@ -3,10 +3,86 @@
 // conversions between them.
 //
 // Every dtype the safetensors format defines has a constant here whose
-// String method returns the format's exact name. Conversions work on byte
-// slices in little-endian safetensors layout: they widen the source exactly
-// and round once to the target, so the result is bit-identical to PyTorch and
-// ml_dtypes (see Convert).
+// String method returns the format's exact name. Conversions (Convert,
+// DecodeFloat32, EncodeFloat32) work on byte slices in little-endian
+// safetensors layout.
+//
+// # Rounding
+//
+// A conversion widens each source value exactly and rounds it once to the
+// target, to nearest with ties to even, as if the target's exponent were
+// unbounded; the target's overflow rule then applies. There is never a
+// second rounding: BF16, F16 and the FP8/FP6/FP4 types go through their
+// exact float32 value; F64 sources round straight from float64; I64 and U64
+// sources round once (through a round-to-odd float64). The results are
+// bit-identical to PyTorch and ml_dtypes where those define the conversion.
+//
+// # Overflow, infinities and NaN
+//
+// Without Options.Saturate:
+//   - F16, BF16, F32, F8_E5M2: overflow becomes ±Inf.
+//   - F8_E4M3 (no infinities): overflow, ±Inf and NaN become NaN 0x7F|sign,
+//     as PyTorch's tensor.to(torch.float8_e4m3fn). 464 is a tie that rounds
+//     to 448, not an overflow.
+//   - F8_E4M3FNUZ, F8_E5M2FNUZ: overflow, ±Inf and NaN become the single
+//     NaN 0x80; there is no -0: -0 and negative values that round to zero
+//     become 0x00.
+//   - F4, F6_E2M3, F6_E3M2 (no Inf, no NaN): overflow and ±Inf saturate to
+//     ±max in both modes, as ml_dtypes does. A NaN becomes a zero whose sign
+//     bit is the inverse of the NaN's (+NaN -> -0, -NaN -> +0): this is what
+//     ml_dtypes 0.6 writes, and ckpt matches it; Stats.NaN counts it.
+//
+// With Options.Saturate (OCP "SAT", NVIDIA "SATFINITE") finite overflow and
+// ±Inf become ±max for every float target, so the output is never infinite;
+// NaN stays NaN.
+//
+// NaN encodings: F16 keeps the sign and the top 10 payload bits, forced
+// nonzero, without setting the quiet bit (numpy); BF16 becomes the quiet NaN
+// 0x7FC0|sign (ml_dtypes); F8_E4M3 0x7F|sign; F8_E5M2 0x7E|sign (ml_dtypes;
+// PyTorch writes 0x7F, both are NaN); F32 from F64 keeps the sign and top
+// payload bits and sets the quiet bit, like x86 and ARM hardware, and so does
+// F32 to F64. Widening BF16 and F16 to F32 keeps NaN payloads bit for bit;
+// the FP8 NaN codes widen to the quiet NaN 0x7FC00000|sign (the FNUZ NaN 0x80
+// to 0xFFC00000, like ml_dtypes).
+//
+// # F8_E8M0
+//
+// F8_E8M0 (float8_e8m0fnu) is an unsigned power of two 2^(e-127), e in
+// 0..254, with 0xFF as NaN and no zero. Encoding follows ml_dtypes:
+//   - NaN, ±Inf, zero (either sign) and negative values become 0xFF; with
+//     Saturate, +Inf and finite overflow become 0xFE (2^127).
+//   - x >= 2^-126 rounds to the nearest power of two with ties going up
+//     (1.5 -> 2, 3 -> 4): ml_dtypes rounds half up here, not to even.
+//     x >= 1.5·2^127 overflows (NaN, or 0xFE with Saturate).
+//   - 2^-127 < x < 2^-126 becomes 0x01 (2^-126); 0 < x <= 2^-127 becomes
+//     0x00 (2^-127), so tiny positive values never underflow.
+//
+// F64 sources round once from float64 with the same rules (ml_dtypes first
+// rounds float64 to float32, which differs only within 2^-24 of a midpoint).
+//
+// # Sub-byte packing
+//
+// F4 stores two elements per byte, element 0 in the low nibble. F6_E2M3 and
+// F6_E3M2 store four elements in three bytes: element i occupies bits
+// [6i, 6i+6) of the little-endian bit stream, so the three bytes b0 b1 b2 of
+// a group hold w = b0 | b1<<8 | b2<<16 and element j is w>>(6j) & 63. This
+// is F4's low-first order carried over to 6 bits: element 0 sits in the low
+// bits of byte 0, a little-endian load plus shifts unpacks any group, and a
+// slice of whole groups (multiples of 4 elements) starts on a byte boundary.
+// Byte counts must be whole: n F4 elements take n/2 bytes (n even), n F6
+// elements take 3n/4 bytes (n a multiple of 4).
+//
+// # Integers, BOOL and complex
+//
+// Integers and BOOL convert to floats exactly, then round once. Floats
+// convert to integers by truncation toward zero, clamped to the integer's
+// range (Overflow and Saturated count the clamped values, ±Inf counts as
+// Saturated); NaN becomes 0 (counted in NaN). Integer narrowing clamps the
+// same way. Any nonzero integer and any nonzero or NaN float becomes BOOL 1.
+// C64 converts to C64 unchanged; real values convert to C64 with the real
+// part rounded to float32 and a zero imaginary part; C64 to a real type is
+// ErrUnsupported. Registered dtypes (Register) decode to and encode from
+// float32 and convert to and from every other type.
 package dtype
 
 import (

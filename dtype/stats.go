@@ -4,37 +4,45 @@ import "fmt"
 
 // Options control a conversion.
 type Options struct {
-	// Saturate clamps finite values beyond the target's range, and infinities
-	// when the target has none, to ±max (OCP "SAT", NVIDIA "SATFINITE")
-	// instead of producing Inf or NaN. NaN stays NaN.
+	// Saturate makes every float output finite or NaN (OCP "SAT", NVIDIA
+	// "SATFINITE"): finite values beyond the target's range and infinities
+	// become ±max of the target, for every float target (F8_E8M0: +max, its
+	// values are positive). NaN stays NaN. Without it, overflow follows the
+	// target's rule (see the package documentation).
 	Saturate bool
 	// Workers bounds the goroutines a large conversion is split across:
 	// 0 means GOMAXPROCS, 1 means the calling goroutine only.
 	Workers int
 }
 
-// Stats tell what a conversion did to the values. Counts are element counts
-// (for C64 each of the two components counts). They are what tells a user
-// that FP16 activations or FP8 weights went out of range.
+// Stats tell what a conversion did to the values. Counts are numbers of
+// values: for C64 sources each of the two components counts. They are what
+// tells a user that FP16 activations or FP8 weights went out of range.
 type Stats struct {
 	// Elements is the number of values converted.
 	Elements int64
 	// NaN counts outputs that are NaN, whether the input was NaN or the
-	// target's overflow rule produced it (F8_E4M3 without saturation).
+	// target's rule produced it (F8_E4M3 and FNUZ overflow, F8_E8M0 zero and
+	// negatives), plus NaN inputs of targets without NaN (F4, F6: a zero;
+	// integers: 0; BOOL: 1).
 	NaN int64
 	// Inf counts outputs that are ±Inf, whether the input was infinite or a
 	// finite value overflowed.
 	Inf int64
-	// Overflow counts finite inputs whose rounded magnitude exceeds the
-	// target's largest finite value (whatever the result: Inf, NaN or ±max).
+	// Overflow counts finite inputs whose magnitude, rounded to the target's
+	// precision with an unbounded exponent, exceeds the target's largest
+	// finite value, whatever the result (Inf, NaN or ±max); for integer
+	// targets, values outside the range after truncation.
 	Overflow int64
-	// Saturated counts outputs clamped to ±max: finite overflow and, in
-	// saturating mode, infinities of a target without them. For integer
-	// targets it counts values clamped to the integer range.
+	// Saturated counts outputs clamped to ±max (float targets) or to the
+	// integer range: finite overflow under Saturate or on a target without
+	// Inf and NaN (F4, F6), and infinite inputs turned into ±max.
 	Saturated int64
-	// Underflow counts nonzero finite inputs that became zero.
+	// Underflow counts nonzero finite inputs that became zero (for integer
+	// targets: truncated to 0).
 	Underflow int64
-	// MaxAbs is the largest finite magnitude in the input.
+	// MaxAbs is the largest magnitude among the finite inputs (0 when there
+	// are none).
 	MaxAbs float64
 }
 
