@@ -85,6 +85,17 @@ func (ot oracleType) isInf(c uint16) bool {
 	return false
 }
 
+// isZero reports whether c is ±0 (E8M0 has no zero).
+func (ot oracleType) isZero(c uint16) bool {
+	switch ot.dt {
+	case dtype.F8_E8M0:
+		return false
+	case dtype.F8_E4M3FNUZ, dtype.F8_E5M2FNUZ:
+		return c == 0
+	}
+	return c&^(1<<(ot.bits-1)) == 0
+}
+
 func (ot oracleType) sign(c uint16) uint16 { return c >> (ot.bits - 1) & 1 }
 
 // same reports whether got is an acceptable result where the reference gave
@@ -405,8 +416,11 @@ func TestConvertF32(t *testing.T) {
 				}
 				got := ot.unpackCodes(dst, len(in))
 				var mm mismatches
-				var nan, inf int64
+				var nan, inf, under int64
 				for i, w := range want {
+					if x := in[i] & 0x7fffffff; x != 0 && x < 0x7f800000 && ot.isZero(w) {
+						under++
+					}
 					if ot.isNaN(w) {
 						nan++
 					}
@@ -426,6 +440,9 @@ func TestConvertF32(t *testing.T) {
 					t.Logf("Stats.NaN = %d for a type without NaN", st.NaN)
 				} else if st.NaN != nan {
 					t.Errorf("Stats.NaN = %d, the reference produced %d NaNs", st.NaN, nan)
+				}
+				if st.Underflow != under {
+					t.Errorf("Stats.Underflow = %d, the reference turned %d nonzero values into zeros", st.Underflow, under)
 				}
 				if st.Inf != inf {
 					t.Errorf("Stats.Inf = %d, the reference produced %d infinities", st.Inf, inf)
