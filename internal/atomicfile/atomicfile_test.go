@@ -1,0 +1,156 @@
+package atomicfile
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func entries(t *testing.T, dir string) []string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range es {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+func TestCommitReplaces(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "f.bin")
+	if err := os.WriteFile(path, []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if base := filepath.Base(f.Name()); !strings.HasPrefix(base, ".f.bin.tmp-") || filepath.Dir(f.Name()) != dir {
+		t.Fatalf("temp name %q", f.Name())
+	}
+	if f.Path() != path || f.OSFile() == nil {
+		t.Fatal("accessors")
+	}
+	if _, err := f.Write([]byte("new")); err != nil {
+		t.Fatal(err)
+	}
+	// Until Commit the old content is visible.
+	if b, _ := os.ReadFile(path); string(b) != "old" {
+		t.Fatal("target changed before Commit")
+	}
+	if err := f.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "new" {
+		t.Fatalf("content %q", b)
+	}
+	st, _ := os.Stat(path)
+	if st.Mode().Perm() != 0o600 {
+		t.Errorf("mode %v, want the old file's 0600", st.Mode().Perm())
+	}
+	if got := entries(t, dir); len(got) != 1 {
+		t.Fatalf("stray files %v", got)
+	}
+	if err := f.Abort(); err != nil {
+		t.Fatal("Abort after Commit:", err)
+	}
+	if err := f.Commit(); !errors.Is(err, ErrDone) {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("x")); !errors.Is(err, ErrDone) {
+		t.Fatal(err)
+	}
+}
+
+func TestNewFileMode(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "n")
+	f, err := Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := os.Stat(path)
+	if st.Mode().Perm() != 0o644 {
+		t.Errorf("mode %v", st.Mode().Perm())
+	}
+}
+
+func TestAbortLeavesNothing(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "f.bin")
+	os.WriteFile(path, []byte("old"), 0o644)
+	f, err := Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write([]byte("partial"))
+	if err := f.Abort(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Abort(); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "old" {
+		t.Fatal("target changed")
+	}
+	if got := entries(t, dir); len(got) != 1 {
+		t.Fatalf("stray files %v", got)
+	}
+	if err := f.Commit(); !errors.Is(err, ErrDone) {
+		t.Fatal(err)
+	}
+}
+
+// A failed commit (here: the temporary file was closed under it, as a
+// failing disk would) removes the temporary file and keeps the target.
+func TestCommitFailure(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "f.bin")
+	os.WriteFile(path, []byte("old"), 0o644)
+	f, err := Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.OSFile().Close()
+	if _, err := f.Write([]byte("x")); err == nil {
+		t.Fatal("write to closed file succeeded")
+	}
+	if err := f.Commit(); err == nil {
+		t.Fatal("commit succeeded")
+	}
+	if b, _ := os.ReadFile(path); string(b) != "old" {
+		t.Fatal("target changed")
+	}
+	if got := entries(t, dir); len(got) != 1 {
+		t.Fatalf("stray files %v", got)
+	}
+}
+
+func TestCreateErrors(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := Create(filepath.Join(dir, "missing", "f")); err == nil {
+		t.Fatal("missing directory accepted")
+	}
+	if _, err := Create(dir + "/"); err == nil {
+		t.Fatal("directory path accepted")
+	}
+	os.Mkdir(filepath.Join(dir, "sub"), 0o755)
+	if _, err := Create(filepath.Join(dir, "sub")); err == nil {
+		t.Fatal("directory target accepted")
+	}
+	if os.Geteuid() != 0 {
+		ro := filepath.Join(dir, "ro")
+		os.Mkdir(ro, 0o555)
+		if _, err := Create(filepath.Join(ro, "f")); err == nil {
+			t.Fatal("read-only directory accepted")
+		}
+	}
+}
