@@ -72,6 +72,12 @@ var bothModes = []Options{{}, {Saturate: true}}
 
 func TestVecWiden16Exhaustive(t *testing.T) {
 	for _, from := range []DType{BF16, F16} {
+		t.Run(from.String(), func(t *testing.T) { testWiden16(t, from) })
+	}
+}
+
+func testWiden16(t *testing.T, from DType) {
+	{
 		vec, ref := vecUnderTest(t, from, F32)
 		all := make([]byte, 2*65536)
 		for i := range 65536 {
@@ -99,6 +105,12 @@ func TestVecWiden16Exhaustive(t *testing.T) {
 
 func TestVecWiden8Exhaustive(t *testing.T) {
 	for _, from := range []DType{F8_E4M3, F8_E5M2, F8_E4M3FNUZ, F8_E5M2FNUZ, F8_E8M0} {
+		t.Run(from.String(), func(t *testing.T) { testWiden8(t, from) })
+	}
+}
+
+func testWiden8(t *testing.T, from DType) {
+	{
 		vec, ref := vecUnderTest(t, from, F32)
 		codes := make([]byte, 256+8)
 		for i := range codes {
@@ -202,11 +214,17 @@ func realisticF32(r *rand.Rand, n int, scale float64) []uint32 {
 }
 
 func TestVecNarrowF32(t *testing.T) {
+	for _, to := range []DType{BF16, F16, F8_E4M3, F8_E5M2} {
+		t.Run(to.String(), func(t *testing.T) { testNarrowF32(t, to) })
+	}
+}
+
+func testNarrowF32(t *testing.T, to DType) {
 	nRandom := 1 << 21
 	if testing.Short() {
 		nRandom = 1 << 16
 	}
-	for _, to := range []DType{BF16, F16, F8_E4M3, F8_E5M2} {
+	{
 		vec, ref := vecUnderTest(t, F32, to)
 		r := rand.New(rand.NewSource(3))
 		edges := f32Edges()
@@ -321,6 +339,13 @@ func TestVecSpecialRuns(t *testing.T) {
 		if p.from != F32 {
 			continue
 		}
+		t.Run(p.to.String(), func(t *testing.T) { testSpecialRuns(t, p.from, p.to) })
+	}
+}
+
+func testSpecialRuns(t *testing.T, from, to DType) {
+	p := struct{ from, to DType }{from, to}
+	{
 		vec, ref := vecUnderTest(t, p.from, p.to)
 		r := rand.New(rand.NewSource(5))
 		v := realisticF32(r, 50000, 1)
@@ -342,6 +367,13 @@ func TestVecMaxAbs(t *testing.T) {
 		if p.from != F32 {
 			continue
 		}
+		t.Run(p.to.String(), func(t *testing.T) { testMaxAbs(t, p.from, p.to) })
+	}
+}
+
+func testMaxAbs(t *testing.T, from, to DType) {
+	p := struct{ from, to DType }{from, to}
+	{
 		vec, ref := vecUnderTest(t, p.from, p.to)
 		for pos := 0; pos < 96; pos++ {
 			v := make([]uint32, 96)
