@@ -1,0 +1,456 @@
+package variant_test
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/ckpt-go/ckpt/ckpttest"
+	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/shard"
+	"github.com/ckpt-go/ckpt/variant"
+)
+
+// weights returns 4 tensors of dtype dt; different dtypes tell variants
+// apart when a plan is opened.
+func weights(dt dtype.DType) []ckpttest.Tensor {
+	return []ckpttest.Tensor{
+		ckpttest.T("a.weight", dt, 4, 4), ckpttest.T("a.bias", dt, 4),
+		ckpttest.T("b.weight", dt, 4, 4), ckpttest.T("b.bias", dt, 4),
+	}
+}
+
+var (
+	f32  = weights(dtype.F32)
+	f16  = weights(dtype.F16)
+	bf16 = weights(dtype.BF16)
+)
+
+// mustResolve resolves and fails the test on error.
+func mustResolve(t *testing.T, dir, v string) *variant.Plan {
+	t.Helper()
+	p, err := variant.ResolveComponent(dir, v)
+	if err != nil {
+		t.Fatalf("ResolveComponent(%q): %v", v, err)
+	}
+	if p.Error != nil {
+		t.Fatalf("plan has an error without err: %+v", p.Error)
+	}
+	return p
+}
+
+// wantErr resolves and checks the error kind, that the plan carries the
+// same kind, and that the message names want.
+func wantErr(t *testing.T, dir, v string, kind variant.ErrorKind, names ...string) *variant.Plan {
+	t.Helper()
+	p, err := variant.ResolveComponent(dir, v)
+	if !errors.Is(err, kind) {
+		t.Fatalf("ResolveComponent(%q) = %v, want %s", v, err, kind)
+	}
+	if p == nil || p.Error == nil || p.Error.Kind != kind.String() || len(p.Files) != 0 {
+		t.Fatalf("plan %+v", p)
+	}
+	for _, n := range names {
+		q := strconv.Quote(n)
+		if !strings.Contains(err.Error(), n) && !strings.Contains(err.Error(), q[1:len(q)-1]) {
+			t.Errorf("error %q does not mention %q", err, n)
+		}
+	}
+	return p
+}
+
+// loadsOnly opens the plan and checks every tensor has dtype dt.
+func loadsOnly(t *testing.T, p *variant.Plan, dt dtype.DType) {
+	t.Helper()
+	c, err := p.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.Len() != 4 {
+		t.Errorf("%d tensors", c.Len())
+	}
+	for name, tt := range c.Tensors() {
+		if tt.DType() != dt {
+			t.Errorf("%s is %s, want %s: variants mixed", name, tt.DType(), dt)
+		}
+	}
+}
+
+func ignored(p *variant.Plan) map[string]string {
+	m := map[string]string{}
+	for _, ig := range p.Ignored {
+		m[ig.File] = ig.Reason
+	}
+	return m
+}
+
+func hasWarning(p *variant.Plan, parts ...string) bool {
+	for _, w := range p.Warnings {
+		ok := true
+		for _, s := range parts {
+			ok = ok && strings.Contains(w, s)
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+func TestSingleFiles(t *testing.T) {
+	dir := ckpttest.Dir(t,
+		ckpttest.Weights{Tensors: f32},
+		ckpttest.Weights{Variant: "fp16", Tensors: f16},
+	)
+	p := mustResolve(t, dir, "fp16")
+	if p.Layout != variant.LayoutSingle || !slices.Equal(p.Files, []string{"model.fp16.safetensors"}) || len(p.Warnings) != 0 {
+		t.Fatalf("plan %+v", p)
+	}
+	if r := ignored(p)["model.safetensors"]; !strings.Contains(r, "untagged") {
+		t.Errorf("untagged file ignored for %q", r)
+	}
+	loadsOnly(t, p, dtype.F16)
+
+	p = mustResolve(t, dir, "")
+	if !slices.Equal(p.Files, []string{"model.safetensors"}) {
+		t.Fatalf("plan %+v", p)
+	}
+	if r := ignored(p)["model.fp16.safetensors"]; !strings.Contains(r, "variant-tagged") {
+		t.Errorf("fp16 file ignored for %q", r)
+	}
+	loadsOnly(t, p, dtype.F32)
+}
+
+func TestVariantNames(t *testing.T) {
+	dir := ckpttest.Dir(t, ckpttest.Weights{Variant: "FP16", Tensors: f16})
+	for _, bad := range []string{"fp-16", "fp16.x", "a/b", "..", " fp16", "fp16\n"} {
+		wantErr(t, dir, bad, variant.ErrInvalidVariant)
+	}
+	// Case-sensitive.
+	p := wantErr(t, dir, "fp16", variant.ErrVariantNotFound, "fp16", "FP16")
+	if r := ignored(p)["model.FP16.safetensors"]; !strings.Contains(r, "variant FP16") {
+		t.Errorf("ignored for %q", r)
+	}
+	mustResolve(t, dir, "FP16")
+}
+
+func TestStrayFilesNeverCount(t *testing.T) {
+	strays := []string{
+		"model.safetensors.bak", "pytorch_model.bin", "model.bin", "adapter_model.safetensors",
+		"model.fp16x.safetensors", "model.fp16.safetensors.tmp", "README.md", "model-1-of-2.fp16.safetensors",
+		"model.fp16-00001-of-00002.safetensors.part", "Model.fp16.safetensors", "model.fp-16.safetensors",
+	}
+	dir := t.TempDir()
+	for _, s := range strays {
+		os.WriteFile(filepath.Join(dir, s), []byte("not weights"), 0o644)
+	}
+	p := wantErr(t, dir, "fp16", variant.ErrVariantNotFound)
+	if r := ignored(p)["model.fp16x.safetensors"]; !strings.Contains(r, "fp16x") {
+		t.Errorf("fp16x ignored for %q", r)
+	}
+	if _, ok := ignored(p)["README.md"]; ok {
+		t.Error("README listed as ignored weights")
+	}
+	if r := ignored(p)["pytorch_model.bin"]; r == "" {
+		t.Error("pytorch_model.bin not listed")
+	}
+	wantErr(t, dir, "", variant.ErrUntaggedNotFound, "fp16x")
+
+	// With real weights beside them, the strays are still never loaded.
+	if _, err := ckpttest.WriteWeights(dir, ckpttest.Weights{Variant: "fp16", Tensors: f16}); err != nil {
+		t.Fatal(err)
+	}
+	p = mustResolve(t, dir, "fp16")
+	if !slices.Equal(p.Files, []string{"model.fp16.safetensors"}) {
+		t.Fatalf("files %v", p.Files)
+	}
+	loadsOnly(t, p, dtype.F16)
+
+	empty := t.TempDir()
+	os.WriteFile(filepath.Join(empty, "config.json"), []byte("{}"), 0o644)
+	wantErr(t, empty, "", variant.ErrNoWeights)
+	wantErr(t, empty, "fp16", variant.ErrVariantNotFound, "no safetensors weights at all")
+	wantErr(t, filepath.Join(empty, "absent"), "", variant.ErrReadDir)
+}
+
+func TestShardedLayouts(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		w        ckpttest.Weights
+		layout   string
+		index    string
+		warnings []string
+	}{
+		{"untagged", ckpttest.Weights{Shards: 2, Tensors: f32}, variant.LayoutSharded, "model.safetensors.index.json", nil},
+		{"current", ckpttest.Weights{Variant: "fp16", Shards: 2, Tensors: f16}, variant.LayoutSharded, "model.safetensors.index.fp16.json", nil},
+		{"legacy", ckpttest.Weights{Variant: "fp16", Shards: 2, Layout: ckpttest.Legacy, Tensors: f16}, variant.LayoutLegacySharded,
+			"model.safetensors.index.fp16.json", []string{"legacy variant naming", "model.fp16-00001-of-0000N.safetensors"}},
+		{"legacy index name", ckpttest.Weights{Variant: "fp16", Shards: 2, Layout: ckpttest.LegacyIndexName, Tensors: f16}, variant.LayoutLegacySharded,
+			"model.safetensors.fp16.index.json", []string{"legacy name", "model.safetensors.index.fp16.json"}},
+		{"diffusers", ckpttest.Weights{Prefix: ckpttest.DiffusersPrefix, Variant: "fp16", Shards: 2, Tensors: f16}, variant.LayoutSharded,
+			"diffusion_pytorch_model.safetensors.index.fp16.json", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := ckpttest.Dir(t, tc.w)
+			p := mustResolve(t, dir, tc.w.Variant)
+			if p.Layout != tc.layout || p.Index != tc.index || len(p.Files) != 2 || len(p.Ignored) != 0 {
+				t.Fatalf("plan %+v", p)
+			}
+			for _, w := range tc.warnings {
+				if !hasWarning(p, w) {
+					t.Errorf("warnings %q lack %q", p.Warnings, w)
+				}
+			}
+			if len(tc.warnings) == 0 && len(p.Warnings) != 0 {
+				t.Errorf("warnings %q", p.Warnings)
+			}
+			dt := dtype.F16
+			if tc.w.Variant == "" {
+				dt = dtype.F32
+			}
+			loadsOnly(t, p, dt)
+		})
+	}
+}
+
+func TestCurrentIndexBeatsLegacy(t *testing.T) {
+	// Legacy shards with both index names side by side.
+	dir := ckpttest.Dir(t,
+		ckpttest.Weights{Variant: "fp16", Shards: 2, Layout: ckpttest.LegacyIndexName, Tensors: f16},
+		ckpttest.Weights{Variant: "fp16", Shards: 2, Layout: ckpttest.Legacy, Tensors: f16},
+	)
+	p := mustResolve(t, dir, "fp16")
+	if p.Index != "model.safetensors.index.fp16.json" {
+		t.Fatalf("plan %+v", p)
+	}
+	if r := ignored(p)["model.safetensors.fp16.index.json"]; !strings.Contains(r, "superseded") {
+		t.Errorf("legacy index ignored for %q", r)
+	}
+	if !hasWarning(p, "model.safetensors.fp16.index.json") {
+		t.Errorf("warnings %q", p.Warnings)
+	}
+	// If the current-name index is broken, the complete legacy one is used.
+	os.WriteFile(filepath.Join(dir, "model.safetensors.index.fp16.json"), []byte(`{"weight_map":{"a.weight":"model-00009-of-00009.fp16.safetensors"}}`), 0o644)
+	p = mustResolve(t, dir, "fp16")
+	if p.Index != "model.safetensors.fp16.index.json" || !hasWarning(p, "incomplete index model.safetensors.index.fp16.json") {
+		t.Fatalf("plan %+v", p)
+	}
+	loadsOnly(t, p, dtype.F16)
+}
+
+func TestSingleVersusIndex(t *testing.T) {
+	build := func(t *testing.T) string {
+		return ckpttest.Dir(t,
+			ckpttest.Weights{Variant: "fp16", Tensors: f16},
+			ckpttest.Weights{Variant: "fp16", Shards: 2, Tensors: f16},
+		)
+	}
+	t.Run("both complete", func(t *testing.T) {
+		dir := build(t)
+		p := mustResolve(t, dir, "fp16")
+		if p.Layout != variant.LayoutSingle || !hasWarning(p, "model.safetensors.index.fp16.json", "both complete") {
+			t.Fatalf("plan %+v", p)
+		}
+		ig := ignored(p)
+		if ig["model.safetensors.index.fp16.json"] == "" || ig["model.fp16-00001-of-00002.safetensors"] == "" {
+			t.Errorf("ignored %v", ig)
+		}
+	})
+	t.Run("only index complete", func(t *testing.T) {
+		dir := build(t)
+		os.WriteFile(filepath.Join(dir, "model.fp16.safetensors"), []byte("truncated"), 0o644)
+		p := mustResolve(t, dir, "fp16")
+		if p.Layout != variant.LayoutSharded || !hasWarning(p, "incomplete single file model.fp16.safetensors") {
+			t.Fatalf("plan %+v", p)
+		}
+		loadsOnly(t, p, dtype.F16)
+	})
+	t.Run("only single complete", func(t *testing.T) {
+		dir := build(t)
+		os.Remove(filepath.Join(dir, "model.fp16-00002-of-00002.safetensors"))
+		p := mustResolve(t, dir, "fp16")
+		if p.Layout != variant.LayoutSingle || !hasWarning(p, "incomplete index model.safetensors.index.fp16.json", "model.fp16-00002-of-00002.safetensors") {
+			t.Fatalf("plan %+v", p)
+		}
+	})
+	t.Run("neither complete", func(t *testing.T) {
+		dir := build(t)
+		os.Remove(filepath.Join(dir, "model.fp16-00002-of-00002.safetensors"))
+		os.WriteFile(filepath.Join(dir, "model.fp16.safetensors"), []byte("truncated"), 0o644)
+		p := wantErr(t, dir, "fp16", variant.ErrInvalidWeights, "model.fp16.safetensors", "model.fp16-00002-of-00002.safetensors")
+		if len(p.Ignored) < 3 {
+			t.Errorf("ignored %v", p.Ignored)
+		}
+	})
+}
+
+func TestNeverMix(t *testing.T) {
+	t.Run("variant index with untagged shards", func(t *testing.T) {
+		dir := ckpttest.Dir(t, ckpttest.Weights{Shards: 2, Tensors: f32})
+		data, _ := os.ReadFile(filepath.Join(dir, "model.safetensors.index.json"))
+		os.WriteFile(filepath.Join(dir, "model.safetensors.index.fp16.json"), data, 0o644)
+		p := wantErr(t, dir, "fp16", variant.ErrVariantMismatch, "model.safetensors.index.fp16.json", "model-00001-of-00002.safetensors", "untagged")
+		_ = p
+		mustResolve(t, dir, "") // the untagged set itself is fine
+	})
+	t.Run("untagged index with variant shards", func(t *testing.T) {
+		dir := ckpttest.Dir(t, ckpttest.Weights{Variant: "fp16", Shards: 2, Layout: ckpttest.Legacy, Tensors: f16})
+		data, _ := os.ReadFile(filepath.Join(dir, "model.safetensors.index.fp16.json"))
+		os.WriteFile(filepath.Join(dir, "model.safetensors.index.json"), data, 0o644)
+		wantErr(t, dir, "", variant.ErrVariantMismatch, "model-00001-of-00002.fp16.safetensors", `variant "fp16"`)
+	})
+	t.Run("index naming another variant", func(t *testing.T) {
+		dir := ckpttest.Dir(t, ckpttest.Weights{Variant: "bf16", Shards: 2, Tensors: bf16})
+		data, _ := os.ReadFile(filepath.Join(dir, "model.safetensors.index.bf16.json"))
+		os.WriteFile(filepath.Join(dir, "model.safetensors.index.fp16.json"), data, 0o644)
+		wantErr(t, dir, "fp16", variant.ErrVariantMismatch, "bf16")
+	})
+	t.Run("index naming a foreign file", func(t *testing.T) {
+		dir := ckpttest.Dir(t, ckpttest.Weights{Tensors: f32})
+		ckpttest.WriteFile(filepath.Join(dir, "weights.safetensors"), f32, nil)
+		ckpttest.WriteIndex(filepath.Join(dir, "model.safetensors.index.json"), map[string]string{"a.weight": "weights.safetensors"}, nil)
+		wantErr(t, dir, "", variant.ErrForeignShard, "weights.safetensors")
+	})
+	t.Run("hugging face transformer folder", func(t *testing.T) {
+		// diffusion_pytorch_model.bf16.safetensors beside F32 shards and a
+		// non-variant index: each plan takes exactly one of them.
+		dir := ckpttest.Dir(t,
+			ckpttest.Weights{Prefix: ckpttest.DiffusersPrefix, Shards: 2, Tensors: f32},
+			ckpttest.Weights{Prefix: ckpttest.DiffusersPrefix, Variant: "bf16", Tensors: bf16},
+		)
+		p := mustResolve(t, dir, "bf16")
+		if !slices.Equal(p.Files, []string{"diffusion_pytorch_model.bf16.safetensors"}) || len(p.Ignored) != 3 {
+			t.Fatalf("plan %+v", p)
+		}
+		loadsOnly(t, p, dtype.BF16)
+		p = mustResolve(t, dir, "")
+		if p.Index != "diffusion_pytorch_model.safetensors.index.json" || len(p.Files) != 2 {
+			t.Fatalf("plan %+v", p)
+		}
+		loadsOnly(t, p, dtype.F32)
+	})
+}
+
+func TestVariantNotFoundSaysWhatExists(t *testing.T) {
+	dir := ckpttest.Dir(t, ckpttest.Weights{Tensors: f32}, ckpttest.Weights{Variant: "bf16", Tensors: bf16})
+	wantErr(t, dir, "fp16", variant.ErrVariantNotFound, "untagged weights exist", "bf16")
+	dir = ckpttest.Dir(t, ckpttest.Weights{Variant: "bf16", Tensors: bf16})
+	wantErr(t, dir, "fp16", variant.ErrVariantNotFound, "no untagged weights", "bf16")
+	dir = ckpttest.Dir(t, ckpttest.Weights{Tensors: f32})
+	wantErr(t, dir, "fp16", variant.ErrVariantNotFound, "untagged weights exist")
+}
+
+func TestFailureKinds(t *testing.T) {
+	sharded := func(t *testing.T) string { return ckpttest.Dir(t, ckpttest.Weights{Shards: 2, Tensors: f32}) }
+	index := "model.safetensors.index.json"
+	t.Run("missing shard", func(t *testing.T) {
+		dir := sharded(t)
+		os.Remove(filepath.Join(dir, "model-00001-of-00002.safetensors"))
+		p := wantErr(t, dir, "", variant.ErrMissingShard, index, "model-00001-of-00002.safetensors")
+		_, err := p.Open()
+		if !errors.Is(err, variant.ErrMissingShard) || !errors.Is(err, shard.ErrMissingShard) {
+			t.Errorf("Open of a failed plan: %v", err)
+		}
+	})
+	t.Run("wrong shard", func(t *testing.T) {
+		dir := sharded(t)
+		ckpttest.WriteIndex(filepath.Join(dir, index), map[string]string{
+			"a.weight": "model-00002-of-00002.safetensors", "a.bias": "model-00001-of-00002.safetensors",
+			"b.weight": "model-00002-of-00002.safetensors", "b.bias": "model-00002-of-00002.safetensors",
+		}, nil)
+		p := wantErr(t, dir, "", variant.ErrTensorMissingFromShard, "a.weight", "model-00002-of-00002.safetensors")
+		var e *variant.Error
+		if perr := p.Err(); !errors.As(perr, &e) || e.Tensor != "a.weight" || e.File != index {
+			t.Errorf("error %+v", e)
+		}
+	})
+	t.Run("path traversal", func(t *testing.T) {
+		for _, evil := range []string{"../model-00001-of-00002.safetensors", "/tmp/model-00001-of-00002.safetensors", `..\model-00001-of-00002.safetensors`, "C:model-00001-of-00002.safetensors", "sub/model-00001-of-00002.safetensors"} {
+			dir := sharded(t)
+			ckpttest.WriteIndex(filepath.Join(dir, index), map[string]string{"a.weight": evil}, nil)
+			wantErr(t, dir, "", variant.ErrInsecurePath, evil)
+			p, _ := variant.ResolveComponent(dir, "")
+			if !errors.Is(p.Err(), shard.ErrInsecurePath) {
+				t.Errorf("%s: %v", evil, p.Err())
+			}
+		}
+	})
+	t.Run("symlink out of the folder", func(t *testing.T) {
+		dir := sharded(t)
+		outside := filepath.Join(t.TempDir(), "x.safetensors")
+		s1 := filepath.Join(dir, "model-00001-of-00002.safetensors")
+		os.Rename(s1, outside)
+		if err := os.Symlink(outside, s1); err != nil {
+			t.Skip(err)
+		}
+		wantErr(t, dir, "", variant.ErrInsecurePath, "model-00001-of-00002.safetensors")
+	})
+	t.Run("invalid index", func(t *testing.T) {
+		dir := sharded(t)
+		os.WriteFile(filepath.Join(dir, index), []byte(`{"weight_map": []}`), 0o644)
+		wantErr(t, dir, "", variant.ErrInvalidIndex, index)
+	})
+	t.Run("shards without index", func(t *testing.T) {
+		dir := sharded(t)
+		os.Remove(filepath.Join(dir, index))
+		p := wantErr(t, dir, "", variant.ErrMissingIndex, index)
+		if len(p.Ignored) != 2 {
+			t.Errorf("ignored %v", p.Ignored)
+		}
+	})
+	t.Run("ambiguous prefix", func(t *testing.T) {
+		dir := ckpttest.Dir(t, ckpttest.Weights{Tensors: f32}, ckpttest.Weights{Prefix: ckpttest.DiffusersPrefix, Tensors: f32},
+			ckpttest.Weights{Prefix: ckpttest.DiffusersPrefix, Variant: "fp16", Tensors: f16})
+		wantErr(t, dir, "", variant.ErrAmbiguousPrefix, "model", "diffusion_pytorch_model")
+		// Only one prefix has fp16: no ambiguity.
+		p := mustResolve(t, dir, "fp16")
+		if !slices.Equal(p.Files, []string{"diffusion_pytorch_model.fp16.safetensors"}) {
+			t.Errorf("files %v", p.Files)
+		}
+	})
+}
+
+func TestPlanOpenDetectsChange(t *testing.T) {
+	dir := ckpttest.Dir(t, ckpttest.Weights{Shards: 2, Tensors: f32})
+	p := mustResolve(t, dir, "")
+	// Re-shard after resolution: the index now names other files.
+	for _, f := range p.Files {
+		os.Remove(filepath.Join(dir, f))
+	}
+	if _, err := ckpttest.WriteWeights(dir, ckpttest.Weights{Shards: 4, Tensors: f32}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Open(); !errors.Is(err, variant.ErrPlanChanged) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestPlanJSON(t *testing.T) {
+	dir := ckpttest.Dir(t, ckpttest.Weights{Tensors: f32}, ckpttest.Weights{Variant: "bf16", Tensors: bf16})
+	p := mustResolve(t, dir, "bf16")
+	b, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	json.Unmarshal(b, &m)
+	for _, k := range []string{"component", "dir", "variant", "layout", "files", "ignored", "warnings"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("JSON lacks %q: %s", k, b)
+		}
+	}
+	if _, ok := m["error"]; ok {
+		t.Errorf("JSON has an error: %s", b)
+	}
+	p, _ = variant.ResolveComponent(dir, "fp16")
+	b, _ = json.Marshal(p)
+	if !strings.Contains(string(b), `"error":{"kind":"variant_not_found","message":"variant: variant_not_found: `) {
+		t.Errorf("failed plan JSON: %s", b)
+	}
+}
