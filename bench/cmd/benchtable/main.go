@@ -89,6 +89,17 @@ func run(in io.Reader, out io.Writer) error {
 				}
 			}
 		}
+		// Baselines first, then ckpt, then the peers.
+		rank := func(c string) int {
+			switch c {
+			case "copy", "map":
+				return 0
+			case "ckpt":
+				return 1
+			}
+			return 2
+		}
+		slices.SortStableFunc(cols, func(a, b string) int { return rank(a) - rank(b) })
 		fmt.Fprintf(out, "| case | %s |", strings.Join(cols, " | "))
 		for _, p := range peers {
 			fmt.Fprintf(out, " ckpt speed-up vs %s |", p)
