@@ -186,6 +186,13 @@ func parseHeader(s string, dataLen int64) (*Header, error) {
 		return nil, newErr(ErrInvalidUTF8, "", "", fmt.Sprintf("header is not valid UTF-8 (byte %d)", i))
 	}
 	p := parser{s: s}
+	// Size the tables once: every tensor entry is an object, so the number
+	// of '{' bounds the tensor count (by the header's own length, never more).
+	if n := strings.Count(s, "{") - 1; n > 0 {
+		p.spans = make([]shapeSpan, 0, n)
+		p.shapes = make([]int64, 0, 3*n)
+		p.tensors = make([]TensorInfo, 0, n)
+	}
 	h := &Header{HeaderLen: uint64(len(s)), DataOffset: 8 + int64(len(s)), DataLen: dataLen}
 	if dataLen < 0 {
 		h.DataLen = -1
@@ -219,10 +226,10 @@ func (h *Header) finish() error {
 	}
 	h.index = make(map[string]int, len(ts))
 	for i := range ts {
-		if _, dup := h.index[ts[i].Name]; dup {
+		h.index[ts[i].Name] = i
+		if len(h.index) != i+1 { // one hash operation per name
 			return newErr(ErrDuplicateKey, ts[i].Name, "", "tensor name appears twice in the header")
 		}
-		h.index[ts[i].Name] = i
 	}
 	var start int64
 	for i := range ts {
@@ -345,14 +352,15 @@ func lookupDType(name string) (dtype.DType, bool) {
 // (wrong types, unknown dtypes, duplicate keys) are recorded and reported
 // only if the whole header is syntactically valid, as the reference does.
 type parser struct {
-	s      string
-	i      int
-	depth  int
-	synErr *Error
-	semErr *Error
-	shapes []int64
-	spans  []shapeSpan
-	keyBuf []byte
+	s       string
+	i       int
+	depth   int
+	synErr  *Error
+	semErr  *Error
+	shapes  []int64
+	spans   []shapeSpan
+	tensors []TensorInfo
+	keyBuf  []byte
 }
 
 type shapeSpan struct{ start, n int }
@@ -418,6 +426,7 @@ func (p *parser) parse(h *Header) {
 	}
 	p.i++
 	p.ws()
+	h.Tensors = p.tensors
 	sawMeta := false
 	if p.peek() == '}' {
 		p.i++

@@ -1,0 +1,297 @@
+package safetensors
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/ckpt-go/ckpt/dtype"
+)
+
+// manyTensors returns n small U8 tensors with realistic names.
+func manyTensors(n int) []TensorData {
+	out := make([]TensorData, n)
+	data := []byte{1, 2, 3, 4}
+	for i := range out {
+		out[i] = TensorData{Name: fmt.Sprintf("model.layers.%d.self_attn.q_proj.weight", i), DType: dtype.U8, Shape: []int64{2, 2}, Data: data}
+	}
+	return out
+}
+
+func writeBenchFile(b *testing.B, tensors []TensorData) string {
+	b.Helper()
+	path := filepath.Join(b.TempDir(), "b.safetensors")
+	if err := Save(context.Background(), path, tensors, map[string]string{"format": "pt"}); err != nil {
+		b.Fatal(err)
+	}
+	return path
+}
+
+// BenchmarkOpen: Open + Close as a function of the tensor count. The cost is
+// the header parse; ns/op is the number to read.
+func BenchmarkOpen(b *testing.B) {
+	for _, n := range []int{1, 1000, 100000} {
+		b.Run(fmt.Sprintf("tensors=%d", n), func(b *testing.B) {
+			path := writeBenchFile(b, manyTensors(n))
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				f, err := Open(path)
+				if err != nil {
+					b.Fatal(err)
+				}
+				f.Close()
+			}
+		})
+	}
+}
+
+// BenchmarkOpenFileSize: the same one-tensor header on a 4 MiB and a 4 GiB
+// (sparse) file. Opening must not touch the data, so both cost the same.
+func BenchmarkOpenFileSize(b *testing.B) {
+	for _, size := range []int64{4 << 20, 4 << 30} {
+		b.Run(fmt.Sprintf("size=%dMiB", size>>20), func(b *testing.B) {
+			path := filepath.Join(b.TempDir(), "s.safetensors")
+			fh, err := os.Create(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			w, err := NewWriter(fh, []TensorSpec{{Name: "w", DType: dtype.BF16, Shape: []int64{size / 2}}}, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := fh.Truncate(w.Size()); err != nil {
+				b.Fatal(err)
+			}
+			fh.Close()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				f, err := Open(path)
+				if err != nil {
+					b.Fatal(err)
+				}
+				f.Close()
+			}
+		})
+	}
+}
+
+// BenchmarkParseHeader: header parse throughput (MB/s of JSON), against a
+// plain copy of the same bytes and encoding/json into generic maps.
+func BenchmarkParseHeader(b *testing.B) {
+	for _, n := range []int{1000, 100000} {
+		raw, err := Serialize(manyTensors(n), map[string]string{"format": "pt"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		f, _ := OpenBytes(raw)
+		hdr := raw[8:f.Header().DataOffset]
+		dataLen := f.Header().DataLen
+		b.Run(fmt.Sprintf("tensors=%d/ckpt", n), func(b *testing.B) {
+			b.SetBytes(int64(len(hdr)))
+			for i := 0; i < b.N; i++ {
+				if _, err := ParseHeader(hdr, dataLen); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("tensors=%d/baseline-copy", n), func(b *testing.B) {
+			dst := make([]byte, len(hdr))
+			b.SetBytes(int64(len(hdr)))
+			for i := 0; i < b.N; i++ {
+				copy(dst, hdr)
+			}
+		})
+		b.Run(fmt.Sprintf("tensors=%d/encoding-json", n), func(b *testing.B) {
+			b.SetBytes(int64(len(hdr)))
+			for i := 0; i < b.N; i++ {
+				var m map[string]any
+				if err := json.Unmarshal(hdr, &m); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkBytes: the cost of a zero-copy view, against slicing a []byte.
+func BenchmarkBytes(b *testing.B) {
+	path := writeBenchFile(b, []TensorData{{Name: "w", DType: dtype.F32, Shape: []int64{1 << 20}, Data: make([]byte, 4<<20)}})
+	f, err := Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	t, _ := f.Tensor("w")
+	b.Run("Tensor.Bytes", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			if _, err := t.Bytes(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("File.Tensor+Bytes", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			t, _ := f.Tensor("w")
+			if _, err := t.Bytes(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	buf := make([]byte, 8<<20)
+	var sink []byte
+	b.Run("baseline-reslice", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			sink = buf[i&1023 : 4<<20]
+		}
+	})
+	_ = sink
+}
+
+// BenchmarkRead: reading a 64 MiB tensor raw (ReadTo) and converted
+// BF16->F32 (ConvertTo) through pread into a reused buffer, through a fresh
+// mapping (first touch faults every page), and through a warm mapping;
+// baselines: copy and dtype.Convert of the same bytes already in memory.
+// SetBytes counts source bytes.
+func BenchmarkRead(b *testing.B) {
+	const n = 32 << 20 // BF16 elements: 64 MiB
+	src := make([]byte, 2*n)
+	for i := range src {
+		src[i] = byte(i*31) & 0x3f // finite values
+	}
+	path := writeBenchFile(b, []TensorData{{Name: "w", DType: dtype.BF16, Shape: []int64{n}, Data: src}})
+	raw := make([]byte, 2*n)
+	f32 := make([]byte, 4*n)
+	copy(raw, src) // touch the destinations before any timer
+	for i := range f32 {
+		f32[i] = 1
+	}
+	open := func(b *testing.B, opts ...OpenOption) (*File, *Tensor) {
+		f, err := Open(path, opts...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		t, _ := f.Tensor("w")
+		return f, t
+	}
+	b.Run("raw/baseline-copy", func(b *testing.B) {
+		b.SetBytes(2 * n)
+		for i := 0; i < b.N; i++ {
+			copy(raw, src)
+		}
+	})
+	b.Run("raw/pread", func(b *testing.B) {
+		f, t := open(b)
+		defer f.Close()
+		b.SetBytes(2 * n)
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if err := t.ReadTo(raw); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("raw/mmap-fresh", func(b *testing.B) {
+		b.SetBytes(2 * n)
+		for i := 0; i < b.N; i++ {
+			f, t := open(b, WithReadMode(ReadMapped))
+			if err := t.ReadTo(raw); err != nil {
+				b.Fatal(err)
+			}
+			f.Close()
+		}
+	})
+	b.Run("raw/mmap-warm", func(b *testing.B) {
+		f, t := open(b, WithReadMode(ReadMapped))
+		defer f.Close()
+		t.ReadTo(raw)
+		b.SetBytes(2 * n)
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if err := t.ReadTo(raw); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("bf16-f32/baseline-convert-in-memory", func(b *testing.B) {
+		b.SetBytes(2 * n)
+		for i := 0; i < b.N; i++ {
+			if _, err := dtype.Convert(f32, dtype.F32, src, dtype.BF16, dtype.Options{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("bf16-f32/pread", func(b *testing.B) {
+		f, t := open(b)
+		defer f.Close()
+		t.ConvertTo(dtype.F32, f32, dtype.Options{}) // warm the scratch pool
+		b.SetBytes(2 * n)
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if _, err := t.ConvertTo(dtype.F32, f32, dtype.Options{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("bf16-f32/mmap-fresh", func(b *testing.B) {
+		b.SetBytes(2 * n)
+		for i := 0; i < b.N; i++ {
+			f, t := open(b, WithReadMode(ReadMapped))
+			if _, err := t.ConvertTo(dtype.F32, f32, dtype.Options{}); err != nil {
+				b.Fatal(err)
+			}
+			f.Close()
+		}
+	})
+	b.Run("bf16-f32/mmap-warm", func(b *testing.B) {
+		f, t := open(b, WithReadMode(ReadMapped))
+		defer f.Close()
+		t.ConvertTo(dtype.F32, f32, dtype.Options{})
+		b.SetBytes(2 * n)
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if _, err := t.ConvertTo(dtype.F32, f32, dtype.Options{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkSave: writing a 64 MiB file atomically (fsync included) against
+// a plain os.WriteFile of the same bytes without fsync.
+func BenchmarkSave(b *testing.B) {
+	data := make([]byte, 64<<20)
+	for i := range data {
+		data[i] = byte(i)
+	}
+	in := []TensorData{{Name: "w", DType: dtype.F32, Shape: []int64{16 << 20}, Data: data}}
+	dir := b.TempDir()
+	b.Run("Save", func(b *testing.B) {
+		b.SetBytes(int64(len(data)))
+		for i := 0; i < b.N; i++ {
+			if err := Save(context.Background(), filepath.Join(dir, "s.safetensors"), in, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("baseline-WriteFile", func(b *testing.B) {
+		b.SetBytes(int64(len(data)))
+		for i := 0; i < b.N; i++ {
+			if err := os.WriteFile(filepath.Join(dir, "w.bin"), data, 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("Serialize", func(b *testing.B) {
+		b.SetBytes(int64(len(data)))
+		for i := 0; i < b.N; i++ {
+			if _, err := Serialize(in, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	_ = bytes.MinRead
+}
