@@ -1,0 +1,235 @@
+package main
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ckpt-go/ckpt/ckpttest"
+	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/sample"
+)
+
+func TestInspectFile(t *testing.T) {
+	path := ckpttest.File(t,
+		ckpttest.T("w", dtype.F8_E4M3, 4, 8),
+		ckpttest.T("b", dtype.BF16, 8),
+		ckpttest.T("scale", dtype.F32))
+	stdout, stderr, code := runCLI(t, "inspect", "--json", path)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var rep inspectReport
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Count != 3 || rep.Bytes != 32+16+4 {
+		t.Fatalf("count %d bytes %d, want 3 and 52", rep.Count, rep.Bytes)
+	}
+	byName := map[string]inspectTensor{}
+	for _, tt := range rep.Tensors {
+		byName[tt.Name] = tt
+	}
+	if w := byName["w"]; w.DType != "F8_E4M3" || w.Bytes != 32 || len(w.Shape) != 2 || w.Offsets[1]-w.Offsets[0] != 32 {
+		t.Errorf("w = %+v", w)
+	}
+	if s := byName["scale"]; s.Shape == nil || len(s.Shape) != 0 {
+		t.Errorf("scalar shape = %#v, want []", s.Shape)
+	}
+	stdout, _, code = runCLI(t, "inspect", path)
+	if code != 0 || !strings.Contains(stdout, "F8_E4M3") || !strings.Contains(stdout, "totals: 3 tensors") {
+		t.Fatalf("table output (exit %d):\n%s", code, stdout)
+	}
+}
+
+func TestInspectShardedFolder(t *testing.T) {
+	dir := ckpttest.Dir(t, ckpttest.Weights{
+		Shards:  2,
+		Tensors: ckpttest.MustParseTensors("a:F32[4] b:F32[4] c:BF16[2,2]"),
+	})
+	stdout, stderr, code := runCLI(t, "inspect", "--json", dir)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var rep inspectReport
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Kind != "folder" || len(rep.Files) != 2 || rep.Count != 3 {
+		t.Fatalf("report %+v", rep)
+	}
+	for _, tt := range rep.Tensors {
+		if !strings.HasPrefix(tt.File, "model-0000") {
+			t.Errorf("tensor %s: file %q, want a shard name", tt.Name, tt.File)
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	good := ckpttest.File(t, ckpttest.T("x", dtype.F16, 3))
+	data, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	truncated := filepath.Join(dir, "truncated.safetensors")
+	if err := os.WriteFile(truncated, data[:len(data)-1], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	huge := filepath.Join(dir, "huge.safetensors")
+	bomb := append([]byte(nil), data...)
+	binary.LittleEndian.PutUint64(bomb, 1<<50)
+	if err := os.WriteFile(huge, bomb, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	stdout, _, code := runCLI(t, "validate", good)
+	if code != 0 || !strings.HasPrefix(stdout, "ok") {
+		t.Fatalf("valid file: exit %d, %q", code, stdout)
+	}
+	stdout, _, code = runCLI(t, "validate", "--json", good, truncated, huge, filepath.Join(dir, "missing.safetensors"))
+	if code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	var results []validateResult
+	if err := json.Unmarshal([]byte(stdout), &results); err != nil {
+		t.Fatal(err)
+	}
+	wantKinds := []string{"", "incomplete_buffer", "header_too_large", "not_found"}
+	if len(results) != len(wantKinds) {
+		t.Fatalf("%d results, want %d", len(results), len(wantKinds))
+	}
+	for i, r := range results {
+		if (wantKinds[i] == "") != r.OK {
+			t.Errorf("%s: ok=%v", r.File, r.OK)
+		}
+		if wantKinds[i] != "" && (r.Error == nil || r.Error.Kind != wantKinds[i]) {
+			t.Errorf("%s: error %+v, want kind %s", r.File, r.Error, wantKinds[i])
+		}
+	}
+	// The JSON carries exactly the documented keys.
+	var raw []map[string]any
+	if err := json.Unmarshal([]byte(stdout), &raw); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := raw[1]["error"].(map[string]any)["message"]; !ok {
+		t.Errorf("error object lacks message: %v", raw[1])
+	}
+}
+
+func TestResolve(t *testing.T) {
+	tensors := ckpttest.MustParseTensors("w:F32[2,2]")
+	half := ckpttest.MustParseTensors("w:BF16[2,2]")
+	root := ckpttest.NewPipeline(t, ckpttest.Pipeline{Components: []ckpttest.Component{
+		{Name: "transformer", Weights: []ckpttest.Weights{
+			{Prefix: "diffusion_pytorch_model", Shards: 2, Tensors: ckpttest.MustParseTensors("a:F32[2] b:F32[2]")},
+			{Prefix: "diffusion_pytorch_model", Variant: "bf16", Tensors: ckpttest.MustParseTensors("a:BF16[2] b:BF16[2]")},
+		}},
+		{Name: "vae", Weights: []ckpttest.Weights{{Prefix: "diffusion_pytorch_model", Tensors: tensors}}},
+		{Name: "text_encoder", Library: "transformers", Weights: []ckpttest.Weights{{Tensors: tensors}, {Variant: "bf16", Tensors: half}}},
+	}})
+	stdout, stderr, code := runCLI(t, "resolve", "--json", "--variant", "bf16", root)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var out struct {
+		Pipeline   bool `json:"pipeline"`
+		Components []struct {
+			Component string   `json:"component"`
+			Files     []string `json:"files"`
+			Ignored   []struct {
+				File   string `json:"file"`
+				Reason string `json:"reason"`
+			} `json:"ignored"`
+			Warnings []string `json:"warnings"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+		t.Fatal(err)
+	}
+	if !out.Pipeline || len(out.Components) != 3 {
+		t.Fatalf("output %s", stdout)
+	}
+	for _, c := range out.Components {
+		switch c.Component {
+		case "transformer":
+			if len(c.Files) != 1 || c.Files[0] != "diffusion_pytorch_model.bf16.safetensors" || len(c.Ignored) != 3 {
+				t.Errorf("transformer plan %+v", c)
+			}
+		case "vae":
+			if len(c.Files) != 1 || len(c.Warnings) == 0 {
+				t.Errorf("vae should fall back to untagged weights with a warning: %+v", c)
+			}
+		}
+	}
+	// A single component asked for a variant it lacks: exit 1 with a kind.
+	stdout, _, code = runCLI(t, "resolve", "--json", "--variant", "fp16", filepath.Join(root, "vae"))
+	if code != 1 || !strings.Contains(stdout, `"kind"`) {
+		t.Fatalf("missing variant: exit %d, %s", code, stdout)
+	}
+}
+
+// TestSampleUpToDate regenerates the bundled sample and compares it with the
+// embedded copy, byte for byte: the sample is generated, never edited.
+func TestSampleUpToDate(t *testing.T) {
+	dir := t.TempDir()
+	if err := sample.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	err := fs.WalkDir(sampleFS, "sample", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel := strings.TrimPrefix(path, "sample/")
+		seen[rel] = true
+		want, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(rel)))
+		if err != nil {
+			t.Errorf("embedded %s is not generated any more: run go generate ./cmd/ckpt", rel)
+			return nil
+		}
+		got, _ := sampleFS.ReadFile(path)
+		if !bytes.Equal(got, want) {
+			t.Errorf("embedded %s differs from the generator's output: run go generate ./cmd/ckpt", rel)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			rel, _ := filepath.Rel(dir, path)
+			if !seen[filepath.ToSlash(rel)] {
+				t.Errorf("generator writes %s, missing from the embedded sample: run go generate ./cmd/ckpt", rel)
+			}
+		}
+		return nil
+	})
+}
+
+func TestDemo(t *testing.T) {
+	stdout, stderr, code := runCLI(t, "demo", "--keep", t.TempDir())
+	if code != 0 {
+		t.Fatalf("demo exit %d: %s\n%s", code, stderr, stdout)
+	}
+	for _, want := range []string{
+		"load    diffusion_pytorch_model.bf16.safetensors",
+		"component image_encoder has no bf16 weights",
+		"[incomplete_buffer]", "[header_too_large]",
+		"F32 -> F16   128 elements: 0 NaN, 3 Inf, 3 overflow",
+		"2 NaN, 0 Inf, 2 overflow, 0 saturated",
+		"0 NaN, 0 Inf, 2 overflow, 2 saturated",
+		"previous file intact: true",
+		"temp files left: 0",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("demo output lacks %q", want)
+		}
+	}
+}

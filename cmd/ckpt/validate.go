@@ -1,0 +1,86 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+func validateCommand() *command {
+	c := &command{
+		name:    "validate",
+		args:    "PATH...",
+		summary: "check files, indexes or folders against the safetensors rules",
+		help: `Validates each PATH — a .safetensors file, a *.safetensors.index.json with
+its shards, or a component folder — by the rules of the reference
+implementation and ckpt's stricter ones (duplicate keys, untrusted index
+paths, shards that lack mapped tensors). Exit status 0 when all are valid,
+1 when any is not. The JSON form prints one object per PATH:
+{"file": PATH, "ok": bool, "error": {"kind", "tensor", "message"}}, where
+kind is the typed error's kind name (e.g. "header_too_large").
+
+Examples:
+  ckpt validate model.safetensors other.safetensors
+  ckpt validate --json model.safetensors.index.json | jq '.[] | select(.ok|not)'`,
+	}
+	c.run = func(e *env, args []string) error {
+		fs := newFlags(e, c)
+		asJSON := fs.Bool("json", false, "print JSON")
+		variantName := fs.String("variant", "", "precision variant to resolve in folders")
+		if err := parseFlags(e, c, fs, args); err != nil {
+			return err
+		}
+		if fs.NArg() == 0 {
+			return usageError{msg: "validate needs at least one PATH"}
+		}
+		results := validatePaths(fs.Args(), *variantName)
+		bad := 0
+		for _, r := range results {
+			if !r.OK {
+				bad++
+			}
+		}
+		if *asJSON {
+			enc := json.NewEncoder(e.stdout)
+			enc.SetIndent("", "  ")
+			if err := enc.Encode(results); err != nil {
+				return err
+			}
+		} else {
+			for _, r := range results {
+				if r.OK {
+					fmt.Fprintf(e.stdout, "ok       %s (%d tensors)\n", r.File, r.Tensors)
+				} else {
+					fmt.Fprintf(e.stdout, "INVALID  %s: [%s] %s\n", r.File, r.Error.Kind, r.Error.Message)
+				}
+			}
+		}
+		if bad > 0 {
+			return exitError{code: 1}
+		}
+		return nil
+	}
+	return c
+}
+
+type validateResult struct {
+	File    string     `json:"file"`
+	OK      bool       `json:"ok"`
+	Tensors int        `json:"tensors,omitempty"`
+	Error   *errorInfo `json:"error,omitempty"`
+}
+
+func validatePaths(paths []string, variantName string) []validateResult {
+	results := make([]validateResult, 0, len(paths))
+	for _, p := range paths {
+		r := validateResult{File: p}
+		t, err := openTarget(p, variantName)
+		if err == nil {
+			r.Tensors = len(t.ckpt.Names())
+			t.Close()
+		}
+		r.OK = err == nil
+		r.Error = describeError(err)
+		results = append(results, r)
+	}
+	return results
+}
