@@ -431,3 +431,39 @@ func TestWriteCanceledOrFailingSource(t *testing.T) {
 	}
 	check("canceled mid-way")
 }
+
+// TestWriteReplacesLegacySet: writing a variant set removes the same
+// variant's legacy-named files (which a resolver could otherwise pick up)
+// and leaves other variants, prefixes and strays alone.
+func TestWriteReplacesLegacySet(t *testing.T) {
+	dir := t.TempDir()
+	old := ckpttest.MustParseTensors("a:F16[4] b:F16[4]")
+	for _, w := range []ckpttest.Weights{
+		{Variant: "fp16", Shards: 2, Layout: ckpttest.Legacy, Tensors: old},
+		{Variant: "fp16", Shards: 2, Layout: ckpttest.LegacyIndexName, Tensors: old},
+		{Variant: "fp16", Tensors: old},
+		{Variant: "bf16", Tensors: old},
+		{Tensors: old},
+		{Prefix: "diffusion_pytorch_model", Variant: "fp16", Tensors: old},
+	} {
+		if _, err := ckpttest.WriteWeights(dir, w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(filepath.Join(dir, "model.fp16.safetensors.bak"), []byte("x"), 0o644)
+	res, err := Write(context.Background(), dir, "model", "fp16", []safetensors.TensorData{td("a", dtype.F16, 4), td("b", dtype.F16, 4)}, nil, WithMaxShardSize(8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"diffusion_pytorch_model.fp16.safetensors", "model.bf16.safetensors",
+		"model.fp16-00001-of-00002.safetensors", "model.fp16-00002-of-00002.safetensors",
+		"model.fp16.safetensors.bak", "model.safetensors", "model.safetensors.index.fp16.json",
+	}
+	if got := dirNames(t, dir); !slices.Equal(got, want) {
+		t.Errorf("folder %v\nwant %v", got, want)
+	}
+	if len(res.Replaced) != 5 {
+		t.Errorf("replaced %v", res.Replaced)
+	}
+}

@@ -88,7 +88,8 @@ func (pp *PipelinePlan) fail(err error) (*PipelinePlan, error) {
 //
 // The plan is returned even on failure. The error is the pipeline's error,
 // or the components' errors joined.
-func ResolvePipeline(root, variant string) (*PipelinePlan, error) {
+func ResolvePipeline(root, variant string, opts ...Option) (*PipelinePlan, error) {
+	cfg := buildConfig(opts)
 	pp := &PipelinePlan{Root: root, Variant: variant, Components: []*Plan{}, Warnings: []string{}, Ignored: []Ignored{}}
 	if variant != "" && !ValidName(variant) {
 		return pp.fail(&Error{Kind: ErrInvalidVariant, Dir: root, Msg: fmt.Sprintf("%q does not match ^[A-Za-z0-9_]+$", variant)})
@@ -127,6 +128,7 @@ func ResolvePipeline(root, variant string) (*PipelinePlan, error) {
 	for _, n := range names {
 		dir := filepath.Join(root, n)
 		p := newPlan(n, dir, variant)
+		p.opts = cfg.shardOpts
 		if err := checkComponentName(n); err != nil {
 			err.Dir = root
 			p.fail(err)
@@ -170,6 +172,7 @@ func ResolvePipeline(root, variant string) (*PipelinePlan, error) {
 			}
 			continue
 		}
+		f.shardOpts = cfg.shardOpts
 		c := &comp{name: n, f: f, plan: p}
 		comps = append(comps, c)
 		pp.Components = append(pp.Components, p)
@@ -213,11 +216,11 @@ func ResolvePipeline(root, variant string) (*PipelinePlan, error) {
 
 // Resolve resolves path as a pipeline when it holds a model_index.json, and
 // as a single component otherwise (the PipelinePlan then has one component).
-func Resolve(path, variant string) (*PipelinePlan, error) {
+func Resolve(path, variant string, opts ...Option) (*PipelinePlan, error) {
 	if _, err := os.Stat(filepath.Join(path, ModelIndex)); err == nil {
-		return ResolvePipeline(path, variant)
+		return ResolvePipeline(path, variant, opts...)
 	}
-	p, err := ResolveComponent(path, variant)
+	p, err := ResolveComponent(path, variant, opts...)
 	pp := &PipelinePlan{Root: path, Variant: variant, Components: []*Plan{p}, Warnings: []string{}, Ignored: []Ignored{}}
 	return pp, err
 }

@@ -48,7 +48,31 @@ type Plan struct {
 	// Error is set when the component could not be resolved.
 	Error *PlanError `json:"error,omitempty"`
 
-	err error
+	err  error
+	opts []shard.Option
+}
+
+// Option configures ResolveComponent and ResolvePipeline.
+type Option func(*config)
+
+type config struct {
+	shardOpts []shard.Option
+}
+
+// WithShardOptions passes options to shard.Open, both when resolution
+// checks an index for completeness and when Plan.Open opens the planned
+// files. Use shard.WithSymlinkRoot to resolve folders of the Hugging Face
+// cache, whose files are symlinks into a blobs folder.
+func WithShardOptions(opts ...shard.Option) Option {
+	return func(c *config) { c.shardOpts = append(c.shardOpts, opts...) }
+}
+
+func buildConfig(opts []Option) config {
+	var c config
+	for _, o := range opts {
+		o(&c)
+	}
+	return c
 }
 
 // Ignored is a file a plan does not load.
@@ -77,8 +101,10 @@ func (p *Plan) Paths() []string {
 
 // Open opens exactly the planned files as one checkpoint. It fails with the
 // plan's own error when resolution failed, and with ErrPlanChanged when the
-// index now names other files than the planned ones.
+// index now names other files than the planned ones. opts are added to the
+// shard options given to the resolver (WithShardOptions).
 func (p *Plan) Open(opts ...shard.Option) (*shard.Checkpoint, error) {
+	opts = append(slices.Clone(p.opts), opts...)
 	if p.err != nil {
 		return nil, p.err
 	}
@@ -133,6 +159,8 @@ type folder struct {
 	dir   string
 	cands []candidate
 	other []string // weights-like files with unrecognized names
+
+	shardOpts []shard.Option
 }
 
 func scan(dir string) (*folder, error) {
@@ -210,8 +238,10 @@ func (f *folder) variants() []string {
 //
 // The plan is returned even on failure, with Error set, so that callers can
 // report the ignored files; the error is also returned.
-func ResolveComponent(dir, variant string) (*Plan, error) {
+func ResolveComponent(dir, variant string, opts ...Option) (*Plan, error) {
+	cfg := buildConfig(opts)
 	p := newPlan(filepath.Base(filepath.Clean(dir)), dir, variant)
+	p.opts = cfg.shardOpts
 	if variant != "" && !ValidName(variant) {
 		return p.fail(&Error{Kind: ErrInvalidVariant, Dir: dir, Msg: fmt.Sprintf("%q does not match ^[A-Za-z0-9_]+$", variant)})
 	}
@@ -219,6 +249,7 @@ func ResolveComponent(dir, variant string) (*Plan, error) {
 	if err != nil {
 		return p.fail(err)
 	}
+	f.shardOpts = cfg.shardOpts
 	return f.resolve(p)
 }
 
@@ -491,7 +522,7 @@ func (f *folder) checkIndex(c candidate, prefix, v string) (*checked, error) {
 	if legacy > 0 && current > 0 {
 		ch.warns = append(ch.warns, fmt.Sprintf("index %s mixes current and legacy shard names", c.name))
 	}
-	ck, err := shard.Open(path)
+	ck, err := shard.Open(path, f.shardOpts...)
 	if err != nil {
 		ch.err = fromShard(f.dir, c.name, err)
 		return ch, nil

@@ -454,3 +454,28 @@ func TestPlanJSON(t *testing.T) {
 		t.Errorf("failed plan JSON: %s", b)
 	}
 }
+
+// TestHuggingFaceCacheSymlinks resolves a folder laid out like the Hugging
+// Face cache: snapshot files are symlinks into ../../blobs.
+func TestHuggingFaceCacheSymlinks(t *testing.T) {
+	repo := t.TempDir()
+	blobs := filepath.Join(repo, "blobs")
+	snap := filepath.Join(repo, "snapshots", "abc123")
+	os.MkdirAll(blobs, 0o755)
+	os.MkdirAll(snap, 0o755)
+	src := ckpttest.Dir(t, ckpttest.Weights{Shards: 2, Tensors: f32})
+	es, _ := os.ReadDir(src)
+	for i, e := range es {
+		blob := filepath.Join(blobs, "sha"+strconv.Itoa(i))
+		os.Rename(filepath.Join(src, e.Name()), blob)
+		if err := os.Symlink(filepath.Join("..", "..", "blobs", "sha"+strconv.Itoa(i)), filepath.Join(snap, e.Name())); err != nil {
+			t.Skip(err)
+		}
+	}
+	wantErr(t, snap, "", variant.ErrInsecurePath)
+	p, err := variant.ResolveComponent(snap, "", variant.WithShardOptions(shard.WithSymlinkRoot(repo)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	loadsOnly(t, p, dtype.F32)
+}
