@@ -29,6 +29,12 @@ Usage (driven by interop/safetensors_test.go; data exchanged through files):
       same tensors and metadata; OUT.json tells, per file, whether it could
       ("" or why not: e.g. F6, which the writer does not take).
 
+  st_oracle.py slice SPEC.json OUT.json
+      SPEC.json: [{"file", "tensor", "sel": [["full"] | ["span", a, b] |
+      ["at", i], ...]}]. For each, the reference's
+      safe_open(framework="numpy").get_slice(tensor)[sel]: "" or its error,
+      the result's shape and the sha256 of its bytes.
+
   The reference keeps __metadata__ in a hash map, so with two or more
   metadata keys the order it writes them in changes from run to run.
 """
@@ -198,6 +204,36 @@ def cmd_reserialize(out_path, paths, outdir):
         json.dump(res, fh)
 
 
+def cmd_slice(spec_path, out_path):
+    with open(spec_path) as fh:
+        spec = json.load(fh)
+    res = []
+    handles = {}
+    try:
+        for q in spec:
+            if q["file"] not in handles:
+                handles[q["file"]] = safe_open(q["file"], framework="numpy")
+            f = handles[q["file"]]
+            idx = []
+            for s in q["sel"] or []:
+                if s[0] == "full":
+                    idx.append(slice(None))
+                elif s[0] == "span":
+                    idx.append(slice(s[1], s[2]))
+                else:
+                    idx.append(s[1])
+            try:
+                a = np.asarray(f.get_slice(q["tensor"])[tuple(idx)])
+                res.append({"error": "", "shape": list(a.shape), "sha256": sha(a.tobytes())})
+            except Exception as e:
+                res.append({"error": "%s: %s" % (type(e).__name__, e), "shape": None, "sha256": ""})
+    finally:
+        for f in handles.values():
+            f.__exit__(None, None, None)
+    with open(out_path, "w") as fh:
+        json.dump(res, fh)
+
+
 def main(argv):
     if len(argv) == 5 and argv[1] == "write":
         cmd_write(argv[2], argv[3], argv[4])
@@ -205,6 +241,8 @@ def main(argv):
         with open(argv[3]) as fh:
             paths = [l.rstrip("\n") for l in fh if l.strip()]
         (cmd_read if argv[1] == "read" else cmd_check)(argv[2], paths)
+    elif len(argv) == 4 and argv[1] == "slice":
+        cmd_slice(argv[2], argv[3])
     elif len(argv) == 5 and argv[1] == "reserialize":
         with open(argv[3]) as fh:
             paths = [l.rstrip("\n") for l in fh if l.strip()]
