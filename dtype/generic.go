@@ -72,6 +72,9 @@ func counted(d DType, n int) int64 {
 }
 
 func convert32(dst []byte, to DType, src []byte, from DType, opts Options, st *Stats) {
+	if to == F32 && widenF32(dst, src, from, opts, st) {
+		return
+	}
 	var buf [chunk]uint32
 	n := elems(from, len(src))
 	for off := 0; off < n; off += chunk {
@@ -96,8 +99,9 @@ func convert64(dst []byte, to DType, src []byte, from DType, opts Options, st *S
 	st.Elements += int64(n)
 }
 
-// dec32 widens src (dtype from, len(dst) elements) exactly to float32 bits.
-func dec32(from DType, dst []uint32, src []byte) {
+// dec32Scalar widens src (dtype from, len(dst) elements) exactly to float32
+// bits, one element at a time.
+func dec32Scalar(from DType, dst []uint32, src []byte) {
 	switch from {
 	case F32:
 		src = src[:4*len(dst)]
@@ -260,8 +264,9 @@ func maxAbs64(st *Stats, a uint64) {
 	}
 }
 
-// enc32 rounds float32 bits to the target, len(src) elements.
-func enc32(to DType, dst []byte, src []uint32, opts Options, st *Stats) {
+// enc32Scalar rounds float32 bits to the target, len(src) elements, one at a
+// time.
+func enc32Scalar(to DType, dst []byte, src []uint32, opts Options, st *Stats) {
 	sat := opts.Saturate
 	var maxA uint32
 	switch to {
