@@ -136,6 +136,7 @@ const (
 	KindComplex       // pairs of floats (real, imaginary)
 )
 
+// String returns the kind in lower case ("float", "signed", ...).
 func (k Kind) String() string {
 	switch k {
 	case KindBool:

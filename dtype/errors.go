@@ -24,6 +24,7 @@ type UnknownError struct {
 	Valid []string // the valid safetensors names
 }
 
+// Error names the unknown dtype and lists the valid names.
 func (e *UnknownError) Error() string {
 	if len(e.Valid) == 0 {
 		return fmt.Sprintf("dtype: unknown dtype %q", e.Name)
@@ -43,6 +44,7 @@ type LengthError struct {
 	Reason   string // what is wrong
 }
 
+// Error names the dtype, the problem and the counts.
 func (e *LengthError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "dtype: %s: %s", e.DType, e.Reason)
@@ -71,6 +73,7 @@ type ConvertError struct {
 	Reason                   string
 }
 
+// Error names both dtypes, the problem and, for length errors, both sizes.
 func (e *ConvertError) Error() string {
 	msg := fmt.Sprintf("dtype: convert %s -> %s: %s", e.From, e.To, e.Reason)
 	if errors.Is(e.Err, ErrLength) {
@@ -89,6 +92,7 @@ type RegisterError struct {
 	Reason string
 }
 
+// Error names the dtype being registered and why it was refused.
 func (e *RegisterError) Error() string {
 	return fmt.Sprintf("dtype: register %q: %s", e.Name, e.Reason)
 }

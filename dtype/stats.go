@@ -65,6 +65,7 @@ func (s Stats) Lossy() bool {
 	return s.NaN+s.Inf+s.Overflow+s.Saturated+s.Underflow > 0
 }
 
+// String summarizes the counters on one line.
 func (s Stats) String() string {
 	return fmt.Sprintf("%d elements: %d NaN, %d Inf, %d overflow, %d saturated, %d underflow, max |x| %g",
 		s.Elements, s.NaN, s.Inf, s.Overflow, s.Saturated, s.Underflow, s.MaxAbs)
