@@ -5,28 +5,28 @@ package dtype
 // Vector fast paths in arch_amd64.s. See vecRun for the contract.
 
 //go:noescape
-func bf16ToF32AVX2(dst, src []byte, acc *[32]byte) int
+func bf16ToF32AVX2(dst, src []byte, acc *[32]byte, nt bool) int
 
 //go:noescape
-func f16ToF32AVX2(dst, src []byte, acc *[32]byte) int
+func f16ToF32AVX2(dst, src []byte, acc *[32]byte, nt bool) int
 
 //go:noescape
-func f32ToF16AVX2(dst, src []byte, acc *[32]byte) (n, under int)
+func f32ToF16AVX2(dst, src []byte, acc *[32]byte, nt bool) (n, under int)
 
 //go:noescape
-func f32ToBF16AVX2(dst, src []byte, acc *[32]byte) (n, under int)
+func f32ToBF16AVX2(dst, src []byte, acc *[32]byte, nt bool) (n, under int)
 
 //go:noescape
-func f32ToF8AVX2(dst, src []byte, acc *[32]byte, p *f8EncodeParams) (n, under int)
+func f32ToF8AVX2(dst, src []byte, acc *[32]byte, p *f8EncodeParams, nt bool) (n, under int)
 
 //go:noescape
-func f8ToF32F16C(dst, src []byte, acc *[32]byte, p *f8HalfParams) int
+func f8ToF32AVX2(dst, src []byte, acc *[32]byte, p *f8DecodeParams, nt bool) int
 
 //go:noescape
-func e5m2ToF32F16C(dst, src []byte, acc *[32]byte, p *f8HalfParams) int
+func f8ToF32F16C(dst, src []byte, acc *[32]byte, p *f8HalfParams, nt bool) int
 
 //go:noescape
-func f8ToF32AVX2(dst, src []byte, acc *[32]byte, p *f8DecodeParams) int
+func e5m2ToF32F16C(dst, src []byte, acc *[32]byte, p *f8HalfParams, nt bool) int
 
 //go:noescape
 func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
@@ -68,7 +68,7 @@ func vecKernelFor(from, to DType, fallback kernel) kernel {
 	if !hasAVX2 || fallback == nil {
 		return nil
 	}
-	v := &vecKernel{fallback: fallback, block: 32}
+	v := &vecKernel{fallback: fallback, block: 32, ntAlign: 32}
 	switch {
 	case from == BF16 && to == F32:
 		v.run, v.inSize, v.outSize, v.accMax = widen(bf16ToF32AVX2), 2, 4, maxAbsBF16
@@ -80,24 +80,26 @@ func vecKernelFor(from, to DType, fallback kernel) kernel {
 		v.run, v.inSize, v.outSize, v.accMax = f32ToF16AVX2, 4, 2, maxAbsF32
 	case from == F32 && f8Encoders[to] != nil:
 		p := f8Encoders[to]
-		v.run = func(dst, src []byte, acc *[32]byte) (int, int) { return f32ToF8AVX2(dst, src, acc, p) }
+		v.run = func(dst, src []byte, acc *[32]byte, nt bool) (int, int) { return f32ToF8AVX2(dst, src, acc, p, nt) }
 		v.inSize, v.outSize, v.accMax = 4, 1, maxAbsF32
 	case to == F32:
 		l, ok := f8Layouts[from]
 		if !ok {
 			return nil
 		}
-		switch hp := l.halfParams(); {
-		case hp != nil && hasF16C && from == F8_E5M2:
-			v.run = func(dst, src []byte, acc *[32]byte) (int, int) { return e5m2ToF32F16C(dst, src, acc, hp), 0 }
-		case hp != nil && hasF16C:
-			v.run = func(dst, src []byte, acc *[32]byte) (int, int) { return f8ToF32F16C(dst, src, acc, hp), 0 }
-		default:
-			p := l.decodeParams()
-			v.run = func(dst, src []byte, acc *[32]byte) (int, int) { return f8ToF32AVX2(dst, src, acc, p), 0 }
-		}
 		v.inSize, v.outSize = 1, 4
 		v.accMax = func(acc *[32]byte) float64 { return l.value(accMaxU8(acc)) }
+		switch hp := f8HalfTable[from]; {
+		case hp != nil && hasF16C && from == F8_E5M2:
+			v.run = func(dst, src []byte, acc *[32]byte, nt bool) (int, int) {
+				return e5m2ToF32F16C(dst, src, acc, hp, nt), 0
+			}
+		case hp != nil && hasF16C:
+			v.run = func(dst, src []byte, acc *[32]byte, nt bool) (int, int) { return f8ToF32F16C(dst, src, acc, hp, nt), 0 }
+		default:
+			p := f8DecodeTable[from]
+			v.run = func(dst, src []byte, acc *[32]byte, nt bool) (int, int) { return f8ToF32AVX2(dst, src, acc, p, nt), 0 }
+		}
 	default:
 		return nil
 	}
@@ -105,6 +107,6 @@ func vecKernelFor(from, to DType, fallback kernel) kernel {
 }
 
 // widen adapts a fast path without underflow to vecRun.
-func widen(f func(dst, src []byte, acc *[32]byte) int) vecRun {
-	return func(dst, src []byte, acc *[32]byte) (int, int) { return f(dst, src, acc), 0 }
+func widen(f func(dst, src []byte, acc *[32]byte, nt bool) int) vecRun {
+	return func(dst, src []byte, acc *[32]byte, nt bool) (int, int) { return f(dst, src, acc, nt), 0 }
 }

@@ -2,16 +2,48 @@
 
 #include "textflag.h"
 
-// Vector fast paths for the dtype conversions (AVX2, F16C for the F16 pair).
-// Each function converts whole blocks from the start of src into dst and
-// returns the number of elements done; it stops before the first block that
-// holds a value needing the portable kernel (see vecRun in arch_vec.go). The
-// 32-byte accumulator at acc carries the running maximum of the input
-// magnitudes in and out of the call.
+// Vector fast paths for the dtype conversions (AVX2; F16C for F16 and the
+// FP8 decoders that go through binary16). Each function converts whole
+// blocks from the start of src into dst and returns the number of elements
+// done; it stops before the first block that holds a value needing the
+// portable kernel (see vecRun in arch_vec.go). The 32-byte accumulator at acc
+// carries the running maximum of the input magnitudes in and out of the
+// call. With nt set, dst must be 32-byte aligned and the results are written
+// with non-temporal stores (for outputs much larger than the caches), fenced
+// with SFENCE before returning.
+//
+// Register use common to all: SI src, DI dst, CX blocks left, AX elements
+// done, DX acc, R10 nt, Y15 the running maximum.
+//
+// The macros come first: go vet's asmdecl reads a #define body as part of
+// the function before it.
 
-// CHECK16 loads 32 16-bit values from off(SI), takes their magnitudes into
-// Y0 (as the lane-wise max of the two halves of the block, 16 lanes) and
-// jumps to done when any magnitude is above the limit in Y13.
+// ARGS loads the slice and accumulator arguments, the nt flag at ntoff, and
+// divides the source length by the block size (1<<blockshift bytes).
+#define ARGS(ntoff, blockshift) \
+	MOVQ    dst_base+0(FP), DI \
+	MOVQ    src_base+24(FP), SI \
+	MOVQ    src_len+32(FP), CX \
+	MOVQ    acc+48(FP), DX \
+	MOVBQZX ntoff(FP), R10 \
+	SHRQ    $blockshift, CX \
+	XORQ    AX, AX \
+	XORQ    R9, R9 \
+	VMOVDQU (DX), Y15
+
+// FINISH stores the running maximum, fences non-temporal stores and clears
+// the upper halves of the vector registers.
+#define FINISH \
+	VMOVDQU Y15, (DX) \
+	TESTQ   R10, R10 \
+	JZ      nofence \
+	SFENCE \
+nofence: \
+	VZEROUPPER
+
+// CHECK16 takes the magnitudes of the 32 16-bit values at (SI) (mask in
+// Y14), jumps to done when one is above the limit in Y13 (Inf or NaN) and
+// folds them into Y15. Y0 and Y1 are clobbered.
 #define CHECK16 \
 	VPAND   (SI), Y14, Y0 \
 	VPAND   32(SI), Y14, Y1 \
@@ -21,90 +53,36 @@
 	JNZ     done \
 	VPMAXUW Y0, Y15, Y15
 
-// func bf16ToF32AVX2(dst, src []byte, acc *[32]byte) int
-TEXT ·bf16ToF32AVX2(SB), NOSPLIT, $0-64
-	MOVQ dst_base+0(FP), DI
-	MOVQ src_base+24(FP), SI
-	MOVQ src_len+32(FP), CX
-	MOVQ acc+48(FP), DX
-	SHRQ $6, CX                 // blocks of 32 elements (64 bytes)
-	XORQ AX, AX
-	VMOVDQU (DX), Y15
-	VPCMPEQW Y14, Y14, Y14
-	VPSRLW  $1, Y14, Y14        // 0x7fff: magnitude mask
-	MOVL    $0x7f7f7f7f, BX     // largest finite magnitude
-	MOVQ    BX, X13
+// PROLOG16 sets the constants of CHECK16: the magnitude mask and the largest
+// finite magnitude (a 32-bit immediate holding it twice).
+#define PROLOG16(limit) \
+	VPCMPEQW Y14, Y14, Y14 \
+	VPSRLW  $1, Y14, Y14 \
+	MOVL    limit, BX \
+	MOVQ    BX, X13 \
 	VPBROADCASTD X13, Y13
-	TESTQ   CX, CX
-	JZ      done
 
-bf16loop:
-	CHECK16
-	VPMOVZXWD (SI), Y0
-	VPMOVZXWD 16(SI), Y1
-	VPMOVZXWD 32(SI), Y2
-	VPMOVZXWD 48(SI), Y3
-	VPSLLD  $16, Y0, Y0
-	VPSLLD  $16, Y1, Y1
-	VPSLLD  $16, Y2, Y2
-	VPSLLD  $16, Y3, Y3
-	VMOVDQU Y0, (DI)
-	VMOVDQU Y1, 32(DI)
-	VMOVDQU Y2, 64(DI)
-	VMOVDQU Y3, 96(DI)
-	ADDQ    $64, SI
-	ADDQ    $128, DI
-	ADDQ    $32, AX
-	DECQ    CX
-	JNZ     bf16loop
+// STORE4 stores Y0-Y3 at (DI) with the store instruction op.
+#define STORE4(op) \
+	op      Y0, (DI) \
+	op      Y1, 32(DI) \
+	op      Y2, 64(DI) \
+	op      Y3, 96(DI)
 
-done:
-	VMOVDQU Y15, (DX)
-	VZEROUPPER
-	MOVQ    AX, ret+56(FP)
-	RET
+// COUNTUNDER adds to R9 the number of lanes of reg (magnitudes) that are
+// nonzero and at most Y11. Y14 holds all ones; Y5, Y6 and BX are clobbered.
+#define COUNTUNDER(reg) \
+	VPADDD  Y14, reg, Y5 \
+	VPMAXUD Y11, Y5, Y6 \
+	VPCMPEQD Y6, Y5, Y6 \
+	VPMOVMSKB Y6, BX \
+	NOTL    BX \
+	POPCNTL BX, BX \
+	SHRL    $2, BX \
+	ADDQ    BX, R9
 
-// func f16ToF32AVX2(dst, src []byte, acc *[32]byte) int
-TEXT ·f16ToF32AVX2(SB), NOSPLIT, $0-64
-	MOVQ dst_base+0(FP), DI
-	MOVQ src_base+24(FP), SI
-	MOVQ src_len+32(FP), CX
-	MOVQ acc+48(FP), DX
-	SHRQ $6, CX                 // blocks of 32 elements (64 bytes)
-	XORQ AX, AX
-	VMOVDQU (DX), Y15
-	VPCMPEQW Y14, Y14, Y14
-	VPSRLW  $1, Y14, Y14        // 0x7fff: magnitude mask
-	MOVL    $0x7bff7bff, BX     // largest finite magnitude
-	MOVQ    BX, X13
-	VPBROADCASTD X13, Y13
-	TESTQ   CX, CX
-	JZ      done
-
-f16loop:
-	CHECK16
-	VCVTPH2PS (SI), Y0
-	VCVTPH2PS 16(SI), Y1
-	VCVTPH2PS 32(SI), Y2
-	VCVTPH2PS 48(SI), Y3
-	VMOVUPS Y0, (DI)
-	VMOVUPS Y1, 32(DI)
-	VMOVUPS Y2, 64(DI)
-	VMOVUPS Y3, 96(DI)
-	ADDQ    $64, SI
-	ADDQ    $128, DI
-	ADDQ    $32, AX
-	DECQ    CX
-	JNZ     f16loop
-
-done:
-	VMOVDQU Y15, (DX)
-	VZEROUPPER
-	MOVQ    AX, ret+56(FP)
-	RET
-
-// CHECK32 loads the magnitudes of 32 float32 values from (SI) into Y0-Y3 and
-// jumps to done when one is above Y12 (it overflows, or is Inf or NaN).
+// CHECK32 loads the magnitudes of the 32 float32 values at (SI) into Y0-Y3
+// and jumps to done when one is above Y12 (it overflows, or is Inf or NaN).
 // Nonzero magnitudes at or below Y11 round to zero, which the vector code
 // gets right: CHECK32 only counts them, in R9. Y13 holds 0x7fffffff, Y14 all
 // ones; Y4-Y7 and BX are clobbered.
@@ -138,29 +116,9 @@ done:
 	COUNTUNDER(Y3) \
 nounder:
 
-// COUNTUNDER adds to R9 the number of lanes of reg (magnitudes) that are
-// nonzero and at most Y11.
-#define COUNTUNDER(reg) \
-	VPADDD  Y14, reg, Y5 \
-	VPMAXUD Y11, Y5, Y6 \
-	VPCMPEQD Y6, Y5, Y6 \
-	VPMOVMSKB Y6, BX \
-	NOTL    BX \
-	POPCNTL BX, BX \
-	SHRL    $2, BX \
-	ADDQ    BX, R9
-
-// PROLOG32 loads the arguments and the constants of CHECK32 (limits from
-// omax and under, 32-bit immediates).
+// PROLOG32 sets the constants of CHECK32 from the limits omax and under
+// (32-bit immediates).
 #define PROLOG32(omax, under) \
-	MOVQ dst_base+0(FP), DI \
-	MOVQ src_base+24(FP), SI \
-	MOVQ src_len+32(FP), CX \
-	MOVQ acc+48(FP), DX \
-	SHRQ $7, CX \
-	XORQ AX, AX \
-	XORQ R9, R9 \
-	VMOVDQU (DX), Y15 \
 	VPCMPEQD Y14, Y14, Y14 \
 	VPSRLD  $1, Y14, Y13 \
 	MOVL    omax, BX \
@@ -169,35 +127,6 @@ nounder:
 	MOVL    under, BX \
 	MOVQ    BX, X11 \
 	VPBROADCASTD X11, Y11
-
-// func f32ToF16AVX2(dst, src []byte, acc *[32]byte) (n, under int)
-TEXT ·f32ToF16AVX2(SB), NOSPLIT, $0-72
-	PROLOG32($0x477fefff, $0x33000000)
-	TESTQ   CX, CX
-	JZ      done
-
-f32f16loop:
-	CHECK32
-	VMOVUPS (SI), Y0
-	VMOVUPS 32(SI), Y1
-	VMOVUPS 64(SI), Y2
-	VMOVUPS 96(SI), Y3
-	VCVTPS2PH $0, Y0, (DI)
-	VCVTPS2PH $0, Y1, 16(DI)
-	VCVTPS2PH $0, Y2, 32(DI)
-	VCVTPS2PH $0, Y3, 48(DI)
-	ADDQ    $128, SI
-	ADDQ    $64, DI
-	ADDQ    $32, AX
-	DECQ    CX
-	JNZ     f32f16loop
-
-done:
-	VMOVDQU Y15, (DX)
-	VZEROUPPER
-	MOVQ    AX, n+56(FP)
-	MOVQ    R9, under+64(FP)
-	RET
 
 // RNEBF16 rounds the float32 at off(SI) to the bfloat16 bits in the low half
 // of each lane of reg (round to nearest even; finite values only). Y10 holds
@@ -209,39 +138,6 @@ done:
 	VPADDD  Y10, reg, reg \
 	VPADDD  Y8, reg, reg \
 	VPSRLD  $16, reg, reg
-
-// func f32ToBF16AVX2(dst, src []byte, acc *[32]byte) (n, under int)
-TEXT ·f32ToBF16AVX2(SB), NOSPLIT, $0-72
-	PROLOG32($0x7f7f7fff, $0x00008000)
-	VPSRLD  $17, Y14, Y10       // 0x7fff
-	VPSRLD  $31, Y14, Y9        // 1
-	TESTQ   CX, CX
-	JZ      done
-
-f32bf16loop:
-	CHECK32
-	RNEBF16(0, Y0)
-	RNEBF16(32, Y1)
-	RNEBF16(64, Y2)
-	RNEBF16(96, Y3)
-	VPACKUSDW Y1, Y0, Y0        // lanes: 0-3 8-11 | 4-7 12-15
-	VPACKUSDW Y3, Y2, Y2
-	VPERMQ  $0xd8, Y0, Y0
-	VPERMQ  $0xd8, Y2, Y2
-	VMOVDQU Y0, (DI)
-	VMOVDQU Y2, 32(DI)
-	ADDQ    $128, SI
-	ADDQ    $64, DI
-	ADDQ    $32, AX
-	DECQ    CX
-	JNZ     f32bf16loop
-
-done:
-	VMOVDQU Y15, (DX)
-	VZEROUPPER
-	MOVQ    AX, n+56(FP)
-	MOVQ    R9, under+64(FP)
-	RET
 
 // Offsets in f8EncodeParams.
 #define E_OMAX 0
@@ -273,17 +169,237 @@ done:
 	VPAND   Y8, Y4, Y4 \
 	VPOR    Y4, reg, reg
 
-// func f32ToF8AVX2(dst, src []byte, acc *[32]byte, p *f8EncodeParams) (n, under int)
-TEXT ·f32ToF8AVX2(SB), NOSPLIT, $0-80
-	MOVQ dst_base+0(FP), DI
-	MOVQ src_base+24(FP), SI
-	MOVQ src_len+32(FP), CX
-	MOVQ acc+48(FP), DX
-	MOVQ p+56(FP), R8
-	SHRQ $7, CX                 // blocks of 32 elements (128 bytes)
-	XORQ AX, AX
-	XORQ R9, R9
-	VMOVDQU (DX), Y15
+// Offsets in f8DecodeParams and f8HalfParams (the first three rows agree).
+#define D_MAGMASK8 0
+#define D_MAGSPECIAL8 32
+#define D_CODESPECIAL8 64
+#define D_SIGNMASK32 96
+#define D_MAGMASK32 128
+#define D_SCALE 160
+#define D_SHIFT 192
+#define H_WORDMASK 96
+#define H_SCALE 128
+#define H_SHIFT 160
+
+// F8CHECK jumps to done when the 32 codes at (SI) hold a code for the
+// portable kernel, and folds their magnitudes into Y15 otherwise. R8 points
+// at the parameters. Y0-Y3 are clobbered.
+#define F8CHECK \
+	VMOVDQU (SI), Y0 \
+	VPAND   D_MAGMASK8(R8), Y0, Y1 \
+	VPMAXUB D_MAGSPECIAL8(R8), Y1, Y2 \
+	VPCMPEQB Y1, Y2, Y2 \
+	VPCMPEQB D_CODESPECIAL8(R8), Y0, Y3 \
+	VPOR    Y2, Y3, Y2 \
+	VPTEST  Y2, Y2 \
+	JNZ     done \
+	VPMAXUB Y1, Y15, Y15
+
+// DECF8 decodes the 8 codes at off(SI) into float32 stored with op at
+// 4*off(DI): sign, then the magnitude bits shifted into a float32 (by X10)
+// times the scale, exact for subnormal codes too. R8 points at the
+// f8DecodeParams; Y4 and Y5 are clobbered.
+#define DECF8(off, op) \
+	VPMOVZXBD off(SI), Y4 \
+	VPSLLD  $24, Y4, Y5 \
+	VPAND   D_SIGNMASK32(R8), Y5, Y5 \
+	VPAND   D_MAGMASK32(R8), Y4, Y4 \
+	VPSLLD  X10, Y4, Y4 \
+	VMULPS  D_SCALE(R8), Y4, Y4 \
+	VPOR    Y5, Y4, Y4 \
+	op      Y4, (4*off)(DI)
+
+// HALF8 widens the 16 codes at off(SI) to binary16 bits (code<<8, then an
+// arithmetic shift by X10 and a mask by Y9, both per word), converts them to
+// float32 with F16C, scales by Y8 and stores them with op at 4*off(DI). X11
+// is zero; Y0-Y2 are clobbered.
+#define HALF8(off, op) \
+	VMOVDQU off(SI), X0 \
+	VPUNPCKLBW X0, X11, X1 \
+	VPUNPCKHBW X0, X11, X2 \
+	VPSRAW  X10, X1, X1 \
+	VPSRAW  X10, X2, X2 \
+	VPAND   X9, X1, X1 \
+	VPAND   X9, X2, X2 \
+	VCVTPH2PS X1, Y1 \
+	VCVTPH2PS X2, Y2 \
+	VMULPS  Y8, Y1, Y1 \
+	VMULPS  Y8, Y2, Y2 \
+	op      Y1, (4*off)(DI) \
+	op      Y2, (4*off+32)(DI)
+
+// E5M2HALF is HALF8 for E5M2, whose codes are binary16's top byte: no
+// shift, mask or scale.
+#define E5M2HALF(off, op) \
+	VMOVDQU off(SI), X0 \
+	VPUNPCKLBW X0, X11, X1 \
+	VPUNPCKHBW X0, X11, X2 \
+	VCVTPH2PS X1, Y1 \
+	VCVTPH2PS X2, Y2 \
+	op      Y1, (4*off)(DI) \
+	op      Y2, (4*off+32)(DI)
+
+// func bf16ToF32AVX2(dst, src []byte, acc *[32]byte, nt bool) int
+TEXT ·bf16ToF32AVX2(SB), NOSPLIT, $0-72
+	ARGS(nt+56, 6)              // blocks of 32 elements (64 bytes)
+	PROLOG16($0x7f7f7f7f)
+	VPXOR   Y12, Y12, Y12
+	TESTQ   CX, CX
+	JZ      done
+
+bf16loop:
+	CHECK16
+	// Interleaving zero words below each value gives value<<16; VPERMQ
+	// first puts the quarters in the order the in-lane unpacks need.
+	VPERMQ  $0xd8, (SI), Y4
+	VPERMQ  $0xd8, 32(SI), Y5
+	VPUNPCKLWD Y4, Y12, Y0
+	VPUNPCKHWD Y4, Y12, Y1
+	VPUNPCKLWD Y5, Y12, Y2
+	VPUNPCKHWD Y5, Y12, Y3
+	TESTQ   R10, R10
+	JNZ     bf16nt
+	STORE4(VMOVDQU)
+	JMP     bf16next
+
+bf16nt:
+	STORE4(VMOVNTDQ)
+
+bf16next:
+	ADDQ    $64, SI
+	ADDQ    $128, DI
+	ADDQ    $32, AX
+	DECQ    CX
+	JNZ     bf16loop
+
+done:
+	FINISH
+	MOVQ    AX, ret+64(FP)
+	RET
+
+// func f16ToF32AVX2(dst, src []byte, acc *[32]byte, nt bool) int
+TEXT ·f16ToF32AVX2(SB), NOSPLIT, $0-72
+	ARGS(nt+56, 6)              // blocks of 32 elements (64 bytes)
+	PROLOG16($0x7bff7bff)
+	TESTQ   CX, CX
+	JZ      done
+
+f16loop:
+	CHECK16
+	VCVTPH2PS (SI), Y0
+	VCVTPH2PS 16(SI), Y1
+	VCVTPH2PS 32(SI), Y2
+	VCVTPH2PS 48(SI), Y3
+	TESTQ   R10, R10
+	JNZ     f16nt
+	STORE4(VMOVUPS)
+	JMP     f16next
+
+f16nt:
+	STORE4(VMOVNTPS)
+
+f16next:
+	ADDQ    $64, SI
+	ADDQ    $128, DI
+	ADDQ    $32, AX
+	DECQ    CX
+	JNZ     f16loop
+
+done:
+	FINISH
+	MOVQ    AX, ret+64(FP)
+	RET
+
+// func f32ToF16AVX2(dst, src []byte, acc *[32]byte, nt bool) (n, under int)
+TEXT ·f32ToF16AVX2(SB), NOSPLIT, $0-80
+	ARGS(nt+56, 7)              // blocks of 32 elements (128 bytes)
+	PROLOG32($0x477fefff, $0x33000000)
+	TESTQ   CX, CX
+	JZ      done
+
+f32f16loop:
+	CHECK32
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y1
+	VMOVUPS 64(SI), Y2
+	VMOVUPS 96(SI), Y3
+	VCVTPS2PH $0, Y0, X0        // round to nearest even
+	VCVTPS2PH $0, Y1, X1
+	VCVTPS2PH $0, Y2, X2
+	VCVTPS2PH $0, Y3, X3
+	TESTQ   R10, R10
+	JNZ     f32f16nt
+	VMOVDQU X0, (DI)
+	VMOVDQU X1, 16(DI)
+	VMOVDQU X2, 32(DI)
+	VMOVDQU X3, 48(DI)
+	JMP     f32f16next
+
+f32f16nt:
+	VMOVNTDQ X0, (DI)
+	VMOVNTDQ X1, 16(DI)
+	VMOVNTDQ X2, 32(DI)
+	VMOVNTDQ X3, 48(DI)
+
+f32f16next:
+	ADDQ    $128, SI
+	ADDQ    $64, DI
+	ADDQ    $32, AX
+	DECQ    CX
+	JNZ     f32f16loop
+
+done:
+	FINISH
+	MOVQ    AX, n+64(FP)
+	MOVQ    R9, under+72(FP)
+	RET
+
+// func f32ToBF16AVX2(dst, src []byte, acc *[32]byte, nt bool) (n, under int)
+TEXT ·f32ToBF16AVX2(SB), NOSPLIT, $0-80
+	ARGS(nt+56, 7)              // blocks of 32 elements (128 bytes)
+	PROLOG32($0x7f7f7fff, $0x00008000)
+	VPSRLD  $17, Y14, Y10       // 0x7fff
+	VPSRLD  $31, Y14, Y9        // 1
+	TESTQ   CX, CX
+	JZ      done
+
+f32bf16loop:
+	CHECK32
+	RNEBF16(0, Y0)
+	RNEBF16(32, Y1)
+	RNEBF16(64, Y2)
+	RNEBF16(96, Y3)
+	VPACKUSDW Y1, Y0, Y0        // lanes: 0-3 8-11 | 4-7 12-15
+	VPACKUSDW Y3, Y2, Y2
+	VPERMQ  $0xd8, Y0, Y0
+	VPERMQ  $0xd8, Y2, Y2
+	TESTQ   R10, R10
+	JNZ     f32bf16nt
+	VMOVDQU Y0, (DI)
+	VMOVDQU Y2, 32(DI)
+	JMP     f32bf16next
+
+f32bf16nt:
+	VMOVNTDQ Y0, (DI)
+	VMOVNTDQ Y2, 32(DI)
+
+f32bf16next:
+	ADDQ    $128, SI
+	ADDQ    $64, DI
+	ADDQ    $32, AX
+	DECQ    CX
+	JNZ     f32bf16loop
+
+done:
+	FINISH
+	MOVQ    AX, n+64(FP)
+	MOVQ    R9, under+72(FP)
+	RET
+
+// func f32ToF8AVX2(dst, src []byte, acc *[32]byte, p *f8EncodeParams, nt bool) (n, under int)
+TEXT ·f32ToF8AVX2(SB), NOSPLIT, $0-88
+	ARGS(nt+64, 7)              // blocks of 32 elements (128 bytes)
+	MOVQ    p+56(FP), R8
 	VPCMPEQD Y14, Y14, Y14
 	VPSRLD  $1, Y14, Y13        // 0x7fffffff
 	VMOVDQU E_OMAX(R8), Y12
@@ -305,7 +421,15 @@ f32f8loop:
 	VPACKUSWB Y2, Y0, Y0
 	VMOVDQU f8perm<>(SB), Y4
 	VPERMD  Y0, Y4, Y0
+	TESTQ   R10, R10
+	JNZ     f32f8nt
 	VMOVDQU Y0, (DI)
+	JMP     f32f8next
+
+f32f8nt:
+	VMOVNTDQ Y0, (DI)
+
+f32f8next:
 	ADDQ    $128, SI
 	ADDQ    $32, DI
 	ADDQ    $32, AX
@@ -313,10 +437,9 @@ f32f8loop:
 	JNZ     f32f8loop
 
 done:
-	VMOVDQU Y15, (DX)
-	VZEROUPPER
-	MOVQ    AX, n+64(FP)
-	MOVQ    R9, under+72(FP)
+	FINISH
+	MOVQ    AX, n+72(FP)
+	MOVQ    R9, under+80(FP)
 	RET
 
 // f8perm reorders the dwords after the two packing steps.
@@ -330,55 +453,31 @@ DATA f8perm<>+24(SB)/4, $3
 DATA f8perm<>+28(SB)/4, $7
 GLOBL f8perm<>(SB), RODATA|NOPTR, $32
 
-// Offsets in f8DecodeParams.
-#define D_MAGMASK8 0
-#define D_MAGSPECIAL8 32
-#define D_CODESPECIAL8 64
-#define D_SIGNMASK32 96
-#define D_MAGMASK32 128
-#define D_SCALE 160
-#define D_SHIFT 192
-
-// DECF8 decodes the 8 codes at off(SI) into float32 at 4*off(DI). R8 points
-// at the f8DecodeParams, X10 holds the shift.
-#define DECF8(off) \
-	VPMOVZXBD off(SI), Y4 \
-	VPSLLD  $24, Y4, Y5 \
-	VPAND   D_SIGNMASK32(R8), Y5, Y5 \
-	VPAND   D_MAGMASK32(R8), Y4, Y4 \
-	VPSLLD  X10, Y4, Y4 \
-	VMULPS  D_SCALE(R8), Y4, Y4 \
-	VPOR    Y5, Y4, Y4 \
-	VMOVDQU Y4, (4*off)(DI)
-
-// func f8ToF32AVX2(dst, src []byte, acc *[32]byte, p *f8DecodeParams) int
-TEXT ·f8ToF32AVX2(SB), NOSPLIT, $0-72
-	MOVQ dst_base+0(FP), DI
-	MOVQ src_base+24(FP), SI
-	MOVQ src_len+32(FP), CX
-	MOVQ acc+48(FP), DX
-	MOVQ p+56(FP), R8
-	SHRQ $5, CX                 // blocks of 32 elements (32 bytes)
-	XORQ AX, AX
-	VMOVDQU (DX), Y15
+// func f8ToF32AVX2(dst, src []byte, acc *[32]byte, p *f8DecodeParams, nt bool) int
+TEXT ·f8ToF32AVX2(SB), NOSPLIT, $0-80
+	ARGS(nt+64, 5)              // blocks of 32 elements (32 bytes)
+	MOVQ    p+56(FP), R8
 	VMOVDQU D_SHIFT(R8), X10
 	TESTQ   CX, CX
 	JZ      done
 
 f8loop:
-	VMOVDQU (SI), Y0
-	VPAND   D_MAGMASK8(R8), Y0, Y1
-	VPMAXUB D_MAGSPECIAL8(R8), Y1, Y2
-	VPCMPEQB Y1, Y2, Y2
-	VPCMPEQB D_CODESPECIAL8(R8), Y0, Y3
-	VPOR    Y2, Y3, Y2
-	VPTEST  Y2, Y2
-	JNZ     done
-	VPMAXUB Y1, Y15, Y15
-	DECF8(0)
-	DECF8(8)
-	DECF8(16)
-	DECF8(24)
+	F8CHECK
+	TESTQ   R10, R10
+	JNZ     f8nt
+	DECF8(0, VMOVDQU)
+	DECF8(8, VMOVDQU)
+	DECF8(16, VMOVDQU)
+	DECF8(24, VMOVDQU)
+	JMP     f8next
+
+f8nt:
+	DECF8(0, VMOVNTDQ)
+	DECF8(8, VMOVNTDQ)
+	DECF8(16, VMOVNTDQ)
+	DECF8(24, VMOVNTDQ)
+
+f8next:
 	ADDQ    $32, SI
 	ADDQ    $128, DI
 	ADDQ    $32, AX
@@ -386,9 +485,75 @@ f8loop:
 	JNZ     f8loop
 
 done:
-	VMOVDQU Y15, (DX)
-	VZEROUPPER
-	MOVQ    AX, ret+64(FP)
+	FINISH
+	MOVQ    AX, ret+72(FP)
+	RET
+
+// func f8ToF32F16C(dst, src []byte, acc *[32]byte, p *f8HalfParams, nt bool) int
+TEXT ·f8ToF32F16C(SB), NOSPLIT, $0-80
+	ARGS(nt+64, 5)              // blocks of 32 elements (32 bytes)
+	MOVQ    p+56(FP), R8
+	VMOVDQU H_SHIFT(R8), X10
+	VMOVDQU H_WORDMASK(R8), Y9
+	VMOVDQU H_SCALE(R8), Y8
+	VPXOR   X11, X11, X11
+	TESTQ   CX, CX
+	JZ      done
+
+f8hloop:
+	F8CHECK
+	TESTQ   R10, R10
+	JNZ     f8hnt
+	HALF8(0, VMOVUPS)
+	HALF8(16, VMOVUPS)
+	JMP     f8hnext
+
+f8hnt:
+	HALF8(0, VMOVNTPS)
+	HALF8(16, VMOVNTPS)
+
+f8hnext:
+	ADDQ    $32, SI
+	ADDQ    $128, DI
+	ADDQ    $32, AX
+	DECQ    CX
+	JNZ     f8hloop
+
+done:
+	FINISH
+	MOVQ    AX, ret+72(FP)
+	RET
+
+// func e5m2ToF32F16C(dst, src []byte, acc *[32]byte, p *f8HalfParams, nt bool) int
+TEXT ·e5m2ToF32F16C(SB), NOSPLIT, $0-80
+	ARGS(nt+64, 5)              // blocks of 32 elements (32 bytes)
+	MOVQ    p+56(FP), R8
+	VPXOR   X11, X11, X11
+	TESTQ   CX, CX
+	JZ      done
+
+e5m2loop:
+	F8CHECK
+	TESTQ   R10, R10
+	JNZ     e5m2nt
+	E5M2HALF(0, VMOVUPS)
+	E5M2HALF(16, VMOVUPS)
+	JMP     e5m2next
+
+e5m2nt:
+	E5M2HALF(0, VMOVNTPS)
+	E5M2HALF(16, VMOVNTPS)
+
+e5m2next:
+	ADDQ    $32, SI
+	ADDQ    $128, DI
+	ADDQ    $32, AX
+	DECQ    CX
+	JNZ     e5m2loop
+
+done:
+	FINISH
+	MOVQ    AX, ret+72(FP)
 	RET
 
 // func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
@@ -407,117 +572,4 @@ TEXT ·xgetbv(SB), NOSPLIT, $0-4
 	MOVL $0, CX
 	XGETBV
 	MOVL AX, eax+0(FP)
-	RET
-
-// Offsets in f8HalfParams.
-#define H_MAGMASK8 0
-#define H_MAGSPECIAL8 32
-#define H_CODESPECIAL8 64
-#define H_WORDMASK 96
-#define H_SCALE 128
-#define H_SHIFT 160
-
-// F8CHECK jumps to done when the 32 codes at (SI) hold a code for the
-// portable kernel, and folds their magnitudes into Y15 otherwise. R8 points
-// at the parameters (H_ and D_ offsets of the check rows agree).
-#define F8CHECK \
-	VMOVDQU (SI), Y0 \
-	VPAND   H_MAGMASK8(R8), Y0, Y1 \
-	VPMAXUB H_MAGSPECIAL8(R8), Y1, Y2 \
-	VPCMPEQB Y1, Y2, Y2 \
-	VPCMPEQB H_CODESPECIAL8(R8), Y0, Y3 \
-	VPOR    Y2, Y3, Y2 \
-	VPTEST  Y2, Y2 \
-	JNZ     done \
-	VPMAXUB Y1, Y15, Y15
-
-// HALF8 widens the 16 codes at off(SI) to binary16 bits (code<<8, then an
-// arithmetic shift by X10 and a mask by Y9, both per word), converts them to
-// float32 with F16C, scales by Y8 and stores them at 4*off(DI). X11 is zero.
-#define HALF8(off) \
-	VMOVDQU off(SI), X0 \
-	VPUNPCKLBW X0, X11, X1 \
-	VPUNPCKHBW X0, X11, X2 \
-	VPSRAW  X10, X1, X1 \
-	VPSRAW  X10, X2, X2 \
-	VPAND   X9, X1, X1 \
-	VPAND   X9, X2, X2 \
-	VCVTPH2PS X1, Y1 \
-	VCVTPH2PS X2, Y2 \
-	VMULPS  Y8, Y1, Y1 \
-	VMULPS  Y8, Y2, Y2 \
-	VMOVUPS Y1, (4*off)(DI) \
-	VMOVUPS Y2, (4*off+32)(DI)
-
-// func f8ToF32F16C(dst, src []byte, acc *[32]byte, p *f8HalfParams) int
-TEXT ·f8ToF32F16C(SB), NOSPLIT, $0-72
-	MOVQ dst_base+0(FP), DI
-	MOVQ src_base+24(FP), SI
-	MOVQ src_len+32(FP), CX
-	MOVQ acc+48(FP), DX
-	MOVQ p+56(FP), R8
-	SHRQ $5, CX                 // blocks of 32 elements (32 bytes)
-	XORQ AX, AX
-	VMOVDQU (DX), Y15
-	VMOVDQU H_SHIFT(R8), X10
-	VMOVDQU H_WORDMASK(R8), Y9
-	VMOVDQU H_SCALE(R8), Y8
-	VPXOR   X11, X11, X11
-	TESTQ   CX, CX
-	JZ      done
-
-f8hloop:
-	F8CHECK
-	HALF8(0)
-	HALF8(16)
-	ADDQ    $32, SI
-	ADDQ    $128, DI
-	ADDQ    $32, AX
-	DECQ    CX
-	JNZ     f8hloop
-
-done:
-	VMOVDQU Y15, (DX)
-	VZEROUPPER
-	MOVQ    AX, ret+64(FP)
-	RET
-
-// E5M2 codes are the top byte of binary16: no shift, mask or scale.
-#define E5M2HALF(off) \
-	VMOVDQU off(SI), X0 \
-	VPUNPCKLBW X0, X11, X1 \
-	VPUNPCKHBW X0, X11, X2 \
-	VCVTPH2PS X1, Y1 \
-	VCVTPH2PS X2, Y2 \
-	VMOVUPS Y1, (4*off)(DI) \
-	VMOVUPS Y2, (4*off+32)(DI)
-
-// func e5m2ToF32F16C(dst, src []byte, acc *[32]byte, p *f8HalfParams) int
-TEXT ·e5m2ToF32F16C(SB), NOSPLIT, $0-72
-	MOVQ dst_base+0(FP), DI
-	MOVQ src_base+24(FP), SI
-	MOVQ src_len+32(FP), CX
-	MOVQ acc+48(FP), DX
-	MOVQ p+56(FP), R8
-	SHRQ $5, CX                 // blocks of 32 elements (32 bytes)
-	XORQ AX, AX
-	VMOVDQU (DX), Y15
-	VPXOR   X11, X11, X11
-	TESTQ   CX, CX
-	JZ      done
-
-e5m2loop:
-	F8CHECK
-	E5M2HALF(0)
-	E5M2HALF(16)
-	ADDQ    $32, SI
-	ADDQ    $128, DI
-	ADDQ    $32, AX
-	DECQ    CX
-	JNZ     e5m2loop
-
-done:
-	VMOVDQU Y15, (DX)
-	VZEROUPPER
-	MOVQ    AX, ret+64(FP)
 	RET

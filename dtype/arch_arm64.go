@@ -54,12 +54,12 @@ func vecKernelFor(from, to DType, fallback kernel) kernel {
 
 // widenNEON adapts a fast path without underflow to vecRun.
 func widenNEON(f func(dst, src []byte, acc *[32]byte) int) vecRun {
-	return func(dst, src []byte, acc *[32]byte) (int, int) { return f(dst, src, acc), 0 }
+	return func(dst, src []byte, acc *[32]byte, _ bool) (int, int) { return f(dst, src, acc), 0 }
 }
 
 // narrowNEON adapts a fast path that counts underflow per lane to vecRun.
 func narrowNEON(f func(dst, src []byte, acc *[32]byte, cnt *[4]uint32) int) vecRun {
-	return func(dst, src []byte, acc *[32]byte) (int, int) {
+	return func(dst, src []byte, acc *[32]byte, _ bool) (int, int) {
 		var cnt [4]uint32
 		n := f(dst, src, acc, &cnt)
 		return n, int(cnt[0]) + int(cnt[1]) + int(cnt[2]) + int(cnt[3])

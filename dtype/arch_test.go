@@ -1,11 +1,13 @@
 package dtype
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand"
 	"testing"
+	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -393,3 +395,46 @@ func testMaxAbs(t *testing.T, from, to DType) {
 
 // referenceKernel is the kernel the vector kernels are compared with.
 func referenceKernel(from, to DType) kernel { return genericKernel(from, to) }
+
+// TestVecNonTemporal runs conversions whose output is large enough for the
+// non-temporal stores, into an aligned and a misaligned dst, with special
+// values sprinkled in so that the fallback runs between vector stretches.
+func TestVecNonTemporal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("large buffers")
+	}
+	for _, p := range vecPairs {
+		t.Run(p.from.String()+"to"+p.to.String(), func(t *testing.T) {
+			vec, ref := vecUnderTest(t, p.from, p.to)
+			n := (ntMin/(p.to.Bits()/8) + 12345) &^ 1
+			r := rand.New(rand.NewSource(6))
+			f := realisticF32(r, n, 1)
+			for i := 0; i < n; i += 1 + r.Intn(5000) {
+				f[i] = math.Float32bits(float32(math.Inf(1)))
+			}
+			src := u32Bytes(f)
+			if p.from != F32 {
+				src = make([]byte, n*p.from.Bits()/8)
+				var st Stats
+				genericKernel(F32, p.from)(src, u32Bytes(f), Options{}, &st)
+			}
+			outLen := n * p.to.Bits() / 8
+			buf := make([]byte, outLen+64)
+			base := int(-uintptr(unsafe.Pointer(&buf[0])) & 31) // 32-byte aligned
+			want := make([]byte, outLen)
+			var ws Stats
+			ref(want, src, Options{}, &ws)
+			for _, off := range []int{base, base + 4} {
+				dst := buf[off : off+outLen]
+				var gs Stats
+				vec(dst, src, Options{}, &gs)
+				if gs != ws {
+					t.Errorf("dst offset %d: stats differ:\nvector   %v\nportable %v", off-base, gs, ws)
+				}
+				if !bytes.Equal(dst, want) {
+					t.Errorf("dst offset %d: output differs", off-base)
+				}
+			}
+		})
+	}
+}

@@ -5,6 +5,7 @@ package dtype
 import (
 	"encoding/binary"
 	"math"
+	"unsafe"
 )
 
 // vecRun is the signature of a vector fast path. It converts whole blocks of
@@ -13,8 +14,11 @@ import (
 // code without a plain decode); it returns the number of elements it
 // converted and how many of them were nonzero and rounded to zero. It folds
 // the magnitudes it saw into acc (a vector register image whose lane layout
-// the kernel's accMax function knows).
-type vecRun func(dst, src []byte, acc *[32]byte) (n, underflow int)
+// the kernel's accMax function knows). With nt set (only when the kernel's
+// ntAlign is nonzero and dst is aligned to it) it writes dst with
+// non-temporal stores, which keep a large output from evicting everything
+// else from the caches and save the read-for-ownership of dst.
+type vecRun func(dst, src []byte, acc *[32]byte, nt bool) (n, underflow int)
 
 // vecKernel combines a vector fast path with the portable kernel: the fast
 // path converts the ordinary blocks, the portable kernel the blocks that hold
@@ -26,9 +30,17 @@ type vecKernel struct {
 	outSize  int // bytes per target element
 	block    int // elements per vector block
 	fallback kernel
+	// ntAlign is the dst alignment the non-temporal stores need (0: the
+	// kernel has none).
+	ntAlign uintptr
 	// accMax returns the largest finite input magnitude recorded in acc.
 	accMax func(acc *[32]byte) float64
 }
+
+// ntMin is the output size from which the vector kernels write with
+// non-temporal stores: well beyond the per-core caches, where the output
+// would only evict the input on its way to memory.
+const ntMin = 4 << 20
 
 // maxFallbackRun bounds how many elements the portable kernel converts in one
 // go after the fast path gave up, when special values come in runs.
@@ -39,9 +51,12 @@ func (v *vecKernel) convert(dst, src []byte, opts Options, st *Stats) {
 	var acc [32]byte
 	fast, under := 0, 0
 	run := v.block // elements the portable kernel takes after a stop
+	// Blocks and fallback runs are whole blocks, so the alignment of dst
+	// holds at every entry to the fast path.
+	nt := v.ntAlign != 0 && len(dst) >= ntMin && uintptr(unsafe.Pointer(unsafe.SliceData(dst)))%v.ntAlign == 0
 	for i := 0; i < n; {
 		if n-i >= v.block {
-			d, u := v.run(dst[i*v.outSize:n*v.outSize], src[i*v.inSize:n*v.inSize], &acc)
+			d, u := v.run(dst[i*v.outSize:n*v.outSize], src[i*v.inSize:n*v.inSize], &acc, nt)
 			under += u
 			i += d
 			fast += d
@@ -136,6 +151,22 @@ var f8Layouts = map[DType]f8Layout{
 	F8_E4M3FNUZ: {magMask: 0x7f, signed: true, shift: 20, scaleExp: 119, magSpecial: 0xff, codeSpecial: 0x80},
 	F8_E5M2FNUZ: {magMask: 0x7f, signed: true, shift: 21, scaleExp: 111, magSpecial: 0xff, codeSpecial: 0x80},
 	F8_E8M0:     {magMask: 0xff, signed: false, shift: 23, scaleExp: 0, magSpecial: 0xff, codeSpecial: 0x00},
+}
+
+// f8DecodeTable and f8HalfTable hold the decoder parameters of each layout,
+// computed once (read-only afterwards).
+var (
+	f8DecodeTable = map[DType]*f8DecodeParams{}
+	f8HalfTable   = map[DType]*f8HalfParams{}
+)
+
+func init() {
+	for d, l := range f8Layouts {
+		f8DecodeTable[d] = l.decodeParams()
+		if hp := l.halfParams(); hp != nil {
+			f8HalfTable[d] = hp
+		}
+	}
 }
 
 // value returns the magnitude code m as a float64.
