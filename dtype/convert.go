@@ -1,6 +1,7 @@
 package dtype
 
 import (
+	"context"
 	"runtime"
 	"sync"
 	"unsafe"
@@ -78,6 +79,47 @@ func Convert(dst []byte, to DType, src []byte, from DType, opts Options) (Stats,
 	}
 	convertParallel(k, dst, to, src, from, ns, workers, opts, &st)
 	return st, nil
+}
+
+// segmentBytes is how much ConvertContext converts between checks of its
+// context (of the larger side).
+const segmentBytes = 32 << 20
+
+// ConvertContext is Convert for long conversions: it works through the
+// slices in segments of about 32 MiB and stops at the first segment boundary
+// after ctx is done, returning the Stats so far and ctx.Err(). dst is then
+// only partly written.
+func ConvertContext(ctx context.Context, dst []byte, to DType, src []byte, from DType, opts Options) (Stats, error) {
+	if err := ctx.Err(); err != nil {
+		return Stats{}, err
+	}
+	if max(len(src), len(dst)) <= segmentBytes {
+		return Convert(dst, to, src, from, opts)
+	}
+	// Validate once, on an empty prefix of the right shape.
+	if st, err := Convert(nil, to, nil, from, opts); err != nil {
+		return st, err
+	}
+	ns, errS := from.Elements(len(src))
+	nd, errD := to.Elements(len(dst))
+	if errS != nil || errD != nil || ns != nd {
+		return Convert(dst, to, src, from, opts) // reports the length error
+	}
+	width := max(from.Bits(), to.Bits())
+	per := segmentBytes * 8 / width &^ 7 // elements per segment, a multiple of 8
+	var total Stats
+	for lo := 0; lo < ns; lo += per {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		hi := min(ns, lo+per)
+		st, err := Convert(dst[byteOff(to, lo):byteOff(to, hi)], to, src[byteOff(from, lo):byteOff(from, hi)], from, opts)
+		total.Add(st)
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
 }
 
 // convertParallel splits n elements into parts of a multiple of 8 elements

@@ -1,6 +1,7 @@
 package dtype
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"math"
@@ -800,5 +801,31 @@ func TestDecodeEncodeFloat32(t *testing.T) {
 	}
 	if Float32Bytes(nil) != nil || len(Float32Bytes(f)) != 16 {
 		t.Error("Float32Bytes")
+	}
+}
+
+func TestConvertContext(t *testing.T) {
+	n := 80 << 20 / 4 // 80 MiB of F32: three segments
+	src := make([]byte, 4*n)
+	for i := 0; i < n; i += 1000 {
+		binary.LittleEndian.PutUint32(src[4*i:], math.Float32bits(float32(i)))
+	}
+	want := make([]byte, 2*n)
+	ws, err := Convert(want, BF16, src, F32, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 2*n)
+	gs, err := ConvertContext(context.Background(), got, BF16, src, F32, Options{})
+	if err != nil || gs != ws || string(got) != string(want) {
+		t.Fatalf("ConvertContext differs from Convert: %v %v %v", gs, ws, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := ConvertContext(ctx, got, BF16, src, F32, Options{}); !errors.Is(err, context.Canceled) {
+		t.Errorf("canceled: %v", err)
+	}
+	if _, err := ConvertContext(context.Background(), got[:2*n-2], BF16, src, F32, Options{}); !errors.Is(err, ErrLength) {
+		t.Errorf("length: %v", err)
 	}
 }
