@@ -35,6 +35,13 @@ Usage (driven by interop/safetensors_test.go; data exchanged through files):
       safe_open(framework="numpy").get_slice(tensor)[sel]: "" or its error,
       the result's shape and the sha256 of its bytes.
 
+  st_oracle.py decode OUT.json FILE
+      Every float tensor of FILE (raw bytes through deserialize) widened to
+      float32 by ml_dtypes: F4 unpacked two per byte (element 0 in the low
+      nibble), F6 four per three bytes (little-endian bit stream, element 0
+      in the low bits). Per tensor, the sha256 of the float32 bytes with
+      every NaN made the quiet NaN 0x7fc00000.
+
   The reference keeps __metadata__ in a hash map, so with two or more
   metadata keys the order it writes them in changes from run to run.
 """
@@ -234,6 +241,59 @@ def cmd_slice(spec_path, out_path):
         json.dump(res, fh)
 
 
+def unpack_bits(data, bits, n):
+    """Codes of n elements packed as a little-endian bit stream."""
+    b = np.frombuffer(bytes(data), dtype=np.uint8)
+    if bits == 4:
+        out = np.empty(2 * b.size, dtype=np.uint8)
+        out[0::2] = b & 0x0F
+        out[1::2] = b >> 4
+        return out[:n]
+    g = b[: b.size // 3 * 3].reshape(-1, 3).astype(np.uint32)
+    w = g[:, 0] | (g[:, 1] << 8) | (g[:, 2] << 16)
+    out = np.empty((w.size, 4), dtype=np.uint8)
+    for k in range(4):
+        out[:, k] = (w >> (6 * k)) & 0x3F
+    return out.reshape(-1)[:n]
+
+
+def widen(dt, data, n):
+    import ml_dtypes
+
+    narrow = {
+        "BF16": ml_dtypes.bfloat16, "F16": np.float16, "F32": np.float32,
+        "F8_E4M3": ml_dtypes.float8_e4m3fn, "F8_E5M2": ml_dtypes.float8_e5m2,
+        "F8_E4M3FNUZ": ml_dtypes.float8_e4m3fnuz, "F8_E5M2FNUZ": ml_dtypes.float8_e5m2fnuz,
+        "F8_E8M0": ml_dtypes.float8_e8m0fnu,
+    }
+    if dt in narrow:
+        a = np.frombuffer(bytes(data), dtype=np.dtype(narrow[dt]).newbyteorder("<"))
+    elif dt == "F4":
+        a = unpack_bits(data, 4, n).view(ml_dtypes.float4_e2m1fn)
+    elif dt in ("F6_E2M3", "F6_E3M2"):
+        t = ml_dtypes.float6_e2m3fn if dt == "F6_E2M3" else ml_dtypes.float6_e3m2fn
+        a = unpack_bits(data, 6, n).view(t)
+    else:
+        return None
+    with np.errstate(all="ignore"):
+        f = a.astype("<f4")
+    f[np.isnan(f)] = np.float32("nan")
+    return f
+
+
+def cmd_decode(out_path, path):
+    with open(path, "rb") as fh:
+        items = deserialize(fh.read())
+    res = {}
+    for name, t in items:
+        n = int(np.prod(t["shape"], dtype=np.int64))
+        f = widen(t["dtype"], t["data"], n)
+        if f is not None:
+            res[name] = {"n": int(f.size), "sha256": sha(f.view(np.uint32).astype("<u4").tobytes())}
+    with open(out_path, "w") as fh:
+        json.dump(res, fh)
+
+
 def main(argv):
     if len(argv) == 5 and argv[1] == "write":
         cmd_write(argv[2], argv[3], argv[4])
@@ -241,6 +301,8 @@ def main(argv):
         with open(argv[3]) as fh:
             paths = [l.rstrip("\n") for l in fh if l.strip()]
         (cmd_read if argv[1] == "read" else cmd_check)(argv[2], paths)
+    elif len(argv) == 4 and argv[1] == "decode":
+        cmd_decode(argv[2], argv[3])
     elif len(argv) == 4 and argv[1] == "slice":
         cmd_slice(argv[2], argv[3])
     elif len(argv) == 5 and argv[1] == "reserialize":
