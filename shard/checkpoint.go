@@ -176,12 +176,6 @@ func (c *Checkpoint) openIndex() error {
 	}
 
 	// Every mapped tensor must be in its shard.
-	owner := make(map[string][]string) // tensor -> shards that have it
-	for _, s := range c.shards {
-		for _, ti := range s.header.Tensors {
-			owner[ti.Name] = append(owner[ti.Name], s.name)
-		}
-	}
 	c.byName = make(map[string]entry, len(ix.WeightMap))
 	for _, name := range ix.order {
 		sname := ix.WeightMap[name]
@@ -189,7 +183,13 @@ func (c *Checkpoint) openIndex() error {
 		ti, ok := s.header.Lookup(name)
 		if !ok {
 			msg := "the index maps it to this shard, whose header does not have it"
-			if others := owner[name]; len(others) > 0 {
+			var others []string
+			for _, o := range c.shards {
+				if _, ok := o.header.Lookup(name); ok {
+					others = append(others, o.name)
+				}
+			}
+			if len(others) > 0 {
 				msg += fmt.Sprintf(" (it is in %s: the index names the wrong shard)", strings.Join(others, ", "))
 			}
 			return &Error{Kind: ErrTensorMissingFromShard, Path: c.path, Shard: sname, Tensor: name, Msg: msg}
@@ -224,11 +224,22 @@ func (c *Checkpoint) openIndex() error {
 	}
 
 	// Logical order: shard by shard, in data order.
-	c.names = slices.Collect(maps.Keys(c.byName))
-	slices.SortFunc(c.names, func(a, b string) int {
-		ea, eb := c.byName[a], c.byName[b]
-		return cmp.Or(cmp.Compare(ea.shard, eb.shard), cmp.Compare(ea.info.Begin, eb.info.Begin), strings.Compare(a, b))
+	type place struct {
+		shard int
+		begin int64
+		name  string
+	}
+	order := make([]place, 0, len(c.byName))
+	for name, e := range c.byName {
+		order = append(order, place{e.shard, e.info.Begin, name})
+	}
+	slices.SortFunc(order, func(a, b place) int {
+		return cmp.Or(cmp.Compare(a.shard, b.shard), cmp.Compare(a.begin, b.begin), strings.Compare(a.name, b.name))
 	})
+	c.names = make([]string, len(order))
+	for i, p := range order {
+		c.names[i] = p.name
+	}
 
 	// Metadata: union of the shards' __metadata__, first shard wins.
 	c.meta = make(map[string]string)

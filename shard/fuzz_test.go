@@ -2,6 +2,7 @@ package shard
 
 import (
 	"errors"
+	"reflect"
 	"testing"
 )
 
@@ -17,10 +18,22 @@ func FuzzParseIndex(f *testing.F) {
 		`{"metadata":{"total_size":1e3},"weight_map":{"a":"x.safetensors"},"x":[1,{"y":null}]}`,
 		`{"weight_map":{"a":"x.safetensors"}} trailing`,
 		`[`, ``, `null`, `{"weight_map":{"\u0000":"x.safetensors"}}`,
+		`{"weight_map":{"a\"b":"x.safetensors","c\u00e9":"y.safetensors"}, "metadata": {"total_size": 12}}`,
+		"{\"weight_map\":{\"\xff\":\"x.safetensors\"}}",
+		` { "metadata" : null , "weight_map" : { "a" : "x.safetensors" } } `,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
+		if fast, ok := parseIndexFast(data); ok {
+			slow, err := parseIndexSlow(data)
+			if err != nil {
+				t.Fatalf("fast path accepted what the slow path rejects: %v", err)
+			}
+			if !reflect.DeepEqual(fast, slow) {
+				t.Fatalf("fast %+v\nslow %+v", fast, slow)
+			}
+		}
 		ix, err := ParseIndex(data)
 		if err != nil {
 			var e *Error

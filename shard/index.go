@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // MaxIndexSize is the largest index file ReadIndex accepts (64 MiB). Real
@@ -91,6 +92,174 @@ func ParseIndex(data []byte) (*Index, error) {
 	if len(data) > MaxIndexSize {
 		return nil, &Error{Kind: ErrIndexTooLarge, Msg: fmt.Sprintf("%d bytes, more than the %d an index may have", len(data), MaxIndexSize)}
 	}
+	if ix, ok := parseIndexFast(data); ok {
+		return ix, nil
+	}
+	return parseIndexSlow(data)
+}
+
+// parseIndexFast handles the common, valid index with a hand-written
+// scanner (encoding/json's reflection dominates otherwise). It gives up (ok
+// false) on anything unusual: unknown or repeated keys, escapes it does not
+// need to handle, invalid UTF-8, any syntax or validation error. The exact
+// diagnosis is then left to parseIndexSlow; both give the same result on
+// what the fast path accepts, which FuzzParseIndex checks.
+func parseIndexFast(data []byte) (ix *Index, ok bool) {
+	sc := scanner{b: data}
+	ix = &Index{}
+	sc.ws()
+	if !sc.eat('{') {
+		return nil, false
+	}
+	seenMap, seenMeta := false, false
+	for first := true; ; first = false {
+		sc.ws()
+		if sc.eat('}') {
+			break
+		}
+		if !first && !(sc.eat(',') && sc.wsThen()) {
+			return nil, false
+		}
+		key, ok := sc.str()
+		if !ok {
+			return nil, false
+		}
+		sc.ws()
+		if !sc.eat(':') {
+			return nil, false
+		}
+		sc.ws()
+		switch {
+		case key == "weight_map" && !seenMap:
+			seenMap = true
+			if !sc.weightMap(ix) {
+				return nil, false
+			}
+		case key == "metadata" && !seenMeta:
+			seenMeta = true
+			d := json.NewDecoder(bytes.NewReader(data[sc.i:]))
+			d.UseNumber()
+			var v any
+			if d.Decode(&v) != nil {
+				return nil, false
+			}
+			sc.i += int(d.InputOffset())
+			switch mv := v.(type) {
+			case nil:
+				ix.Warnings = append(ix.Warnings, `"metadata" is null`)
+			case map[string]any:
+				ix.Metadata = mv
+				ix.TotalSize = ix.totalSize(mv)
+			default:
+				return nil, false
+			}
+		default:
+			return nil, false
+		}
+	}
+	sc.ws()
+	if sc.i != len(data) || !seenMap {
+		return nil, false
+	}
+	return ix, true
+}
+
+type scanner struct {
+	b []byte
+	i int
+}
+
+func (s *scanner) ws() {
+	for s.i < len(s.b) && (s.b[s.i] == ' ' || s.b[s.i] == '\t' || s.b[s.i] == '\n' || s.b[s.i] == '\r') {
+		s.i++
+	}
+}
+
+// wsThen skips white space and reports true, for use in conditions.
+func (s *scanner) wsThen() bool { s.ws(); return true }
+
+func (s *scanner) eat(c byte) bool {
+	if s.i < len(s.b) && s.b[s.i] == c {
+		s.i++
+		return true
+	}
+	return false
+}
+
+// str reads a JSON string. Strings with escapes are decoded by
+// encoding/json; control characters and invalid UTF-8 give up.
+func (s *scanner) str() (string, bool) {
+	if !s.eat('"') {
+		return "", false
+	}
+	start, escaped := s.i, false
+	for s.i < len(s.b) && s.b[s.i] != '"' {
+		c := s.b[s.i]
+		if c < 0x20 {
+			return "", false
+		}
+		if c == '\\' {
+			escaped = true
+			s.i++
+		}
+		s.i++
+	}
+	if s.i >= len(s.b) {
+		return "", false
+	}
+	raw := s.b[start:s.i]
+	s.i++
+	if !utf8.Valid(raw) {
+		return "", false
+	}
+	if !escaped {
+		return string(raw), true
+	}
+	var out string
+	if json.Unmarshal(s.b[start-1:s.i], &out) != nil {
+		return "", false
+	}
+	return out, true
+}
+
+// weightMap reads a non-empty object of valid tensor and shard names.
+func (s *scanner) weightMap(ix *Index) bool {
+	if !s.eat('{') {
+		return false
+	}
+	ix.WeightMap = make(map[string]string)
+	for first := true; ; first = false {
+		s.ws()
+		if s.eat('}') {
+			return len(ix.WeightMap) > 0
+		}
+		if !first && !(s.eat(',') && s.wsThen()) {
+			return false
+		}
+		name, ok := s.str()
+		if !ok || name == "" {
+			return false
+		}
+		s.ws()
+		if !s.eat(':') {
+			return false
+		}
+		s.ws()
+		shard, ok := s.str()
+		if !ok || CheckShardName(shard) != nil {
+			return false
+		}
+		if _, dup := ix.WeightMap[name]; dup {
+			return false
+		}
+		ix.WeightMap[name] = shard
+		ix.order = append(ix.order, name)
+	}
+}
+
+// parseIndexSlow decodes token by token, so that it can report exactly what
+// is wrong and where.
+func parseIndexSlow(data []byte) (*Index, error) {
 	d := json.NewDecoder(bytes.NewReader(data))
 	d.UseNumber()
 	ix := &Index{}
