@@ -60,6 +60,7 @@ type Error struct {
 	Err  error
 }
 
+// Error formats the operation, the path and the cause.
 func (e *Error) Error() string {
 	s := "ckpttest: " + e.Op
 	if e.Path != "" {

@@ -121,6 +121,7 @@ type Error struct {
 	Err    error  // the underlying error, if any
 }
 
+// Error formats the kind, the file, shard and tensor, and the cause.
 func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString("shard: ")

@@ -109,6 +109,7 @@ type Error struct {
 	Err    error // the underlying error (often a *shard.Error)
 }
 
+// Error formats the kind, the folder, file and tensor, and the cause.
 func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString("variant: ")
