@@ -10,7 +10,10 @@ import (
 // Spec describes a dtype to add with Register. Registered dtypes read, write
 // and convert like built-in ones: Convert decodes them to float32 and encodes
 // from float32, so the float32 path is exact only if every value of the type
-// is a float32.
+// is a float32. Decode and Encode must be safe for concurrent use: Convert
+// calls them from several goroutines on disjoint parts of large slices.
+// Convert counts Stats.Elements itself and adds the other counters Encode
+// returns; when Encode leaves MaxAbs at 0, Convert computes it.
 type Spec struct {
 	// Name is the safetensors name used in file headers, e.g. "F8_E3M4". It
 	// must match [A-Z0-9_]+ and must not collide with a known name or alias.
