@@ -438,3 +438,28 @@ func TestVecNonTemporal(t *testing.T) {
 		})
 	}
 }
+
+// FuzzVecKernels compares the vector and portable kernels on arbitrary
+// bytes, for every pair with a vector kernel and both Saturate modes.
+func FuzzVecKernels(f *testing.F) {
+	f.Add(uint8(0), false, []byte{0x80, 0x7f, 0xff, 0x7f, 0x01, 0x00, 0x00, 0x00})
+	f.Add(uint8(7), true, u32Bytes(f32Edges()[:200]))
+	f.Add(uint8(9), false, u32Bytes(realisticF32(rand.New(rand.NewSource(7)), 100, 300)))
+	codes := make([]byte, 300)
+	for i := range codes {
+		codes[i] = byte(i * 37)
+	}
+	f.Add(uint8(2), false, codes)
+	f.Add(uint8(3), true, codes)
+	f.Fuzz(func(t *testing.T, pair uint8, sat bool, data []byte) {
+		p := vecPairs[int(pair)%len(vecPairs)]
+		ref := referenceKernel(p.from, p.to)
+		vec := vecKernelFor(p.from, p.to, ref)
+		if vec == nil {
+			return
+		}
+		size := p.from.Bits() / 8
+		src := data[:len(data)/size*size]
+		compareKernels(t, "fuzz", vec, ref, p.from, p.to, src, Options{Saturate: sat})
+	})
+}
