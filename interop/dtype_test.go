@@ -245,6 +245,7 @@ func oracleCodes(t testing.TB, dir string) (map[dtype.DType][]uint32, map[string
 // same float32 as in ml_dtypes (NaN codes to a NaN), BF16 and F16
 // exhaustively too.
 func TestDecodeEveryCode(t *testing.T) {
+	python(t)
 	dir := t.TempDir()
 	tables, info := oracleCodes(t, dir)
 	t.Logf("reference: ml_dtypes %v, numpy %v", info["ml_dtypes"], info["numpy"])
@@ -378,6 +379,7 @@ func nearRange(r *rand.Rand, table []uint32, n int) []uint32 {
 // inside it — through dtype.Convert and through ml_dtypes, in both modes, and
 // requires the same bytes.
 func TestConvertF32(t *testing.T) {
+	python(t)
 	dir := t.TempDir()
 	tables, _ := oracleCodes(t, dir)
 

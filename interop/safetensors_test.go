@@ -174,6 +174,7 @@ func checkCkptReads(t *testing.T, path string, want genFile) {
 // names, shapes and metadata; ckpt reads the same tensors and metadata, and
 // ckpt's writer, given them in any order, produces the same bytes.
 func TestReadAndRewriteReferenceFiles(t *testing.T) {
+	python(t)
 	dir := t.TempDir()
 	r := rand.New(rand.NewPCG(3, 0x5afe))
 	var blob []byte
@@ -367,6 +368,7 @@ func compareWithReference(t *testing.T, path string, pr pyRead) {
 // load_file where numpy has the dtype), and, where the reference writer can
 // take the dtypes, the reference writes the very same bytes for them.
 func TestReferenceReadsCkptFiles(t *testing.T) {
+	python(t)
 	dir := t.TempDir()
 	r := rand.New(rand.NewPCG(4, 0x5afe))
 	var blob []byte
@@ -657,6 +659,7 @@ type pyCheck struct {
 // ckpt accepts exactly the files the reference accepts, except where ckpt is
 // stricter by design (duplicate keys), which is logged.
 func TestMalformedFilesAgree(t *testing.T) {
+	python(t)
 	dir := t.TempDir()
 	r := rand.New(rand.NewPCG(5, 0xbad))
 	var blob []byte
