@@ -2,6 +2,8 @@
 
 package dtype
 
+import "math"
+
 // Vector fast paths in arch_arm64.s (ASIMD, which every arm64 CPU has). See
 // vecRun for the contract.
 
@@ -13,6 +15,9 @@ func f16ToF32NEON(dst, src []byte, acc *[32]byte) int
 
 //go:noescape
 func e5m2ToF32NEON(dst, src []byte, acc *[32]byte) int
+
+//go:noescape
+func f8ToF32NEON(dst, src []byte, acc *[32]byte, p *f8NeonParams) int
 
 //go:noescape
 func f32ToBF16NEON(dst, src []byte, acc *[32]byte, cnt *[4]uint32) int
@@ -42,6 +47,12 @@ func vecKernelFor(from, to DType, fallback kernel) kernel {
 		l := f8Layouts[F8_E5M2]
 		v.run, v.inSize, v.outSize, v.block = widenNEON(e5m2ToF32NEON), 1, 4, 32
 		v.accMax = func(acc *[32]byte) float64 { return l.value(accMaxU8(acc)) }
+	case to == F32 && f8NeonTable[from] != nil:
+		l, p := f8Layouts[from], f8NeonTable[from]
+		v.run, v.inSize, v.outSize, v.block = widenNEON(func(dst, src []byte, acc *[32]byte) int {
+			return f8ToF32NEON(dst, src, acc, p)
+		}), 1, 4, 32
+		v.accMax = func(acc *[32]byte) float64 { return l.value(accMaxU8(acc)) }
 	case from == F32 && to == BF16:
 		v.run, v.inSize, v.outSize, v.block, v.accMax = narrowNEON(f32ToBF16NEON), 4, 2, 16, maxAbsF32
 	case from == F32 && to == F16:
@@ -65,3 +76,34 @@ func narrowNEON(f func(dst, src []byte, acc *[32]byte, cnt *[4]uint32) int) vecR
 		return n, int(cnt[0]) + int(cnt[1]) + int(cnt[2]) + int(cnt[3])
 	}
 }
+
+// f8NeonParams is the constant block of f8ToF32NEON: codes whose magnitude
+// (magMask) is above magLimit, or equal to codeSpecial, are left to the
+// portable kernel; the others read as binary16 after an exponent shift,
+// times scale.
+type f8NeonParams struct {
+	magMask     [16]uint8
+	magLimit    [16]uint8
+	codeSpecial [16]uint8
+	scale       [4]float32
+}
+
+// f8NeonTable holds the parameters for the layouts with a sign and a 4-bit
+// exponent, computed once (read-only afterwards).
+var f8NeonTable = func() map[DType]*f8NeonParams {
+	m := map[DType]*f8NeonParams{}
+	for _, d := range []DType{F8_E4M3, F8_E4M3FNUZ} {
+		l := f8Layouts[d]
+		p := new(f8NeonParams)
+		for i := range 16 {
+			p.magMask[i] = l.magMask
+			p.magLimit[i] = l.magSpecial - 1
+			p.codeSpecial[i] = l.codeSpecial
+		}
+		for i := range 4 {
+			p.scale[i] = float32(math.Ldexp(1, 15-(127-l.scaleExp)))
+		}
+		m[d] = p
+	}
+	return m
+}()

@@ -115,6 +115,37 @@
 	MOVD    R4, ret+64(FP) \
 	RET
 
+// F8CHECK jumps to done unless the 32 codes in V0, V1 are all plain numbers:
+// magnitude (mask V20) at most V21 and code not V22. It folds the
+// magnitudes into V31. V2-V5, V30 and R6, R7 are clobbered.
+#define F8CHECK \
+	VAND    V20.B16, V0.B16, V2.B16 \
+	VAND    V20.B16, V1.B16, V3.B16 \
+	VUMAX   V2.B16, V3.B16, V4.B16 \
+	ALLLE(B16, V4, V21) \
+	VCMEQ   V22.B16, V0.B16, V5.B16 \
+	VCMEQ   V22.B16, V1.B16, V30.B16 \
+	VORR    V5.B16, V30.B16, V30.B16 \
+	VMOV    V30.D[0], R6 \
+	VMOV    V30.D[1], R7 \
+	ORR     R6, R7, R6 \
+	CBNZ    R6, done \
+	VUMAX   V4.B16, V31.B16, V31.B16
+
+// HALF16 turns the 8 codes in src (as code<<8 per 16-bit lane) into
+// binary16 bits by moving the 4-bit exponent down one bit (sign mask V24,
+// magnitude mask V25), then runs the given FCVTL, FCVTL2 and two FMUL (by
+// V23) encodings. V4, V5 are clobbered.
+#define HALF16(src, flo, fhi, mlo, mhi) \
+	VAND    V24.B16, src.B16, V4.B16 \
+	VAND    V25.B16, src.B16, V5.B16 \
+	VUSHR   $1, V5.H8, V5.H8 \
+	VORR    V4.B16, V5.B16, src.B16 \
+	WORD    flo \
+	WORD    fhi \
+	WORD    mlo \
+	WORD    mhi
+
 // func bf16ToF32NEON(dst, src []byte, acc *[32]byte) int
 TEXT ·bf16ToF32NEON(SB), NOSPLIT, $0-64
 	PROLOG
@@ -249,3 +280,43 @@ e5m2loop:
 
 done:
 	EPILOG
+
+// func f8ToF32NEON(dst, src []byte, acc *[32]byte, p *f8NeonParams) int
+//
+// For layouts with a sign and a 4-bit exponent (E4M3, E4M3FNUZ): the code
+// as binary16 after an exponent shift, widened exactly by FCVTL and scaled
+// by a power of two (FMUL Vd.4S, Vn.4S, Vm.4S = 0x6e20dc00 | m<<16 | n<<5 | d).
+TEXT ·f8ToF32NEON(SB), NOSPLIT, $0-72
+	PROLOG
+	MOVD    p+56(FP), R5
+	VLD1    (R5), [V20.B16, V21.B16, V22.B16, V23.B16]
+	LSR     $5, R2, R2              // blocks of 32 codes
+	MOVD    $0x8000, R5
+	VDUP    R5, V24.H8
+	MOVD    $0x7f00, R5
+	VDUP    R5, V25.H8
+	VEOR    V29.B16, V29.B16, V29.B16
+	CBZ     R2, done
+
+f8loop:
+	VLD1    (R1), [V0.B16, V1.B16]
+	F8CHECK
+	VZIP1   V0.B16, V29.B16, V2.B16
+	VZIP2   V0.B16, V29.B16, V3.B16
+	HALF16(V2, $0x0e217850, $0x4e217851, $0x6e37de10, $0x6e37de31)
+	HALF16(V3, $0x0e217872, $0x4e217873, $0x6e37de52, $0x6e37de73)
+	VST1.P  [V16.S4, V17.S4, V18.S4, V19.S4], 64(R0)
+	VZIP1   V1.B16, V29.B16, V2.B16
+	VZIP2   V1.B16, V29.B16, V3.B16
+	HALF16(V2, $0x0e217850, $0x4e217851, $0x6e37de10, $0x6e37de31)
+	HALF16(V3, $0x0e217872, $0x4e217873, $0x6e37de52, $0x6e37de73)
+	VST1.P  [V16.S4, V17.S4, V18.S4, V19.S4], 64(R0)
+	ADD     $32, R1
+	ADD     $32, R4
+	SUBS    $1, R2
+	BNE     f8loop
+
+done:
+	MOVD    R4, ret+64(FP)
+	VST1    [V31.B16], (R3)
+	RET
