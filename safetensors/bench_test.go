@@ -184,7 +184,7 @@ func BenchmarkRead(b *testing.B) {
 		}
 	})
 	b.Run("raw/pread", func(b *testing.B) {
-		f, t := open(b)
+		f, t := open(b, WithReadMode(ReadPread))
 		defer f.Close()
 		b.SetBytes(2 * n)
 		b.ResetTimer()
@@ -225,7 +225,7 @@ func BenchmarkRead(b *testing.B) {
 		}
 	})
 	b.Run("bf16-f32/pread", func(b *testing.B) {
-		f, t := open(b)
+		f, t := open(b, WithReadMode(ReadPread))
 		defer f.Close()
 		t.ConvertTo(dtype.F32, f32, dtype.Options{}) // warm the scratch pool
 		b.SetBytes(2 * n)

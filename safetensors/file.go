@@ -20,15 +20,17 @@ import (
 type ReadMode int
 
 const (
-	// ReadAuto picks per backend: pread for files opened from a path (the
-	// first touch of a fresh mapping is several times slower than pread into a
-	// reused buffer, see BENCHMARKS.md), memory for OpenBytes.
+	// ReadAuto picks what measured fastest (see BENCHMARKS.md): on a mapped
+	// file, raw copies come straight from the mapping and converting reads
+	// copy cache-sized chunks out of it into a reused buffer and convert from
+	// there; without a mapping, pread.
 	ReadAuto ReadMode = iota
 	// ReadPread always reads with pread (ReadAt) into the destination or a
-	// reused scratch buffer.
+	// reused cache-sized buffer (no page faults on the mapping, which matters
+	// on machines where faulting in fresh mappings is slow).
 	ReadPread
-	// ReadMapped copies or converts straight from the mapping (fastest when
-	// the pages are already resident, e.g. read twice).
+	// ReadMapped reads from the mapping (currently what ReadAuto does on a
+	// mapped file).
 	ReadMapped
 )
 
@@ -52,14 +54,15 @@ func WithReadMode(m ReadMode) OpenOption { return func(c *openConfig) { c.mode =
 //
 // Close releases the mapping: slices returned by Bytes (and SliceView.Bytes)
 // must not be used after Close, and Close must not run while another
-// goroutine still uses them. Everything else checks for Close and returns an
-// error of kind ErrClosed.
+// goroutine still uses them. Every method that reads tensor data checks for
+// Close and returns an error of kind ErrClosed; header accessors (Names,
+// Header, Metadata, ...) keep working.
 type File struct {
 	path   string
 	hdr    *Header
 	data   []byte      // the whole file: a mapping or the caller's bytes; nil for the ReadAt backend
 	ra     io.ReaderAt // pread source; nil for OpenBytes
-	osf    *os.File    // owned file, closed by Close
+	closer io.Closer   // owned file, closed by Close
 	mapped bool
 	mode   ReadMode
 	chunk  int64 // converting-read chunk size; 0 means convertChunk (tests lower it)
@@ -88,17 +91,25 @@ func Open(path string, opts ...OpenOption) (*File, error) {
 		osf.Close()
 		return nil, &Error{Kind: ErrIO, File: path, Msg: "not a regular file"}
 	}
-	size := st.Size()
-	hdr, err := ReadHeader(osf, size)
+	f, err := openOSFile(osf, path, st.Size(), cfg)
 	if err != nil {
 		osf.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// openOSFile validates the header of an open file and maps it (unless
+// configured otherwise). The File owns osf on success.
+func openOSFile(osf *os.File, path string, size int64, cfg openConfig) (*File, error) {
+	hdr, err := ReadHeader(osf, size)
+	if err != nil {
 		return nil, withFile(err, path)
 	}
-	f := &File{path: path, hdr: hdr, ra: osf, osf: osf, mode: cfg.mode}
+	f := &File{path: path, hdr: hdr, ra: osf, closer: osf, mode: cfg.mode}
 	if !cfg.readAt && mmapSupported {
 		data, err := mmapFile(osf, size)
 		if err != nil {
-			osf.Close()
 			return nil, &Error{Kind: ErrIO, File: path, Msg: "mmap", Err: err}
 		}
 		f.data = data
@@ -162,8 +173,8 @@ func (f *File) Close() error {
 		}
 	}
 	f.data = nil
-	if f.osf != nil {
-		if e := f.osf.Close(); e != nil && err == nil {
+	if f.closer != nil {
+		if e := f.closer.Close(); e != nil && err == nil {
 			err = &Error{Kind: ErrIO, File: f.path, Msg: "close", Err: e}
 		}
 	}
@@ -285,7 +296,11 @@ func (f *File) readAt(tensor string, dst []byte, off int64) error {
 		Msg: fmt.Sprintf("read %d of %d bytes at offset %d (was the file truncated?)", n, len(dst), off), Err: err}
 }
 
-// usePread tells whether copying reads should go through pread.
+// usePread tells whether copying and converting reads fetch data with
+// pread rather than out of the mapping. On the development VM copying out of
+// a fresh mapping beat pread (~7 vs ~4 GB/s raw; ~3.5 vs ~3.1 GB/s for
+// chunked BF16->F32), so only ReadPread, or a file without a mapping, uses
+// pread (see BENCHMARKS.md).
 func (f *File) usePread() bool {
 	if f.data == nil {
 		return true
@@ -293,7 +308,7 @@ func (f *File) usePread() bool {
 	if f.ra == nil {
 		return false
 	}
-	return f.mode != ReadMapped
+	return f.mode == ReadPread
 }
 
 func (f *File) getScratch(n int) *[]byte {

@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
 	"testing"
+	"testing/fstest"
 
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/google/go-cmp/cmp"
@@ -48,8 +50,8 @@ func backends(t *testing.T, path string) map[string]*File {
 	}
 	f, err := Open(path)
 	add("mmap", f, err)
-	f, err = Open(path, WithReadMode(ReadMapped))
-	add("mmap-direct", f, err)
+	f, err = Open(path, WithReadMode(ReadPread))
+	add("mmap-pread", f, err)
 	f, err = Open(path, WithReadAt())
 	add("readat", f, err)
 	f, err = OpenBytes(raw)
@@ -152,11 +154,16 @@ func TestTruncatedWhileMapped(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer direct.Close()
-	pread, err := Open(path)
+	pread, err := Open(path, WithReadMode(ReadPread))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pread.Close()
+	auto, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer auto.Close()
 	if err := os.Truncate(path, direct.Header().DataOffset); err != nil {
 		t.Fatal(err)
 	}
@@ -174,6 +181,10 @@ func TestTruncatedWhileMapped(t *testing.T) {
 	wantKind(t, tp.ReadTo(dst), ErrIO)
 	_, err = tp.Float32s()
 	wantKind(t, err, ErrIO)
+	ta, _ := auto.Tensor("w")
+	wantKind(t, ta.ReadTo(dst), ErrFault)
+	_, err = ta.Float32s()
+	wantKind(t, err, ErrFault)
 }
 
 func TestSlice(t *testing.T) {
@@ -419,4 +430,61 @@ func TestConvertChunkedSubByte(t *testing.T) {
 		}
 		f.Close()
 	}
+}
+
+// plainFS hides ReadAt, leaving only fs.File's Read.
+type plainFS struct{ fs.FS }
+
+type plainFile struct{ fs.File }
+
+func (p plainFS) Open(name string) (fs.File, error) {
+	f, err := p.FS.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	return plainFile{f}, nil
+}
+
+func TestOpenFS(t *testing.T) {
+	path := saveTemp(t, []TensorData{{Name: "w", DType: dtype.I32, Shape: []int64{3}, Data: i32Data(3)}}, map[string]string{"k": "v"})
+	raw, _ := os.ReadFile(path)
+	dirFS := os.DirFS(filepath.Dir(path))
+	mapFS := fstest.MapFS{"m.safetensors": &fstest.MapFile{Data: raw}, "bad": &fstest.MapFile{Data: raw[:20]}}
+	for name, open := range map[string]func() (*File, error){
+		"dirfs":  func() (*File, error) { return OpenFS(dirFS, filepath.Base(path)) },
+		"mapfs":  func() (*File, error) { return OpenFS(mapFS, "m.safetensors") },
+		"plain":  func() (*File, error) { return OpenFS(plainFS{mapFS}, "m.safetensors") },
+		"readat": func() (*File, error) { return OpenFS(dirFS, filepath.Base(path), WithReadAt()) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			f, err := open()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if name == "dirfs" && mmapSupported && !f.Mapped() {
+				t.Error("os.DirFS file not mapped")
+			}
+			tn, err := f.Tensor("w")
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := tn.Bytes()
+			if err != nil || !bytes.Equal(b, i32Data(3)) || f.Metadata()["k"] != "v" {
+				t.Fatal(err)
+			}
+			if f.Path() == "" {
+				t.Error("no path")
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	_, err := OpenFS(mapFS, "bad")
+	e := wantKind(t, err, ErrInvalidHeaderLength)
+	if e.File != "bad" {
+		t.Errorf("error names %q", e.File)
+	}
+	_, err = OpenFS(mapFS, "missing")
+	wantKind(t, err, ErrIO)
 }

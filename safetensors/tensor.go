@@ -145,7 +145,7 @@ func (f *File) convertRange(tensor string, dst []byte, to dtype.DType, off, srcL
 	convErr := func(err error) error {
 		return &Error{Kind: ErrConvert, File: f.path, Tensor: tensor, Msg: fmt.Sprintf("convert %s to %s", from, to), Err: err}
 	}
-	if !f.usePread() && !f.mapped {
+	if f.data != nil && !f.mapped {
 		// Plain memory (OpenBytes): convert in one call, all workers.
 		st, err := dtype.Convert(dst, to, f.data[off:off+srcLen], from, opts)
 		if err != nil {
@@ -154,7 +154,9 @@ func (f *File) convertRange(tensor string, dst []byte, to dtype.DType, off, srcL
 		return st, nil
 	}
 	// Chunks hold a whole number of bytes of both dtypes: a multiple of 8
-	// elements.
+	// elements. Each chunk is fetched into a reused, cache-sized buffer (by
+	// pread, or by a fault-protected copy out of the mapping) and converted
+	// from there, so a fault never happens inside dtype.Convert's workers.
 	fb, tb := int64(from.Bits()), int64(to.Bits())
 	chunk := int64(convertChunk)
 	if f.chunk > 0 {
@@ -165,11 +167,9 @@ func (f *File) convertRange(tensor string, dst []byte, to dtype.DType, off, srcL
 		elems = 8
 	}
 	srcChunk := elems * fb / 8
-	var scratch *[]byte
-	if f.usePread() {
-		scratch = f.getScratch(int(min(srcChunk, srcLen)))
-		defer f.putScratch(scratch)
-	}
+	pread := f.usePread()
+	scratch := f.getScratch(int(min(srcChunk, srcLen)))
+	defer f.putScratch(scratch)
 	for done := int64(0); done < srcLen; {
 		m := min(srcChunk, srcLen-done)
 		first := done * 8 / fb // elements before this chunk: a multiple of 8
@@ -178,23 +178,20 @@ func (f *File) convertRange(tensor string, dst []byte, to dtype.DType, off, srcL
 		if done+m < srcLen {
 			dEnd = (first + m*8/fb) * tb / 8
 		}
-		d := dst[dStart:dEnd]
-		var st dtype.Stats
-		var err error
-		if scratch != nil {
-			src := (*scratch)[:m]
-			if e := f.readAt(tensor, src, off+done); e != nil {
-				return total, e
+		src := (*scratch)[:m]
+		if pread {
+			if err := f.readAt(tensor, src, off+done); err != nil {
+				return total, err
 			}
-			st, err = dtype.Convert(d, to, src, from, opts)
 		} else {
-			o := opts
-			o.Workers = 1 // a fault must happen on this goroutine to be caught
-			src := f.data[off+done : off+done+m]
-			if ferr := f.protect(tensor, func() { st, err = dtype.Convert(d, to, src, from, o) }); ferr != nil {
-				return total, ferr
+			if off+done+m > int64(len(f.data)) {
+				return total, f.err(ErrIO, tensor, "range extends past the mapped file")
+			}
+			if err := f.protect(tensor, func() { copy(src, f.data[off+done:off+done+m]) }); err != nil {
+				return total, err
 			}
 		}
+		st, err := dtype.Convert(dst[dStart:dEnd], to, src, from, opts)
 		total.Add(st)
 		if err != nil {
 			return total, convErr(err)

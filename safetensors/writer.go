@@ -590,6 +590,11 @@ func (fw *FileWriter) Abort() error {
 	return nil
 }
 
+// Close discards the write unless Commit succeeded (it is Abort), so that
+// "defer fw.Close()" cleans up on every error path. It shadows Writer.Close:
+// completeness is checked by Commit.
+func (fw *FileWriter) Close() error { return fw.Abort() }
+
 // saveChunk bounds each write of Save so cancellation is noticed promptly.
 const saveChunk = 16 << 20
 
@@ -622,7 +627,7 @@ func Save(ctx context.Context, path string, tensors []TensorData, metadata map[s
 	if err != nil {
 		return err
 	}
-	defer fw.Abort()
+	defer fw.Close()
 	for {
 		spec, tw, err := fw.Next()
 		if err == io.EOF {

@@ -1,0 +1,59 @@
+package safetensors
+
+import (
+	"io"
+	"io/fs"
+	"os"
+)
+
+// OpenFS opens the safetensors file name in fsys. A file that is an
+// *os.File (as from os.DirFS) is memory-mapped like Open; one that
+// implements io.ReaderAt is read on demand; any other is read into memory
+// (its size is known from Stat first, so a hostile header cannot make it
+// allocate more). Close closes the underlying file. Errors name the file.
+func OpenFS(fsys fs.FS, name string, opts ...OpenOption) (*File, error) {
+	cfg := buildConfig(opts)
+	fh, err := fsys.Open(name)
+	if err != nil {
+		return nil, &Error{Kind: ErrIO, File: name, Msg: "open", Err: err}
+	}
+	st, err := fh.Stat()
+	if err != nil {
+		fh.Close()
+		return nil, &Error{Kind: ErrIO, File: name, Msg: "stat", Err: err}
+	}
+	if !st.Mode().IsRegular() {
+		fh.Close()
+		return nil, &Error{Kind: ErrIO, File: name, Msg: "not a regular file"}
+	}
+	size := st.Size()
+	if osf, ok := fh.(*os.File); ok {
+		f, err := openOSFile(osf, name, size, cfg)
+		if err != nil {
+			osf.Close()
+			return nil, err
+		}
+		return f, nil
+	}
+	if ra, ok := fh.(io.ReaderAt); ok {
+		hdr, err := ReadHeader(ra, size)
+		if err != nil {
+			fh.Close()
+			return nil, withFile(err, name)
+		}
+		return &File{path: name, hdr: hdr, ra: ra, closer: fh, mode: cfg.mode}, nil
+	}
+	// A plain fs.File: read it whole, never more than Stat promised.
+	data := make([]byte, size)
+	if _, err := io.ReadFull(fh, data); err != nil {
+		fh.Close()
+		return nil, &Error{Kind: ErrIO, File: name, Msg: "read", Err: err}
+	}
+	fh.Close()
+	f, err := OpenBytes(data, opts...)
+	if err != nil {
+		return nil, withFile(err, name)
+	}
+	f.path = name
+	return f, nil
+}
