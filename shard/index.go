@@ -189,14 +189,23 @@ func (s *scanner) eat(c byte) bool {
 // str reads a JSON string. Strings with escapes are decoded by
 // encoding/json; control characters and invalid UTF-8 give up.
 func (s *scanner) str() (string, bool) {
-	if !s.eat('"') {
+	raw, escaped, ok := s.rawStr()
+	if !ok {
 		return "", false
 	}
-	start, escaped := s.i, false
+	return s.decode(raw, escaped)
+}
+
+// rawStr reads a JSON string and returns its undecoded contents.
+func (s *scanner) rawStr() (raw []byte, escaped, ok bool) {
+	if !s.eat('"') {
+		return nil, false, false
+	}
+	start := s.i
 	for s.i < len(s.b) && s.b[s.i] != '"' {
 		c := s.b[s.i]
 		if c < 0x20 {
-			return "", false
+			return nil, false, false
 		}
 		if c == '\\' {
 			escaped = true
@@ -205,10 +214,15 @@ func (s *scanner) str() (string, bool) {
 		s.i++
 	}
 	if s.i >= len(s.b) {
-		return "", false
+		return nil, false, false
 	}
-	raw := s.b[start:s.i]
+	raw = s.b[start:s.i]
 	s.i++
+	return raw, escaped, true
+}
+
+// decode turns the raw contents of a string (just read) into a Go string.
+func (s *scanner) decode(raw []byte, escaped bool) (string, bool) {
 	if !utf8.Valid(raw) {
 		return "", false
 	}
@@ -216,7 +230,7 @@ func (s *scanner) str() (string, bool) {
 		return string(raw), true
 	}
 	var out string
-	if json.Unmarshal(s.b[start-1:s.i], &out) != nil {
+	if json.Unmarshal(s.b[s.i-len(raw)-2:s.i], &out) != nil {
 		return "", false
 	}
 	return out, true
@@ -228,6 +242,7 @@ func (s *scanner) weightMap(ix *Index) bool {
 		return false
 	}
 	ix.WeightMap = make(map[string]string)
+	shards := make(map[string]string)
 	for first := true; ; first = false {
 		s.ws()
 		if s.eat('}') {
@@ -245,9 +260,20 @@ func (s *scanner) weightMap(ix *Index) bool {
 			return false
 		}
 		s.ws()
-		shard, ok := s.str()
-		if !ok || CheckShardName(shard) != nil {
+		// Most entries repeat a few shard names: validate and allocate
+		// each distinct name once.
+		raw, escaped, ok := s.rawStr()
+		if !ok {
 			return false
+		}
+		shard, known := shards[string(raw)]
+		if !known || escaped {
+			if shard, ok = s.decode(raw, escaped); !ok || CheckShardName(shard) != nil {
+				return false
+			}
+			if !escaped {
+				shards[shard] = shard
+			}
 		}
 		if _, dup := ix.WeightMap[name]; dup {
 			return false
