@@ -2,6 +2,7 @@ package dtype
 
 import (
 	"encoding/binary"
+	"math"
 )
 
 // The hot pairs' portable loops, four elements per iteration with one
@@ -64,7 +65,8 @@ func (f *floatFormat) fast32(x uint32) (c uint32, ok bool) {
 	return (x>>31)<<(f.bits-1) | (m+f.half32+(m>>f.shift32)&1)>>f.shift32, true
 }
 
-// enc4 encodes four float32 values to codes of f.
+// enc4 encodes four float32 values to codes of f: the fast path when all
+// four round to normal numbers, enc32 otherwise.
 func (f *floatFormat) enc4(s *[4]uint32, sat bool, st *Stats, maxA *uint32) (c0, c1, c2, c3 uint32) {
 	var ok0, ok1, ok2, ok3 bool
 	c0, ok0 = f.fast32(s[0])
@@ -76,6 +78,101 @@ func (f *floatFormat) enc4(s *[4]uint32, sat bool, st *Stats, maxA *uint32) (c0,
 		return
 	}
 	return f.enc32(s[0], sat, st, maxA), f.enc32(s[1], sat, st, maxA), f.enc32(s[2], sat, st, maxA), f.enc32(s[3], sat, st, maxA)
+}
+
+// b2i converts a bool to 0 or 1 without a branch.
+func b2i(b bool) int64 {
+	var i int64
+	if b {
+		i = 1
+	}
+	return i
+}
+
+// encCodes32 rounds float32 bits to codes of f (len(codes) == len(src)).
+// Everything that does not overflow (normal, subnormal, zero) takes the
+// same branch-free path, so data straddling the target's subnormal range
+// (common for F4, F6 and FP8) does not cost branch mispredictions; only
+// overflow, Inf and NaN go to enc32slow.
+func (f *floatFormat) encCodes32(codes, src []uint32, sat bool, st *Stats, maxA *uint32) {
+	codes = codes[:len(src)]
+	ovf, minN, rebias, half, shift := f.ovf32, f.minNorm32, f.rebias32, f.half32, f.shift32
+	magic := f.magic32
+	magicBits := math.Float32bits(magic)
+	sbit := f.bits - 1
+	zmask := ^uint32(0)
+	if f.fnuz {
+		zmask = 0
+	}
+	var under int64
+	mA := *maxA
+	for i, x := range src {
+		a := x & 0x7FFFFFFF
+		if a >= ovf {
+			var t uint32
+			codes[i] = f.enc32slow(x, sat, st, &t)
+			mA = max(mA, t)
+			continue
+		}
+		mA = max(mA, a)
+		m := a - rebias
+		c := (m + half + (m>>shift)&1) >> shift
+		sub := math.Float32bits(float32(math.Float32frombits(a)+magic)) - magicBits
+		if a < minN {
+			c = sub
+		}
+		s := (x >> 31) << sbit
+		if c == 0 {
+			s &= zmask
+		}
+		under += b2i(c == 0) - b2i(a == 0)
+		codes[i] = s | c
+	}
+	st.Underflow += under
+	*maxA = mA
+}
+
+// packCodes writes codes of dtype d (4, 6, 8 or 16 bits) to dst.
+func packCodes(d DType, dst []byte, c []uint32) {
+	switch d.Bits() {
+	case 16:
+		dst = dst[:2*len(c)]
+		m := len(c) &^ 3
+		for j := 0; j < m; j += 4 {
+			s := (*[4]uint32)(c[j:])
+			binary.LittleEndian.PutUint64((*[8]byte)(dst[2*j:])[:], uint64(s[0])|uint64(s[1])<<16|uint64(s[2])<<32|uint64(s[3])<<48)
+		}
+		for j := m; j < len(c); j++ {
+			binary.LittleEndian.PutUint16(dst[2*j:], uint16(c[j]))
+		}
+	case 8:
+		dst = dst[:len(c)]
+		m := len(c) &^ 7
+		for j := 0; j < m; j += 8 {
+			s := (*[8]uint32)(c[j:])
+			lo := s[0] | s[1]<<8 | s[2]<<16 | s[3]<<24
+			hi := s[4] | s[5]<<8 | s[6]<<16 | s[7]<<24
+			binary.LittleEndian.PutUint64((*[8]byte)(dst[j:])[:], uint64(lo)|uint64(hi)<<32)
+		}
+		for j := m; j < len(c); j++ {
+			dst[j] = byte(c[j])
+		}
+	case 4:
+		dst = dst[:len(c)/2]
+		c = c[:2*len(dst)]
+		for i := range dst {
+			dst[i] = byte(c[2*i] | c[2*i+1]<<4)
+		}
+	case 6:
+		dst = dst[:len(c)/4*3]
+		for j := 0; j+4 <= len(c); j += 4 {
+			s := (*[4]uint32)(c[j:])
+			w := s[0] | s[1]<<6 | s[2]<<12 | s[3]<<18
+			i := j / 4 * 3
+			d := (*[3]byte)(dst[i:])
+			d[0], d[1], d[2] = byte(w), byte(w>>8), byte(w>>16)
+		}
+	}
 }
 
 // enc32 rounds float32 bits to the target, len(src) elements.
@@ -99,6 +196,7 @@ func enc32(to DType, dst []byte, src []uint32, opts Options, st *Stats) {
 			binary.LittleEndian.PutUint64(d[8:], uint64(s[2])|uint64(s[3])<<32)
 		}
 	case BF16, F16:
+		// Mostly normal values in practice: the branchy fast path is cheaper.
 		f := narrowFormat(to)
 		dst = dst[:2*len(src)]
 		for j := 0; j < m; j += 4 {
@@ -112,6 +210,19 @@ func enc32(to DType, dst []byte, src []uint32, opts Options, st *Stats) {
 			c0, c1, c2, c3 := f.enc4((*[4]uint32)(src[j:]), sat, st, &maxA)
 			binary.LittleEndian.PutUint32((*[4]byte)(dst[j:])[:], c0|c1<<8|c2<<16|c3<<24)
 		}
+	case F4, F6_E2M3, F6_E3M2:
+		// Scaled MX data sits largely in the subnormal range of these
+		// types: the branch-free path avoids mispredictions.
+		f := narrowFormat(to)
+		var buf [chunk]uint32
+		for off := 0; off < len(src); off += chunk {
+			k := min(chunk, len(src)-off)
+			c := buf[:k]
+			f.encCodes32(c, src[off:off+k], sat, st, &maxA)
+			packCodes(to, dst[byteOff(to, off):byteOff(to, off+k)], c)
+		}
+		maxAbs32(st, maxA)
+		return
 	default:
 		enc32Scalar(to, dst, src, opts, st)
 		return
