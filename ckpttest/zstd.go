@@ -14,6 +14,10 @@ import (
 // corrupt or hostile .zst file cannot fill the disk.
 const MaxDecompressed = 4 << 30
 
+// maxWindow bounds the decoder's memory: a frame asking for a larger window
+// is refused.
+const maxWindow = 256 << 20
+
 // Decompress decompresses the zstd file src (normally NAME.safetensors.zst)
 // into dstDir and returns the new file's path, dstDir/NAME.safetensors. The
 // output is limited to MaxDecompressed bytes; a partial output is removed on
@@ -28,7 +32,7 @@ func Decompress(src, dstDir string) (string, error) {
 		return "", &Error{Op: "decompress", Path: src, Err: err}
 	}
 	defer in.Close()
-	dec, err := zstd.NewReader(in, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(MaxDecompressed))
+	dec, err := zstd.NewReader(in, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(maxWindow))
 	if err != nil {
 		return "", &Error{Op: "decompress", Path: src, Err: err}
 	}

@@ -96,6 +96,8 @@ func Write(ctx context.Context, dir, prefix, variant string, tensors []safetenso
 // a reader may briefly find no index at all). On any failure the new files
 // are removed and the previous set is restored. If the process dies in the
 // middle, the previous set's files remain as hidden ".NAME.old-*" backups.
+// Concurrent writers of the same set in the same folder are not coordinated;
+// serialize them.
 func WriteFrom(ctx context.Context, dir, prefix, variant string, specs []safetensors.TensorSpec, data func(name string) ([]byte, error), metadata map[string]string, opts ...WriteOption) (*WriteResult, error) {
 	cfg := writeConfig{maxShard: DefaultMaxShardSize, ops: osOps{}}
 	for _, o := range opts {

@@ -467,3 +467,18 @@ func TestWriteReplacesLegacySet(t *testing.T) {
 		t.Errorf("replaced %v", res.Replaced)
 	}
 }
+
+func TestWriteCreatesFolder(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a", "b")
+	if _, err := Write(context.Background(), dir, "model", "", gen(1, 2), nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := dirNames(t, dir); !slices.Equal(got, []string{"model.safetensors"}) {
+		t.Errorf("folder %v", got)
+	}
+	file := filepath.Join(t.TempDir(), "f")
+	os.WriteFile(file, nil, 0o644)
+	if _, err := Write(context.Background(), file, "model", "", gen(1, 2), nil); !errors.Is(err, ErrWrite) {
+		t.Errorf("folder is a file: %v", err)
+	}
+}
