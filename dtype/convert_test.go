@@ -907,3 +907,35 @@ func TestAllPairs(t *testing.T) {
 		}
 	}
 }
+
+// TestIntPairsMatchScalar compares the chunked integer path with the
+// element-at-a-time one for every pair of BOOL and integer types.
+func TestIntPairsMatchScalar(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 16))
+	ints := []DType{BOOL, U8, I8, I16, U16, I32, U32, I64, U64}
+	const n = 1000
+	for _, from := range ints {
+		src := make([]byte, n*from.Bits()/8)
+		for i := range src {
+			src[i] = byte(rng.Uint32())
+			if rng.IntN(4) == 0 {
+				src[i] = 0
+			}
+		}
+		if from == BOOL {
+			for i := range src {
+				src[i] &= 1
+			}
+		}
+		for _, to := range ints {
+			a := make([]byte, n*to.Bits()/8)
+			b := make([]byte, len(a))
+			var sa, sb Stats
+			convertInts(a, to, src, from, &sa)
+			convertIntsScalar(b, to, src, from, &sb)
+			if string(a) != string(b) || sa != sb {
+				t.Errorf("%v -> %v: chunked and scalar differ (%v vs %v)", from, to, sa, sb)
+			}
+		}
+	}
+}

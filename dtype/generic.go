@@ -441,8 +441,17 @@ func enc64(to DType, dst []byte, src []float64, opts Options, st *Stats) {
 			w = 8
 		}
 		dst = dst[:w*len(src)]
+		minN, span := f.minNorm64, f.ovf64-f.minNorm64
 		for i, v := range src {
-			y := f.enc64(math.Float64bits(v), sat, st, &maxA)
+			var y uint32
+			if a := math.Float64bits(v) &^ (1 << 63); a-minN < span {
+				// A normal float32 result: the hardware conversion rounds
+				// to nearest even.
+				maxA = max(maxA, a)
+				y = math.Float32bits(float32(v))
+			} else {
+				y = f.enc64(math.Float64bits(v), sat, st, &maxA)
+			}
 			if w == 8 {
 				binary.LittleEndian.PutUint64(dst[8*i:], uint64(y))
 			} else {
@@ -516,6 +525,15 @@ func encInts(to DType, dst []byte, src []float64, st *Stats, maxA *uint64) {
 	size := to.Bits() / 8
 	dst = dst[:size*len(src)]
 	for i, v := range src {
+		if size <= 4 && v > lo-1 && v < hi+1 {
+			// In range after truncation (NaN fails the test): the
+			// hardware conversion truncates toward zero.
+			n := int64(v)
+			*maxA = max(*maxA, math.Float64bits(v)&^(1<<63))
+			st.Underflow += b2i(n == 0 && v != 0)
+			putInt(dst, i, size, uint64(n))
+			continue
+		}
 		a := math.Float64bits(v) &^ (1 << 63)
 		var t float64
 		switch {
@@ -579,6 +597,125 @@ func putInt(dst []byte, i, size int, u uint64) {
 // convertInts converts between BOOL and integer types: exact when the value
 // fits, clamped to the target range otherwise (Overflow and Saturated).
 func convertInts(dst []byte, to DType, src []byte, from DType, st *Stats) {
+	if from == U64 {
+		convertIntsScalar(dst, to, src, from, st)
+		return
+	}
+	n := elems(from, len(src))
+	var lo, hi int64
+	switch to {
+	case BOOL:
+	case I64, U64: // sources other than U64 are at most MaxInt64
+		lo, hi = math.MinInt64, math.MaxInt64
+		if to == U64 {
+			lo = 0
+		}
+	default:
+		l, h := intRange(to)
+		lo, hi = int64(l), int64(h)
+	}
+	var buf [chunk]int64
+	var maxAbs uint64
+	for off := 0; off < n; off += chunk {
+		k := min(chunk, n-off)
+		b := buf[:k]
+		decInts(from, b, src[byteOff(from, off):byteOff(from, off+k)])
+		var clamped int64
+		for i, v := range b {
+			u := uint64(v)
+			if v < 0 {
+				u = -u
+			}
+			maxAbs = max(maxAbs, u)
+			if to == BOOL {
+				b[i] = b2i(v != 0)
+				continue
+			}
+			c := min(max(v, lo), hi)
+			clamped += b2i(c != v)
+			b[i] = c
+		}
+		st.Overflow += clamped
+		st.Saturated += clamped
+		putInts(to, dst[byteOff(to, off):byteOff(to, off+k)], b)
+	}
+	if m := float64(maxAbs); m > st.MaxAbs {
+		st.MaxAbs = m
+	}
+	st.Elements += int64(n)
+}
+
+// decInts reads BOOL or integer elements (not U64) as int64.
+func decInts(from DType, dst []int64, src []byte) {
+	switch from {
+	case BOOL:
+		for i, b := range src[:len(dst)] {
+			dst[i] = b2i(b != 0)
+		}
+	case U8:
+		for i, b := range src[:len(dst)] {
+			dst[i] = int64(b)
+		}
+	case I8:
+		for i, b := range src[:len(dst)] {
+			dst[i] = int64(int8(b))
+		}
+	case U16:
+		src = src[:2*len(dst)]
+		for i := range dst {
+			dst[i] = int64(binary.LittleEndian.Uint16(src[2*i:]))
+		}
+	case I16:
+		src = src[:2*len(dst)]
+		for i := range dst {
+			dst[i] = int64(int16(binary.LittleEndian.Uint16(src[2*i:])))
+		}
+	case U32:
+		src = src[:4*len(dst)]
+		for i := range dst {
+			dst[i] = int64(binary.LittleEndian.Uint32(src[4*i:]))
+		}
+	case I32:
+		src = src[:4*len(dst)]
+		for i := range dst {
+			dst[i] = int64(int32(binary.LittleEndian.Uint32(src[4*i:])))
+		}
+	case I64:
+		src = src[:8*len(dst)]
+		for i := range dst {
+			dst[i] = int64(binary.LittleEndian.Uint64(src[8*i:]))
+		}
+	}
+}
+
+// putInts writes int64 values (already in range) as elements of to.
+func putInts(to DType, dst []byte, src []int64) {
+	switch to.Bits() {
+	case 8:
+		for i, v := range src[:len(dst)] {
+			dst[i] = byte(v)
+		}
+	case 16:
+		dst = dst[:2*len(src)]
+		for i, v := range src {
+			binary.LittleEndian.PutUint16(dst[2*i:], uint16(v))
+		}
+	case 32:
+		dst = dst[:4*len(src)]
+		for i, v := range src {
+			binary.LittleEndian.PutUint32(dst[4*i:], uint32(v))
+		}
+	case 64:
+		dst = dst[:8*len(src)]
+		for i, v := range src {
+			binary.LittleEndian.PutUint64(dst[8*i:], uint64(v))
+		}
+	}
+}
+
+// convertIntsScalar is convertInts one element at a time; it handles U64
+// sources, whose values may exceed MaxInt64.
+func convertIntsScalar(dst []byte, to DType, src []byte, from DType, st *Stats) {
 	n := elems(from, len(src))
 	fs, ts := from.Bits()/8, to.Bits()/8
 	var lo, hi int64
