@@ -20,6 +20,12 @@ func e5m2ToF32NEON(dst, src []byte, acc *[32]byte) int
 func f8ToF32NEON(dst, src []byte, acc *[32]byte, p *f8NeonParams) int
 
 //go:noescape
+func f32ToE4M3NEON(dst, src []byte, acc *[32]byte, p *f8EncodeParams, cnt *[4]uint32) int
+
+//go:noescape
+func f32ToE5M2NEON(dst, src []byte, acc *[32]byte, p *f8EncodeParams, cnt *[4]uint32) int
+
+//go:noescape
 func f32ToBF16NEON(dst, src []byte, acc *[32]byte, cnt *[4]uint32) int
 
 //go:noescape
@@ -53,6 +59,15 @@ func vecKernelFor(from, to DType, fallback kernel) kernel {
 			return f8ToF32NEON(dst, src, acc, p)
 		}), 1, 4, 32
 		v.accMax = func(acc *[32]byte) float64 { return l.value(accMaxU8(acc)) }
+	case from == F32 && (to == F8_E4M3 || to == F8_E5M2):
+		p, f := f8Encoders[to], f32ToE4M3NEON
+		if to == F8_E5M2 {
+			f = f32ToE5M2NEON
+		}
+		v.run = narrowNEON(func(dst, src []byte, acc *[32]byte, cnt *[4]uint32) int {
+			return f(dst, src, acc, p, cnt)
+		})
+		v.inSize, v.outSize, v.block, v.accMax = 4, 1, 16, maxAbsF32
 	case from == F32 && to == BF16:
 		v.run, v.inSize, v.outSize, v.block, v.accMax = narrowNEON(f32ToBF16NEON), 4, 2, 16, maxAbsF32
 	case from == F32 && to == F16:

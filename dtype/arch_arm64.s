@@ -146,6 +146,74 @@
 	WORD    mlo \
 	WORD    mhi
 
+// ENC4 turns the float32 magnitudes in a (of the raw values in x) into FP8
+// codes with sign, in the low byte of each lane of a: round to nearest even
+// at bit SH and rebias for normal results, or add the magic float (FADD
+// V15.4S, a.4S, V10.4S, encoded as fadd) and take the bits below it for
+// subnormal ones. V8 half, V9 rebias, V10 magic, V11 smallest normal - 1,
+// V12 0x80, V23 one; V13-V16 are clobbered.
+#define ENC4(a, x, SH, fadd) \
+	VUSHR   $SH, a.S4, V13.S4 \
+	VAND    V23.B16, V13.B16, V13.B16 \
+	VADD    V8.S4, a.S4, V14.S4 \
+	VADD    V13.S4, V14.S4, V14.S4 \
+	VUSHR   $SH, V14.S4, V14.S4 \
+	VSUB    V9.S4, V14.S4, V14.S4 \
+	WORD    fadd \
+	VSUB    V10.S4, V15.S4, V15.S4 \
+	VUMIN   V11.S4, a.S4, V16.S4 \
+	VCMEQ   V16.S4, a.S4, V16.S4 \
+	VBSL    V14.B16, V15.B16, V16.B16 \
+	VUSHR   $24, x.S4, V13.S4 \
+	VAND    V12.B16, V13.B16, V13.B16 \
+	VORR    V13.B16, V16.B16, a.B16
+
+// F8ENC is the body of the F32→FP8 encoders for rounding bit SH.
+#define F8ENC(SH) \
+	PROLOG \
+	LSR     $6, R2, R2 \
+	MOVD    p+56(FP), R5 \
+	VLD1    (R5), [V27.S4] \
+	ADD     $32, R5, R6 \
+	VLD1    (R6), [V24.S4] \
+	ADD     $64, R5, R6 \
+	VLD1    (R6), [V11.S4] \
+	ADD     $96, R5, R6 \
+	VLD1    (R6), [V10.S4] \
+	ADD     $128, R5, R6 \
+	VLD1    (R6), [V9.S4] \
+	ADD     $160, R5, R6 \
+	VLD1    (R6), [V8.S4] \
+	MOVD    $0x7fffffff, R5 \
+	VDUP    R5, V26.S4 \
+	MOVD    $1, R5 \
+	VDUP    R5, V23.S4 \
+	MOVD    $0x80, R5 \
+	VDUP    R5, V12.S4 \
+	VSUB    V23.S4, V11.S4, V11.S4 \
+	VEOR    V25.B16, V25.B16, V25.B16 \
+	CBZ     R2, done \
+loop: \
+	NARROW16 \
+	ENC4(V4, V0, SH, $0x4e2ad48f) \
+	ENC4(V5, V1, SH, $0x4e2ad4af) \
+	ENC4(V6, V2, SH, $0x4e2ad4cf) \
+	ENC4(V7, V3, SH, $0x4e2ad4ef) \
+	VUZP1   V5.H8, V4.H8, V17.H8 \
+	VUZP1   V7.H8, V6.H8, V18.H8 \
+	VUZP1   V18.B16, V17.B16, V19.B16 \
+	VST1.P  [V19.B16], 16(R0) \
+	ADD     $64, R1 \
+	ADD     $16, R4 \
+	SUBS    $1, R2 \
+	BNE     loop \
+done: \
+	MOVD    cnt+64(FP), R5 \
+	VST1    [V25.S4], (R5) \
+	VST1    [V31.B16], (R3) \
+	MOVD    R4, ret+72(FP) \
+	RET
+
 // func bf16ToF32NEON(dst, src []byte, acc *[32]byte) int
 TEXT ·bf16ToF32NEON(SB), NOSPLIT, $0-64
 	PROLOG
@@ -320,3 +388,11 @@ done:
 	MOVD    R4, ret+64(FP)
 	VST1    [V31.B16], (R3)
 	RET
+
+// func f32ToE4M3NEON(dst, src []byte, acc *[32]byte, p *f8EncodeParams, cnt *[4]uint32) int
+TEXT ·f32ToE4M3NEON(SB), NOSPLIT, $0-80
+	F8ENC(20)
+
+// func f32ToE5M2NEON(dst, src []byte, acc *[32]byte, p *f8EncodeParams, cnt *[4]uint32) int
+TEXT ·f32ToE5M2NEON(SB), NOSPLIT, $0-80
+	F8ENC(21)
