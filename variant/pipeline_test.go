@@ -191,3 +191,17 @@ func TestPipelineComponentSymlinkEscape(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+func TestPipelineComponentWithoutSafetensors(t *testing.T) {
+	root := ckpttest.NewPipeline(t, ckpttest.Pipeline{Components: []ckpttest.Component{
+		{Name: "unet", Weights: []ckpttest.Weights{{Prefix: dpm, Tensors: f32}}},
+		{Name: "text_encoder", Library: "transformers", Class: "CLIPTextModel", Files: map[string]string{"pytorch_model.bin": "x", "config.json": "{}"}},
+	}})
+	pp, err := variant.ResolvePipeline(root, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pp.Components) != 1 || !strings.Contains(strings.Join(pp.Warnings, "\n"), "text_encoder has no safetensors weights under the recognized names (ignored: pytorch_model.bin)") {
+		t.Errorf("plan %+v", pp)
+	}
+}
