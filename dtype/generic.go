@@ -462,13 +462,27 @@ func enc64(to DType, dst []byte, src []float64, opts Options, st *Stats) {
 		f := narrowFormat(to)
 		dst = dst[:2*len(src)]
 		for i, v := range src {
-			binary.LittleEndian.PutUint16(dst[2*i:], uint16(f.enc64(math.Float64bits(v), sat, st, &maxA)))
+			x := math.Float64bits(v)
+			c, ok := f.fast64(x)
+			if ok {
+				maxA = max(maxA, x&^(1<<63))
+			} else {
+				c = f.enc64(x, sat, st, &maxA)
+			}
+			binary.LittleEndian.PutUint16(dst[2*i:], uint16(c))
 		}
 	case F8_E4M3, F8_E5M2, F8_E4M3FNUZ, F8_E5M2FNUZ:
 		f := narrowFormat(to)
 		dst = dst[:len(src)]
 		for i, v := range src {
-			dst[i] = byte(f.enc64(math.Float64bits(v), sat, st, &maxA))
+			x := math.Float64bits(v)
+			c, ok := f.fast64(x)
+			if ok {
+				maxA = max(maxA, x&^(1<<63))
+			} else {
+				c = f.enc64(x, sat, st, &maxA)
+			}
+			dst[i] = byte(c)
 		}
 	case F8_E8M0:
 		dst = dst[:len(src)]

@@ -65,6 +65,16 @@ func (f *floatFormat) fast32(x uint32) (c uint32, ok bool) {
 	return (x>>31)<<(f.bits-1) | (m+f.half32+(m>>f.shift32)&1)>>f.shift32, true
 }
 
+// fast64 is fast32 for a float64 source.
+func (f *floatFormat) fast64(x uint64) (c uint32, ok bool) {
+	a := x &^ (1 << 63)
+	if a-f.minNorm64 >= f.ovf64-f.minNorm64 {
+		return 0, false
+	}
+	m := a - f.rebias64
+	return uint32(x>>63)<<(f.bits-1) | uint32((m+f.half64+(m>>f.shift64)&1)>>f.shift64), true
+}
+
 // enc4 encodes four float32 values to codes of f: the fast path when all
 // four round to normal numbers, enc32 otherwise.
 func (f *floatFormat) enc4(s *[4]uint32, sat bool, st *Stats, maxA *uint32) (c0, c1, c2, c3 uint32) {
