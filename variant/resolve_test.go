@@ -479,3 +479,43 @@ func TestHuggingFaceCacheSymlinks(t *testing.T) {
 	}
 	loadsOnly(t, p, dtype.F32)
 }
+
+// TestRealIndex resolves a folder holding the real transformers index from
+// the shared fixtures, with tiny synthetic shards in place of the real ones.
+func TestRealIndex(t *testing.T) {
+	src := filepath.Join("..", "..", "shared", "fixtures", "real", "index", "granite-3.1-1b-a400m-instruct.model.safetensors.index.json")
+	ix, err := shard.ReadIndex(src)
+	if err != nil {
+		t.Skip("real fixtures not present:", err)
+	}
+	dir := t.TempDir()
+	byShard := map[string][]ckpttest.Tensor{}
+	for _, n := range ix.Names() {
+		byShard[ix.WeightMap[n]] = append(byShard[ix.WeightMap[n]], ckpttest.T(n, dtype.BF16, 2))
+	}
+	for s, ts := range byShard {
+		if err := ckpttest.WriteFile(filepath.Join(dir, s), ts, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, _ := os.ReadFile(src)
+	os.WriteFile(filepath.Join(dir, "model.safetensors.index.json"), data, 0o644)
+	os.WriteFile(filepath.Join(dir, "config.json"), []byte("{}"), 0o644)
+	p := mustResolve(t, dir, "")
+	if p.Layout != variant.LayoutSharded || len(p.Files) != 2 || len(p.Ignored) != 0 {
+		t.Fatalf("plan %+v", p)
+	}
+	// The synthetic shards are smaller than total_size says: a warning.
+	if !hasWarning(p, "5338513408") {
+		t.Errorf("warnings %q", p.Warnings)
+	}
+	c, err := p.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.Len() != 218 {
+		t.Errorf("%d tensors", c.Len())
+	}
+	wantErr(t, dir, "bf16", variant.ErrVariantNotFound, "untagged weights exist")
+}
