@@ -56,12 +56,6 @@ func detectX86() (avx2, f16c bool) {
 	return avx2, avx2 && ecx1&f16cBit != 0
 }
 
-// archKernel returns a vectorized kernel for the pair, or nil when there is
-// none and the portable kernel must be used.
-func archKernel(from, to DType) kernel {
-	return vecKernelFor(from, to, genericKernel(from, to))
-}
-
 // vecKernelFor returns the vector kernel for the pair that falls back to
 // fallback for special values and tails, or nil when this CPU has none.
 func vecKernelFor(from, to DType, fallback kernel) kernel {

@@ -31,12 +31,6 @@ func f32ToBF16NEON(dst, src []byte, acc *[32]byte, cnt *[4]uint32) int
 //go:noescape
 func f32ToF16NEON(dst, src []byte, acc *[32]byte, cnt *[4]uint32) int
 
-// archKernel returns a vectorized kernel for the pair, or nil when there is
-// none and the portable kernel must be used.
-func archKernel(from, to DType) kernel {
-	return vecKernelFor(from, to, genericKernel(from, to))
-}
-
 // vecKernelFor returns the vector kernel for the pair that falls back to
 // fallback for special values and tails, or nil when there is none.
 func vecKernelFor(from, to DType, fallback kernel) kernel {

@@ -5,6 +5,7 @@ package dtype
 import (
 	"encoding/binary"
 	"math"
+	"sync"
 	"unsafe"
 )
 
@@ -80,6 +81,31 @@ func (v *vecKernel) convert(dst, src []byte, opts Options, st *Stats) {
 			st.MaxAbs = m
 		}
 	}
+}
+
+// vecTable caches the vector kernels of the built-in pairs: built once, on
+// first use, and read-only afterwards.
+var vecTable struct {
+	once sync.Once
+	k    [numBuiltin][numBuiltin]kernel
+}
+
+// archKernel returns the vectorized kernel for the pair, or nil when there
+// is none and the portable kernel must be used.
+func archKernel(from, to DType) kernel {
+	if from >= numBuiltin || to >= numBuiltin {
+		return nil
+	}
+	vecTable.once.Do(func() {
+		for f := DType(1); f < numBuiltin; f++ {
+			for t := DType(1); t < numBuiltin; t++ {
+				if f != t {
+					vecTable.k[f][t] = vecKernelFor(f, t, genericKernel(f, t))
+				}
+			}
+		}
+	})
+	return vecTable.k[from][to]
 }
 
 // kernel returns v as a kernel.
