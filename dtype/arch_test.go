@@ -463,3 +463,37 @@ func FuzzVecKernels(f *testing.F) {
 		compareKernels(t, "fuzz", vec, ref, p.from, p.to, src, Options{Saturate: sat})
 	})
 }
+
+// TestArchKernelWired checks that Convert uses the vector kernels where this
+// build has them, and that its results (one goroutine or several) match the
+// portable kernel.
+func TestArchKernelWired(t *testing.T) {
+	r := rand.New(rand.NewSource(8))
+	for _, p := range vecPairs {
+		has := vecKernelFor(p.from, p.to, genericKernel(p.from, p.to)) != nil
+		if got := archKernel(p.from, p.to) != nil; got != has {
+			t.Errorf("%v→%v: archKernel present %v, vector kernel present %v", p.from, p.to, got, has)
+		}
+		n := 1<<19 + 77
+		f := u32Bytes(realisticF32(r, n, 10))
+		src := f
+		if p.from != F32 {
+			src = make([]byte, n*p.from.Bits()/8)
+			var st Stats
+			genericKernel(F32, p.from)(src, f, Options{}, &st)
+		}
+		want := make([]byte, n*p.to.Bits()/8)
+		var ws Stats
+		genericKernel(p.from, p.to)(want, src, Options{}, &ws)
+		for _, workers := range []int{1, 3} {
+			got := make([]byte, len(want))
+			gs, err := Convert(got, p.to, src, p.from, Options{Workers: workers})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if gs != ws || !bytes.Equal(got, want) {
+				t.Errorf("%v→%v workers %d: Convert differs from the portable kernel: %v vs %v", p.from, p.to, workers, gs, ws)
+			}
+		}
+	}
+}
