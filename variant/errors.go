@@ -95,6 +95,16 @@ func (k ErrorKind) String() string {
 	return "unknown"
 }
 
+// Kinds returns every ErrorKind, in declaration order (for documentation
+// and exhaustive tests).
+func Kinds() []ErrorKind {
+	out := make([]ErrorKind, 0, len(kindNames)-1)
+	for k := ErrorKind(1); int(k) < len(kindNames); k++ {
+		out = append(out, k)
+	}
+	return out
+}
+
 // Error makes a kind usable as an errors.Is target.
 func (k ErrorKind) Error() string { return "variant: " + k.String() }
 
