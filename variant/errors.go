@@ -3,6 +3,8 @@ package variant
 import (
 	"strconv"
 	"strings"
+
+	"github.com/ckpt-go/ckpt/shard"
 )
 
 // ErrorKind classifies resolution failures. Each kind is an error, so
@@ -136,13 +138,35 @@ func (e *Error) Error() string {
 		b.WriteString(": tensor ")
 		b.WriteString(strconv.Quote(e.Tensor))
 	}
+	cause := e.Err
+	if se, ok := e.Err.(*shard.Error); ok {
+		// A wrapped shard error: give its details without repeating the
+		// kind and path.
+		if k := se.Kind.String(); k != e.Kind.String() {
+			b.WriteString(": ")
+			b.WriteString(k)
+		}
+		if se.Shard != "" {
+			b.WriteString(": shard ")
+			b.WriteString(strconv.Quote(se.Shard))
+		}
+		if se.Tensor != "" && e.Tensor == "" {
+			b.WriteString(": tensor ")
+			b.WriteString(strconv.Quote(se.Tensor))
+		}
+		if se.Msg != "" {
+			b.WriteString(": ")
+			b.WriteString(se.Msg)
+		}
+		cause = se.Err
+	}
 	if e.Msg != "" {
 		b.WriteString(": ")
 		b.WriteString(e.Msg)
 	}
-	if e.Err != nil {
+	if cause != nil {
 		b.WriteString(": ")
-		b.WriteString(e.Err.Error())
+		b.WriteString(cause.Error())
 	}
 	return b.String()
 }
