@@ -128,15 +128,12 @@ func convertParallel(k kernel, dst []byte, to DType, src []byte, from DType, n, 
 	width := max(from.Bits(), to.Bits()) // bits per element of the larger side
 	minElems := parallelMin / 2 * 8 / width
 	parts := min(workers, max(1, n/minElems))
-	per := (n/parts + 7) &^ 7
+	per := ((n+parts-1)/parts + 7) &^ 7 // parts*per >= n
 	stats := make([]Stats, parts)
 	var wg sync.WaitGroup
-	for p := 0; p < parts; p++ {
+	for p := 0; p*per < n; p++ {
 		lo := p * per
 		hi := min(n, lo+per)
-		if lo >= hi {
-			break
-		}
 		s := src[byteOff(from, lo):byteOff(from, hi)]
 		d := dst[byteOff(to, lo):byteOff(to, hi)]
 		wg.Add(1)
