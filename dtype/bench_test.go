@@ -16,9 +16,11 @@ import (
 //
 //	go test ./dtype/ -run '^$' -bench 'Copy|Cast|X448' -count 5
 //
-// Sub-benchmark names: cast/size/kernel, where kernel is "vec-w1" (Convert
-// with the vector kernel when this build has one, one goroutine), "vec-wN"
-// (Convert, default Workers) or "generic-w1" (the portable kernel alone).
+// Sub-benchmark names: cast/size/kernel, where kernel is "copy" (the
+// baseline again, right before the cast, so that both see the same load on a
+// shared machine), "vec-w1" (Convert with the vector kernel when this build
+// has one, one goroutine), "vec-wN" (Convert, default Workers) or
+// "generic-w1" (the portable kernel alone).
 
 var benchSizes = []struct {
 	name  string
@@ -96,11 +98,12 @@ func BenchmarkCast(b *testing.B) {
 		b.Run(castName(c.from, c.to, c.opts), func(b *testing.B) {
 			for _, sz := range benchSizes {
 				n := sz.bytes * 8 / c.from.Bits()
-				var src, dst []byte
+				var src, dst, cp []byte
 				setup := func() {
 					if src == nil {
 						src = benchInput(c.from, n)
 						dst = touched(n * c.to.Bits() / 8)
+						cp = touched(len(src))
 					}
 				}
 				run := func(name string, conv func() error) {
@@ -116,6 +119,9 @@ func BenchmarkCast(b *testing.B) {
 						}
 					})
 				}
+				// The baseline next to each cast, so that both see the same
+				// load on a shared machine.
+				run("copy", func() error { copy(cp, src); return nil })
 				opts1 := c.opts
 				opts1.Workers = 1
 				run("vec-w1", func() error { _, err := Convert(dst, c.to, src, c.from, opts1); return err })
