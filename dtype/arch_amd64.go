@@ -2,7 +2,9 @@
 
 package dtype
 
-// Vector fast paths in arch_amd64.s. See vecRun for the contract.
+// Vector fast paths in arch_amd64.s. See vecRun for the contract. They run
+// when the CPU has AVX2 (and F16C for F16 and the FP8 decoders through
+// binary16); the purego build tag leaves them out.
 
 //go:noescape
 func bf16ToF32AVX2(dst, src []byte, acc *[32]byte, nt bool) int
@@ -38,9 +40,10 @@ func xgetbv() (eax uint32)
 // once at start-up and never change.
 var hasAVX2, hasF16C = detectX86()
 
-// detectX86 reads the CPU features the fast paths need: AVX2 with the YMM
-// state enabled by the OS and POPCNT, and F16C. (golang.org/x/sys/cpu does not report
-// F16C.)
+// detectX86 reads the CPU features the fast paths need: AVX2 (with the YMM
+// state enabled by the OS) and POPCNT, and F16C for the paths through
+// binary16. golang.org/x/sys/cpu does not report F16C, so CPUID is read
+// directly.
 func detectX86() (avx2, f16c bool) {
 	maxID, _, _, _ := cpuid(0, 0)
 	if maxID < 7 {
