@@ -167,9 +167,18 @@ func TestResolve(t *testing.T) {
 			}
 		}
 	}
+	// A component listed in model_index.json whose folder is gone fails the
+	// pipeline: exit 1, with the component's error kind in the JSON.
+	if err := os.RemoveAll(filepath.Join(root, "vae")); err != nil {
+		t.Fatal(err)
+	}
+	stdout, _, code = runCLI(t, "resolve", "--json", "--variant", "bf16", root)
+	if code != 1 || !strings.Contains(stdout, `"component_missing"`) {
+		t.Fatalf("missing component folder: exit %d, %s", code, stdout)
+	}
 	// A single component asked for a variant it lacks: exit 1 with a kind.
-	stdout, _, code = runCLI(t, "resolve", "--json", "--variant", "fp16", filepath.Join(root, "vae"))
-	if code != 1 || !strings.Contains(stdout, `"kind"`) {
+	stdout, _, code = runCLI(t, "resolve", "--json", "--variant", "fp16", filepath.Join(root, "text_encoder"))
+	if code != 1 || !strings.Contains(stdout, `"variant_not_found"`) {
 		t.Fatalf("missing variant: exit %d, %s", code, stdout)
 	}
 }

@@ -61,6 +61,9 @@ func resolveAndPrint(e *env, dir, variantName string, asJSON bool) error {
 		pp, err = variant.ResolvePipeline(dir, variantName)
 		if pp != nil {
 			out.Components, out.Ignored, out.Warnings = pp.Components, pp.Ignored, pp.Warnings
+			if err == nil && pp.Failed() {
+				err = errors.New("some components could not be resolved")
+			}
 		}
 	} else {
 		var plan *variant.Plan
@@ -95,8 +98,18 @@ func printPlan(e *env, out *resolveOutput) {
 		v = "(untagged)"
 	}
 	fmt.Fprintf(w, "%s — variant %s\n", out.Root, v)
+	// Component warnings are printed under their component; print only the
+	// pipeline's own here.
+	own := map[string]bool{}
+	for _, p := range out.Components {
+		for _, warn := range p.Warnings {
+			own[warn] = true
+		}
+	}
 	for _, warn := range out.Warnings {
-		fmt.Fprintf(w, "  warning: %s\n", warn)
+		if !own[warn] {
+			fmt.Fprintf(w, "  warning: %s\n", warn)
+		}
 	}
 	for _, ig := range out.Ignored {
 		fmt.Fprintf(w, "  ignored %s: %s\n", ig.File, ig.Reason)
@@ -132,4 +145,3 @@ func printPlan(e *env, out *resolveOutput) {
 	}
 }
 
-var _ = errors.New
