@@ -972,20 +972,18 @@ func (p *parser) str() (string, bool) {
 	s := p.s
 	i := p.i + 1
 	start := i
-	for i < len(s) {
-		c := s[i]
-		if c == '"' {
+	for i < len(s) && plainStringByte[s[i]] {
+		i++
+	}
+	if i < len(s) {
+		switch c := s[i]; {
+		case c == '"':
 			p.i = i + 1
 			return s[start:i], true
-		}
-		if c == '\\' {
-			break
-		}
-		if c < 0x20 {
+		case c < 0x20:
 			p.i = i
 			return "", p.syntax("control character in string")
 		}
-		i++
 	}
 	if i >= len(s) {
 		p.i = i
@@ -1067,6 +1065,15 @@ func (p *parser) str() (string, bool) {
 		}
 	}
 }
+
+// plainStringByte marks the bytes a JSON string may hold unescaped, other
+// than '"' and '\\' (UTF-8 validity is checked for the whole header first).
+var plainStringByte = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 func hex4(s string, i int) (rune, bool) {
 	if i+4 > len(s) {
