@@ -947,3 +947,21 @@ func TestIntPairsMatchScalar(t *testing.T) {
 		}
 	}
 }
+
+func TestSameDTypeF32Saturate(t *testing.T) {
+	src := Float32Bytes([]float32{float32(math.Inf(-1)), 2, float32(math.NaN()), float32(math.Inf(1))})
+	got, st := mustConvert(t, F32, src, F32, Options{Saturate: true})
+	g := codes(F32, got)
+	if g[0] != 0xFF7FFFFF || g[3] != 0x7F7FFFFF || g[1] != 0x40000000 || st.Saturated != 2 || st.NaN != 1 || st.MaxAbs != 2 {
+		t.Errorf("F32 saturating copy: %x %v", g, st)
+	}
+	got, st = mustConvert(t, F32, src, F32, Options{})
+	if string(got) != string(src) || st.Inf != 2 {
+		t.Errorf("F32 copy: %v", st)
+	}
+	f64 := f64bytes([]float64{math.Inf(1), -3})
+	got, st = mustConvert(t, F64, f64, F64, Options{Saturate: true})
+	if math.Float64frombits(binary.LittleEndian.Uint64(got)) != math.MaxFloat64 || st.Saturated != 1 || st.MaxAbs != 3 {
+		t.Errorf("F64 saturating copy: %v", st)
+	}
+}

@@ -324,27 +324,9 @@ func enc32Scalar(to DType, dst []byte, src []uint32, opts Options, st *Stats) {
 		for i, x := range src {
 			dst[i] = byte(encE8M0_32(x, sat, st, &maxA))
 		}
-	case F4:
-		f := fmtF4
-		dst = dst[:len(src)/2]
-		src = src[:2*len(dst)]
-		for i := range dst {
-			lo := f.enc32(src[2*i], sat, st, &maxA)
-			hi := f.enc32(src[2*i+1], sat, st, &maxA)
-			dst[i] = byte(lo | hi<<4)
-		}
-	case F6_E2M3, F6_E3M2:
-		f := narrowFormat(to)
-		dst = dst[:len(src)/4*3]
-		src = src[:len(dst)/3*4]
-		for j := 0; j+4 <= len(src); j += 4 {
-			s := src[j : j+4 : j+4]
-			w := f.enc32(s[0], sat, st, &maxA) | f.enc32(s[1], sat, st, &maxA)<<6 |
-				f.enc32(s[2], sat, st, &maxA)<<12 | f.enc32(s[3], sat, st, &maxA)<<18
-			i := j / 4 * 3
-			d := dst[i : i+3 : i+3]
-			d[0], d[1], d[2] = byte(w), byte(w>>8), byte(w>>16)
-		}
+	case F4, F6_E2M3, F6_E3M2:
+		enc32(to, dst, src, opts, st)
+		return
 	default: // BOOL and integers
 		var buf [chunk]float64
 		f := buf[:len(src)]

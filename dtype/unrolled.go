@@ -142,31 +142,9 @@ func (f *floatFormat) encCodes32(codes, src []uint32, sat bool, st *Stats, maxA 
 	*maxA = mA
 }
 
-// packCodes writes codes of dtype d (4, 6, 8 or 16 bits) to dst.
+// packCodes writes codes of the sub-byte dtype d (4 or 6 bits) to dst.
 func packCodes(d DType, dst []byte, c []uint32) {
 	switch d.Bits() {
-	case 16:
-		dst = dst[:2*len(c)]
-		m := len(c) &^ 3
-		for j := 0; j < m; j += 4 {
-			s := (*[4]uint32)(c[j:])
-			binary.LittleEndian.PutUint64((*[8]byte)(dst[2*j:])[:], uint64(s[0])|uint64(s[1])<<16|uint64(s[2])<<32|uint64(s[3])<<48)
-		}
-		for j := m; j < len(c); j++ {
-			binary.LittleEndian.PutUint16(dst[2*j:], uint16(c[j]))
-		}
-	case 8:
-		dst = dst[:len(c)]
-		m := len(c) &^ 7
-		for j := 0; j < m; j += 8 {
-			s := (*[8]uint32)(c[j:])
-			lo := s[0] | s[1]<<8 | s[2]<<16 | s[3]<<24
-			hi := s[4] | s[5]<<8 | s[6]<<16 | s[7]<<24
-			binary.LittleEndian.PutUint64((*[8]byte)(dst[j:])[:], uint64(lo)|uint64(hi)<<32)
-		}
-		for j := m; j < len(c); j++ {
-			dst[j] = byte(c[j])
-		}
 	case 4:
 		dst = dst[:len(c)/2]
 		c = c[:2*len(dst)]
