@@ -14,8 +14,11 @@
 // unbounded; the target's overflow rule then applies. There is never a
 // second rounding: BF16, F16 and the FP8/FP6/FP4 types go through their
 // exact float32 value; F64 sources round straight from float64; I64 and U64
-// sources round once (through a round-to-odd float64). The results are
-// bit-identical to PyTorch and ml_dtypes where those define the conversion.
+// sources round once (through a round-to-odd float64). From float32 the
+// results are bit-identical to ml_dtypes (numpy for F16), NaN encodings
+// included; PyTorch agrees on every non-NaN value and on which outputs are
+// NaN, but writes some NaNs with other bits (see below). Non-NaN F16 results
+// are those of github.com/x448/float16.
 //
 // # Overflow, infinities and NaN
 //
