@@ -965,3 +965,27 @@ func TestSameDTypeF32Saturate(t *testing.T) {
 		t.Errorf("F64 saturating copy: %v", st)
 	}
 }
+
+// TestNaNPayloadRules pins the NaN bits numpy and ml_dtypes write for the
+// pairs whose rule is not the composition through F32.
+func TestNaNPayloadRules(t *testing.T) {
+	got, _ := mustConvert(t, F64, pack(F16, []uint32{0x7C01, 0xFD55, 0x7E00, 0x3C00}), F16, Options{})
+	want := []uint64{0x7FF0040000000000, 0xFFF5540000000000, 0x7FF8000000000000, 0x3FF0000000000000}
+	for i, w := range want {
+		if g := binary.LittleEndian.Uint64(got[8*i:]); g != w {
+			t.Errorf("F16->F64 [%d] = %#x, want %#x", i, g, w)
+		}
+	}
+	got, _ = mustConvert(t, F16, pack(BF16, []uint32{0x7F81, 0xFF81, 0x7FC0, 0x3F80}), BF16, Options{})
+	if c := codes(F16, got); c[0] != 0x7E00 || c[1] != 0xFE00 || c[2] != 0x7E00 || c[3] != 0x3C00 {
+		t.Errorf("BF16->F16 NaNs: %x", c)
+	}
+	got, _ = mustConvert(t, F64, pack(BF16, []uint32{0x7F81, 0xFF81, 0, 0}), BF16, Options{})
+	if g := binary.LittleEndian.Uint64(got); g != 0x7FF8200000000000 {
+		t.Errorf("BF16->F64 NaN = %#x", g)
+	}
+	got, _ = mustConvert(t, F32, f64bytes([]float64{math.Float64frombits(0x7FF0000000000001), math.Float64frombits(0x7FF4000000000000)}), F64, Options{})
+	if c := codes(F32, got); c[0] != 0x7FC00000 || c[1] != 0x7FE00000 {
+		t.Errorf("F64->F32 NaNs: %x", c)
+	}
+}

@@ -44,9 +44,11 @@
 // 0x7FC0|sign (ml_dtypes); F8_E4M3 0x7F|sign; F8_E5M2 0x7E|sign (ml_dtypes;
 // PyTorch writes 0x7F, both are NaN); F32 from F64 keeps the sign and top
 // payload bits and sets the quiet bit, like x86 and ARM hardware, and so does
-// F32 to F64. Widening BF16 and F16 to F32 keeps NaN payloads bit for bit;
-// the FP8 NaN codes widen to the quiet NaN 0x7FC00000|sign (the FNUZ NaN 0x80
-// to 0xFFC00000, like ml_dtypes).
+// F32 to F64 (and BF16 to F64, through F32). Widening BF16 and F16 to F32,
+// and F16 to F64, keeps NaN payloads bit for bit (numpy); BF16 NaNs become
+// the canonical F16 NaN 0x7E00|sign (ml_dtypes). The FP8 NaN codes widen to
+// the quiet NaN 0x7FC00000|sign (the FNUZ NaN 0x80 to 0xFFC00000, like
+// ml_dtypes).
 //
 // # F8_E8M0
 //
@@ -60,8 +62,11 @@
 //   - 2^-127 < x < 2^-126 becomes 0x01 (2^-126); 0 < x <= 2^-127 becomes
 //     0x00 (2^-127), so tiny positive values never underflow.
 //
-// F64 sources round once from float64 with the same rules (ml_dtypes first
-// rounds float64 to float32, which differs only within 2^-24 of a midpoint).
+// F64 sources round once from float64 with the same rules. ml_dtypes
+// instead rounds float64 to float32 first, for every narrow target: its
+// results differ from ckpt's single rounding for float64 values within
+// float32 precision of a midpoint (for example 1+2^-4+2^-30 to F8_E4M3:
+// ml_dtypes 1.0, ckpt 1.125).
 //
 // # Sub-byte packing
 //

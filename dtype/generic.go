@@ -79,8 +79,28 @@ func convert32(dst []byte, to DType, src []byte, from DType, opts Options, st *S
 	n := elems(from, len(src))
 	for off := 0; off < n; off += chunk {
 		k := min(chunk, n-off)
-		dec32(from, buf[:k], src[byteOff(from, off):byteOff(from, off+k)])
-		enc32(to, dst[byteOff(to, off):byteOff(to, off+k)], buf[:k], opts, st)
+		s := src[byteOff(from, off):byteOff(from, off+k)]
+		d := dst[byteOff(to, off):byteOff(to, off+k)]
+		dec32(from, buf[:k], s)
+		if from == BF16 && to == F16 {
+			// ml_dtypes writes BF16 NaNs as the canonical F16 NaN.
+			for i, x := range buf[:k] {
+				if x&0x7FFFFFFF > 0x7F800000 {
+					buf[i] = x&0x80000000 | 0x7FC00000
+				}
+			}
+		}
+		enc32(to, d, buf[:k], opts, st)
+		if from == F16 && to == F64 {
+			// numpy widens F16 NaNs to F64 with the payload and without
+			// setting the quiet bit.
+			for i := range k {
+				h := binary.LittleEndian.Uint16(s[2*i:])
+				if h&0x7C00 == 0x7C00 && h&0x3FF != 0 {
+					binary.LittleEndian.PutUint64(d[8*i:], uint64(h&0x8000)<<48|0x7FF0000000000000|uint64(h&0x3FF)<<42)
+				}
+			}
+		}
 	}
 	st.Elements += int64(n)
 }
