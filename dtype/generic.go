@@ -33,7 +33,7 @@ func exact32(d DType) bool {
 
 // byteOff returns the byte offset of element i (a multiple of 8 for sub-byte
 // types).
-func byteOff(d DType, i int) int { return i * d.Bits() / 8 }
+func byteOff(d DType, i int) int { return int(int64(i) * int64(d.Bits()) / 8) }
 
 // genericKernel returns the portable kernel for the pair, nil when the
 // conversion is not defined (complex to real) or a dtype is unknown.
@@ -61,7 +61,7 @@ func genericKernel(from, to DType) kernel {
 }
 
 // elems returns the number of elements a slice of n bytes of d holds.
-func elems(d DType, n int) int { return n * 8 / d.Bits() }
+func elems(d DType, n int) int { return int(int64(n) * 8 / int64(d.Bits())) }
 
 // counted returns the number of scalar values n elements of d stand for.
 func counted(d DType, n int) int64 {
