@@ -21,15 +21,15 @@ type ReadMode int
 
 const (
 	// ReadAuto picks what measured fastest (see BENCHMARKS.md): on a mapped
-	// file, raw copies come straight from the mapping and converting reads
-	// copy cache-sized chunks out of it into a reused buffer and convert from
-	// there; without a mapping, pread.
+	// file, raw copies (ReadTo) and converting reads (ConvertTo, Float32s)
+	// both read the mapping (conversions chunk by chunk, in parallel, under
+	// fault protection); without a mapping, pread.
 	ReadAuto ReadMode = iota
 	// ReadPread always reads with pread (ReadAt) into the destination or a
 	// reused cache-sized buffer (no page faults on the mapping, which matters
 	// on machines where faulting in fresh mappings is slow).
 	ReadPread
-	// ReadMapped reads from the mapping (currently what ReadAuto does on a
+	// ReadMapped reads from the mapping (what ReadAuto does today on a
 	// mapped file).
 	ReadMapped
 )
@@ -296,11 +296,10 @@ func (f *File) readAt(tensor string, dst []byte, off int64) error {
 		Msg: fmt.Sprintf("read %d of %d bytes at offset %d (was the file truncated?)", n, len(dst), off), Err: err}
 }
 
-// usePread tells whether copying and converting reads fetch data with
-// pread rather than out of the mapping. On the development VM copying out of
-// a fresh mapping beat pread (~7 vs ~4 GB/s raw; ~3.5 vs ~3.1 GB/s for
-// chunked BF16->F32), so only ReadPread, or a file without a mapping, uses
-// pread (see BENCHMARKS.md).
+// usePread tells whether raw copies (ReadTo) use pread rather than the
+// mapping. Copying out of a mapping measured faster than pread on the
+// development VM (BENCHMARKS.md), so only ReadPread, or a file without a
+// mapping, uses pread.
 func (f *File) usePread() bool {
 	if f.data == nil {
 		return true
@@ -310,6 +309,12 @@ func (f *File) usePread() bool {
 	}
 	return f.mode == ReadPread
 }
+
+// usePreadConvert tells whether converting reads fetch their chunks with
+// pread rather than convert them in place from the mapping. In place measured
+// faster (~4.8 vs ~3.8 GB/s BF16->F32 on a fresh mapping, BENCHMARKS.md), so
+// only ReadPread, or a file without a mapping, uses pread.
+func (f *File) usePreadConvert() bool { return f.usePread() }
 
 func (f *File) getScratch(n int) *[]byte {
 	if v, ok := f.scratch.Get().(*[]byte); ok && cap(*v) >= n {

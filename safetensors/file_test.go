@@ -52,6 +52,8 @@ func backends(t *testing.T, path string) map[string]*File {
 	add("mmap", f, err)
 	f, err = Open(path, WithReadMode(ReadPread))
 	add("mmap-pread", f, err)
+	f, err = Open(path, WithReadMode(ReadMapped))
+	add("mmap-mapped", f, err)
 	f, err = Open(path, WithReadAt())
 	add("readat", f, err)
 	f, err = OpenBytes(raw)
@@ -183,7 +185,11 @@ func TestTruncatedWhileMapped(t *testing.T) {
 	wantKind(t, err, ErrIO)
 	ta, _ := auto.Tensor("w")
 	wantKind(t, ta.ReadTo(dst), ErrFault)
-	_, err = ta.Float32s()
+	_, err = ta.Float32s() // F32 to F32: a raw copy, from the mapping
+	wantKind(t, err, ErrFault)
+	_, err = ta.Float64s() // a conversion, in place from the mapping
+	wantKind(t, err, ErrFault)
+	_, err = tn.Float64s()
 	wantKind(t, err, ErrFault)
 }
 

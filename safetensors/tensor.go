@@ -2,7 +2,9 @@ package safetensors
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
+	"sync"
 	"unsafe"
 
 	"github.com/ckpt-go/ckpt/dtype"
@@ -104,7 +106,7 @@ func (f *File) readRange(tensor string, dst []byte, off int64) error {
 
 // convertChunk is the source chunk size of converting reads: large enough to
 // amortise pread and goroutine start-up, small enough to stay in cache.
-const convertChunk = 4 << 20
+const convertChunk = 1 << 20
 
 // ConvertTo reads the tensor converted to dtype to into dst, which must hold
 // exactly NumElements elements of to. The conversion is dtype.Convert
@@ -154,9 +156,10 @@ func (f *File) convertRange(tensor string, dst []byte, to dtype.DType, off, srcL
 		return st, nil
 	}
 	// Chunks hold a whole number of bytes of both dtypes: a multiple of 8
-	// elements. Each chunk is fetched into a reused, cache-sized buffer (by
-	// pread, or by a fault-protected copy out of the mapping) and converted
-	// from there, so a fault never happens inside dtype.Convert's workers.
+	// elements. With pread each chunk is read into a reused, cache-sized
+	// buffer and converted from there; from a mapping each chunk is converted
+	// in place under fault protection, on the goroutine that protects it.
+	// Workers take chunks in turn.
 	fb, tb := int64(from.Bits()), int64(to.Bits())
 	chunk := int64(convertChunk)
 	if f.chunk > 0 {
@@ -167,10 +170,10 @@ func (f *File) convertRange(tensor string, dst []byte, to dtype.DType, off, srcL
 		elems = 8
 	}
 	srcChunk := elems * fb / 8
-	pread := f.usePread()
-	scratch := f.getScratch(int(min(srcChunk, srcLen)))
-	defer f.putScratch(scratch)
-	for done := int64(0); done < srcLen; {
+	nChunks := (srcLen + srcChunk - 1) / srcChunk
+	pread := f.usePreadConvert()
+	doChunk := func(ci int64, scratch []byte, o dtype.Options) (dtype.Stats, error) {
+		done := ci * srcChunk
 		m := min(srcChunk, srcLen-done)
 		first := done * 8 / fb // elements before this chunk: a multiple of 8
 		dStart := first * tb / 8
@@ -178,25 +181,77 @@ func (f *File) convertRange(tensor string, dst []byte, to dtype.DType, off, srcL
 		if done+m < srcLen {
 			dEnd = (first + m*8/fb) * tb / 8
 		}
-		src := (*scratch)[:m]
+		var st dtype.Stats
+		var err error
 		if pread {
+			src := scratch[:m]
 			if err := f.readAt(tensor, src, off+done); err != nil {
-				return total, err
+				return dtype.Stats{}, err
 			}
+			st, err = dtype.Convert(dst[dStart:dEnd], to, src, from, o)
 		} else {
+			// Straight from the mapping, on this goroutine only, so that a
+			// fault is caught by protect.
 			if off+done+m > int64(len(f.data)) {
-				return total, f.err(ErrIO, tensor, "range extends past the mapped file")
+				return dtype.Stats{}, f.err(ErrIO, tensor, "range extends past the mapped file")
 			}
-			if err := f.protect(tensor, func() { copy(src, f.data[off+done:off+done+m]) }); err != nil {
+			o.Workers = 1
+			src := f.data[off+done : off+done+m]
+			if ferr := f.protect(tensor, func() { st, err = dtype.Convert(dst[dStart:dEnd], to, src, from, o) }); ferr != nil {
+				return st, ferr
+			}
+		}
+		if err != nil {
+			return st, convErr(err)
+		}
+		return st, nil
+	}
+	workers := int64(opts.Workers)
+	if workers <= 0 {
+		workers = int64(runtime.GOMAXPROCS(0))
+	}
+	workers = min(workers, nChunks)
+	if workers <= 1 {
+		scratch := f.getScratch(int(min(srcChunk, srcLen)))
+		defer f.putScratch(scratch)
+		for ci := int64(0); ci < nChunks; ci++ {
+			st, err := doChunk(ci, *scratch, opts)
+			total.Add(st)
+			if err != nil {
 				return total, err
 			}
 		}
-		st, err := dtype.Convert(dst[dStart:dEnd], to, src, from, opts)
-		total.Add(st)
+		return total, nil
+	}
+	one := opts
+	one.Workers = 1
+	stats := make([]dtype.Stats, workers)
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for w := int64(0); w < workers; w++ {
+		wg.Add(1)
+		go func(w int64) {
+			defer wg.Done()
+			scratch := f.getScratch(int(srcChunk))
+			defer f.putScratch(scratch)
+			for ci := w; ci < nChunks; ci += workers {
+				st, err := doChunk(ci, *scratch, one)
+				stats[w].Add(st)
+				if err != nil {
+					errs[w] = err
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	for w := range stats {
+		total.Add(stats[w])
+	}
+	for _, err := range errs {
 		if err != nil {
-			return total, convErr(err)
+			return total, err
 		}
-		done += m
 	}
 	return total, nil
 }
