@@ -494,3 +494,42 @@ func TestOpenFS(t *testing.T) {
 	_, err = OpenFS(mapFS, "missing")
 	wantKind(t, err, ErrIO)
 }
+
+func TestConcurrentReads(t *testing.T) {
+	const n = 1 << 16
+	raw := make([]byte, 2*n)
+	for i := 0; i < n; i++ {
+		binary.LittleEndian.PutUint16(raw[2*i:], bf16(float32(i%512)))
+	}
+	path := saveTemp(t, []TensorData{{Name: "w", DType: dtype.BF16, Shape: []int64{n}, Data: raw}}, nil)
+	for name, f := range backends(t, path) {
+		t.Run(name, func(t *testing.T) {
+			f.chunk = 4096
+			done := make(chan error, 8)
+			for g := 0; g < 8; g++ {
+				go func() {
+					tn, err := f.Tensor("w")
+					if err != nil {
+						done <- err
+						return
+					}
+					v, err := tn.Float32s()
+					if err == nil {
+						for i := range v {
+							if v[i] != float32(i%512) {
+								err = errors.New("wrong value")
+								break
+							}
+						}
+					}
+					done <- err
+				}()
+			}
+			for g := 0; g < 8; g++ {
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
