@@ -60,7 +60,7 @@ func WithReadMode(m ReadMode) OpenOption { return func(c *openConfig) { c.mode =
 type File struct {
 	path   string
 	hdr    *Header
-	data   []byte      // the whole file: a mapping or the caller's bytes; nil for the ReadAt backend
+	data   []byte      // the whole file: a mapping or the caller's bytes; nil for the ReadAt backend; never reset (Close sets closed)
 	ra     io.ReaderAt // pread source; nil for OpenBytes
 	closer io.Closer   // owned file, closed by Close
 	mapped bool
@@ -70,6 +70,7 @@ type File struct {
 	mu      sync.RWMutex // held for reading while mapped memory is accessed
 	closed  atomic.Bool
 	scratch sync.Pool // *[]byte chunks for converting reads
+	views   []Tensor  // one per header entry, in file order
 }
 
 // Open opens the safetensors file at path, validates its header and maps it
@@ -106,7 +107,7 @@ func openOSFile(osf *os.File, path string, size int64, cfg openConfig) (*File, e
 	if err != nil {
 		return nil, withFile(err, path)
 	}
-	f := &File{path: path, hdr: hdr, ra: osf, closer: osf, mode: cfg.mode}
+	f := newFile(&File{path: path, hdr: hdr, ra: osf, closer: osf, mode: cfg.mode})
 	if !cfg.readAt && mmapSupported {
 		data, err := mmapFile(osf, size)
 		if err != nil {
@@ -127,7 +128,7 @@ func NewReader(r io.ReaderAt, size int64, opts ...OpenOption) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &File{hdr: hdr, ra: r, mode: cfg.mode}, nil
+	return newFile(&File{hdr: hdr, ra: r, mode: cfg.mode}), nil
 }
 
 // OpenBytes reads a safetensors file held in memory. Tensor views alias
@@ -146,7 +147,17 @@ func OpenBytes(data []byte, opts ...OpenOption) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &File{hdr: hdr, data: data, mode: cfg.mode}, nil
+	return newFile(&File{hdr: hdr, data: data, mode: cfg.mode}), nil
+}
+
+// newFile preallocates the tensor views, so that looking a tensor up does
+// not allocate.
+func newFile(f *File) *File {
+	f.views = make([]Tensor, len(f.hdr.Tensors))
+	for i := range f.views {
+		f.views[i] = Tensor{f: f, info: &f.hdr.Tensors[i]}
+	}
+	return f
 }
 
 func buildConfig(opts []OpenOption) openConfig {
@@ -172,7 +183,6 @@ func (f *File) Close() error {
 			err = &Error{Kind: ErrIO, File: f.path, Msg: "munmap", Err: e}
 		}
 	}
-	f.data = nil
 	if f.closer != nil {
 		if e := f.closer.Close(); e != nil && err == nil {
 			err = &Error{Kind: ErrIO, File: f.path, Msg: "close", Err: e}
@@ -227,14 +237,14 @@ func (f *File) Tensor(name string) (*Tensor, error) {
 	if !ok {
 		return nil, f.err(ErrTensorNotFound, name, "no such tensor")
 	}
-	return &Tensor{f: f, info: &f.hdr.Tensors[i]}, nil
+	return &f.views[i], nil
 }
 
 // Tensors iterates over the tensors in file (offset) order.
 func (f *File) Tensors() iter.Seq2[string, *Tensor] {
 	return func(yield func(string, *Tensor) bool) {
-		for i := range f.hdr.Tensors {
-			t := &Tensor{f: f, info: &f.hdr.Tensors[i]}
+		for i := range f.views {
+			t := &f.views[i]
 			if !yield(t.info.Name, t) {
 				return
 			}

@@ -41,7 +41,7 @@ func OpenFS(fsys fs.FS, name string, opts ...OpenOption) (*File, error) {
 			fh.Close()
 			return nil, withFile(err, name)
 		}
-		return &File{path: name, hdr: hdr, ra: ra, closer: fh, mode: cfg.mode}, nil
+		return newFile(&File{path: name, hdr: hdr, ra: ra, closer: fh, mode: cfg.mode}), nil
 	}
 	// A plain fs.File: read it whole, never more than Stat promised.
 	data := make([]byte, size)

@@ -58,18 +58,23 @@ func (t *Tensor) err(kind ErrorKind, msg string) *Error {
 // returns a fresh copy.
 func (t *Tensor) Bytes() ([]byte, error) {
 	f := t.f
-	if err := f.rlock(t.info.Name); err != nil {
-		return nil, err
-	}
-	defer f.mu.RUnlock()
 	off := f.hdr.DataOffset + t.info.Begin
 	end := f.hdr.DataOffset + t.info.End
 	if f.data != nil {
+		// No lock: a view is only a slice header, and using it after Close
+		// is documented as invalid anyway.
+		if f.closed.Load() {
+			return nil, t.err(ErrClosed, "file is closed")
+		}
 		if end > int64(len(f.data)) {
 			return nil, t.err(ErrIO, "tensor extends past the mapped file")
 		}
 		return f.data[off:end:end], nil
 	}
+	if err := f.rlock(t.info.Name); err != nil {
+		return nil, err
+	}
+	defer f.mu.RUnlock()
 	buf := make([]byte, end-off)
 	if err := f.readAt(t.info.Name, buf, off); err != nil {
 		return nil, err
