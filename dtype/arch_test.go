@@ -323,12 +323,10 @@ func TestVecFastPathTaken(t *testing.T) {
 		dst := make([]byte, 4096*p.to.Bits()/8)
 		var st Stats
 		vec(dst, src, Options{}, &st)
-		if p.from == F32 {
-			// Realistic values may underflow now and then: allow a few blocks.
-			if calls > len(src)/8 {
-				t.Errorf("%v→%v: portable kernel converted %d of %d bytes", p.from, p.to, calls, len(src))
-			}
-		} else if calls != 0 {
+		// No value overflows, and underflow is counted by the vector code:
+		// the portable kernel only gets the tail (4096 is a whole number of
+		// blocks).
+		if calls != 0 {
 			t.Errorf("%v→%v: portable kernel converted %d of %d bytes", p.from, p.to, calls, len(src))
 		}
 	}
