@@ -114,7 +114,13 @@ func TestRealFiles(t *testing.T) {
 					t.Fatalf("%s: %v", mode, err)
 				}
 				var tds []TensorData
+				var prevEnd int64
 				for name, tn := range f.Tensors() {
+					// File order is offset order, whatever the header's key order.
+					if tn.Info().Begin != prevEnd {
+						t.Fatalf("%s: %s begins at %d, previous tensor ends at %d", mode, name, tn.Info().Begin, prevEnd)
+					}
+					prevEnd = tn.Info().End
 					b, err := tn.Bytes()
 					if err != nil {
 						t.Fatalf("%s: %s: %v", mode, name, err)
