@@ -111,7 +111,7 @@ func (f *File) readRange(tensor string, dst []byte, off int64) error {
 
 // convertChunk is the source chunk size of converting reads: large enough to
 // amortise pread and goroutine start-up, small enough to stay in cache.
-const convertChunk = 1 << 20
+const convertChunk = 4 << 20
 
 // ConvertTo reads the tensor converted to dtype to into dst, which must hold
 // exactly NumElements elements of to. The conversion is dtype.Convert
