@@ -148,11 +148,12 @@ nounder:
 #define E_HALF 160
 #define E_SHIFT 192
 
-// ENCF8 turns the magnitude in reg (of the float32 at off(SI)) into the FP8
-// code with its sign, in the low byte of each lane. R8 points at the
-// f8EncodeParams, X10 holds the shift, Y9 holds 1 (per lane), Y8 0x80.
-// Y4-Y7 are clobbered.
-#define ENCF8(off, reg) \
+// ENCF8 turns the magnitude in reg into the FP8 code without its sign, in
+// the low byte of each lane: round to nearest even at the shift (X10) and
+// rebias for normal results, or add the magic float and take the bits below
+// it for subnormal ones. R8 points at the f8EncodeParams, Y9 holds 1 per
+// lane; Y4-Y7 are clobbered.
+#define ENCF8(reg) \
 	VPSRLD  X10, reg, Y4 \
 	VPAND   Y9, Y4, Y4 \
 	VPADDD  E_HALF(R8), reg, Y5 \
@@ -161,13 +162,8 @@ nounder:
 	VPSUBD  E_REBIAS(R8), Y5, Y5 \
 	VADDPS  E_MAGIC(R8), reg, Y6 \
 	VPSUBD  E_MAGIC(R8), Y6, Y6 \
-	VMOVDQU E_SUBLIM(R8), Y7 \
-	VPCMPGTD reg, Y7, Y7 \
-	VPBLENDVB Y7, Y6, Y5, reg \
-	VMOVDQU off(SI), Y4 \
-	VPSRLD  $24, Y4, Y4 \
-	VPAND   Y8, Y4, Y4 \
-	VPOR    Y4, reg, reg
+	VPCMPGTD E_SUBLIM(R8), reg, Y7 \
+	VPBLENDVB Y7, Y5, Y6, reg
 
 // Offsets in f8DecodeParams and f8HalfParams (the first three rows agree).
 #define D_MAGMASK8 0
@@ -406,19 +402,32 @@ TEXT ·f32ToF8AVX2(SB), NOSPLIT, $0-88
 	VMOVDQU E_UNDER(R8), Y11
 	VMOVDQU E_SHIFT(R8), X10
 	VPSRLD  $31, Y14, Y9        // 1
-	VPSLLD  $7, Y9, Y8          // 0x80
+	VPABSB  Y14, Y8
+	VPSLLW  $7, Y8, Y8          // 0x80 per byte (0x0101 << 7 per word)
 	TESTQ   CX, CX
 	JZ      done
 
 f32f8loop:
 	CHECK32
-	ENCF8(0, Y0)
-	ENCF8(32, Y1)
-	ENCF8(64, Y2)
-	ENCF8(96, Y3)
+	ENCF8(Y0)
+	ENCF8(Y1)
+	ENCF8(Y2)
+	ENCF8(Y3)
 	VPACKUSDW Y1, Y0, Y0
 	VPACKUSDW Y3, Y2, Y2
 	VPACKUSWB Y2, Y0, Y0
+	// The signs, packed the same way (-1 saturates to 0xff), go in before
+	// the final reordering. -1 > x as int32 holds for every negative float
+	// but the NaN 0xffffffff, which never gets here.
+	VPCMPGTD (SI), Y14, Y4
+	VPCMPGTD 32(SI), Y14, Y5
+	VPCMPGTD 64(SI), Y14, Y6
+	VPCMPGTD 96(SI), Y14, Y7
+	VPACKSSDW Y5, Y4, Y4
+	VPACKSSDW Y7, Y6, Y6
+	VPACKSSWB Y6, Y4, Y4
+	VPAND   Y8, Y4, Y4
+	VPOR    Y4, Y0, Y0
 	VMOVDQU f8perm<>(SB), Y4
 	VPERMD  Y0, Y4, Y0
 	TESTQ   R10, R10

@@ -283,7 +283,7 @@ func (l f8Layout) halfParams() *f8HalfParams {
 type f8EncodeParams struct {
 	omax   [8]uint32 // largest |x| bits that do not overflow
 	under  [8]uint32 // nonzero |x| bits <= under round to zero
-	sublim [8]uint32 // |x| below this encodes as a subnormal (or the smallest normal)
+	sublim [8]uint32 // |x| at or below this encodes as a subnormal (or the smallest normal)
 	magic  [8]uint32 // float adding the subnormal quantum at the last mantissa bit
 	rebias [8]uint32 // exponent rebias in code units
 	half   [8]uint32 // 2^(shift-1) - 1, for round to nearest even
@@ -301,7 +301,7 @@ func newF8EncodeParams(omax, under, sublim, magic, rebias uint32, shift uint) *f
 	for i := range 8 {
 		p.omax[i] = omax
 		p.under[i] = under
-		p.sublim[i] = sublim
+		p.sublim[i] = sublim - 1
 		p.magic[i] = magic
 		p.rebias[i] = rebias
 		p.half[i] = 1<<(shift-1) - 1
