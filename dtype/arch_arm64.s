@@ -151,7 +151,8 @@
 // at bit SH and rebias for normal results, or add the magic float (FADD
 // V15.4S, a.4S, V10.4S, encoded as fadd) and take the bits below it for
 // subnormal ones. V8 half, V9 rebias, V10 magic, V11 smallest normal - 1,
-// V12 0x80, V23 one; V13-V16 are clobbered.
+// V12 0x80, V23 one (V11 is the sublim row of f8EncodeParams, which
+// already holds the smallest normal - 1); V13-V16 are clobbered.
 #define ENC4(a, x, SH, fadd) \
 	VUSHR   $SH, a.S4, V13.S4 \
 	VAND    V23.B16, V13.B16, V13.B16 \
@@ -190,7 +191,6 @@
 	VDUP    R5, V23.S4 \
 	MOVD    $0x80, R5 \
 	VDUP    R5, V12.S4 \
-	VSUB    V23.S4, V11.S4, V11.S4 \
 	VEOR    V25.B16, V25.B16, V25.B16 \
 	CBZ     R2, done \
 loop: \
