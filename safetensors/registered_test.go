@@ -53,7 +53,7 @@ func e3m4Type(t *testing.T) dtype.DType {
 				for i, v := range src {
 					best := byte(0)
 					for c := 0; c < 256; c++ { // largest magnitude not above |v|
-						if (table[c] >= 0) == (v >= 0) && abs32(table[c]) <= abs32(v) && abs32(table[c]) >= abs32(table[best]) {
+						if (table[c] >= 0) == (v >= 0) && abs32(table[c]) <= abs32(v) && abs32(table[c]) > abs32(table[best]) {
 							best = byte(c)
 						}
 					}
