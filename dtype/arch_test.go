@@ -79,27 +79,25 @@ func TestVecWiden16Exhaustive(t *testing.T) {
 }
 
 func testWiden16(t *testing.T, from DType) {
-	{
-		vec, ref := vecUnderTest(t, from, F32)
-		all := make([]byte, 2*65536)
-		for i := range 65536 {
-			binary.LittleEndian.PutUint16(all[2*i:], uint16(i))
-		}
-		// Shuffled, so that special values are spread over many blocks.
-		shuf := append([]byte(nil), all...)
-		r := rand.New(rand.NewSource(1))
-		r.Shuffle(65536, func(i, j int) {
-			shuf[2*i], shuf[2*i+1], shuf[2*j], shuf[2*j+1] = shuf[2*j], shuf[2*j+1], shuf[2*i], shuf[2*i+1]
-		})
-		for _, opts := range bothModes {
-			compareKernels(t, "ordered", vec, ref, from, F32, all, opts)
-			compareKernels(t, "shuffled", vec, ref, from, F32, shuf, opts)
-			// Every length and alignment near the block size.
-			for off := 0; off < 4; off++ {
-				for n := 0; n <= 130; n++ {
-					compareKernels(t, fmt.Sprintf("off %d len %d", off, n), vec, ref, from, F32,
-						shuf[2*(off*997):2*(off*997+n)], opts)
-				}
+	vec, ref := vecUnderTest(t, from, F32)
+	all := make([]byte, 2*65536)
+	for i := range 65536 {
+		binary.LittleEndian.PutUint16(all[2*i:], uint16(i))
+	}
+	// Shuffled, so that special values are spread over many blocks.
+	shuf := append([]byte(nil), all...)
+	r := rand.New(rand.NewSource(1))
+	r.Shuffle(65536, func(i, j int) {
+		shuf[2*i], shuf[2*i+1], shuf[2*j], shuf[2*j+1] = shuf[2*j], shuf[2*j+1], shuf[2*i], shuf[2*i+1]
+	})
+	for _, opts := range bothModes {
+		compareKernels(t, "ordered", vec, ref, from, F32, all, opts)
+		compareKernels(t, "shuffled", vec, ref, from, F32, shuf, opts)
+		// Every length and alignment near the block size.
+		for off := 0; off < 4; off++ {
+			for n := 0; n <= 130; n++ {
+				compareKernels(t, fmt.Sprintf("off %d len %d", off, n), vec, ref, from, F32,
+					shuf[2*(off*997):2*(off*997+n)], opts)
 			}
 		}
 	}
@@ -112,36 +110,34 @@ func TestVecWiden8Exhaustive(t *testing.T) {
 }
 
 func testWiden8(t *testing.T, from DType) {
-	{
-		vec, ref := vecUnderTest(t, from, F32)
-		codes := make([]byte, 256+8)
-		for i := range codes {
-			codes[i] = byte(i)
+	vec, ref := vecUnderTest(t, from, F32)
+	codes := make([]byte, 256+8)
+	for i := range codes {
+		codes[i] = byte(i)
+	}
+	r := rand.New(rand.NewSource(2))
+	shuf := make([]byte, 4096)
+	for i := range shuf {
+		shuf[i] = byte(r.Intn(256))
+	}
+	// Codes without NaN/Inf, so that whole runs take the fast path.
+	finite := make([]byte, 0, 4096)
+	for _, c := range shuf {
+		if isFiniteCode(from, c) {
+			finite = append(finite, c)
 		}
-		r := rand.New(rand.NewSource(2))
-		shuf := make([]byte, 4096)
-		for i := range shuf {
-			shuf[i] = byte(r.Intn(256))
-		}
-		// Codes without NaN/Inf, so that whole runs take the fast path.
-		finite := make([]byte, 0, 4096)
-		for _, c := range shuf {
-			if isFiniteCode(from, c) {
-				finite = append(finite, c)
+	}
+	for _, opts := range bothModes {
+		for off := 0; off < 8; off++ {
+			for n := 0; off+n <= len(codes) && n <= 257; n++ {
+				compareKernels(t, fmt.Sprintf("codes off %d len %d", off, n), vec, ref, from, F32, codes[off:off+n], opts)
 			}
 		}
-		for _, opts := range bothModes {
-			for off := 0; off < 8; off++ {
-				for n := 0; off+n <= len(codes) && n <= 257; n++ {
-					compareKernels(t, fmt.Sprintf("codes off %d len %d", off, n), vec, ref, from, F32, codes[off:off+n], opts)
-				}
-			}
-			compareKernels(t, "random", vec, ref, from, F32, shuf, opts)
-			for n := 0; n <= 257; n++ {
-				compareKernels(t, fmt.Sprintf("finite len %d", n), vec, ref, from, F32, finite[3:3+n], opts)
-			}
-			compareKernels(t, "finite", vec, ref, from, F32, finite, opts)
+		compareKernels(t, "random", vec, ref, from, F32, shuf, opts)
+		for n := 0; n <= 257; n++ {
+			compareKernels(t, fmt.Sprintf("finite len %d", n), vec, ref, from, F32, finite[3:3+n], opts)
 		}
+		compareKernels(t, "finite", vec, ref, from, F32, finite, opts)
 	}
 }
 
@@ -226,61 +222,59 @@ func testNarrowF32(t *testing.T, to DType) {
 	if testing.Short() {
 		nRandom = 1 << 16
 	}
-	{
-		vec, ref := vecUnderTest(t, F32, to)
-		r := rand.New(rand.NewSource(3))
-		edges := f32Edges()
-		r.Shuffle(len(edges), func(i, j int) { edges[i], edges[j] = edges[j], edges[i] })
-		rnd := make([]uint32, nRandom)
-		for i := range rnd {
-			rnd[i] = r.Uint32()
+	vec, ref := vecUnderTest(t, F32, to)
+	r := rand.New(rand.NewSource(3))
+	edges := f32Edges()
+	r.Shuffle(len(edges), func(i, j int) { edges[i], edges[j] = edges[j], edges[i] })
+	rnd := make([]uint32, nRandom)
+	for i := range rnd {
+		rnd[i] = r.Uint32()
+	}
+	// Random bit patterns with the exponent drawn near the target's range,
+	// so that most blocks stay on the fast path while hitting every
+	// mantissa.
+	near := make([]uint32, nRandom)
+	for i := range near {
+		e := uint32(127 - 20 + r.Intn(40))
+		near[i] = r.Uint32()&0x807fffff | e<<23
+	}
+	// Each edge value alone in an otherwise ordinary block, at every lane.
+	var lone []uint32
+	for i, e := range edges {
+		blk := realisticF32(r, 32, 1)
+		blk[i%32] = e
+		lone = append(lone, blk...)
+	}
+	// Random bit patterns near the range that neither overflow nor
+	// underflow on their own: whole runs for the fast path.
+	var inRange []uint32
+	var one [4]byte
+	for _, u := range near {
+		var st Stats
+		ref(one[:], u32Bytes([]uint32{u}), Options{}, &st)
+		if !st.Lossy() {
+			inRange = append(inRange, u)
 		}
-		// Random bit patterns with the exponent drawn near the target's range,
-		// so that most blocks stay on the fast path while hitting every
-		// mantissa.
-		near := make([]uint32, nRandom)
-		for i := range near {
-			e := uint32(127 - 20 + r.Intn(40))
-			near[i] = r.Uint32()&0x807fffff | e<<23
+	}
+	for _, opts := range bothModes {
+		compareKernels(t, "edges", vec, ref, F32, to, u32Bytes(edges), opts)
+		compareKernels(t, "lone edges", vec, ref, F32, to, u32Bytes(lone), opts)
+		compareKernels(t, "in range", vec, ref, F32, to, u32Bytes(inRange), opts)
+		compareKernels(t, "random bits", vec, ref, F32, to, u32Bytes(rnd), opts)
+		compareKernels(t, "near range", vec, ref, F32, to, u32Bytes(near), opts)
+		for _, scale := range []float64{1e-4, 1, 100, 1e4} {
+			compareKernels(t, fmt.Sprintf("realistic ×%g", scale), vec, ref, F32, to,
+				u32Bytes(realisticF32(r, 1<<14, scale)), opts)
 		}
-		// Each edge value alone in an otherwise ordinary block, at every lane.
-		var lone []uint32
-		for i, e := range edges {
-			blk := realisticF32(r, 32, 1)
-			blk[i%32] = e
-			lone = append(lone, blk...)
-		}
-		// Random bit patterns near the range that neither overflow nor
-		// underflow on their own: whole runs for the fast path.
-		var inRange []uint32
-		var one [4]byte
-		for _, u := range near {
-			var st Stats
-			ref(one[:], u32Bytes([]uint32{u}), Options{}, &st)
-			if !st.Lossy() {
-				inRange = append(inRange, u)
+		// Edge values dropped one at a time into ordinary blocks, at
+		// every position and tail length.
+		base := realisticF32(r, 300, 1)
+		for n := 0; n <= 257; n++ {
+			v := append([]uint32(nil), base[:n]...)
+			if n > 0 {
+				v[r.Intn(n)] = edges[r.Intn(len(edges))]
 			}
-		}
-		for _, opts := range bothModes {
-			compareKernels(t, "edges", vec, ref, F32, to, u32Bytes(edges), opts)
-			compareKernels(t, "lone edges", vec, ref, F32, to, u32Bytes(lone), opts)
-			compareKernels(t, "in range", vec, ref, F32, to, u32Bytes(inRange), opts)
-			compareKernels(t, "random bits", vec, ref, F32, to, u32Bytes(rnd), opts)
-			compareKernels(t, "near range", vec, ref, F32, to, u32Bytes(near), opts)
-			for _, scale := range []float64{1e-4, 1, 100, 1e4} {
-				compareKernels(t, fmt.Sprintf("realistic ×%g", scale), vec, ref, F32, to,
-					u32Bytes(realisticF32(r, 1<<14, scale)), opts)
-			}
-			// Edge values dropped one at a time into ordinary blocks, at
-			// every position and tail length.
-			base := realisticF32(r, 300, 1)
-			for n := 0; n <= 257; n++ {
-				v := append([]uint32(nil), base[:n]...)
-				if n > 0 {
-					v[r.Intn(n)] = edges[r.Intn(len(edges))]
-				}
-				compareKernels(t, fmt.Sprintf("len %d", n), vec, ref, F32, to, u32Bytes(v), opts)
-			}
+			compareKernels(t, fmt.Sprintf("len %d", n), vec, ref, F32, to, u32Bytes(v), opts)
 		}
 	}
 }
@@ -344,20 +338,17 @@ func TestVecSpecialRuns(t *testing.T) {
 }
 
 func testSpecialRuns(t *testing.T, from, to DType) {
-	p := struct{ from, to DType }{from, to}
-	{
-		vec, ref := vecUnderTest(t, p.from, p.to)
-		r := rand.New(rand.NewSource(5))
-		v := realisticF32(r, 50000, 1)
-		for i := 1000; i < 20000; i++ {
-			v[i] = 0x7fc00000 // a run of NaN
-		}
-		for i := 30000; i < 50000; i += 97 {
-			v[i] = 0x7f800000 // scattered Inf
-		}
-		for _, opts := range bothModes {
-			compareKernels(t, "runs", vec, ref, p.from, p.to, u32Bytes(v), opts)
-		}
+	vec, ref := vecUnderTest(t, from, to)
+	r := rand.New(rand.NewSource(5))
+	v := realisticF32(r, 50000, 1)
+	for i := 1000; i < 20000; i++ {
+		v[i] = 0x7fc00000 // a run of NaN
+	}
+	for i := 30000; i < 50000; i += 97 {
+		v[i] = 0x7f800000 // scattered Inf
+	}
+	for _, opts := range bothModes {
+		compareKernels(t, "runs", vec, ref, from, to, u32Bytes(v), opts)
 	}
 }
 
@@ -372,21 +363,18 @@ func TestVecMaxAbs(t *testing.T) {
 }
 
 func testMaxAbs(t *testing.T, from, to DType) {
-	p := struct{ from, to DType }{from, to}
-	{
-		vec, ref := vecUnderTest(t, p.from, p.to)
-		for pos := 0; pos < 96; pos++ {
-			v := make([]uint32, 96)
-			for i := range v {
-				v[i] = math.Float32bits(0.25)
-			}
-			v[pos] = math.Float32bits(-3.5)
-			compareKernels(t, fmt.Sprintf("max at %d", pos), vec, ref, p.from, p.to, u32Bytes(v), Options{})
-			var st Stats
-			vec(make([]byte, 96*p.to.Bits()/8), u32Bytes(v), Options{}, &st)
-			if diff := cmp.Diff(3.5, st.MaxAbs); diff != "" {
-				t.Errorf("%v→%v max at %d: %s", p.from, p.to, pos, diff)
-			}
+	vec, ref := vecUnderTest(t, from, to)
+	for pos := 0; pos < 96; pos++ {
+		v := make([]uint32, 96)
+		for i := range v {
+			v[i] = math.Float32bits(0.25)
+		}
+		v[pos] = math.Float32bits(-3.5)
+		compareKernels(t, fmt.Sprintf("max at %d", pos), vec, ref, from, to, u32Bytes(v), Options{})
+		var st Stats
+		vec(make([]byte, 96*to.Bits()/8), u32Bytes(v), Options{}, &st)
+		if diff := cmp.Diff(3.5, st.MaxAbs); diff != "" {
+			t.Errorf("%v→%v max at %d: %s", from, to, pos, diff)
 		}
 	}
 }
