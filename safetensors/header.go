@@ -24,6 +24,10 @@ const MaxHeaderSize = 100_000_000
 // limit is 128 as well).
 const maxDepth = 128
 
+// minEntryLen is the length of the shortest valid tensor entry in a header:
+// "":{"dtype":"U8","shape":[],"data_offsets":[0,0]}
+const minEntryLen = 49
+
 // MetadataKey is the reserved header key holding the string-to-string
 // metadata map. No tensor may have this name.
 const MetadataKey = "__metadata__"
@@ -187,8 +191,11 @@ func parseHeader(s string, dataLen int64) (*Header, error) {
 	}
 	p := parser{s: s}
 	// Size the tables once: every tensor entry is an object, so the number
-	// of '{' bounds the tensor count (by the header's own length, never more).
-	if n := strings.Count(s, "{") - 1; n > 0 {
+	// of '{' bounds the tensor count. So does the header length: the
+	// shortest valid entry, """:{"dtype":"U8","shape":[],"data_offsets":[0,0]}",
+	// is minEntryLen bytes. Taking the smaller keeps a hostile header of
+	// nothing but '{' from reserving ~100 bytes of tables per header byte.
+	if n := min(strings.Count(s, "{")-1, len(s)/minEntryLen+1); n > 0 {
 		p.spans = make([]shapeSpan, 0, n)
 		p.shapes = make([]int64, 0, 3*n)
 		p.tensors = make([]TensorInfo, 0, n)
