@@ -144,28 +144,8 @@ func (c *Checkpoint) openIndex() error {
 	pos := make(map[string]int, len(shardNames))
 	for i, name := range shardNames {
 		p := filepath.Join(dir, name)
-		st, err := os.Lstat(p)
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return &Error{Kind: ErrMissingShard, Path: c.path, Shard: name,
-					Msg: fmt.Sprintf("not found in %s", dir)}
-			}
-			return &Error{Kind: ErrInvalidShard, Path: c.path, Shard: name, Err: err}
-		}
-		if st.Mode()&fs.ModeSymlink != 0 {
-			if realRoot == "" {
-				if realRoot, err = filepath.EvalSymlinks(root); err != nil {
-					return &Error{Kind: ErrIndexRead, Path: c.path, Msg: "cannot resolve the folder", Err: err}
-				}
-			}
-			target, err := filepath.EvalSymlinks(p)
-			if err != nil {
-				return &Error{Kind: ErrMissingShard, Path: c.path, Shard: name, Msg: "dangling symlink", Err: err}
-			}
-			if !within(realRoot, target) {
-				return &Error{Kind: ErrInsecurePath, Path: c.path, Shard: name,
-					Msg: fmt.Sprintf("symlink resolves to %s, outside %s", target, root)}
-			}
+		if err := c.checkShardPath(name, p, root, &realRoot); err != nil {
+			return err
 		}
 		h, err := safetensors.ReadHeaderFile(p)
 		if err != nil {
@@ -258,6 +238,38 @@ func (c *Checkpoint) openIndex() error {
 			c.meta[k] = v
 			from[k] = s.name
 		}
+	}
+	return nil
+}
+
+// checkShardPath checks that the shard file p (named name in the index)
+// exists and, if it is a symlink, resolves inside root. *realRoot caches
+// root with its symlinks resolved ("" until first needed).
+func (c *Checkpoint) checkShardPath(name, p, root string, realRoot *string) error {
+	dir := filepath.Dir(p)
+	st, err := os.Lstat(p)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return &Error{Kind: ErrMissingShard, Path: c.path, Shard: name,
+				Msg: fmt.Sprintf("not found in %s", dir)}
+		}
+		return &Error{Kind: ErrInvalidShard, Path: c.path, Shard: name, Err: err}
+	}
+	if st.Mode()&fs.ModeSymlink == 0 {
+		return nil
+	}
+	if *realRoot == "" {
+		if *realRoot, err = filepath.EvalSymlinks(root); err != nil {
+			return &Error{Kind: ErrIndexRead, Path: c.path, Msg: "cannot resolve the folder", Err: err}
+		}
+	}
+	target, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return &Error{Kind: ErrMissingShard, Path: c.path, Shard: name, Msg: "dangling symlink", Err: err}
+	}
+	if !within(*realRoot, target) {
+		return &Error{Kind: ErrInsecurePath, Path: c.path, Shard: name,
+			Msg: fmt.Sprintf("symlink resolves to %s, outside %s", target, root)}
 	}
 	return nil
 }
@@ -359,6 +371,18 @@ func (c *Checkpoint) open(s *shardFile) (*safetensors.File, error) {
 	defer s.mu.Unlock()
 	if s.f != nil {
 		return s.f, nil
+	}
+	if c.index != nil {
+		// The folder may have changed since Open validated it: a shard
+		// replaced by a symlink leaving the folder is refused here too.
+		root := c.cfg.symlinkRoot
+		if root == "" {
+			root = filepath.Dir(c.path)
+		}
+		realRoot := ""
+		if err := c.checkShardPath(s.name, s.path, root, &realRoot); err != nil {
+			return nil, err
+		}
 	}
 	f, err := safetensors.Open(s.path, c.cfg.openOpts...)
 	if err != nil {
