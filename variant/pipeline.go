@@ -178,7 +178,7 @@ func ResolvePipeline(root, variant string, opts ...Option) (*PipelinePlan, error
 		pp.Components = append(pp.Components, p)
 	}
 
-	if variant != "" && len(comps) > 0 {
+	if variant != "" {
 		found := false
 		for _, c := range comps {
 			found = found || c.f.has(variant)
@@ -193,9 +193,12 @@ func ResolvePipeline(root, variant string, opts ...Option) (*PipelinePlan, error
 				}
 				avail = append(avail, c.name+": "+desc)
 			}
+			msg := fmt.Sprintf("no component has variant %s (variants per component: %s)", variant, strings.Join(avail, "; "))
+			if len(comps) == 0 {
+				msg = fmt.Sprintf("no component has variant %s: no component folder has safetensors weights", variant)
+			}
 			pp.Components = []*Plan{}
-			return pp.fail(&Error{Kind: ErrNoComponentHasVariant, Dir: root,
-				Msg: fmt.Sprintf("no component has variant %s (variants per component: %s)", variant, strings.Join(avail, "; "))})
+			return pp.fail(&Error{Kind: ErrNoComponentHasVariant, Dir: root, Msg: msg})
 		}
 	}
 	for _, c := range comps {

@@ -143,6 +143,7 @@ func (p *Plan) fail(err error) (*Plan, error) {
 		kind = e.Kind.String()
 	}
 	p.Error = &PlanError{Kind: kind, Message: err.Error()}
+	slices.SortFunc(p.Ignored, func(a, b Ignored) int { return strings.Compare(a.File, b.File) })
 	return p, err
 }
 
@@ -361,18 +362,19 @@ func (f *folder) resolve(p *Plan) (*Plan, error) {
 			}
 		}
 		if chosen == nil {
-			// Nothing complete: report the preferred candidate's error.
-			var errs []string
+			// Nothing complete: report the preferred candidate's error,
+			// listing the other candidates' failures in its message.
+			var others []string
 			var first error
 			if single != nil {
 				first = singleErr
-				errs = append(errs, single.name+": "+singleErr.Error())
 			}
 			for _, ch := range idx {
 				if first == nil {
 					first = ch.err
+					continue
 				}
-				errs = append(errs, ch.c.name+": "+ch.err.Error())
+				others = append(others, ch.c.name+" ("+ch.err.Error()+")")
 			}
 			if first == nil { // shards without any index or single file
 				names := slices.Sorted(maps.Keys(shards))
@@ -391,11 +393,11 @@ func (f *folder) resolve(p *Plan) (*Plan, error) {
 			for _, s := range slices.Sorted(maps.Keys(shards)) {
 				p.ignore(s, "shard of an incomplete set")
 			}
-			e := first.(*Error)
-			if len(errs) > 1 {
-				e.Msg = strings.TrimPrefix(e.Msg+"; no complete candidate: "+strings.Join(errs, "; "), "; ")
+			e := *first.(*Error) // a copy: the candidate's error stays as it was
+			if len(others) > 0 {
+				e.Msg = strings.TrimPrefix(e.Msg+"; no complete candidate, also incomplete: "+strings.Join(others, "; "), "; ")
 			}
-			return p.fail(e)
+			return p.fail(&e)
 		}
 		p.Index, p.Files = chosen.c.name, chosen.shards
 		p.Layout = LayoutSharded

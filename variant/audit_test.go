@@ -1,0 +1,63 @@
+package variant_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ckpt-go/ckpt/ckpttest"
+	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/variant"
+)
+
+// When neither the single file nor the index is complete, the error is the
+// single file's (its kind and cause), and its message lists the index's
+// failure separately, not as if the single file's cause explained it.
+func TestNeitherCompleteMessage(t *testing.T) {
+	ts := weights(dtype.F16)
+	dir := ckpttest.Dir(t,
+		ckpttest.Weights{Variant: "fp16", Tensors: ts},
+		ckpttest.Weights{Variant: "fp16", Shards: 2, Tensors: ts})
+	if err := os.Truncate(filepath.Join(dir, "model.fp16.safetensors"), 50); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, "model.fp16-00002-of-00002.safetensors")); err != nil {
+		t.Fatal(err)
+	}
+	p, err := variant.ResolveComponent(dir, "fp16")
+	var e *variant.Error
+	if !errors.As(err, &e) || e.Kind != variant.ErrInvalidWeights || e.File != "model.fp16.safetensors" {
+		t.Fatalf("got %v", err)
+	}
+	msg := err.Error()
+	i := strings.Index(msg, "model.safetensors.index.fp16.json (")
+	j := strings.Index(msg, "header length")
+	if i < 0 || j < i || strings.Count(msg, "header length") != 1 {
+		t.Errorf("message does not list the index's failure apart from the single file's cause: %s", msg)
+	}
+	if !slices.IsSortedFunc(p.Ignored, func(a, b variant.Ignored) int { return strings.Compare(a.File, b.File) }) {
+		t.Errorf("ignored files not sorted on failure: %+v", p.Ignored)
+	}
+	// Resolving again gives the same message (the candidate's error was not
+	// modified in place).
+	_, err2 := variant.ResolveComponent(dir, "fp16")
+	if err2.Error() != msg {
+		t.Errorf("second resolution differs:\n%s\n%s", msg, err2)
+	}
+}
+
+// A pipeline asked for a variant fails when no component has it, also when
+// no component has any weights at all.
+func TestPipelineVariantWithoutAnyWeights(t *testing.T) {
+	root := ckpttest.NewPipeline(t, ckpttest.Pipeline{
+		Components: []ckpttest.Component{{Name: "tokenizer", Files: map[string]string{"vocab.json": "{}"}}},
+		Root:       []ckpttest.Weights{{Prefix: ckpttest.DiffusersPrefix, Variant: "fp16", Tensors: weights(dtype.F16)}},
+	})
+	pp, err := variant.ResolvePipeline(root, "fp16")
+	if !errors.Is(err, variant.ErrNoComponentHasVariant) || pp.Error == nil || !pp.Failed() {
+		t.Fatalf("got %v, %+v", err, pp.Error)
+	}
+}
