@@ -18,7 +18,8 @@
 //
 // Fixture files kept in a testdata folder may be stored zstd-compressed
 // (name.safetensors.zst); OpenFixture decompresses them into a temporary
-// folder transparently, so repositories stay small.
+// folder transparently (a single file, named with or without ".zst", or a
+// whole folder of shards or a pipeline), so repositories stay small.
 package ckpttest
 
 import (
