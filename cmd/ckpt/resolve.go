@@ -144,4 +144,3 @@ func printPlan(e *env, out *resolveOutput) {
 		}
 	}
 }
-
