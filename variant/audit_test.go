@@ -61,3 +61,30 @@ func TestPipelineVariantWithoutAnyWeights(t *testing.T) {
 		t.Fatalf("got %v, %+v", err, pp.Error)
 	}
 }
+
+// In a pipeline, a folder with weights under both prefixes resolves to the
+// prefix of the component's library (from model_index.json), with a warning;
+// the same folder on its own, or under an unknown library, is ambiguous.
+func TestPipelinePrefixFromLibrary(t *testing.T) {
+	ts := weights(dtype.F16)
+	both := []ckpttest.Weights{{Tensors: ts}, {Prefix: ckpttest.DiffusersPrefix, Tensors: ts}}
+	root := ckpttest.NewPipeline(t, ckpttest.Pipeline{Components: []ckpttest.Component{
+		{Name: "text_encoder", Library: "transformers", Class: "CLIPTextModel", Weights: both},
+		{Name: "unet", Library: "diffusers", Class: "UNet2DConditionModel", Weights: both},
+		{Name: "custom", Library: "my_lib", Class: "Thing", Weights: both},
+	}})
+	pp, err := variant.ResolvePipeline(root, "")
+	if !errors.Is(err, variant.ErrAmbiguousPrefix) {
+		t.Fatalf("got %v", err)
+	}
+	for comp, want := range map[string]string{"text_encoder": "model.safetensors", "unet": "diffusion_pytorch_model.safetensors"} {
+		p := pp.Component(comp)
+		if p.Error != nil || !slices.Equal(p.Files, []string{want}) || !hasWarning(p, "both prefixes") {
+			t.Errorf("%s: %+v", comp, p)
+		}
+	}
+	if p := pp.Component("custom"); p.Error == nil || p.Error.Kind != "ambiguous_prefix" {
+		t.Errorf("custom: %+v", p)
+	}
+	wantErr(t, filepath.Join(root, "unet"), "", variant.ErrAmbiguousPrefix)
+}

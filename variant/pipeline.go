@@ -83,8 +83,12 @@ func (pp *PipelinePlan) fail(err error) (*PipelinePlan, error) {
 // never stand in for a component's own folder. A component without weights
 // for the variant falls back to its untagged weights, with a warning naming
 // it; it is an ErrNoComponentHasVariant error if no component has the
-// variant. Components without any weights files (tokenizers, schedulers)
-// are listed in Ignored.
+// variant (or none has weights at all). Components without any weights
+// files (tokenizers, schedulers) are listed in Ignored. When a component
+// folder holds weights for the variant under both prefixes, the one its
+// library loads is used, with a warning ("model" for transformers,
+// "diffusion_pytorch_model" for diffusers); for another library that stays
+// an ErrAmbiguousPrefix error.
 //
 // The plan is returned even on failure. The error is the pipeline's error,
 // or the components' errors joined.
@@ -94,7 +98,7 @@ func ResolvePipeline(root, variant string, opts ...Option) (*PipelinePlan, error
 	if variant != "" && !ValidName(variant) {
 		return pp.fail(&Error{Kind: ErrInvalidVariant, Dir: root, Msg: fmt.Sprintf("%q does not match ^[A-Za-z0-9_]+$", variant)})
 	}
-	names, err := readModelIndex(root)
+	names, libs, err := readModelIndex(root)
 	if err != nil {
 		return pp.fail(err)
 	}
@@ -173,6 +177,7 @@ func ResolvePipeline(root, variant string, opts ...Option) (*PipelinePlan, error
 			continue
 		}
 		f.shardOpts = cfg.shardOpts
+		f.library = libs[n]
 		c := &comp{name: n, f: f, plan: p}
 		comps = append(comps, c)
 		pp.Components = append(pp.Components, p)
@@ -234,32 +239,34 @@ func isCandidate(name string) bool {
 }
 
 // readModelIndex returns the sorted names of the components model_index.json
-// lists with a non-null [library, class] pair.
-func readModelIndex(root string) ([]string, error) {
+// lists with a non-null [library, class] pair, and each one's library (when
+// it is a string).
+func readModelIndex(root string) ([]string, map[string]string, error) {
 	path := filepath.Join(root, ModelIndex)
 	f, err := os.Open(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, &Error{Kind: ErrModelIndexMissing, Dir: root, File: ModelIndex, Msg: "not a pipeline folder"}
+			return nil, nil, &Error{Kind: ErrModelIndexMissing, Dir: root, File: ModelIndex, Msg: "not a pipeline folder"}
 		}
-		return nil, &Error{Kind: ErrModelIndexInvalid, Dir: root, File: ModelIndex, Err: err}
+		return nil, nil, &Error{Kind: ErrModelIndexInvalid, Dir: root, File: ModelIndex, Err: err}
 	}
 	defer f.Close()
 	data, err := io.ReadAll(io.LimitReader(f, maxModelIndex+1))
 	if err != nil {
-		return nil, &Error{Kind: ErrModelIndexInvalid, Dir: root, File: ModelIndex, Err: err}
+		return nil, nil, &Error{Kind: ErrModelIndexInvalid, Dir: root, File: ModelIndex, Err: err}
 	}
 	if len(data) > maxModelIndex {
-		return nil, &Error{Kind: ErrModelIndexInvalid, Dir: root, File: ModelIndex, Msg: fmt.Sprintf("larger than %d bytes", maxModelIndex)}
+		return nil, nil, &Error{Kind: ErrModelIndexInvalid, Dir: root, File: ModelIndex, Msg: fmt.Sprintf("larger than %d bytes", maxModelIndex)}
 	}
 	var doc map[string]json.RawMessage
 	if err := json.Unmarshal(data, &doc); err != nil {
-		return nil, &Error{Kind: ErrModelIndexInvalid, Dir: root, File: ModelIndex, Err: err}
+		return nil, nil, &Error{Kind: ErrModelIndexInvalid, Dir: root, File: ModelIndex, Err: err}
 	}
 	if doc == nil {
-		return nil, &Error{Kind: ErrModelIndexInvalid, Dir: root, File: ModelIndex, Msg: "not a JSON object"}
+		return nil, nil, &Error{Kind: ErrModelIndexInvalid, Dir: root, File: ModelIndex, Msg: "not a JSON object"}
 	}
 	var names []string
+	libs := make(map[string]string)
 	for k, raw := range doc {
 		if strings.HasPrefix(k, "_") {
 			continue
@@ -272,9 +279,12 @@ func readModelIndex(root string) ([]string, error) {
 			continue // an absent optional component
 		}
 		names = append(names, k)
+		if lib, ok := pair[0].(string); ok {
+			libs[k] = lib
+		}
 	}
 	slices.Sort(names)
-	return names, nil
+	return names, libs, nil
 }
 
 func checkComponentName(n string) *Error {

@@ -162,6 +162,19 @@ type folder struct {
 	other []string // weights-like files with unrecognized names
 
 	shardOpts []shard.Option
+	library   string // the component's library in model_index.json ("" outside a pipeline)
+}
+
+// libPrefix is the weights prefix the component's library loads: "model"
+// for transformers, "diffusion_pytorch_model" for diffusers, "" otherwise.
+func (f *folder) libPrefix() string {
+	switch f.library {
+	case "transformers":
+		return TransformersPrefix
+	case "diffusers":
+		return DiffusersPrefix
+	}
+	return ""
 }
 
 func scan(dir string) (*folder, error) {
@@ -288,6 +301,13 @@ func (f *folder) resolve(p *Plan) (*Plan, error) {
 			p.ignore(c.name, ignoreReason(c, v))
 		}
 		return p.fail(f.notFound(v))
+	}
+	if len(withV) > 1 && f.library != "" && slices.Contains(withV, f.libPrefix()) {
+		// A pipeline component: model_index.json names its library, whose
+		// loader reads only its own prefix.
+		p.warn("%s weights exist for both prefixes %q and %q; using %q, the prefix of the component's library %s",
+			describeVariant(v), withV[0], withV[1], f.libPrefix(), f.library)
+		withV = []string{f.libPrefix()}
 	}
 	if len(withV) > 1 {
 		for _, c := range f.cands {
