@@ -274,6 +274,12 @@ func (c *Checkpoint) checkShardPath(name, p, root string, realRoot *string) erro
 	return nil
 }
 
+// sameTensor reports whether two header entries describe the same tensor at
+// the same place.
+func sameTensor(a, b safetensors.TensorInfo) bool {
+	return a.Name == b.Name && a.DType == b.DType && a.Begin == b.Begin && a.End == b.End && slices.Equal(a.Shape, b.Shape)
+}
+
 // within reports whether path is root or inside it (both already resolved).
 func within(root, path string) bool {
 	rel, err := filepath.Rel(root, path)
@@ -389,7 +395,8 @@ func (c *Checkpoint) open(s *shardFile) (*safetensors.File, error) {
 		return nil, &Error{Kind: ErrInvalidShard, Path: c.path, Shard: s.name, Err: err}
 	}
 	h := f.Header()
-	if h.HeaderLen != s.header.HeaderLen || len(h.Tensors) != len(s.header.Tensors) || h.DataLen != s.header.DataLen {
+	if h.HeaderLen != s.header.HeaderLen || h.DataLen != s.header.DataLen ||
+		!slices.EqualFunc(h.Tensors, s.header.Tensors, sameTensor) || !maps.Equal(h.Metadata, s.header.Metadata) {
 		f.Close()
 		return nil, &Error{Kind: ErrInvalidShard, Path: c.path, Shard: s.name, Msg: "the file changed since the checkpoint was opened"}
 	}
