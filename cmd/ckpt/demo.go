@@ -47,10 +47,11 @@ Examples:
 	c.run = func(e *env, args []string) error {
 		fs := newFlags(e, c)
 		keep := fs.String("keep", "", "extract the sample into this folder and keep it (default: a temporary folder, removed)")
-		if err := parseFlags(e, c, fs, args); err != nil {
+		pos, err := parseFlags(e, c, fs, args)
+		if err != nil {
 			return err
 		}
-		if fs.NArg() != 0 {
+		if len(pos) != 0 {
 			return usageError{msg: "demo takes no arguments"}
 		}
 		dir := *keep

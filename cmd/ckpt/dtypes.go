@@ -27,10 +27,11 @@ Example:
 	c.run = func(e *env, args []string) error {
 		fs := newFlags(e, c)
 		asJSON := fs.Bool("json", false, "print JSON instead of a table")
-		if err := parseFlags(e, c, fs, args); err != nil {
+		pos, err := parseFlags(e, c, fs, args)
+		if err != nil {
 			return err
 		}
-		if fs.NArg() != 0 {
+		if len(pos) != 0 {
 			return usageError{msg: "dtypes takes no arguments"}
 		}
 		return printDTypes(e, *asJSON)

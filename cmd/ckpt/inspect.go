@@ -30,13 +30,14 @@ Examples:
 		fs := newFlags(e, c)
 		asJSON := fs.Bool("json", false, "print JSON")
 		variantName := fs.String("variant", "", "precision variant to resolve in a folder (e.g. bf16, fp16)")
-		if err := parseFlags(e, c, fs, args); err != nil {
+		pos, err := parseFlags(e, c, fs, args)
+		if err != nil {
 			return err
 		}
-		if fs.NArg() != 1 {
+		if len(pos) != 1 {
 			return usageError{msg: "inspect takes exactly one PATH"}
 		}
-		t, err := openTarget(fs.Arg(0), *variantName)
+		t, err := openTarget(pos[0], *variantName)
 		if err != nil {
 			return err
 		}

@@ -145,13 +145,30 @@ func newFlags(e *env, c *command) *flag.FlagSet {
 }
 
 // parseFlags parses args, printing help for -h and turning flag mistakes
-// into usage errors.
-func parseFlags(e *env, c *command, fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return flag.ErrHelp // fs.Usage has printed the help
+// into usage errors. Flags may come before or after the positional
+// arguments (`ckpt inspect FILE --json`); everything after "--" is
+// positional. It returns the positional arguments.
+func parseFlags(e *env, c *command, fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional, rest []string
+	for i, a := range args {
+		if a == "--" {
+			args, rest = args[:i], args[i+1:]
+			break
 		}
-		return usageError{msg: err.Error()}
 	}
-	return nil
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, flag.ErrHelp // fs.Usage has printed the help
+			}
+			return nil, usageError{msg: err.Error()}
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			break
+		}
+		positional = append(positional, args[0])
+		args = args[1:]
+	}
+	return append(positional, rest...), nil
 }

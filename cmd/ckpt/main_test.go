@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ckpt-go/ckpt/ckpttest"
 )
 
 // runCLI runs the command line in-process and returns stdout, stderr and
@@ -78,5 +81,33 @@ func TestDTypes(t *testing.T) {
 		if r.Name == "F4" && (r.Bits != 4 || r.Max != 6) {
 			t.Errorf("F4 row %+v", r)
 		}
+	}
+}
+
+func TestFlagsAfterArguments(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "model.safetensors")
+	if err := ckpttest.WriteFile(path, ckpttest.MustParseTensors("a:F16[2]"), nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"inspect", path, "--json"},
+		{"inspect", "--json", path},
+		{"validate", path, "--json"},
+		{"resolve", dir, "--json", "--variant", ""},
+	} {
+		stdout, stderr, code := runCLI(t, args...)
+		if code != 0 || !strings.HasPrefix(strings.TrimSpace(stdout), "{") && !strings.HasPrefix(strings.TrimSpace(stdout), "[") {
+			t.Errorf("%v: exit %d, stdout %.80q, stderr %q", args, code, stdout, stderr)
+		}
+	}
+	// After "--" everything is a path, even if it looks like a flag.
+	_, _, code := runCLI(t, "validate", "--json", "--", path, "--json")
+	if code != 1 {
+		t.Errorf("validate -- PATH --json: exit %d, want 1 (a file named --json does not exist)", code)
+	}
+	_, stderr, code := runCLI(t, "inspect", path, "--nope")
+	if code != 2 || !strings.Contains(stderr, "flag provided but not defined") {
+		t.Errorf("unknown trailing flag: exit %d, %q", code, stderr)
 	}
 }

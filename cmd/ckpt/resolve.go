@@ -30,13 +30,14 @@ Examples:
 		fs := newFlags(e, c)
 		asJSON := fs.Bool("json", false, "print JSON")
 		variantName := fs.String("variant", "", "precision variant to load (e.g. bf16, fp16); empty for untagged weights")
-		if err := parseFlags(e, c, fs, args); err != nil {
+		pos, err := parseFlags(e, c, fs, args)
+		if err != nil {
 			return err
 		}
-		if fs.NArg() != 1 {
+		if len(pos) != 1 {
 			return usageError{msg: "resolve takes exactly one DIR"}
 		}
-		return resolveAndPrint(e, fs.Arg(0), *variantName, *asJSON)
+		return resolveAndPrint(e, pos[0], *variantName, *asJSON)
 	}
 	return c
 }

@@ -26,13 +26,14 @@ Examples:
 		fs := newFlags(e, c)
 		asJSON := fs.Bool("json", false, "print JSON")
 		variantName := fs.String("variant", "", "precision variant to resolve in folders")
-		if err := parseFlags(e, c, fs, args); err != nil {
+		pos, err := parseFlags(e, c, fs, args)
+		if err != nil {
 			return err
 		}
-		if fs.NArg() == 0 {
+		if len(pos) == 0 {
 			return usageError{msg: "validate needs at least one PATH"}
 		}
-		results := validatePaths(fs.Args(), *variantName)
+		results := validatePaths(pos, *variantName)
 		bad := 0
 		for _, r := range results {
 			if !r.OK {
