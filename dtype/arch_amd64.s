@@ -148,22 +148,25 @@ nounder:
 #define E_HALF 160
 #define E_SHIFT 192
 
+#define E_EXPMASK 224
+#define E_MINEXP 256
+#define E_SHIFTEXP 288
+#define E_CODEBIAS 320
+
 // ENCF8 turns the magnitude in reg into the FP8 code without its sign, in
-// the low byte of each lane: round to nearest even at the shift (X10) and
-// rebias for normal results, or add the magic float and take the bits below
-// it for subnormal ones. R8 points at the f8EncodeParams, Y9 holds 1 per
-// lane; Y4-Y7 are clobbered.
+// the low byte of each lane, rounding to nearest even with one float
+// addition (see f8EncodeParams): C = 2^(shift + max(e, emin)), sum = |x| + C,
+// code = (sum - C) + (C >> shift) - codeBias. R8 points at the
+// f8EncodeParams, X10 holds the shift; Y4 and Y5 are clobbered.
 #define ENCF8(reg) \
-	VPSRLD  X10, reg, Y4 \
-	VPAND   Y9, Y4, Y4 \
-	VPADDD  E_HALF(R8), reg, Y5 \
-	VPADDD  Y4, Y5, Y5 \
-	VPSRLD  X10, Y5, Y5 \
-	VPSUBD  E_REBIAS(R8), Y5, Y5 \
-	VADDPS  E_MAGIC(R8), reg, Y6 \
-	VPSUBD  E_MAGIC(R8), Y6, Y6 \
-	VPCMPGTD E_SUBLIM(R8), reg, Y7 \
-	VPBLENDVB Y7, Y5, Y6, reg
+	VPAND   E_EXPMASK(R8), reg, Y4 \
+	VPMAXSD E_MINEXP(R8), Y4, Y4 \
+	VPADDD  E_SHIFTEXP(R8), Y4, Y4 \
+	VADDPS  Y4, reg, Y5 \
+	VPSUBD  Y4, Y5, Y5 \
+	VPSRLD  X10, Y4, Y4 \
+	VPADDD  Y4, Y5, reg \
+	VPSUBD  E_CODEBIAS(R8), reg, reg
 
 // Offsets in f8DecodeParams and f8HalfParams (the first three rows agree).
 #define D_MAGMASK8 0

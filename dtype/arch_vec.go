@@ -283,20 +283,31 @@ func (l f8Layout) halfParams() *f8HalfParams {
 type f8EncodeParams struct {
 	omax   [8]uint32 // largest |x| bits that do not overflow
 	under  [8]uint32 // nonzero |x| bits <= under round to zero
+	// Rows of the arm64 encoder: integer round to nearest even for normal
+	// results, a float addition of magic for subnormal ones.
 	sublim [8]uint32 // |x| at or below this encodes as a subnormal (or the smallest normal)
 	magic  [8]uint32 // float adding the subnormal quantum at the last mantissa bit
 	rebias [8]uint32 // exponent rebias in code units
 	half   [8]uint32 // 2^(shift-1) - 1, for round to nearest even
-	shift  [4]uint64 // 23 - mantissa bits ([0] is used)
+	shift  [4]uint64 // 23 - mantissa bits ([0] is used; both encoders)
+
+	// Rows of the AVX2 encoder, which rounds with one float addition: C is
+	// 2^(shift + max(e, emin)) for |x| in binade e, the sum |x| + C rounds
+	// |x| to the target's quantum in that binade (subnormal ones included),
+	// and code = (sum - C) + (C >> shift) - codeBias, all in integer bits.
+	expMask  [8]uint32 // 0x7f800000
+	minExp   [8]uint32 // exponent bits of the smallest normal
+	shiftExp [8]uint32 // shift << 23
+	codeBias [8]uint32 // (127 + emin + shift) << mantissa bits
 }
 
 // f8Encoders lists the FP8 targets with a vector encoder.
 var f8Encoders = map[DType]*f8EncodeParams{
-	F8_E4M3: newF8EncodeParams(0x43e80000, 0x3a800000, 0x3c800000, 0x46800000, 120<<3, 20),
-	F8_E5M2: newF8EncodeParams(0x476fffff, 0x37000000, 0x38800000, 0x43000000, 112<<2, 21),
+	F8_E4M3: newF8EncodeParams(0x43e80000, 0x3a800000, 0x3c800000, 0x46800000, 120<<3, 20, -6),
+	F8_E5M2: newF8EncodeParams(0x476fffff, 0x37000000, 0x38800000, 0x43000000, 112<<2, 21, -14),
 }
 
-func newF8EncodeParams(omax, under, sublim, magic, rebias uint32, shift uint) *f8EncodeParams {
+func newF8EncodeParams(omax, under, sublim, magic, rebias uint32, shift uint, emin int) *f8EncodeParams {
 	p := new(f8EncodeParams)
 	for i := range 8 {
 		p.omax[i] = omax
@@ -305,6 +316,10 @@ func newF8EncodeParams(omax, under, sublim, magic, rebias uint32, shift uint) *f
 		p.magic[i] = magic
 		p.rebias[i] = rebias
 		p.half[i] = 1<<(shift-1) - 1
+		p.expMask[i] = 0x7f800000
+		p.minExp[i] = sublim
+		p.shiftExp[i] = uint32(shift) << 23
+		p.codeBias[i] = uint32(127+emin+int(shift)) << (23 - shift)
 	}
 	p.shift[0] = uint64(shift)
 	return p
