@@ -281,8 +281,8 @@ func (l f8Layout) halfParams() *f8HalfParams {
 // rounding is the same in both Saturate modes; it counts the nonzero inputs
 // with |x| <= under, which round to zero.
 type f8EncodeParams struct {
-	omax   [8]uint32 // largest |x| bits that do not overflow
-	under  [8]uint32 // nonzero |x| bits <= under round to zero
+	omax  [8]uint32 // largest |x| bits that do not overflow
+	under [8]uint32 // nonzero |x| bits <= under round to zero
 	// Rows of the arm64 encoder: integer round to nearest even for normal
 	// results, a float addition of magic for subnormal ones.
 	sublim [8]uint32 // |x| at or below this encodes as a subnormal (or the smallest normal)
