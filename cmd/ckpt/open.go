@@ -83,7 +83,7 @@ func relTo(base, path string) string {
 type errorInfo struct {
 	Kind    string `json:"kind"`
 	File    string `json:"file,omitempty"`
-	Tensor  string `json:"tensor,omitempty"`
+	Tensor  string `json:"tensor"`
 	Message string `json:"message"`
 }
 
