@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ckpt-go/ckpt/internal/errkind"
 	"github.com/ckpt-go/ckpt/shard"
 )
 
@@ -90,22 +91,11 @@ var kindNames = [...]string{
 }
 
 // String returns the kind's snake_case name.
-func (k ErrorKind) String() string {
-	if k > 0 && int(k) < len(kindNames) {
-		return kindNames[k]
-	}
-	return "unknown"
-}
+func (k ErrorKind) String() string { return errkind.Name(kindNames[:], k) }
 
 // Kinds returns every ErrorKind, in declaration order (for documentation
 // and exhaustive tests).
-func Kinds() []ErrorKind {
-	out := make([]ErrorKind, 0, len(kindNames)-1)
-	for k := ErrorKind(1); int(k) < len(kindNames); k++ {
-		out = append(out, k)
-	}
-	return out
-}
+func Kinds() []ErrorKind { return errkind.All[ErrorKind](kindNames[:]) }
 
 // Error makes a kind usable as an errors.Is target.
 func (k ErrorKind) Error() string { return "variant: " + k.String() }
