@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/testutil"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 )
@@ -327,20 +328,6 @@ func (l *limitWriter) Write(b []byte) (int, error) {
 	return k, err
 }
 
-// dirEntries lists a directory, for checking that no temporary file is left.
-func dirEntries(t *testing.T, dir string) []string {
-	t.Helper()
-	es, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, e := range es {
-		out = append(out, e.Name())
-	}
-	return out
-}
-
 func TestAtomicSave(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "model.safetensors")
@@ -356,7 +343,7 @@ func TestAtomicSave(t *testing.T) {
 		if err != nil || !bytes.Equal(now, oldBytes) {
 			t.Fatal("previous file was modified")
 		}
-		if d := cmp.Diff([]string{"model.safetensors"}, dirEntries(t, dir)); d != "" {
+		if d := cmp.Diff([]string{"model.safetensors"}, testutil.Entries(t, dir)); d != "" {
 			t.Fatalf("stray files: %s", d)
 		}
 	}
@@ -448,7 +435,7 @@ func TestAtomicSave(t *testing.T) {
 		if !f.Has("w") || f.Has("old") || f.Metadata()["v"] != "2" {
 			t.Fatal("new file not in place")
 		}
-		if d := cmp.Diff([]string{"model.safetensors"}, dirEntries(t, dir)); d != "" {
+		if d := cmp.Diff([]string{"model.safetensors"}, testutil.Entries(t, dir)); d != "" {
 			t.Fatalf("stray files: %s", d)
 		}
 	})

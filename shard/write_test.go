@@ -13,6 +13,7 @@ import (
 
 	"github.com/ckpt-go/ckpt/ckpttest"
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/testutil"
 	"github.com/ckpt-go/ckpt/safetensors"
 )
 
@@ -85,7 +86,7 @@ func TestWritePacking(t *testing.T) {
 	for _, tt := range c.Tensors() {
 		wantBytes(t, tt)
 	}
-	if names := dirNames(t, dir); len(names) != 5 {
+	if names := testutil.Entries(t, dir); len(names) != 5 {
 		t.Errorf("folder holds %v", names)
 	}
 }
@@ -106,7 +107,7 @@ func TestWriteNames(t *testing.T) {
 		if _, err := Write(context.Background(), dir, tc.prefix, tc.variant, ts, nil, WithMaxShardSize(tc.max)); err != nil {
 			t.Fatal(err)
 		}
-		if got := dirNames(t, dir); !slices.Equal(got, tc.want) {
+		if got := testutil.Entries(t, dir); !slices.Equal(got, tc.want) {
 			t.Errorf("%s %s: wrote %v, want %v", tc.prefix, tc.variant, got, tc.want)
 		}
 	}
@@ -141,7 +142,7 @@ func TestWriteInvalid(t *testing.T) {
 		if !errors.Is(err, tc.kind) {
 			t.Errorf("%s: got %v, want %s", tc.name, err, tc.kind)
 		}
-		if names := dirNames(t, dir); len(names) != 0 {
+		if names := testutil.Entries(t, dir); len(names) != 0 {
 			t.Errorf("%s: left %v", tc.name, names)
 		}
 	}
@@ -162,7 +163,7 @@ type snapshot map[string][32]byte
 func snap(t *testing.T, dir string) snapshot {
 	t.Helper()
 	s := snapshot{}
-	for _, n := range dirNames(t, dir) {
+	for _, n := range testutil.Entries(t, dir) {
 		b, err := os.ReadFile(filepath.Join(dir, n))
 		if err != nil {
 			t.Fatal(err)
@@ -170,19 +171,6 @@ func snap(t *testing.T, dir string) snapshot {
 		s[n] = sha256.Sum256(b)
 	}
 	return s
-}
-
-func dirNames(t *testing.T, dir string) []string {
-	t.Helper()
-	es, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, e := range es {
-		out = append(out, e.Name())
-	}
-	return out
 }
 
 // visibleGens opens every entry point a reader could find (index and single
@@ -299,7 +287,7 @@ func TestWriteReplacesSetAtomically(t *testing.T) {
 				want = append(want, res.Index)
 			}
 			slices.Sort(want)
-			if got := dirNames(t, dir); !slices.Equal(got, want) {
+			if got := testutil.Entries(t, dir); !slices.Equal(got, want) {
 				t.Errorf("folder holds %v, want %v", got, want)
 			}
 			if len(res.Replaced) == 0 || len(res.Warnings) != 0 {
@@ -342,7 +330,7 @@ func TestWriteFailureRestoresPreviousSet(t *testing.T) {
 					failed++
 					after := snap(t, dir)
 					if len(after) != len(before) {
-						t.Fatalf("op %d: folder %v, before %v (%v)", k, dirNames(t, dir), before, err)
+						t.Fatalf("op %d: folder %v, before %v (%v)", k, testutil.Entries(t, dir), before, err)
 					}
 					for n, h := range before {
 						if after[n] != h {
@@ -381,7 +369,7 @@ func TestWriteCanceledOrFailingSource(t *testing.T) {
 		t.Helper()
 		after := snap(t, dir)
 		if len(after) != len(before) {
-			t.Fatalf("%s: folder %v", what, dirNames(t, dir))
+			t.Fatalf("%s: folder %v", what, testutil.Entries(t, dir))
 		}
 		for n, h := range before {
 			if after[n] != h {
@@ -460,7 +448,7 @@ func TestWriteReplacesLegacySet(t *testing.T) {
 		"model.fp16-00001-of-00002.safetensors", "model.fp16-00002-of-00002.safetensors",
 		"model.fp16.safetensors.bak", "model.safetensors", "model.safetensors.index.fp16.json",
 	}
-	if got := dirNames(t, dir); !slices.Equal(got, want) {
+	if got := testutil.Entries(t, dir); !slices.Equal(got, want) {
 		t.Errorf("folder %v\nwant %v", got, want)
 	}
 	if len(res.Replaced) != 5 {
@@ -473,7 +461,7 @@ func TestWriteCreatesFolder(t *testing.T) {
 	if _, err := Write(context.Background(), dir, "model", "", gen(1, 2), nil); err != nil {
 		t.Fatal(err)
 	}
-	if got := dirNames(t, dir); !slices.Equal(got, []string{"model.safetensors"}) {
+	if got := testutil.Entries(t, dir); !slices.Equal(got, []string{"model.safetensors"}) {
 		t.Errorf("folder %v", got)
 	}
 	file := filepath.Join(t.TempDir(), "f")

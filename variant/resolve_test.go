@@ -12,6 +12,7 @@ import (
 
 	"github.com/ckpt-go/ckpt/ckpttest"
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/testutil"
 	"github.com/ckpt-go/ckpt/shard"
 	"github.com/ckpt-go/ckpt/variant"
 )
@@ -489,15 +490,7 @@ func TestRealIndex(t *testing.T) {
 		t.Skip("real fixtures not present:", err)
 	}
 	dir := t.TempDir()
-	byShard := map[string][]ckpttest.Tensor{}
-	for _, n := range ix.Names() {
-		byShard[ix.WeightMap[n]] = append(byShard[ix.WeightMap[n]], ckpttest.T(n, dtype.BF16, 2))
-	}
-	for s, ts := range byShard {
-		if err := ckpttest.WriteFile(filepath.Join(dir, s), ts, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	testutil.WriteSyntheticShards(t, dir, ix.Names(), ix.WeightMap)
 	data, _ := os.ReadFile(src)
 	os.WriteFile(filepath.Join(dir, "model.safetensors.index.json"), data, 0o644)
 	os.WriteFile(filepath.Join(dir, "config.json"), []byte("{}"), 0o644)

@@ -6,20 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-func entries(t *testing.T, dir string) []string {
-	t.Helper()
-	es, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, e := range es {
-		out = append(out, e.Name())
-	}
-	return out
-}
+	"github.com/ckpt-go/ckpt/internal/testutil"
+)
 
 func TestCommitReplaces(t *testing.T) {
 	dir := t.TempDir()
@@ -54,7 +43,7 @@ func TestCommitReplaces(t *testing.T) {
 	if st.Mode().Perm() != 0o600 {
 		t.Errorf("mode %v, want the old file's 0600", st.Mode().Perm())
 	}
-	if got := entries(t, dir); len(got) != 1 {
+	if got := testutil.Entries(t, dir); len(got) != 1 {
 		t.Fatalf("stray files %v", got)
 	}
 	if err := f.Abort(); err != nil {
@@ -101,7 +90,7 @@ func TestAbortLeavesNothing(t *testing.T) {
 	if b, _ := os.ReadFile(path); string(b) != "old" {
 		t.Fatal("target changed")
 	}
-	if got := entries(t, dir); len(got) != 1 {
+	if got := testutil.Entries(t, dir); len(got) != 1 {
 		t.Fatalf("stray files %v", got)
 	}
 	if err := f.Commit(); !errors.Is(err, ErrDone) {
@@ -129,7 +118,7 @@ func TestCommitFailure(t *testing.T) {
 	if b, _ := os.ReadFile(path); string(b) != "old" {
 		t.Fatal("target changed")
 	}
-	if got := entries(t, dir); len(got) != 1 {
+	if got := testutil.Entries(t, dir); len(got) != 1 {
 		t.Fatalf("stray files %v", got)
 	}
 }
