@@ -131,13 +131,23 @@ func narrowFormat(d DType) *floatFormat {
 
 // nanCode32 encodes a NaN with float32 bits x.
 func (f *floatFormat) nanCode32(x uint32) uint32 {
+	return f.nanCode(x>>31 != 0, (x&0x7FFFFF)>>f.shift32)
+}
+
+// nanCode64 encodes a NaN with float64 bits x.
+func (f *floatFormat) nanCode64(x uint64) uint32 {
+	return f.nanCode(x>>63 != 0, uint32((x&(1<<52-1))>>f.shift64))
+}
+
+// nanCode encodes a NaN of sign neg whose payload, cut to the format's
+// mantissa width, is p.
+func (f *floatFormat) nanCode(neg bool, p uint32) uint32 {
 	var s uint32
-	if x>>31 != 0 {
+	if neg {
 		s = f.signBit
 	}
 	switch f.nan {
 	case nanPayload, nanQuiet:
-		p := (x & 0x7FFFFF) >> f.shift32
 		if f.nan == nanQuiet {
 			p |= 1 << (f.mbits - 1)
 		}
@@ -151,30 +161,6 @@ func (f *floatFormat) nanCode32(x uint32) uint32 {
 		return f.nanMag
 	}
 	return s ^ f.signBit // nanToZero
-}
-
-// nanCode64 encodes a NaN with float64 bits x.
-func (f *floatFormat) nanCode64(x uint64) uint32 {
-	var s uint32
-	if x>>63 != 0 {
-		s = f.signBit
-	}
-	switch f.nan {
-	case nanPayload, nanQuiet:
-		p := uint32((x & (1<<52 - 1)) >> f.shift64)
-		if f.nan == nanQuiet {
-			p |= 1 << (f.mbits - 1)
-		}
-		if p == 0 {
-			p = 1
-		}
-		return s | f.infMag | p
-	case nanCanonical:
-		return s | f.nanMag
-	case nanUnsigned:
-		return f.nanMag
-	}
-	return s ^ f.signBit
 }
 
 // overflow encodes a finite value (s: sign bit of the code) whose rounded
@@ -246,15 +232,7 @@ func (f *floatFormat) enc32slow(x uint32, sat bool, st *Stats, maxA *uint32) uin
 	}
 	// Subnormal range of the target (or zero): let the FPU round.
 	m := math.Float32bits(float32(math.Float32frombits(a)+f.magic32)) - math.Float32bits(f.magic32)
-	if m == 0 {
-		if a != 0 {
-			st.Underflow++
-		}
-		if f.fnuz {
-			return 0
-		}
-	}
-	return s | m
+	return f.subnormal(s, m, a != 0, st)
 }
 
 // enc64 is enc32 for a float64 source; maxA tracks float64 bits.
@@ -286,8 +264,16 @@ func (f *floatFormat) enc64(x uint64, sat bool, st *Stats, maxA *uint64) uint32 
 		return f.overflow(s, sat, st)
 	}
 	m := uint32(math.Float64bits(math.Float64frombits(a)+f.magic64) - math.Float64bits(f.magic64))
+	return f.subnormal(s, m, a != 0, st)
+}
+
+// subnormal finishes the encoding of a value in the target's subnormal
+// range (s: sign bit of the code, m: the rounded magnitude code, nonzero:
+// the source was not zero): a nonzero value that rounds to zero underflows,
+// and FNUZ formats have no negative zero.
+func (f *floatFormat) subnormal(s, m uint32, nonzero bool, st *Stats) uint32 {
 	if m == 0 {
-		if a != 0 {
+		if nonzero {
 			st.Underflow++
 		}
 		if f.fnuz {
@@ -394,37 +380,13 @@ func encE8M0_32(x uint32, sat bool, st *Stats, maxA *uint32) uint32 {
 		}
 		return (x + 0x400000) >> 23
 	}
-	switch {
-	case a > 0x7F800000:
-		st.NaN++
-		return e8m0NaN
-	case a == 0x7F800000:
-		if x == 0x7F800000 && sat {
-			st.Saturated++
-			return 0xFE
-		}
-		st.NaN++
-		return e8m0NaN
-	}
-	if a > *maxA {
+	// Everything else (NaN, infinities, zero, negative, tiny and overflowing
+	// values) as for float64, to which float32 widens exactly.
+	if a < 0x7F800000 && a > *maxA {
 		*maxA = a
 	}
-	switch {
-	case x>>31 != 0 || a == 0: // negative or zero: no such value
-		st.NaN++
-		return e8m0NaN
-	case a >= 0x7F400000:
-		st.Overflow++
-		if sat {
-			st.Saturated++
-			return 0xFE
-		}
-		st.NaN++
-		return e8m0NaN
-	case a > 0x00400000:
-		return 1
-	}
-	return 0
+	var ignore uint64
+	return encE8M0_64(math.Float64bits(float64(math.Float32frombits(x))), sat, st, &ignore)
 }
 
 func encE8M0_64(x uint64, sat bool, st *Stats, maxA *uint64) uint32 {
