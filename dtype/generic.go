@@ -290,8 +290,9 @@ func enc32Scalar(to DType, dst []byte, src []uint32, opts Options, st *Stats) {
 	sat := opts.Saturate
 	var maxA uint32
 	switch to {
-	case F32:
-		dst = dst[:4*len(src)]
+	case F32, C64: // C64: the real part, with a zero imaginary part
+		w := to.Bits() / 8
+		dst = dst[:w*len(src)]
 		for i, x := range src {
 			a := x & 0x7FFFFFFF
 			if a >= 0x7F800000 {
@@ -299,18 +300,11 @@ func enc32Scalar(to DType, dst []byte, src []uint32, opts Options, st *Stats) {
 			} else if a > maxA {
 				maxA = a
 			}
-			binary.LittleEndian.PutUint32(dst[4*i:], x)
-		}
-	case C64:
-		dst = dst[:8*len(src)]
-		for i, x := range src {
-			a := x & 0x7FFFFFFF
-			if a >= 0x7F800000 {
-				x = special32(x, sat, st)
-			} else if a > maxA {
-				maxA = a
+			if w == 8 {
+				binary.LittleEndian.PutUint64(dst[8*i:], uint64(x))
+			} else {
+				binary.LittleEndian.PutUint32(dst[4*i:], x)
 			}
-			binary.LittleEndian.PutUint64(dst[8*i:], uint64(x))
 		}
 	case F64:
 		dst = dst[:8*len(src)]
@@ -460,9 +454,10 @@ func enc64(to DType, dst []byte, src []float64, opts Options, st *Stats) {
 				binary.LittleEndian.PutUint32(dst[4*i:], y)
 			}
 		}
-	case BF16, F16:
+	case BF16, F16, F8_E4M3, F8_E5M2, F8_E4M3FNUZ, F8_E5M2FNUZ:
 		f := narrowFormat(to)
-		dst = dst[:2*len(src)]
+		w := int(f.bits / 8)
+		dst = dst[:w*len(src)]
 		for i, v := range src {
 			x := math.Float64bits(v)
 			c, ok := f.fast64(x)
@@ -471,20 +466,11 @@ func enc64(to DType, dst []byte, src []float64, opts Options, st *Stats) {
 			} else {
 				c = f.enc64(x, sat, st, &maxA)
 			}
-			binary.LittleEndian.PutUint16(dst[2*i:], uint16(c))
-		}
-	case F8_E4M3, F8_E5M2, F8_E4M3FNUZ, F8_E5M2FNUZ:
-		f := narrowFormat(to)
-		dst = dst[:len(src)]
-		for i, v := range src {
-			x := math.Float64bits(v)
-			c, ok := f.fast64(x)
-			if ok {
-				maxA = max(maxA, x&^(1<<63))
+			if w == 2 {
+				binary.LittleEndian.PutUint16(dst[2*i:], uint16(c))
 			} else {
-				c = f.enc64(x, sat, st, &maxA)
+				dst[i] = byte(c)
 			}
-			dst[i] = byte(c)
 		}
 	case F8_E8M0:
 		dst = dst[:len(src)]
@@ -834,9 +820,7 @@ func copyConvert(dst, src []byte, d DType, opts Options, st *Stats) {
 	copy(dst, src)
 	n := elems(d, len(src))
 	switch {
-	case d == C64:
-		scanF32(dst, opts, st)
-	case d == F32:
+	case d == C64 || d == F32:
 		scanF32(dst, opts, st)
 	case d == F64:
 		for i := 0; i+8 <= len(dst); i += 8 {
