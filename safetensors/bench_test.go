@@ -31,20 +31,26 @@ func writeBenchFile(b *testing.B, tensors []TensorData) string {
 	return path
 }
 
+// benchOpenClose times Open and Close of path.
+func benchOpenClose(b *testing.B, path string) {
+	b.Helper()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		f, err := Open(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		f.Close()
+	}
+}
+
 // BenchmarkOpen: Open + Close as a function of the tensor count. The cost is
 // the header parse; ns/op is the number to read.
 func BenchmarkOpen(b *testing.B) {
 	for _, n := range []int{1, 1000, 100000} {
 		b.Run(fmt.Sprintf("tensors=%d", n), func(b *testing.B) {
 			path := writeBenchFile(b, manyTensors(n))
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				f, err := Open(path)
-				if err != nil {
-					b.Fatal(err)
-				}
-				f.Close()
-			}
+			benchOpenClose(b, path)
 		})
 	}
 }
@@ -67,14 +73,7 @@ func BenchmarkOpenFileSize(b *testing.B) {
 				b.Fatal(err)
 			}
 			fh.Close()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				f, err := Open(path)
-				if err != nil {
-					b.Fatal(err)
-				}
-				f.Close()
-			}
+			benchOpenClose(b, path)
 		})
 	}
 }
@@ -177,87 +176,51 @@ func BenchmarkRead(b *testing.B) {
 		t, _ := f.Tensor("w")
 		return f, t
 	}
-	b.Run("raw/baseline-copy", func(b *testing.B) {
-		b.SetBytes(2 * n)
-		for i := 0; i < b.N; i++ {
-			copy(raw, src)
-		}
-	})
-	b.Run("raw/pread", func(b *testing.B) {
-		f, t := open(b, WithReadMode(ReadPread))
+	// steady times read on one open file; one untimed read first warms the
+	// scratch pool (pread) or faults the mapping in (mmap).
+	steady := func(b *testing.B, mode ReadMode, read func(*Tensor) error) {
+		f, t := open(b, WithReadMode(mode))
 		defer f.Close()
+		read(t)
 		b.SetBytes(2 * n)
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
-			if err := t.ReadTo(raw); err != nil {
+			if err := read(t); err != nil {
 				b.Fatal(err)
 			}
 		}
-	})
-	b.Run("raw/mmap-fresh", func(b *testing.B) {
-		b.SetBytes(2 * n)
-		for i := 0; i < b.N; i++ {
-			f, t := open(b, WithReadMode(ReadMapped))
-			if err := t.ReadTo(raw); err != nil {
-				b.Fatal(err)
-			}
-			f.Close()
-		}
-	})
-	b.Run("raw/mmap-warm", func(b *testing.B) {
-		f, t := open(b, WithReadMode(ReadMapped))
-		defer f.Close()
-		t.ReadTo(raw)
-		b.SetBytes(2 * n)
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			if err := t.ReadTo(raw); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("bf16-f32/baseline-convert-in-memory", func(b *testing.B) {
-		b.SetBytes(2 * n)
-		for i := 0; i < b.N; i++ {
+	}
+	for _, c := range []struct {
+		name, baseline string
+		base           func(*testing.B)
+		read           func(*Tensor) error
+	}{
+		{"raw", "baseline-copy", func(*testing.B) { copy(raw, src) }, func(t *Tensor) error { return t.ReadTo(raw) }},
+		{"bf16-f32", "baseline-convert-in-memory", func(b *testing.B) {
 			if _, err := dtype.Convert(f32, dtype.F32, src, dtype.BF16, dtype.Options{}); err != nil {
 				b.Fatal(err)
 			}
-		}
-	})
-	b.Run("bf16-f32/pread", func(b *testing.B) {
-		f, t := open(b, WithReadMode(ReadPread))
-		defer f.Close()
-		t.ConvertTo(dtype.F32, f32, dtype.Options{}) // warm the scratch pool
-		b.SetBytes(2 * n)
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			if _, err := t.ConvertTo(dtype.F32, f32, dtype.Options{}); err != nil {
-				b.Fatal(err)
+		}, func(t *Tensor) error { _, err := t.ConvertTo(dtype.F32, f32, dtype.Options{}); return err }},
+	} {
+		b.Run(c.name+"/"+c.baseline, func(b *testing.B) {
+			b.SetBytes(2 * n)
+			for i := 0; i < b.N; i++ {
+				c.base(b)
 			}
-		}
-	})
-	b.Run("bf16-f32/mmap-fresh", func(b *testing.B) {
-		b.SetBytes(2 * n)
-		for i := 0; i < b.N; i++ {
-			f, t := open(b, WithReadMode(ReadMapped))
-			if _, err := t.ConvertTo(dtype.F32, f32, dtype.Options{}); err != nil {
-				b.Fatal(err)
+		})
+		b.Run(c.name+"/pread", func(b *testing.B) { steady(b, ReadPread, c.read) })
+		b.Run(c.name+"/mmap-fresh", func(b *testing.B) {
+			b.SetBytes(2 * n)
+			for i := 0; i < b.N; i++ {
+				f, t := open(b, WithReadMode(ReadMapped))
+				if err := c.read(t); err != nil {
+					b.Fatal(err)
+				}
+				f.Close()
 			}
-			f.Close()
-		}
-	})
-	b.Run("bf16-f32/mmap-warm", func(b *testing.B) {
-		f, t := open(b, WithReadMode(ReadMapped))
-		defer f.Close()
-		t.ConvertTo(dtype.F32, f32, dtype.Options{})
-		b.SetBytes(2 * n)
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			if _, err := t.ConvertTo(dtype.F32, f32, dtype.Options{}); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+		})
+		b.Run(c.name+"/mmap-warm", func(b *testing.B) { steady(b, ReadMapped, c.read) })
+	}
 }
 
 // BenchmarkSave: writing a 64 MiB file atomically (fsync included) against
