@@ -3,7 +3,6 @@ package interop_test
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -55,17 +54,11 @@ func TestConvertingReadsAgree(t *testing.T) {
 	}
 	out := filepath.Join(dir, "decode.json")
 	runPy(t, "st_oracle.py", "decode", out, path)
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var want map[string]struct {
 		N      int64  `json:"n"`
 		SHA256 string `json:"sha256"`
 	}
-	if err := json.Unmarshal(b, &want); err != nil {
-		t.Fatal(err)
-	}
+	readJSON(t, out, &want)
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package interop_test
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -231,13 +230,7 @@ func oracleCodes(t testing.TB, dir string) (map[dtype.DType][]uint32, map[string
 		}
 	}
 	var info map[string]any
-	b, err := os.ReadFile(filepath.Join(dir, "info.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &info); err != nil {
-		t.Fatal(err)
-	}
+	readJSON(t, filepath.Join(dir, "info.json"), &info)
 	return tables, info
 }
 

@@ -2,6 +2,7 @@ package interop_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -59,6 +60,30 @@ func runPy(t testing.TB, name string, args ...string) []byte {
 	}
 	t.Logf("%s %s: %v", name, args[0], time.Since(start).Round(time.Millisecond))
 	return out.Bytes()
+}
+
+// readJSON decodes the JSON file at path (a result the reference wrote) into
+// v, failing the test if it cannot.
+func readJSON(t testing.TB, path string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeList writes paths, one a line, to the file name in dir for the
+// reference to read, and returns that file's path.
+func writeList(t testing.TB, dir, name string, paths []string) string {
+	t.Helper()
+	list := filepath.Join(dir, name)
+	if err := os.WriteFile(list, []byte(strings.Join(paths, "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return list
 }
 
 // mismatches collects disagreements with a few examples.

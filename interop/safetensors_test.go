@@ -179,8 +179,7 @@ func TestReadAndRewriteReferenceFiles(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 0x5afe))
 	var blob []byte
 	files := genFiles(r, 60, pyWritable, true, &blob)
-	writeSpec(t, dir, files, blob)
-	runPy(t, "st_oracle.py", "write", filepath.Join(dir, "spec.json"), filepath.Join(dir, "blob.bin"), dir)
+	pyWriteFiles(t, dir, files, blob)
 
 	for _, gf := range files {
 		path := filepath.Join(dir, gf.Name)
@@ -236,7 +235,9 @@ func sameFile(got, ref []byte) bool {
 	return maps.Equal(mg, mr)
 }
 
-func writeSpec(t *testing.T, dir string, files []genFile, blob []byte) {
+// pyWriteFiles has the reference write the generated files (their bytes
+// taken from blob) into dir.
+func pyWriteFiles(t *testing.T, dir string, files []genFile, blob []byte) {
 	t.Helper()
 	spec, err := json.Marshal(map[string]any{"files": files})
 	if err != nil {
@@ -248,6 +249,7 @@ func writeSpec(t *testing.T, dir string, files []genFile, blob []byte) {
 	if err := os.WriteFile(filepath.Join(dir, "blob.bin"), blob, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	runPy(t, "st_oracle.py", "write", filepath.Join(dir, "spec.json"), filepath.Join(dir, "blob.bin"), dir)
 }
 
 // diffHeaders shows the JSON headers of two files.
@@ -289,20 +291,11 @@ type pyRead struct {
 
 func pyReadFiles(t *testing.T, dir string, paths []string) []pyRead {
 	t.Helper()
-	list := filepath.Join(dir, "read-list.txt")
-	if err := os.WriteFile(list, []byte(strings.Join(paths, "\n")), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	list := writeList(t, dir, "read-list.txt", paths)
 	out := filepath.Join(dir, "read.json")
 	runPy(t, "st_oracle.py", "read", out, list)
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var res []pyRead
-	if err := json.Unmarshal(b, &res); err != nil {
-		t.Fatal(err)
-	}
+	readJSON(t, out, &res)
 	if len(res) != len(paths) {
 		t.Fatalf("reference read %d files, want %d", len(res), len(paths))
 	}
@@ -461,23 +454,16 @@ func aligned(i int) bool { return i%5 == 4 }
 // the writer cannot take the file's dtypes (F6, F4 of an odd last dimension).
 func pyReserialize(t *testing.T, dir string, paths []string) []string {
 	t.Helper()
-	list := filepath.Join(dir, "reserialize-list.txt")
-	if err := os.WriteFile(list, []byte(strings.Join(paths, "\n")), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	list := writeList(t, dir, "reserialize-list.txt", paths)
 	outdir := filepath.Join(dir, "reserialized")
 	if err := os.MkdirAll(outdir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	res := filepath.Join(dir, "reserialize.json")
 	runPy(t, "st_oracle.py", "reserialize", res, list, outdir)
-	b, err := os.ReadFile(res)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var why []string
-	if err := json.Unmarshal(b, &why); err != nil || len(why) != len(paths) {
-		t.Fatalf("reserialize.json: %v (%d results for %d files)", err, len(why), len(paths))
+	if readJSON(t, res, &why); len(why) != len(paths) {
+		t.Fatalf("reserialize.json: %d results for %d files", len(why), len(paths))
 	}
 	out := make([]string, len(paths))
 	for i, w := range why {
@@ -695,8 +681,7 @@ func TestMalformedFilesAgree(t *testing.T) {
 		}
 		bases = append(bases, gf)
 	}
-	writeSpec(t, dir, bases, blob)
-	runPy(t, "st_oracle.py", "write", filepath.Join(dir, "spec.json"), filepath.Join(dir, "blob.bin"), dir)
+	pyWriteFiles(t, dir, bases, blob)
 
 	var muts []mutation
 	var paths []string
@@ -714,20 +699,11 @@ func TestMalformedFilesAgree(t *testing.T) {
 		muts = append(muts, m)
 		paths = append(paths, p)
 	}
-	list := filepath.Join(dir, "check-list.txt")
-	if err := os.WriteFile(list, []byte(strings.Join(paths, "\n")), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	list := writeList(t, dir, "check-list.txt", paths)
 	out := filepath.Join(dir, "check.json")
 	runPy(t, "st_oracle.py", "check", out, list)
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var checks []pyCheck
-	if err := json.Unmarshal(b, &checks); err != nil {
-		t.Fatal(err)
-	}
+	readJSON(t, out, &checks)
 
 	var accepted, rejected, stricter int
 	var disagree, wrongKind mismatches

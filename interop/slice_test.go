@@ -92,17 +92,13 @@ func TestSliceAgrees(t *testing.T) {
 		t.Fatal(err)
 	}
 	runPy(t, "st_oracle.py", "slice", specPath, outPath)
-	b, err := os.ReadFile(outPath)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var res []struct {
 		Error  string  `json:"error"`
 		Shape  []int64 `json:"shape"`
 		SHA256 string  `json:"sha256"`
 	}
-	if err := json.Unmarshal(b, &res); err != nil || len(res) != len(queries) {
-		t.Fatalf("slices-out.json: %v (%d results for %d queries)", err, len(res), len(queries))
+	if readJSON(t, outPath, &res); len(res) != len(queries) {
+		t.Fatalf("slices-out.json: %d results for %d queries", len(res), len(queries))
 	}
 
 	files := map[string]*safetensors.File{}
