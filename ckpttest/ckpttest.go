@@ -34,6 +34,7 @@ import (
 	"strings"
 
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/shapes"
 	"github.com/x448/float16"
 )
 
@@ -136,21 +137,6 @@ func MustParseTensors(spec string) []Tensor {
 	return ts
 }
 
-// numElements returns the product of shape, failing on overflow.
-func numElements(shape []int64) (int64, error) {
-	n := int64(1)
-	for _, d := range shape {
-		if d < 0 {
-			return 0, fmt.Errorf("negative dimension %d", d)
-		}
-		if d != 0 && n > math.MaxInt64/d {
-			return 0, fmt.Errorf("shape %v overflows int64", shape)
-		}
-		n *= d
-	}
-	return n, nil
-}
-
 // maxFill bounds the size of generated contents, so a typo in a spec does not
 // try to allocate terabytes.
 const maxFill = 1 << 30
@@ -162,7 +148,7 @@ const maxFill = 1 << 30
 // dtypes need an element count that fills whole bytes. Registered dtypes get
 // pseudo-random bits.
 func Fill(name string, dt dtype.DType, shape []int64) ([]byte, error) {
-	n, err := numElements(shape)
+	n, err := shapes.Elements(shape)
 	if err != nil {
 		return nil, &Error{Op: "fill", Path: name, Err: err}
 	}
@@ -299,7 +285,7 @@ func Encode(tensors []Tensor, metadata map[string]string) ([]byte, error) {
 			return nil, &Error{Op: "encode", Path: t.Name, Msg: "duplicate tensor name"}
 		}
 		seen[t.Name] = true
-		n, err := numElements(t.Shape)
+		n, err := shapes.Elements(t.Shape)
 		if err != nil {
 			return nil, &Error{Op: "encode", Path: t.Name, Err: err}
 		}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"math/bits"
 	"os"
 	"slices"
 	"strconv"
@@ -14,6 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/shapes"
 )
 
 // MaxHeaderSize is the largest header length accepted, in bytes (the
@@ -85,8 +85,8 @@ type TensorInfo struct {
 // it overflows int64 or a dimension is negative (never for a validated
 // header).
 func (t TensorInfo) NumElements() int64 {
-	n, ok := numElements(t.Shape)
-	if !ok {
+	n, err := shapes.Elements(t.Shape)
+	if err != nil {
 		return -1
 	}
 	return n
@@ -94,21 +94,6 @@ func (t TensorInfo) NumElements() int64 {
 
 // ByteLen returns End - Begin, the size of the tensor's data in bytes.
 func (t TensorInfo) ByteLen() int64 { return t.End - t.Begin }
-
-func numElements(shape []int64) (int64, bool) {
-	n := int64(1)
-	for _, d := range shape {
-		if d < 0 {
-			return 0, false
-		}
-		hi, lo := bits.Mul64(uint64(n), uint64(d))
-		if hi != 0 || lo > math.MaxInt64 {
-			return 0, false
-		}
-		n = int64(lo)
-	}
-	return n, true
-}
 
 // ReadHeader reads, parses and validates the header of the safetensors file
 // of the given size available through r. It reads the 8-byte length field and
@@ -246,8 +231,8 @@ func (h *Header) finish() error {
 				fmt.Sprintf("data_offsets [%d, %d] do not start where the previous tensor ends (%d)", t.Begin, t.End, start))
 		}
 		start = t.End
-		n, ok := numElements(t.Shape)
-		if !ok {
+		n, err := shapes.Elements(t.Shape)
+		if err != nil {
 			return newErr(ErrOverflow, t.Name, "shape", fmt.Sprintf("element count of shape %v overflows", t.Shape))
 		}
 		nb := int64(t.DType.Bits())

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/internal/atomicfile"
+	"github.com/ckpt-go/ckpt/internal/shapes"
 )
 
 // TensorSpec declares a tensor to a Writer.
@@ -37,8 +38,8 @@ func (s TensorSpec) ByteLen() (int64, error) {
 			return 0, newErr(ErrInvalidArgument, s.Name, "shape", fmt.Sprintf("negative dimension in shape %v", s.Shape))
 		}
 	}
-	n, ok := numElements(s.Shape)
-	if !ok {
+	n, err := shapes.Elements(s.Shape)
+	if err != nil {
 		return 0, newErr(ErrOverflow, s.Name, "shape", fmt.Sprintf("element count of shape %v overflows", s.Shape))
 	}
 	bits := int64(s.DType.Bits())

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/shapes"
 	"github.com/ckpt-go/ckpt/internal/testutil"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -62,7 +63,7 @@ func TestRoundTripEveryDType(t *testing.T) {
 	var in []TensorData
 	for _, d := range dtype.Builtins() {
 		for i, shape := range [][]int64{{}, {8}, {2, 4}, {0, 3}, {3, 8, 2}} {
-			n, _ := numElements(shape)
+			n, _ := shapes.Elements(shape)
 			nb, err := d.ByteLen(n)
 			if err != nil {
 				continue // a scalar F4 does not fill a byte

@@ -5,12 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 
+	"github.com/ckpt-go/ckpt/internal/shapes"
 	"github.com/ckpt-go/ckpt/safetensors"
 )
 
@@ -124,7 +124,7 @@ func WriteFrom(ctx context.Context, dir, prefix, variant string, specs []safeten
 			return nil, &Error{Kind: ErrDuplicateTensor, Path: dir, Tensor: s.Name}
 		}
 		seen[s.Name] = true
-		n, err := elements(s.Shape)
+		n, err := shapes.Elements(s.Shape)
 		if err != nil {
 			return nil, &Error{Kind: ErrInvalidTensor, Path: dir, Tensor: s.Name, Err: err}
 		}
@@ -229,7 +229,7 @@ func (tx *commit) writeShard(ctx context.Context, name string, specs []safetenso
 		if err != nil {
 			return &Error{Kind: ErrWrite, Path: tx.dir, Shard: name, Tensor: s.Name, Msg: "fetching the data", Err: err}
 		}
-		n, _ := elements(s.Shape)
+		n, _ := shapes.Elements(s.Shape)
 		want, _ := s.DType.ByteLen(n)
 		if int64(len(b)) != want {
 			return &Error{Kind: ErrInvalidTensor, Path: tx.dir, Tensor: s.Name,
@@ -246,20 +246,6 @@ func (tx *commit) writeShard(ctx context.Context, name string, specs []safetenso
 		return &Error{Kind: ErrWrite, Path: tx.dir, Shard: name, Err: err}
 	}
 	return tx.finish(name)
-}
-
-func elements(shape []int64) (int64, error) {
-	n := int64(1)
-	for _, d := range shape {
-		if d < 0 {
-			return 0, fmt.Errorf("negative dimension in shape %v", shape)
-		}
-		if d != 0 && n > math.MaxInt64/d {
-			return 0, fmt.Errorf("shape %v overflows int64", shape)
-		}
-		n *= d
-	}
-	return n, nil
 }
 
 var (
