@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"math/big"
 	"math/rand/v2"
@@ -215,22 +216,31 @@ func TestNarrowFromF32MatchesReference(t *testing.T) {
 		for len(in)%8 != 0 {
 			in = append(in, 0)
 		}
-		src := f32bytes(in)
-		for _, sat := range []bool{false, true} {
-			got, st := mustConvert(t, to, src, F32, Options{Saturate: sat, Workers: 1})
-			var want Stats
-			gc := codes(to, got)
-			bad := 0
-			for i, x := range in {
-				w := refEncodeF32(to, x, sat, &want)
-				if gc[i] != w && bad < 10 {
-					bad++
-					t.Errorf("F32 %#08x (%g) -> %v sat=%v: got %#x, want %#x", x, math.Float32frombits(x), to, sat, gc[i], w)
-				}
+		matchesReference(t, to, F32, in, f32bytes(in),
+			func(x uint32, sat bool, st *Stats) uint32 { return refEncodeF32(to, x, sat, st) },
+			func(x uint32) string { return fmt.Sprintf("%#08x (%g)", x, math.Float32frombits(x)) })
+	}
+}
+
+// matchesReference converts src, the values in of dtype from, to dtype to
+// with and without Saturate, and checks every code and the statistics
+// against ref's; show formats an input for the failure messages.
+func matchesReference[T any](t *testing.T, to, from DType, in []T, src []byte, ref func(x T, sat bool, st *Stats) uint32, show func(T) string) {
+	t.Helper()
+	for _, sat := range []bool{false, true} {
+		got, st := mustConvert(t, to, src, from, Options{Saturate: sat, Workers: 1})
+		var want Stats
+		gc := codes(to, got)
+		bad := 0
+		for i, x := range in {
+			w := ref(x, sat, &want)
+			if gc[i] != w && bad < 10 {
+				bad++
+				t.Errorf("%v %s -> %v sat=%v: got %#x, want %#x", from, show(x), to, sat, gc[i], w)
 			}
-			if st != want {
-				t.Errorf("F32 -> %v sat=%v: stats\n got %v\nwant %v", to, sat, st, want)
-			}
+		}
+		if st != want {
+			t.Errorf("%v -> %v sat=%v: stats\n got %v\nwant %v", from, to, sat, st, want)
 		}
 	}
 }
@@ -259,28 +269,12 @@ func TestNarrowFromF64MatchesReference(t *testing.T) {
 		for len(in)%8 != 0 {
 			in = append(in, 0)
 		}
-		src := f64bytes(in)
-		for _, sat := range []bool{false, true} {
-			got, st := mustConvert(t, to, src, F64, Options{Saturate: sat, Workers: 1})
-			var want Stats
-			gc := codes(to, got)
-			bad := 0
-			for i, x := range in {
-				var w uint32
-				if to == F32 {
-					w = refF64toF32(x, sat, &want)
-				} else {
-					w = refEncodeF64(to, x, sat, &want)
-				}
-				if gc[i] != w && bad < 10 {
-					bad++
-					t.Errorf("F64 %#016x (%g) -> %v sat=%v: got %#x, want %#x", math.Float64bits(x), x, to, sat, gc[i], w)
-				}
-			}
-			if st != want {
-				t.Errorf("F64 -> %v sat=%v: stats\n got %v\nwant %v", to, sat, st, want)
-			}
+		ref := func(x float64, sat bool, st *Stats) uint32 { return refEncodeF64(to, x, sat, st) }
+		if to == F32 {
+			ref = refF64toF32
 		}
+		matchesReference(t, to, F64, in, f64bytes(in), ref,
+			func(x float64) string { return fmt.Sprintf("%#016x (%g)", math.Float64bits(x), x) })
 	}
 }
 
