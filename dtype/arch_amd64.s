@@ -194,6 +194,27 @@ nounder:
 	JNZ     done \
 	VPMAXUB Y1, Y15, Y15
 
+// F8MAGCHECK jumps to done when one of the 32 codes at (SI) has a magnitude
+// (code AND Y14) at or above the first special magnitude, and folds their
+// magnitudes into Y15 otherwise. Y13 holds the first special magnitude less
+// one, so that the saturating subtraction leaves a nonzero byte exactly
+// there: one vector operation and one VPTEST per block. Only for layouts
+// whose special codes are all magnitudes (E4M3, E5M2). Y1 and Y2 are
+// clobbered.
+#define F8MAGCHECK \
+	VPAND   (SI), Y14, Y1 \
+	VPSUBUSB Y13, Y1, Y2 \
+	VPTEST  Y2, Y2 \
+	JNZ     done \
+	VPMAXUB Y1, Y15, Y15
+
+// F8MAGPROLOG sets Y14 and Y13 for F8MAGCHECK from the parameters at R8.
+#define F8MAGPROLOG \
+	VMOVDQU D_MAGMASK8(R8), Y14 \
+	VMOVDQU D_MAGSPECIAL8(R8), Y13 \
+	VPCMPEQB Y12, Y12, Y12 \
+	VPADDB  Y12, Y13, Y13
+
 // DECF8 decodes the 8 codes at off(SI) into float32 stored with op at
 // 4*off(DI): sign, then the magnitude bits shifted into a float32 (by X10)
 // times the scale, exact for subnormal codes too. R8 points at the
@@ -536,16 +557,53 @@ done:
 	MOVQ    AX, ret+72(FP)
 	RET
 
+// func e4m3ToF32F16C(dst, src []byte, acc *[32]byte, p *f8HalfParams, nt bool) int
+TEXT ·e4m3ToF32F16C(SB), NOSPLIT, $0-80
+	ARGS(nt+64, 5)              // blocks of 32 elements (32 bytes)
+	MOVQ    p+56(FP), R8
+	VMOVDQU H_SHIFT(R8), X10
+	VMOVDQU H_WORDMASK(R8), Y9
+	VMOVDQU H_SCALE(R8), Y8
+	VPXOR   X11, X11, X11
+	F8MAGPROLOG
+	TESTQ   CX, CX
+	JZ      done
+
+e4m3hloop:
+	F8MAGCHECK
+	TESTQ   R10, R10
+	JNZ     e4m3hnt
+	HALF8(0, VMOVUPS)
+	HALF8(16, VMOVUPS)
+	JMP     e4m3hnext
+
+e4m3hnt:
+	HALF8(0, VMOVNTPS)
+	HALF8(16, VMOVNTPS)
+
+e4m3hnext:
+	ADDQ    $32, SI
+	ADDQ    $128, DI
+	ADDQ    $32, AX
+	DECQ    CX
+	JNZ     e4m3hloop
+
+done:
+	FINISH
+	MOVQ    AX, ret+72(FP)
+	RET
+
 // func e5m2ToF32F16C(dst, src []byte, acc *[32]byte, p *f8HalfParams, nt bool) int
 TEXT ·e5m2ToF32F16C(SB), NOSPLIT, $0-80
 	ARGS(nt+64, 5)              // blocks of 32 elements (32 bytes)
 	MOVQ    p+56(FP), R8
 	VPXOR   X11, X11, X11
+	F8MAGPROLOG
 	TESTQ   CX, CX
 	JZ      done
 
 e5m2loop:
-	F8CHECK
+	F8MAGCHECK
 	TESTQ   R10, R10
 	JNZ     e5m2nt
 	E5M2HALF(0, VMOVUPS)
