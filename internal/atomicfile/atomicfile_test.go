@@ -10,16 +10,36 @@ import (
 	"github.com/ckpt-go/ckpt/internal/testutil"
 )
 
-func TestCommitReplaces(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "f.bin")
-	if err := os.WriteFile(path, []byte("old"), 0o600); err != nil {
+// replacing writes "old" to f.bin (with the given mode) in a new folder and
+// starts replacing it.
+func replacing(t *testing.T, mode os.FileMode) (dir, path string, f *File) {
+	t.Helper()
+	dir = t.TempDir()
+	path = filepath.Join(dir, "f.bin")
+	if err := os.WriteFile(path, []byte("old"), mode); err != nil {
 		t.Fatal(err)
 	}
 	f, err := Create(path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return dir, path, f
+}
+
+// intact checks that path still holds "old" and is alone in dir: no
+// temporary file is left.
+func intact(t *testing.T, dir, path string) {
+	t.Helper()
+	if b, _ := os.ReadFile(path); string(b) != "old" {
+		t.Fatal("target changed")
+	}
+	if got := testutil.Entries(t, dir); len(got) != 1 {
+		t.Fatalf("stray files %v", got)
+	}
+}
+
+func TestCommitReplaces(t *testing.T) {
+	dir, path, f := replacing(t, 0o600)
 	if base := filepath.Base(f.Name()); !strings.HasPrefix(base, ".f.bin.tmp-") || filepath.Dir(f.Name()) != dir {
 		t.Fatalf("temp name %q", f.Name())
 	}
@@ -73,13 +93,7 @@ func TestNewFileMode(t *testing.T) {
 }
 
 func TestAbortLeavesNothing(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "f.bin")
-	os.WriteFile(path, []byte("old"), 0o644)
-	f, err := Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, path, f := replacing(t, 0o644)
 	f.Write([]byte("partial"))
 	if err := f.Abort(); err != nil {
 		t.Fatal(err)
@@ -87,12 +101,7 @@ func TestAbortLeavesNothing(t *testing.T) {
 	if err := f.Abort(); err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := os.ReadFile(path); string(b) != "old" {
-		t.Fatal("target changed")
-	}
-	if got := testutil.Entries(t, dir); len(got) != 1 {
-		t.Fatalf("stray files %v", got)
-	}
+	intact(t, dir, path)
 	if err := f.Commit(); !errors.Is(err, ErrDone) {
 		t.Fatal(err)
 	}
@@ -101,13 +110,7 @@ func TestAbortLeavesNothing(t *testing.T) {
 // A failed commit (here: the temporary file was closed under it, as a
 // failing disk would) removes the temporary file and keeps the target.
 func TestCommitFailure(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "f.bin")
-	os.WriteFile(path, []byte("old"), 0o644)
-	f, err := Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, path, f := replacing(t, 0o644)
 	f.OSFile().Close()
 	if _, err := f.Write([]byte("x")); err == nil {
 		t.Fatal("write to closed file succeeded")
@@ -115,12 +118,7 @@ func TestCommitFailure(t *testing.T) {
 	if err := f.Commit(); err == nil {
 		t.Fatal("commit succeeded")
 	}
-	if b, _ := os.ReadFile(path); string(b) != "old" {
-		t.Fatal("target changed")
-	}
-	if got := testutil.Entries(t, dir); len(got) != 1 {
-		t.Fatalf("stray files %v", got)
-	}
+	intact(t, dir, path)
 }
 
 func TestCreateErrors(t *testing.T) {
