@@ -97,7 +97,9 @@ func vecKernelFor(from, to DType, fallback kernel) kernel {
 		case hp != nil && hasF16C && hp.codeSpecial8[0]&hp.magMask8[0] >= hp.magSpecial8[0]:
 			// Every special code is a special magnitude (E4M3): the
 			// cheaper check of e4m3ToF32F16C finds them all.
-			v.run = func(dst, src []byte, acc *[32]byte, nt bool) (int, int) { return e4m3ToF32F16C(dst, src, acc, hp, nt), 0 }
+			v.run = func(dst, src []byte, acc *[32]byte, nt bool) (int, int) {
+				return e4m3ToF32F16C(dst, src, acc, hp, nt), 0
+			}
 		case hp != nil && hasF16C:
 			v.run = func(dst, src []byte, acc *[32]byte, nt bool) (int, int) { return f8ToF32F16C(dst, src, acc, hp, nt), 0 }
 		default:
