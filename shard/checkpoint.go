@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/ckpt-go/ckpt/internal/pathutil"
 	"github.com/ckpt-go/ckpt/safetensors"
 )
 
@@ -267,7 +268,7 @@ func (c *Checkpoint) checkShardPath(name, p, root string, realRoot *string) erro
 	if err != nil {
 		return &Error{Kind: ErrMissingShard, Path: c.path, Shard: name, Msg: "dangling symlink", Err: err}
 	}
-	if !within(*realRoot, target) {
+	if !pathutil.Within(*realRoot, target) {
 		return &Error{Kind: ErrInsecurePath, Path: c.path, Shard: name,
 			Msg: fmt.Sprintf("symlink resolves to %s, outside %s", target, root)}
 	}
@@ -278,15 +279,6 @@ func (c *Checkpoint) checkShardPath(name, p, root string, realRoot *string) erro
 // the same place.
 func sameTensor(a, b safetensors.TensorInfo) bool {
 	return a.Name == b.Name && a.DType == b.DType && a.Begin == b.Begin && a.End == b.End && slices.Equal(a.Shape, b.Shape)
-}
-
-// within reports whether path is root or inside it (both already resolved).
-func within(root, path string) bool {
-	rel, err := filepath.Rel(root, path)
-	if err != nil {
-		return false
-	}
-	return rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) && !filepath.IsAbs(rel)
 }
 
 func abbreviate(names []string, n int) string {

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ckpt-go/ckpt/internal/pathutil"
 	"github.com/ckpt-go/ckpt/shard"
 )
 
@@ -152,7 +153,7 @@ func ResolvePipeline(root, variant string, opts ...Option) (*PipelinePlan, error
 			continue
 		}
 		if rootErr == nil {
-			if real, err := filepath.EvalSymlinks(dir); err == nil && !within(realRoot, real) {
+			if real, err := filepath.EvalSymlinks(dir); err == nil && !pathutil.Within(realRoot, real) {
 				e := &Error{Kind: ErrInsecurePath, Dir: root, File: n, Msg: "component folder is a symlink that leaves the pipeline root"}
 				p.fail(e)
 				pp.Components = append(pp.Components, p)
@@ -292,14 +293,6 @@ func checkComponentName(n string) *Error {
 		return &Error{Kind: ErrInsecurePath, File: n, Msg: "component name in " + ModelIndex + " is not a bare folder name"}
 	}
 	return nil
-}
-
-func within(root, path string) bool {
-	rel, err := filepath.Rel(root, path)
-	if err != nil {
-		return false
-	}
-	return rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) && !filepath.IsAbs(rel)
 }
 
 // Open opens the named component's planned files.
