@@ -129,6 +129,13 @@ func ResolvePipeline(root, variant string, opts ...Option) (*PipelinePlan, error
 	}
 	var comps []*comp
 	var errs []error
+	// failed records a component that cannot be resolved; its plan carries
+	// err.
+	failed := func(p *Plan, err error) {
+		p.fail(err)
+		pp.Components = append(pp.Components, p)
+		errs = append(errs, err)
+	}
 	realRoot, rootErr := filepath.EvalSymlinks(root)
 	for _, n := range names {
 		dir := filepath.Join(root, n)
@@ -136,9 +143,7 @@ func ResolvePipeline(root, variant string, opts ...Option) (*PipelinePlan, error
 		p.opts = cfg.shardOpts
 		if err := checkComponentName(n); err != nil {
 			err.Dir = root
-			p.fail(err)
-			pp.Components = append(pp.Components, p)
-			errs = append(errs, err)
+			failed(p, err)
 			continue
 		}
 		st, err := os.Stat(dir)
@@ -147,25 +152,19 @@ func ResolvePipeline(root, variant string, opts ...Option) (*PipelinePlan, error
 			if err != nil && !errors.Is(err, fs.ErrNotExist) {
 				e.Err = err
 			}
-			p.fail(e)
-			pp.Components = append(pp.Components, p)
-			errs = append(errs, e)
+			failed(p, e)
 			continue
 		}
 		if rootErr == nil {
 			if real, err := filepath.EvalSymlinks(dir); err == nil && !pathutil.Within(realRoot, real) {
 				e := &Error{Kind: ErrInsecurePath, Dir: root, File: n, Msg: "component folder is a symlink that leaves the pipeline root"}
-				p.fail(e)
-				pp.Components = append(pp.Components, p)
-				errs = append(errs, e)
+				failed(p, e)
 				continue
 			}
 		}
 		f, err := scan(dir)
 		if err != nil {
-			p.fail(err)
-			pp.Components = append(pp.Components, p)
-			errs = append(errs, err)
+			failed(p, err)
 			continue
 		}
 		if len(f.cands) == 0 {
