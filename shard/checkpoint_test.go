@@ -36,10 +36,7 @@ func wantBytes(t *testing.T, tt *safetensors.Tensor) {
 
 func TestOpenSharded(t *testing.T) {
 	dir := ckpttest.Dir(t, ckpttest.Weights{Shards: 3, Tensors: sample, Metadata: map[string]string{"format": "pt"}})
-	c, err := Open(filepath.Join(dir, "model.safetensors.index.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustOpen(t, filepath.Join(dir, "model.safetensors.index.json"))
 	defer c.Close()
 	if c.Len() != len(sample) || len(c.Files()) != 3 {
 		t.Fatalf("Len %d Files %v", c.Len(), c.Files())
@@ -78,10 +75,7 @@ func TestOpenSharded(t *testing.T) {
 
 func TestOpenSingleFile(t *testing.T) {
 	p := ckpttest.File(t, sample...)
-	c, err := Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustOpen(t, p)
 	defer c.Close()
 	if c.Index() != nil || c.Len() != len(sample) || len(c.Files()) != 1 {
 		t.Fatalf("got %d tensors, files %v", c.Len(), c.Files())
@@ -98,6 +92,16 @@ func TestOpenSingleFile(t *testing.T) {
 	if _, err := Open(filepath.Join(filepath.Dir(p), "absent.safetensors")); !errors.Is(err, ErrMissingShard) {
 		t.Errorf("absent: %v", err)
 	}
+}
+
+// mustOpen opens the checkpoint at path, failing the test if it cannot.
+func mustOpen(t *testing.T, path string, opts ...Option) *Checkpoint {
+	t.Helper()
+	c, err := Open(path, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 func writeSharded(t *testing.T) (dir, index string) {
@@ -147,10 +151,7 @@ func TestOpenDuplicateAndUnmapped(t *testing.T) {
 	}
 	index := filepath.Join(dir, "i.safetensors.index.json")
 	ckpttest.WriteIndex(index, map[string]string{"x": "a.safetensors", "y": "a.safetensors", "z": "b.safetensors"}, map[string]any{"total_size": 999})
-	c, err := Open(index)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustOpen(t, index)
 	defer c.Close()
 	w := strings.Join(c.Warnings(), "\n")
 	for _, want := range []string{`tensor "x" is in b.safetensors and a.safetensors; taking it from a.safetensors`,
@@ -226,10 +227,7 @@ func TestOpenSymlinks(t *testing.T) {
 
 func TestConcurrentLazyOpen(t *testing.T) {
 	_, index := writeSharded(t)
-	c, err := Open(index)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustOpen(t, index)
 	var wg sync.WaitGroup
 	for g := 0; g < 8; g++ {
 		wg.Add(1)
@@ -275,10 +273,7 @@ func TestConcurrentLazyOpen(t *testing.T) {
 
 func TestOpenLazy(t *testing.T) {
 	dir, index := writeSharded(t)
-	c, err := Open(index)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustOpen(t, index)
 	defer c.Close()
 	for _, s := range c.shards {
 		if s.f != nil {
@@ -314,10 +309,7 @@ func TestOpenRealIndexWithSyntheticShards(t *testing.T) {
 	data, _ := os.ReadFile(src)
 	index := filepath.Join(dir, "model.safetensors.index.json")
 	os.WriteFile(index, data, 0o644)
-	c, err := Open(index)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustOpen(t, index)
 	defer c.Close()
 	if c.Len() != 218 || len(c.Files()) != 2 {
 		t.Fatalf("Len %d files %d", c.Len(), len(c.Files()))

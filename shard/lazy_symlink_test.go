@@ -15,10 +15,7 @@ import (
 // set is refused when it is lazily opened, not followed.
 func TestLazyOpenRechecksSymlinks(t *testing.T) {
 	dir, index := writeSharded(t)
-	c, err := Open(index)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustOpen(t, index)
 	defer c.Close()
 	s2 := "model-00002-of-00002.safetensors"
 	outside := t.TempDir()
@@ -38,7 +35,7 @@ func TestLazyOpenRechecksSymlinks(t *testing.T) {
 	if name == "" {
 		t.Fatal("no tensor in the second shard")
 	}
-	_, err = c.Tensor(name)
+	_, err := c.Tensor(name)
 	var e *Error
 	if !errors.As(err, &e) || e.Kind != ErrInsecurePath || e.Shard != s2 {
 		t.Fatalf("lazy open of an escaping symlink: %v", err)
@@ -51,17 +48,14 @@ func TestLazyOpenRechecksSymlinks(t *testing.T) {
 func TestLazyOpenDetectsChangedHeader(t *testing.T) {
 	ts := ckpttest.MustParseTensors("a:F32[4] b:F32[4] c:F16[2] d:F16[2]")
 	dir := ckpttest.Dir(t, ckpttest.Weights{Shards: 2, Tensors: ts})
-	c, err := Open(filepath.Join(dir, "model.safetensors.index.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustOpen(t, filepath.Join(dir, "model.safetensors.index.json"))
 	defer c.Close()
 	s2 := filepath.Join(dir, "model-00002-of-00002.safetensors")
 	swapped := []ckpttest.Tensor{ckpttest.T("d", dtype.F16, 2), ckpttest.T("c", dtype.F16, 2)}
 	if err := ckpttest.WriteFile(s2, swapped, nil); err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.Tensor("c")
+	_, err := c.Tensor("c")
 	var e *Error
 	if !errors.As(err, &e) || e.Kind != ErrInvalidShard || !strings.Contains(err.Error(), "changed") {
 		t.Fatalf("changed shard: %v", err)

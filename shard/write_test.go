@@ -75,10 +75,7 @@ func TestWritePacking(t *testing.T) {
 	if ix.TotalSize != 360 || len(ix.WeightMap) != 5 {
 		t.Errorf("index %+v", ix)
 	}
-	c, err := Open(filepath.Join(dir, res.Index))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustOpen(t, filepath.Join(dir, res.Index))
 	defer c.Close()
 	if len(c.Warnings()) != 0 || c.Metadata()["format"] != "pt" {
 		t.Errorf("warnings %v metadata %v", c.Warnings(), c.Metadata())
