@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"iter"
 	"maps"
 	"os"
@@ -83,34 +84,42 @@ func Open(path string, opts ...OpenOption) (*File, error) {
 	if err != nil {
 		return nil, &Error{Kind: ErrIO, File: path, Msg: "open", Err: err}
 	}
-	st, err := osf.Stat()
+	size, err := regularSize(osf, path)
 	if err != nil {
-		osf.Close()
-		return nil, &Error{Kind: ErrIO, File: path, Msg: "stat", Err: err}
-	}
-	if !st.Mode().IsRegular() {
-		osf.Close()
-		return nil, &Error{Kind: ErrIO, File: path, Msg: "not a regular file"}
-	}
-	f, err := openOSFile(osf, path, st.Size(), cfg)
-	if err != nil {
-		osf.Close()
 		return nil, err
 	}
-	return f, nil
+	return openOSFile(osf, path, size, cfg)
+}
+
+// regularSize returns the size of the open file fh (path in errors). Unless
+// it is a regular file whose size Stat tells, it closes fh and fails.
+func regularSize(fh fs.File, path string) (int64, error) {
+	st, err := fh.Stat()
+	if err != nil {
+		fh.Close()
+		return 0, &Error{Kind: ErrIO, File: path, Msg: "stat", Err: err}
+	}
+	if !st.Mode().IsRegular() {
+		fh.Close()
+		return 0, &Error{Kind: ErrIO, File: path, Msg: "not a regular file"}
+	}
+	return st.Size(), nil
 }
 
 // openOSFile validates the header of an open file and maps it (unless
-// configured otherwise). The File owns osf on success.
+// configured otherwise). The File owns osf on success; on failure osf is
+// closed.
 func openOSFile(osf *os.File, path string, size int64, cfg openConfig) (*File, error) {
 	hdr, err := ReadHeader(osf, size)
 	if err != nil {
+		osf.Close()
 		return nil, withFile(err, path)
 	}
 	f := newFile(&File{path: path, hdr: hdr, ra: osf, closer: osf, mode: cfg.mode})
 	if !cfg.readAt && mmapSupported {
 		data, err := mmapFile(osf, size)
 		if err != nil {
+			osf.Close()
 			return nil, &Error{Kind: ErrIO, File: path, Msg: "mmap", Err: err}
 		}
 		f.data = data

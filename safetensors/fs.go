@@ -17,23 +17,12 @@ func OpenFS(fsys fs.FS, name string, opts ...OpenOption) (*File, error) {
 	if err != nil {
 		return nil, &Error{Kind: ErrIO, File: name, Msg: "open", Err: err}
 	}
-	st, err := fh.Stat()
+	size, err := regularSize(fh, name)
 	if err != nil {
-		fh.Close()
-		return nil, &Error{Kind: ErrIO, File: name, Msg: "stat", Err: err}
+		return nil, err
 	}
-	if !st.Mode().IsRegular() {
-		fh.Close()
-		return nil, &Error{Kind: ErrIO, File: name, Msg: "not a regular file"}
-	}
-	size := st.Size()
 	if osf, ok := fh.(*os.File); ok {
-		f, err := openOSFile(osf, name, size, cfg)
-		if err != nil {
-			osf.Close()
-			return nil, err
-		}
-		return f, nil
+		return openOSFile(osf, name, size, cfg)
 	}
 	if ra, ok := fh.(io.ReaderAt); ok {
 		hdr, err := ReadHeader(ra, size)
