@@ -24,6 +24,16 @@ func i32Data(n int) []byte {
 	return b
 }
 
+// mustOpen opens the file at path, failing the test if it cannot.
+func mustOpen(t *testing.T, path string, opts ...OpenOption) *File {
+	t.Helper()
+	f, err := Open(path, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 func saveTemp(t *testing.T, tensors []TensorData, meta map[string]string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "t.safetensors")
@@ -151,20 +161,11 @@ func TestTruncatedWhileMapped(t *testing.T) {
 	}
 	const n = 1 << 18 // 1 MiB of F32: well past the first page
 	path := saveTemp(t, []TensorData{{Name: "w", DType: dtype.F32, Shape: []int64{n}, Data: make([]byte, 4*n)}}, nil)
-	direct, err := Open(path, WithReadMode(ReadMapped))
-	if err != nil {
-		t.Fatal(err)
-	}
+	direct := mustOpen(t, path, WithReadMode(ReadMapped))
 	defer direct.Close()
-	pread, err := Open(path, WithReadMode(ReadPread))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pread := mustOpen(t, path, WithReadMode(ReadPread))
 	defer pread.Close()
-	auto, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	auto := mustOpen(t, path)
 	defer auto.Close()
 	if err := os.Truncate(path, direct.Header().DataOffset); err != nil {
 		t.Fatal(err)
@@ -175,7 +176,7 @@ func TestTruncatedWhileMapped(t *testing.T) {
 	if e.File != path || e.Tensor != "w" {
 		t.Fatalf("error does not name file and tensor: %v", e)
 	}
-	_, err = tn.Float32s()
+	_, err := tn.Float32s()
 	wantKind(t, err, ErrFault)
 	s, _ := tn.Slice(Span(n/2, n))
 	wantKind(t, s.ReadTo(make([]byte, 2*n)), ErrFault)
@@ -283,10 +284,7 @@ func TestSlice(t *testing.T) {
 func TestSliceSubByte(t *testing.T) {
 	path := saveTemp(t, []TensorData{{Name: "q", DType: dtype.F4, Shape: []int64{4, 6}, Data: []byte{
 		0x10, 0x32, 0x54, 0x76, 0x98, 0xba, 0xdc, 0xfe, 0x10, 0x32, 0x54, 0x76}}}, nil)
-	f, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := mustOpen(t, path)
 	defer f.Close()
 	tn, _ := f.Tensor("q")
 	s, err := tn.Slice(Span(1, 3))
@@ -381,10 +379,7 @@ func TestOpenSparse(t *testing.T) {
 		t.Fatal(err)
 	}
 	fw.Close()
-	f, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := mustOpen(t, path)
 	defer f.Close()
 	tn, _ := f.Tensor("w")
 	if tn.ByteLen() != 4<<30 {
@@ -415,10 +410,7 @@ func TestConvertChunkedSubByte(t *testing.T) {
 			}
 		}
 		path := saveTemp(t, []TensorData{{Name: "q", DType: d, Shape: []int64{n}, Data: raw}}, nil)
-		f, err := Open(path)
-		if err != nil {
-			t.Fatal(err)
-		}
+		f := mustOpen(t, path)
 		tn, _ := f.Tensor("q")
 		whole, err := tn.Float32s()
 		if err != nil {

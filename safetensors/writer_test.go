@@ -428,10 +428,7 @@ func TestAtomicSave(t *testing.T) {
 		if err := Save(context.Background(), path, big, map[string]string{"v": "2"}); err != nil {
 			t.Fatal(err)
 		}
-		f, err := Open(path)
-		if err != nil {
-			t.Fatal(err)
-		}
+		f := mustOpen(t, path)
 		defer f.Close()
 		if !f.Has("w") || f.Has("old") || f.Metadata()["v"] != "2" {
 			t.Fatal("new file not in place")
