@@ -26,6 +26,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -259,11 +260,7 @@ func Encode(tensors []Tensor, metadata map[string]string) ([]byte, error) {
 	if len(metadata) > 0 {
 		sep()
 		hdr.WriteString(`"__metadata__":{`)
-		keys := make([]string, 0, len(metadata))
-		for k := range metadata {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
+		keys := slices.Sorted(maps.Keys(metadata))
 		for i, k := range keys {
 			if i > 0 {
 				hdr.WriteByte(',')

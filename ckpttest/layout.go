@@ -3,6 +3,7 @@ package ckpttest
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -242,11 +243,7 @@ func WritePipeline(root string, p Pipeline) error {
 }
 
 func writeFiles(dir string, files map[string]string) error {
-	names := make([]string, 0, len(files))
-	for n := range files {
-		names = append(names, n)
-	}
-	slices.Sort(names)
+	names := slices.Sorted(maps.Keys(files))
 	for _, n := range names {
 		if err := writeBytes(filepath.Join(dir, n), []byte(files[n])); err != nil {
 			return err

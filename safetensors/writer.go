@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -204,11 +205,7 @@ func makePlan(tensors []TensorSpec, metadata map[string]string, opts []WriteOpti
 	if metadata != nil {
 		b = appendJSONString(b, MetadataKey)
 		b = append(b, ':', '{')
-		keys := make([]string, 0, len(metadata))
-		for k := range metadata {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
+		keys := slices.Sorted(maps.Keys(metadata))
 		for i, k := range keys {
 			if i > 0 {
 				b = append(b, ',')
