@@ -250,6 +250,67 @@ nounder:
 
 // E5M2HALF is HALF8 for E5M2, whose codes are binary16's top byte: no
 // shift, mask or scale.
+// e4m3tab: rows of VPSHUFB table and VPMINUB limit for E4M3DEC. The
+// table, indexed by min(magnitude, 8), holds what to add to the magnitude
+// so that it reads as binary16 bits 14-7: 0x40 (the exponent rebiased from
+// 7 to 15) for normal codes, and for the subnormal codes m*2^-9 (and zero)
+// the binary16 bits of that value over 2^7 less m. Both lanes alike.
+DATA e4m3tab<>+0(SB)/8, $0x3f3e3d3c39362f00
+DATA e4m3tab<>+8(SB)/8, $0x4040404040404040
+DATA e4m3tab<>+16(SB)/8, $0x3f3e3d3c39362f00
+DATA e4m3tab<>+24(SB)/8, $0x4040404040404040
+DATA e4m3tab<>+32(SB)/8, $0x0808080808080808
+DATA e4m3tab<>+40(SB)/8, $0x0808080808080808
+DATA e4m3tab<>+48(SB)/8, $0x0808080808080808
+DATA e4m3tab<>+56(SB)/8, $0x0808080808080808
+GLOBL e4m3tab<>(SB), RODATA|NOPTR, $64
+
+// E4M3DEC decodes the 32 E4M3 codes at off(SI), given their magnitudes in
+// m and their signs (all ones for a negative code) in x, into float32
+// stored with op at 4*off(DI). The magnitude plus the e4m3tab entry (table
+// in Y8, limit in Y12) is binary16 bits 14-7; the word x<<8 | that,
+// shifted left by 7, is the binary16 value, exact, which F16C widens.
+// Y0, Y2, Y4, Y5, Y9 and Y10 are clobbered.
+#define E4M3DEC(m, x, off, op) \
+	VPMINUB Y12, m, Y4 \
+	VPSHUFB Y4, Y8, Y4 \
+	VPADDB  m, Y4, Y4 \
+	VPUNPCKLBW x, Y4, Y5 \
+	VPUNPCKHBW x, Y4, Y4 \
+	VPSLLW  $7, Y5, Y5 \
+	VPSLLW  $7, Y4, Y4 \
+	VCVTPH2PS X5, Y0 \
+	VCVTPH2PS X4, Y2 \
+	VEXTRACTI128 $1, Y5, X5 \
+	VEXTRACTI128 $1, Y4, X4 \
+	VCVTPH2PS X5, Y9 \
+	VCVTPH2PS X4, Y10 \
+	op      Y0, (4*off)(DI) \
+	op      Y2, (4*off+32)(DI) \
+	op      Y9, (4*off+64)(DI) \
+	op      Y10, (4*off+96)(DI)
+
+// E5M2HALF is HALF8 for E5M2, whose codes are binary16's top byte: no
+// shift, mask or scale.
+// E5M2HALF is HALF8 for E5M2, whose codes are binary16's top byte: no
+// shift, mask or scale.
+// E4M3HALF is HALF8 for the layouts with a 4-bit exponent, whose shift is
+// always 1 (an immediate, which is cheaper than a count in a register).
+#define E4M3HALF(off, op) \
+	VMOVDQU off(SI), X0 \
+	VPUNPCKLBW X0, X11, X1 \
+	VPUNPCKHBW X0, X11, X2 \
+	VPSRAW  $1, X1, X1 \
+	VPSRAW  $1, X2, X2 \
+	VPAND   X9, X1, X1 \
+	VPAND   X9, X2, X2 \
+	VCVTPH2PS X1, Y1 \
+	VCVTPH2PS X2, Y2 \
+	VMULPS  Y8, Y1, Y1 \
+	VMULPS  Y8, Y2, Y2 \
+	op      Y1, (4*off)(DI) \
+	op      Y2, (4*off+32)(DI)
+
 #define E5M2HALF(off, op) \
 	VMOVDQU off(SI), X0 \
 	VPUNPCKLBW X0, X11, X1 \
@@ -558,35 +619,66 @@ done:
 	RET
 
 // func e4m3ToF32F16C(dst, src []byte, acc *[32]byte, p *f8HalfParams, nt bool) int
+//
+// Two blocks per iteration while two remain, with one check for both; the
+// single-block loop takes the last block and the blocks around a special
+// code.
 TEXT ·e4m3ToF32F16C(SB), NOSPLIT, $0-80
 	ARGS(nt+64, 5)              // blocks of 32 elements (32 bytes)
 	MOVQ    p+56(FP), R8
-	VMOVDQU H_SHIFT(R8), X10
-	VMOVDQU H_WORDMASK(R8), Y9
-	VMOVDQU H_SCALE(R8), Y8
 	VPXOR   X11, X11, X11
 	F8MAGPROLOG
+	VMOVDQU e4m3tab<>+0(SB), Y8
+	VMOVDQU e4m3tab<>+32(SB), Y12
+
+e4m3pair:
+	CMPQ    CX, $2
+	JB      e4m3one
+	VPAND   (SI), Y14, Y1
+	VPAND   32(SI), Y14, Y3
+	VPMAXUB Y1, Y3, Y6
+	VPSUBUSB Y13, Y6, Y7
+	VPTEST  Y7, Y7
+	JNZ     e4m3one
+	VPMAXUB Y6, Y15, Y15
+	VPCMPGTB (SI), Y11, Y6
+	VPCMPGTB 32(SI), Y11, Y7
+	TESTQ   R10, R10
+	JNZ     e4m3pairnt
+	E4M3DEC(Y1, Y6, 0, VMOVUPS)
+	E4M3DEC(Y3, Y7, 32, VMOVUPS)
+	JMP     e4m3pairnext
+
+e4m3pairnt:
+	E4M3DEC(Y1, Y6, 0, VMOVNTPS)
+	E4M3DEC(Y3, Y7, 32, VMOVNTPS)
+
+e4m3pairnext:
+	ADDQ    $64, SI
+	ADDQ    $256, DI
+	ADDQ    $64, AX
+	SUBQ    $2, CX
+	JMP     e4m3pair
+
+e4m3one:
 	TESTQ   CX, CX
 	JZ      done
-
-e4m3hloop:
 	F8MAGCHECK
+	VPCMPGTB (SI), Y11, Y6
 	TESTQ   R10, R10
-	JNZ     e4m3hnt
-	HALF8(0, VMOVUPS)
-	HALF8(16, VMOVUPS)
-	JMP     e4m3hnext
+	JNZ     e4m3nt
+	E4M3DEC(Y1, Y6, 0, VMOVUPS)
+	JMP     e4m3next
 
-e4m3hnt:
-	HALF8(0, VMOVNTPS)
-	HALF8(16, VMOVNTPS)
+e4m3nt:
+	E4M3DEC(Y1, Y6, 0, VMOVNTPS)
 
-e4m3hnext:
+e4m3next:
 	ADDQ    $32, SI
 	ADDQ    $128, DI
 	ADDQ    $32, AX
 	DECQ    CX
-	JNZ     e4m3hloop
+	JMP     e4m3one
 
 done:
 	FINISH
@@ -594,15 +686,50 @@ done:
 	RET
 
 // func e5m2ToF32F16C(dst, src []byte, acc *[32]byte, p *f8HalfParams, nt bool) int
+//
+// Two blocks per iteration while two remain, with one check for both; the
+// single-block loop takes the last block and the blocks around a special
+// code.
 TEXT ·e5m2ToF32F16C(SB), NOSPLIT, $0-80
 	ARGS(nt+64, 5)              // blocks of 32 elements (32 bytes)
 	MOVQ    p+56(FP), R8
 	VPXOR   X11, X11, X11
 	F8MAGPROLOG
+
+e5m2pair:
+	CMPQ    CX, $2
+	JB      e5m2one
+	VPAND   (SI), Y14, Y1
+	VPAND   32(SI), Y14, Y3
+	VPMAXUB Y1, Y3, Y3
+	VPSUBUSB Y13, Y3, Y2
+	VPTEST  Y2, Y2
+	JNZ     e5m2one
+	VPMAXUB Y3, Y15, Y15
+	TESTQ   R10, R10
+	JNZ     e5m2pairnt
+	E5M2HALF(0, VMOVUPS)
+	E5M2HALF(16, VMOVUPS)
+	E5M2HALF(32, VMOVUPS)
+	E5M2HALF(48, VMOVUPS)
+	JMP     e5m2pairnext
+
+e5m2pairnt:
+	E5M2HALF(0, VMOVNTPS)
+	E5M2HALF(16, VMOVNTPS)
+	E5M2HALF(32, VMOVNTPS)
+	E5M2HALF(48, VMOVNTPS)
+
+e5m2pairnext:
+	ADDQ    $64, SI
+	ADDQ    $256, DI
+	ADDQ    $64, AX
+	SUBQ    $2, CX
+	JMP     e5m2pair
+
+e5m2one:
 	TESTQ   CX, CX
 	JZ      done
-
-e5m2loop:
 	F8MAGCHECK
 	TESTQ   R10, R10
 	JNZ     e5m2nt
@@ -619,7 +746,7 @@ e5m2next:
 	ADDQ    $128, DI
 	ADDQ    $32, AX
 	DECQ    CX
-	JNZ     e5m2loop
+	JMP     e5m2one
 
 done:
 	FINISH
