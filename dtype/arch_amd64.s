@@ -294,27 +294,9 @@ GLOBL e4m3tab<>(SB), RODATA|NOPTR, $64
 // shift, mask or scale.
 // E5M2HALF is HALF8 for E5M2, whose codes are binary16's top byte: no
 // shift, mask or scale.
-// E4M3HALF is HALF8 for the layouts with a 4-bit exponent, whose shift is
-// always 1 (an immediate, which is cheaper than a count in a register).
-#define E4M3HALF(off, op) \
-	VMOVDQU off(SI), X0 \
-	VPUNPCKLBW X0, X11, X1 \
-	VPUNPCKHBW X0, X11, X2 \
-	VPSRAW  $1, X1, X1 \
-	VPSRAW  $1, X2, X2 \
-	VPAND   X9, X1, X1 \
-	VPAND   X9, X2, X2 \
-	VCVTPH2PS X1, Y1 \
-	VCVTPH2PS X2, Y2 \
-	VMULPS  Y8, Y1, Y1 \
-	VMULPS  Y8, Y2, Y2 \
-	op      Y1, (4*off)(DI) \
-	op      Y2, (4*off+32)(DI)
-
 #define E5M2HALF(off, op) \
-	VMOVDQU off(SI), X0 \
-	VPUNPCKLBW X0, X11, X1 \
-	VPUNPCKHBW X0, X11, X2 \
+	VPUNPCKLBW off(SI), X11, X1 \
+	VPUNPCKHBW off(SI), X11, X2 \
 	VCVTPH2PS X1, Y1 \
 	VCVTPH2PS X2, Y2 \
 	op      Y1, (4*off)(DI) \
