@@ -27,6 +27,9 @@ func f8ToF32AVX2(dst, src []byte, acc *[32]byte, p *f8DecodeParams, nt bool) int
 //go:noescape
 func f8ToF32F16C(dst, src []byte, acc *[32]byte, p *f8HalfParams, nt bool) int
 
+// e4m3ToF32F16C and e5m2ToF32F16C read only the magnitude mask and the
+// first special magnitude from p; E4M3's rebias table is in the assembly.
+//
 //go:noescape
 func e4m3ToF32F16C(dst, src []byte, acc *[32]byte, p *f8HalfParams, nt bool) int
 
@@ -94,9 +97,10 @@ func vecKernelFor(from, to DType, fallback kernel) kernel {
 			v.run = func(dst, src []byte, acc *[32]byte, nt bool) (int, int) {
 				return e5m2ToF32F16C(dst, src, acc, hp, nt), 0
 			}
-		case hp != nil && hasF16C && hp.codeSpecial8[0]&hp.magMask8[0] >= hp.magSpecial8[0]:
-			// Every special code is a special magnitude (E4M3): the
-			// cheaper check of e4m3ToF32F16C finds them all.
+		case hp != nil && hasF16C && from == F8_E4M3:
+			// Its special codes are all special magnitudes, which the
+			// cheaper check of e4m3ToF32F16C finds, and its table is
+			// E4M3's.
 			v.run = func(dst, src []byte, acc *[32]byte, nt bool) (int, int) {
 				return e4m3ToF32F16C(dst, src, acc, hp, nt), 0
 			}

@@ -248,13 +248,14 @@ nounder:
 	op      Y1, (4*off)(DI) \
 	op      Y2, (4*off+32)(DI)
 
-// E5M2HALF is HALF8 for E5M2, whose codes are binary16's top byte: no
-// shift, mask or scale.
-// e4m3tab: rows of VPSHUFB table and VPMINUB limit for E4M3DEC. The
-// table, indexed by min(magnitude, 8), holds what to add to the magnitude
-// so that it reads as binary16 bits 14-7: 0x40 (the exponent rebiased from
-// 7 to 15) for normal codes, and for the subnormal codes m*2^-9 (and zero)
-// the binary16 bits of that value over 2^7 less m. Both lanes alike.
+// e4m3tab holds the VPSHUFB table and the VPMINUB limit (8) of E4M3DEC,
+// each a 32-byte row (both lanes alike). The table, indexed by
+// min(magnitude, 8), holds what to add to an E4M3 magnitude so that the sum
+// is the binary16 bits 14-7 of its value: 0x40 (the exponent rebiased from
+// 7 to 15) for every normal magnitude (index 8), and for the subnormal
+// magnitudes m = 0-7 (value m*2^-9, normal in binary16) the binary16 bits
+// of that value shifted right by 7, less m. Binary16 bits 6-0 are zero for
+// every E4M3 value.
 DATA e4m3tab<>+0(SB)/8, $0x3f3e3d3c39362f00
 DATA e4m3tab<>+8(SB)/8, $0x4040404040404040
 DATA e4m3tab<>+16(SB)/8, $0x3f3e3d3c39362f00
@@ -290,8 +291,6 @@ GLOBL e4m3tab<>(SB), RODATA|NOPTR, $64
 	op      Y9, (4*off+64)(DI) \
 	op      Y10, (4*off+96)(DI)
 
-// E5M2HALF is HALF8 for E5M2, whose codes are binary16's top byte: no
-// shift, mask or scale.
 // E5M2HALF is HALF8 for E5M2, whose codes are binary16's top byte: no
 // shift, mask or scale.
 #define E5M2HALF(off, op) \
@@ -602,7 +601,7 @@ done:
 
 // func e4m3ToF32F16C(dst, src []byte, acc *[32]byte, p *f8HalfParams, nt bool) int
 //
-// Two blocks per iteration while two remain, with one check for both; the
+// F8_E4M3 only (E4M3DEC's table). Two blocks per iteration while two remain, with one check for both; the
 // single-block loop takes the last block and the blocks around a special
 // code.
 TEXT ·e4m3ToF32F16C(SB), NOSPLIT, $0-80
