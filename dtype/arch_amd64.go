@@ -24,14 +24,16 @@ func f32ToF8AVX2(dst, src []byte, acc *[32]byte, p *f8EncodeParams, nt bool) (n,
 //go:noescape
 func f8ToF32AVX2(dst, src []byte, acc *[32]byte, p *f8DecodeParams, nt bool) int
 
-//go:noescape
-func f8ToF32F16C(dst, src []byte, acc *[32]byte, p *f8HalfParams, nt bool) int
-
 // e4m3ToF32F16C and e5m2ToF32F16C read only the magnitude mask and the
 // first special magnitude from p; E4M3's rebias table is in the assembly.
 //
 //go:noescape
 func e4m3ToF32F16C(dst, src []byte, acc *[32]byte, p *f8HalfParams, nt bool) int
+
+// e4m3fnuzToF32F16C reads the magnitude mask and the special code from p.
+//
+//go:noescape
+func e4m3fnuzToF32F16C(dst, src []byte, acc *[32]byte, p *f8HalfParams, nt bool) int
 
 //go:noescape
 func e5m2ToF32F16C(dst, src []byte, acc *[32]byte, p *f8HalfParams, nt bool) int
@@ -104,8 +106,10 @@ func vecKernelFor(from, to DType, fallback kernel) kernel {
 			v.run = func(dst, src []byte, acc *[32]byte, nt bool) (int, int) {
 				return e4m3ToF32F16C(dst, src, acc, hp, nt), 0
 			}
-		case hp != nil && hasF16C:
-			v.run = func(dst, src []byte, acc *[32]byte, nt bool) (int, int) { return f8ToF32F16C(dst, src, acc, hp, nt), 0 }
+		case hp != nil && hasF16C && from == F8_E4M3FNUZ:
+			v.run = func(dst, src []byte, acc *[32]byte, nt bool) (int, int) {
+				return e4m3fnuzToF32F16C(dst, src, acc, hp, nt), 0
+			}
 		default:
 			p := f8DecodeTable[from]
 			v.run = func(dst, src []byte, acc *[32]byte, nt bool) (int, int) { return f8ToF32AVX2(dst, src, acc, p, nt), 0 }

@@ -176,9 +176,6 @@ nounder:
 #define D_MAGMASK32 128
 #define D_SCALE 160
 #define D_SHIFT 192
-#define H_WORDMASK 96
-#define H_SCALE 128
-#define H_SHIFT 160
 
 // F8CHECK jumps to done when the 32 codes at (SI) hold a code for the
 // portable kernel, and folds their magnitudes into Y15 otherwise. R8 points
@@ -229,25 +226,6 @@ nounder:
 	VPOR    Y5, Y4, Y4 \
 	op      Y4, (4*off)(DI)
 
-// HALF8 widens the 16 codes at off(SI) to binary16 bits (code<<8, then an
-// arithmetic shift by X10 and a mask by Y9, both per word), converts them to
-// float32 with F16C, scales by Y8 and stores them with op at 4*off(DI). X11
-// is zero; Y0-Y2 are clobbered.
-#define HALF8(off, op) \
-	VMOVDQU off(SI), X0 \
-	VPUNPCKLBW X0, X11, X1 \
-	VPUNPCKHBW X0, X11, X2 \
-	VPSRAW  X10, X1, X1 \
-	VPSRAW  X10, X2, X2 \
-	VPAND   X9, X1, X1 \
-	VPAND   X9, X2, X2 \
-	VCVTPH2PS X1, Y1 \
-	VCVTPH2PS X2, Y2 \
-	VMULPS  Y8, Y1, Y1 \
-	VMULPS  Y8, Y2, Y2 \
-	op      Y1, (4*off)(DI) \
-	op      Y2, (4*off+32)(DI)
-
 // e4m3tab holds the VPSHUFB table and the VPMINUB limit (8) of E4M3DEC,
 // each a 32-byte row (both lanes alike). The table, indexed by
 // min(magnitude, 8), holds what to add to an E4M3 magnitude so that the sum
@@ -265,6 +243,14 @@ DATA e4m3tab<>+40(SB)/8, $0x0808080808080808
 DATA e4m3tab<>+48(SB)/8, $0x0808080808080808
 DATA e4m3tab<>+56(SB)/8, $0x0808080808080808
 GLOBL e4m3tab<>(SB), RODATA|NOPTR, $64
+
+// e4m3fnuztab is e4m3tab for E4M3FNUZ (bias 8): 0x38 for the normal
+// magnitudes, and the subnormal ones are m*2^-10.
+DATA e4m3fnuztab<>+0(SB)/8, $0x37363534312e2700
+DATA e4m3fnuztab<>+8(SB)/8, $0x3838383838383838
+DATA e4m3fnuztab<>+16(SB)/8, $0x37363534312e2700
+DATA e4m3fnuztab<>+24(SB)/8, $0x3838383838383838
+GLOBL e4m3fnuztab<>(SB), RODATA|NOPTR, $32
 
 // E4M3DEC decodes the 32 E4M3 codes at off(SI), given their magnitudes in
 // m and their signs (all ones for a negative code) in x, into float32
@@ -291,8 +277,9 @@ GLOBL e4m3tab<>(SB), RODATA|NOPTR, $64
 	op      Y9, (4*off+64)(DI) \
 	op      Y10, (4*off+96)(DI)
 
-// E5M2HALF is HALF8 for E5M2, whose codes are binary16's top byte: no
-// shift, mask or scale.
+// E5M2HALF widens the 16 E5M2 codes at off(SI) to float32 stored with op
+// at 4*off(DI): each code is the top byte of the binary16 of its value.
+// X11 is zero; Y1 and Y2 are clobbered.
 #define E5M2HALF(off, op) \
 	VPUNPCKLBW off(SI), X11, X1 \
 	VPUNPCKHBW off(SI), X11, X2 \
@@ -564,41 +551,6 @@ done:
 	MOVQ    AX, ret+72(FP)
 	RET
 
-// func f8ToF32F16C(dst, src []byte, acc *[32]byte, p *f8HalfParams, nt bool) int
-TEXT ·f8ToF32F16C(SB), NOSPLIT, $0-80
-	ARGS(nt+64, 5)              // blocks of 32 elements (32 bytes)
-	MOVQ    p+56(FP), R8
-	VMOVDQU H_SHIFT(R8), X10
-	VMOVDQU H_WORDMASK(R8), Y9
-	VMOVDQU H_SCALE(R8), Y8
-	VPXOR   X11, X11, X11
-	TESTQ   CX, CX
-	JZ      done
-
-f8hloop:
-	F8CHECK
-	TESTQ   R10, R10
-	JNZ     f8hnt
-	HALF8(0, VMOVUPS)
-	HALF8(16, VMOVUPS)
-	JMP     f8hnext
-
-f8hnt:
-	HALF8(0, VMOVNTPS)
-	HALF8(16, VMOVNTPS)
-
-f8hnext:
-	ADDQ    $32, SI
-	ADDQ    $128, DI
-	ADDQ    $32, AX
-	DECQ    CX
-	JNZ     f8hloop
-
-done:
-	FINISH
-	MOVQ    AX, ret+72(FP)
-	RET
-
 // func e4m3ToF32F16C(dst, src []byte, acc *[32]byte, p *f8HalfParams, nt bool) int
 //
 // F8_E4M3 only (E4M3DEC's table). Two blocks per iteration while two remain, with one check for both; the
@@ -660,6 +612,81 @@ e4m3next:
 	ADDQ    $32, AX
 	DECQ    CX
 	JMP     e4m3one
+
+done:
+	FINISH
+	MOVQ    AX, ret+72(FP)
+	RET
+
+// func e4m3fnuzToF32F16C(dst, src []byte, acc *[32]byte, p *f8HalfParams, nt bool) int
+//
+// F8_E4M3FNUZ only: E4M3DEC with e4m3fnuztab; the one special code is 0x80
+// (NaN), the negative zero of the other layouts. Two blocks per iteration while two remain, with one check for both; the
+// single-block loop takes the last block and the blocks around a special
+// code.
+TEXT ·e4m3fnuzToF32F16C(SB), NOSPLIT, $0-80
+	ARGS(nt+64, 5)              // blocks of 32 elements (32 bytes)
+	MOVQ    p+56(FP), R8
+	VPXOR   X11, X11, X11
+	VMOVDQU D_MAGMASK8(R8), Y14
+	VMOVDQU D_CODESPECIAL8(R8), Y13
+	VMOVDQU e4m3fnuztab<>+0(SB), Y8
+	VMOVDQU e4m3tab<>+32(SB), Y12
+
+e4m3fnuzpair:
+	CMPQ    CX, $2
+	JB      e4m3fnuzone
+	VPCMPEQB (SI), Y13, Y6
+	VPCMPEQB 32(SI), Y13, Y7
+	VPOR    Y6, Y7, Y7
+	VPTEST  Y7, Y7
+	JNZ     e4m3fnuzone
+	VPAND   (SI), Y14, Y1
+	VPAND   32(SI), Y14, Y3
+	VPMAXUB Y1, Y3, Y6
+	VPMAXUB Y6, Y15, Y15
+	VPCMPGTB (SI), Y11, Y6
+	VPCMPGTB 32(SI), Y11, Y7
+	TESTQ   R10, R10
+	JNZ     e4m3fnuzpairnt
+	E4M3DEC(Y1, Y6, 0, VMOVUPS)
+	E4M3DEC(Y3, Y7, 32, VMOVUPS)
+	JMP     e4m3fnuzpairnext
+
+e4m3fnuzpairnt:
+	E4M3DEC(Y1, Y6, 0, VMOVNTPS)
+	E4M3DEC(Y3, Y7, 32, VMOVNTPS)
+
+e4m3fnuzpairnext:
+	ADDQ    $64, SI
+	ADDQ    $256, DI
+	ADDQ    $64, AX
+	SUBQ    $2, CX
+	JMP     e4m3fnuzpair
+
+e4m3fnuzone:
+	TESTQ   CX, CX
+	JZ      done
+	VPCMPEQB (SI), Y13, Y6
+	VPTEST  Y6, Y6
+	JNZ     done
+	VPAND   (SI), Y14, Y1
+	VPMAXUB Y1, Y15, Y15
+	VPCMPGTB (SI), Y11, Y6
+	TESTQ   R10, R10
+	JNZ     e4m3fnuznt
+	E4M3DEC(Y1, Y6, 0, VMOVUPS)
+	JMP     e4m3fnuznext
+
+e4m3fnuznt:
+	E4M3DEC(Y1, Y6, 0, VMOVNTPS)
+
+e4m3fnuznext:
+	ADDQ    $32, SI
+	ADDQ    $128, DI
+	ADDQ    $32, AX
+	DECQ    CX
+	JMP     e4m3fnuzone
 
 done:
 	FINISH
