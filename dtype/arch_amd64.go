@@ -28,15 +28,15 @@ func f8ToF32AVX2(dst, src []byte, acc *[32]byte, p *f8DecodeParams, nt bool) int
 // first special magnitude from p; E4M3's rebias table is in the assembly.
 //
 //go:noescape
-func e4m3ToF32F16C(dst, src []byte, acc *[32]byte, p *f8HalfParams, nt bool) int
+func e4m3ToF32F16C(dst, src []byte, acc *[32]byte, p *f8DecodeParams, nt bool) int
 
 // e4m3fnuzToF32F16C reads the magnitude mask and the special code from p.
 //
 //go:noescape
-func e4m3fnuzToF32F16C(dst, src []byte, acc *[32]byte, p *f8HalfParams, nt bool) int
+func e4m3fnuzToF32F16C(dst, src []byte, acc *[32]byte, p *f8DecodeParams, nt bool) int
 
 //go:noescape
-func e5m2ToF32F16C(dst, src []byte, acc *[32]byte, p *f8HalfParams, nt bool) int
+func e5m2ToF32F16C(dst, src []byte, acc *[32]byte, p *f8DecodeParams, nt bool) int
 
 //go:noescape
 func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
@@ -94,24 +94,23 @@ func vecKernelFor(from, to DType, fallback kernel) kernel {
 		}
 		v.inSize, v.outSize = 1, 4
 		v.accMax = func(acc *[32]byte) float64 { return l.value(accMaxU8(acc)) }
-		switch hp := f8HalfTable[from]; {
-		case hp != nil && hasF16C && from == F8_E5M2:
+		switch p := f8DecodeTable[from]; {
+		case hasF16C && from == F8_E5M2:
 			v.run = func(dst, src []byte, acc *[32]byte, nt bool) (int, int) {
-				return e5m2ToF32F16C(dst, src, acc, hp, nt), 0
+				return e5m2ToF32F16C(dst, src, acc, p, nt), 0
 			}
-		case hp != nil && hasF16C && from == F8_E4M3:
+		case hasF16C && from == F8_E4M3:
 			// Its special codes are all special magnitudes, which the
 			// cheaper check of e4m3ToF32F16C finds, and its table is
 			// E4M3's.
 			v.run = func(dst, src []byte, acc *[32]byte, nt bool) (int, int) {
-				return e4m3ToF32F16C(dst, src, acc, hp, nt), 0
+				return e4m3ToF32F16C(dst, src, acc, p, nt), 0
 			}
-		case hp != nil && hasF16C && from == F8_E4M3FNUZ:
+		case hasF16C && from == F8_E4M3FNUZ:
 			v.run = func(dst, src []byte, acc *[32]byte, nt bool) (int, int) {
-				return e4m3fnuzToF32F16C(dst, src, acc, hp, nt), 0
+				return e4m3fnuzToF32F16C(dst, src, acc, p, nt), 0
 			}
 		default:
-			p := f8DecodeTable[from]
 			v.run = func(dst, src []byte, acc *[32]byte, nt bool) (int, int) { return f8ToF32AVX2(dst, src, acc, p, nt), 0 }
 		}
 	default:

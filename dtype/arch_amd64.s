@@ -168,7 +168,7 @@ nounder:
 	VPADDD  Y4, Y5, reg \
 	VPSUBD  E_CODEBIAS(R8), reg, reg
 
-// Offsets in f8DecodeParams and f8HalfParams (the first three rows agree).
+// Offsets in f8DecodeParams.
 #define D_MAGMASK8 0
 #define D_MAGSPECIAL8 32
 #define D_CODESPECIAL8 64
@@ -551,7 +551,7 @@ done:
 	MOVQ    AX, ret+72(FP)
 	RET
 
-// func e4m3ToF32F16C(dst, src []byte, acc *[32]byte, p *f8HalfParams, nt bool) int
+// func e4m3ToF32F16C(dst, src []byte, acc *[32]byte, p *f8DecodeParams, nt bool) int
 //
 // F8_E4M3 only (E4M3DEC's table). Two blocks per iteration while two remain, with one check for both; the
 // single-block loop takes the last block and the blocks around a special
@@ -618,7 +618,7 @@ done:
 	MOVQ    AX, ret+72(FP)
 	RET
 
-// func e4m3fnuzToF32F16C(dst, src []byte, acc *[32]byte, p *f8HalfParams, nt bool) int
+// func e4m3fnuzToF32F16C(dst, src []byte, acc *[32]byte, p *f8DecodeParams, nt bool) int
 //
 // F8_E4M3FNUZ only: E4M3DEC with e4m3fnuztab; the one special code is 0x80
 // (NaN), the negative zero of the other layouts. Two blocks per iteration while two remain, with one check for both; the
@@ -693,7 +693,7 @@ done:
 	MOVQ    AX, ret+72(FP)
 	RET
 
-// func e5m2ToF32F16C(dst, src []byte, acc *[32]byte, p *f8HalfParams, nt bool) int
+// func e5m2ToF32F16C(dst, src []byte, acc *[32]byte, p *f8DecodeParams, nt bool) int
 //
 // Two blocks per iteration while two remain, with one check for both; the
 // single-block loop takes the last block and the blocks around a special

@@ -179,19 +179,13 @@ var f8Layouts = map[DType]f8Layout{
 	F8_E8M0:     {magMask: 0xff, signed: false, shift: 23, scaleExp: 0, magSpecial: 0xff, codeSpecial: 0x00},
 }
 
-// f8DecodeTable and f8HalfTable hold the decoder parameters of each layout,
-// computed once (read-only afterwards).
-var (
-	f8DecodeTable = map[DType]*f8DecodeParams{}
-	f8HalfTable   = map[DType]*f8HalfParams{}
-)
+// f8DecodeTable holds the decoder parameters of each layout, computed once
+// (read-only afterwards).
+var f8DecodeTable = map[DType]*f8DecodeParams{}
 
 func init() {
 	for d, l := range f8Layouts {
 		f8DecodeTable[d] = l.decodeParams()
-		if hp := l.halfParams(); hp != nil {
-			f8HalfTable[d] = hp
-		}
 	}
 }
 
@@ -200,8 +194,9 @@ func (l f8Layout) value(m uint8) float64 {
 	return float64(math.Float32frombits(uint32(m)<<l.shift)) * math.Ldexp(1, l.scaleExp)
 }
 
-// f8DecodeParams is the constant block the vector FP8 decoder reads: each row
-// is one 32-byte vector.
+// f8DecodeParams is the constant block the vector FP8 decoders read: each
+// row is one 32-byte vector. The amd64 decoders through binary16 (E4M3,
+// E4M3FNUZ, E5M2) read only the first three rows.
 type f8DecodeParams struct {
 	magMask8     [32]uint8
 	magSpecial8  [32]uint8
@@ -227,52 +222,6 @@ func (l f8Layout) decodeParams() *f8DecodeParams {
 		p.scale[i] = float32(math.Ldexp(1, l.scaleExp))
 	}
 	p.shift[0] = uint64(l.shift)
-	return p
-}
-
-// f8HalfParams is the constant block the F16C-based FP8 decoder reads: the
-// code goes to binary16 bits as code<<8, shifted right arithmetically by
-// shift and masked with wordMask (to move a 4-bit exponent into place), then
-// to float32 and times scale. The first three rows are those of
-// f8DecodeParams.
-type f8HalfParams struct {
-	magMask8     [32]uint8
-	magSpecial8  [32]uint8
-	codeSpecial8 [32]uint8
-	wordMask     [16]uint16
-	scale        [8]float32
-	shift        [4]uint64 // count for the word shift: [0] is used
-}
-
-// halfParams returns the F16C decoder parameters, or nil for layouts that
-// binary16 cannot carry: E5M2 is binary16's top byte (no shift, scale 1);
-// layouts with a 4-bit exponent (E4M3, E4M3FNUZ) read as binary16 after an
-// arithmetic shift by one, times 2^(15-bias). E5M2FNUZ (whose top exponent is
-// finite) and E8M0 are left to the float32 decoder.
-func (l f8Layout) halfParams() *f8HalfParams {
-	bias := 127 - l.scaleExp
-	var shift uint
-	var mask uint16 = 0xffff
-	switch {
-	case l.signed && l.shift == 21 && bias == 15:
-	case l.signed && l.shift == 20:
-		shift, mask = 1, 0xbfff
-	default:
-		return nil
-	}
-	p := new(f8HalfParams)
-	for i := range 32 {
-		p.magMask8[i] = l.magMask
-		p.magSpecial8[i] = l.magSpecial
-		p.codeSpecial8[i] = l.codeSpecial
-	}
-	for i := range 16 {
-		p.wordMask[i] = mask
-	}
-	for i := range 8 {
-		p.scale[i] = float32(math.Ldexp(1, 15-bias))
-	}
-	p.shift[0] = uint64(shift)
 	return p
 }
 
