@@ -365,7 +365,8 @@ func demoSave(d *demo, root, work string) error {
 		return err
 	}
 	d.printf("  quantized %d tensors to F8_E4M3 (saturating): %s\n", len(tensors), total)
-	d.printf("  wrote %s\n", strings.Join(relAll(work, res.Files), ", "))
+	d.printf("  wrote %s + %s (%d bytes of tensor data, committed as one set)\n",
+		strings.Join(res.Files, ", "), res.Index, res.TotalSize)
 	plan, err := variant.ResolveComponent(out, "fp8")
 	if err != nil {
 		return err
@@ -391,12 +392,4 @@ func demoSave(d *demo, root, work string) error {
 	d.printf("  cancelled save: error %q; previous file intact: %v (sha256 %x); temp files left: %d\n",
 		err, bytes.Equal(before, after), sha256.Sum256(after), len(leftovers))
 	return nil
-}
-
-func relAll(base string, paths []string) []string {
-	out := make([]string, len(paths))
-	for i, p := range paths {
-		out[i] = relTo(base, p)
-	}
-	return out
 }
