@@ -517,10 +517,19 @@ func (f *folder) checkSingle(name string) error {
 func (f *folder) checkIndex(c candidate, prefix, v string) (*checked, error) {
 	ch := &checked{c: c}
 	path := filepath.Join(f.dir, c.name)
-	ix, err := shard.ReadIndex(path)
-	if err != nil {
-		ch.err = fromShard(f.dir, c.name, err)
-		return ch, nil
+	// Open reads the index itself; only when it fails is the index read
+	// again on its own, for the tag checks, which come first.
+	ck, openErr := shard.Open(path, f.shardOpts...)
+	var ix *shard.Index
+	if openErr == nil {
+		defer ck.Close()
+		ix = ck.Index()
+	} else {
+		var err error
+		if ix, err = shard.ReadIndex(path); err != nil {
+			ch.err = fromShard(f.dir, c.name, err)
+			return ch, nil
+		}
 	}
 	ch.shards = ix.Shards()
 	var current, legacy int
@@ -544,15 +553,13 @@ func (f *folder) checkIndex(c candidate, prefix, v string) (*checked, error) {
 	if legacy > 0 && current > 0 {
 		ch.warns = append(ch.warns, fmt.Sprintf("index %s mixes current and legacy shard names", c.name))
 	}
-	ck, err := shard.Open(path, f.shardOpts...)
-	if err != nil {
-		ch.err = fromShard(f.dir, c.name, err)
+	if openErr != nil {
+		ch.err = fromShard(f.dir, c.name, openErr)
 		return ch, nil
 	}
 	for _, w := range ck.Warnings() {
 		ch.warns = append(ch.warns, c.name+": "+w)
 	}
-	ck.Close()
 	return ch, nil
 }
 
