@@ -3,8 +3,10 @@
 package testutil
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
 
 	"github.com/ckpt-go/ckpt/ckpttest"
@@ -40,6 +42,36 @@ func WriteSyntheticShards(t testing.TB, dir string, names []string, weightMap ma
 	for s, ts := range byShard {
 		if err := ckpttest.WriteFile(filepath.Join(dir, s), ts, nil); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+var snakeCase = regexp.MustCompile(`^[a-z]+(_[a-z]+)*$`)
+
+// CheckKinds checks the error-kind type of a ckpt package: there is at least
+// one kind, every kind has a distinct snake_case name, and the error newErr
+// builds for a kind matches that kind under errors.Is and no other one.
+func CheckKinds[K interface {
+	~int
+	error
+	String() string
+}](t testing.TB, kinds []K, newErr func(K) error) {
+	t.Helper()
+	if len(kinds) == 0 {
+		t.Fatal("no kinds")
+	}
+	seen := make(map[string]bool, len(kinds))
+	for _, k := range kinds {
+		s := k.String()
+		if !snakeCase.MatchString(s) || seen[s] {
+			t.Errorf("kind %d: name %q is not a distinct snake_case name", k, s)
+		}
+		seen[s] = true
+		e := newErr(k)
+		for _, o := range kinds {
+			if got := errors.Is(e, o); got != (o == k) {
+				t.Errorf("errors.Is(error of kind %s, %s) = %v", s, o.String(), got)
+			}
 		}
 	}
 }
