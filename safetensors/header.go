@@ -231,22 +231,13 @@ func (h *Header) finish() error {
 				fmt.Sprintf("data_offsets [%d, %d] do not start where the previous tensor ends (%d)", t.Begin, t.End, start))
 		}
 		start = t.End
-		n, err := shapes.Elements(t.Shape)
+		size, err := shapeByteLen(t.Name, t.DType, t.Shape)
 		if err != nil {
-			return newErr(ErrOverflow, t.Name, "shape", fmt.Sprintf("element count of shape %v overflows", t.Shape))
+			return err
 		}
-		nb := int64(t.DType.Bits())
-		if n > math.MaxInt64/nb {
-			return newErr(ErrOverflow, t.Name, "shape", fmt.Sprintf("byte size of shape %v in %s overflows", t.Shape, t.DType))
-		}
-		nbits := n * nb
-		if nbits%8 != 0 {
-			return newErr(ErrMisalignedSlice, t.Name, "shape",
-				fmt.Sprintf("%d elements of %s (%d bits each) do not fill whole bytes", n, t.DType, nb))
-		}
-		if t.End-t.Begin != nbits/8 {
+		if t.End-t.Begin != size {
 			return newErr(ErrTensorSizeMismatch, t.Name, "data_offsets",
-				fmt.Sprintf("data_offsets span %d bytes, but %s %v needs %d", t.End-t.Begin, t.DType, t.Shape, nbits/8))
+				fmt.Sprintf("data_offsets span %d bytes, but %s %v needs %d", t.End-t.Begin, t.DType, t.Shape, size))
 		}
 	}
 	if h.DataLen >= 0 && start != h.DataLen {
@@ -259,6 +250,27 @@ func (h *Header) finish() error {
 		return newErr(ErrIncompleteBuffer, "", "", msg)
 	}
 	return nil
+}
+
+// shapeByteLen returns the size in bytes of a tensor of dtype d (known,
+// non-zero width) and shape (no negative dimension), failing with ErrOverflow
+// when the element or bit count overflows int64 and with ErrMisalignedSlice
+// when sub-byte elements do not fill whole bytes. Header validation and
+// TensorSpec.ByteLen share it.
+func shapeByteLen(name string, d dtype.DType, shape []int64) (int64, error) {
+	n, err := shapes.Elements(shape)
+	if err != nil {
+		return 0, newErr(ErrOverflow, name, "shape", fmt.Sprintf("element count of shape %v overflows", shape))
+	}
+	bits := int64(d.Bits())
+	if n > math.MaxInt64/bits {
+		return 0, newErr(ErrOverflow, name, "shape", fmt.Sprintf("byte size of shape %v in %s overflows", shape, d))
+	}
+	if n*bits%8 != 0 {
+		return 0, newErr(ErrMisalignedSlice, name, "shape",
+			fmt.Sprintf("%d elements of %s (%d bits each) do not fill whole bytes", n, d, bits))
+	}
+	return n * bits / 8, nil
 }
 
 func cmpOffsets(a, b TensorInfo) int {

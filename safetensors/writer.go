@@ -17,7 +17,6 @@ import (
 
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/internal/atomicfile"
-	"github.com/ckpt-go/ckpt/internal/shapes"
 )
 
 // TensorSpec declares a tensor to a Writer.
@@ -39,19 +38,7 @@ func (s TensorSpec) ByteLen() (int64, error) {
 			return 0, newErr(ErrInvalidArgument, s.Name, "shape", fmt.Sprintf("negative dimension in shape %v", s.Shape))
 		}
 	}
-	n, err := shapes.Elements(s.Shape)
-	if err != nil {
-		return 0, newErr(ErrOverflow, s.Name, "shape", fmt.Sprintf("element count of shape %v overflows", s.Shape))
-	}
-	bits := int64(s.DType.Bits())
-	if n > math.MaxInt64/bits {
-		return 0, newErr(ErrOverflow, s.Name, "shape", fmt.Sprintf("byte size of shape %v overflows", s.Shape))
-	}
-	if n*bits%8 != 0 {
-		return 0, newErr(ErrMisalignedSlice, s.Name, "shape",
-			fmt.Sprintf("%d elements of %s do not fill whole bytes", n, s.DType))
-	}
-	return n * bits / 8, nil
+	return shapeByteLen(s.Name, s.DType, s.Shape)
 }
 
 // TensorData is a tensor with its raw little-endian bytes, for Save and
