@@ -1,6 +1,7 @@
 package safetensors
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -147,8 +148,7 @@ func OpenBytes(data []byte, opts ...OpenOption) (*File, error) {
 	if len(data) < 8 {
 		return nil, newErr(ErrHeaderTooSmall, "", "", fmt.Sprintf("file is %d bytes, shorter than the 8-byte header length", len(data)))
 	}
-	n := uint64(data[0]) | uint64(data[1])<<8 | uint64(data[2])<<16 | uint64(data[3])<<24 |
-		uint64(data[4])<<32 | uint64(data[5])<<40 | uint64(data[6])<<48 | uint64(data[7])<<56
+	n := binary.LittleEndian.Uint64(data)
 	if err := checkHeaderLen(n, int64(len(data))); err != nil {
 		return nil, err
 	}

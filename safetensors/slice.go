@@ -225,11 +225,11 @@ func (s *SliceView) ReadTo(dst []byte) error {
 	f := s.t.f
 	base := f.hdr.DataOffset + s.t.info.Begin
 	name := s.t.info.Name
+	if err := f.rlock(name); err != nil {
+		return err
+	}
+	defer f.mu.RUnlock()
 	if f.usePread() {
-		if err := f.rlock(name); err != nil {
-			return err
-		}
-		defer f.mu.RUnlock()
 		var pos int64
 		for off, n := range s.Spans() {
 			if err := f.readAt(name, dst[pos:pos+n], base+off); err != nil {
@@ -239,10 +239,6 @@ func (s *SliceView) ReadTo(dst []byte) error {
 		}
 		return nil
 	}
-	if err := f.rlock(name); err != nil {
-		return err
-	}
-	defer f.mu.RUnlock()
 	if base+s.t.info.ByteLen() > int64(len(f.data)) {
 		return s.t.err(ErrIO, "tensor extends past the mapped file")
 	}
