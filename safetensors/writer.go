@@ -332,14 +332,20 @@ func (w *Writer) Size() int64 { return int64(len(w.p.header)) + w.p.dataLen }
 
 func (w *Writer) raw(b []byte) error {
 	if _, err := w.w.Write(b); err != nil {
-		kind := ErrIO
-		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-			kind = ErrCanceled
-		}
-		w.err = &Error{Kind: kind, Msg: "write", Err: err}
+		w.err = writeErr("write", err)
 		return w.err
 	}
 	return nil
+}
+
+// writeErr wraps a failure of the underlying writer: ErrCanceled when it is
+// the context's (see ctxWriter), ErrIO otherwise.
+func writeErr(msg string, err error) *Error {
+	kind := ErrIO
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		kind = ErrCanceled
+	}
+	return &Error{Kind: kind, Msg: msg, Err: err}
 }
 
 func (w *Writer) check() error {
@@ -548,11 +554,7 @@ func (fw *FileWriter) Commit() error {
 		return fail(err)
 	}
 	if err := fw.bw.Flush(); err != nil {
-		kind := ErrIO
-		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-			kind = ErrCanceled
-		}
-		return fail(&Error{Kind: kind, Msg: "flush", Err: err})
+		return fail(writeErr("flush", err))
 	}
 	fw.done = true
 	if err := fw.af.Commit(); err != nil {
