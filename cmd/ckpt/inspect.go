@@ -87,16 +87,18 @@ func buildInspectReport(t *checkpointTarget) *inspectReport {
 	if rep.Metadata == nil {
 		rep.Metadata = map[string]string{}
 	}
-	for _, f := range t.files {
+	files := t.ckpt.Files()
+	for _, f := range files {
 		rep.Files = append(rep.Files, relTo(t.path, f))
 	}
 	totals := map[dtype.DType]*dtypeTotal{}
-	for name, tensor := range t.ckpt.Tensors() {
-		info := tensor.Info()
+	// The headers read by Open describe every tensor: no shard is opened.
+	for _, name := range t.ckpt.Names() {
+		info, file, _ := t.ckpt.Info(name)
 		it := inspectTensor{Name: name, DType: info.DType.String(), Shape: info.Shape,
 			Bytes: info.ByteLen(), Offsets: [2]int64{info.Begin, info.End}}
-		if len(t.files) > 1 {
-			it.File = relTo(t.path, tensor.File().Path())
+		if len(files) > 1 {
+			it.File = relTo(t.path, file)
 		}
 		if it.Shape == nil {
 			it.Shape = []int64{}
