@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -15,11 +16,9 @@ import (
 // checkpointTarget is what a path on the command line names: a single
 // safetensors file, an index JSON, or a folder holding one component.
 type checkpointTarget struct {
-	path  string
-	kind  string   // "file", "index" or "folder"
-	files []string // the safetensors files it consists of
-	ckpt  *shard.Checkpoint
-	plan  *variant.Plan // for folders
+	path string
+	kind string // "file", "index" or "folder"
+	ckpt *shard.Checkpoint
 }
 
 // openTarget opens path as a checkpoint: a .safetensors file, a
@@ -29,7 +28,7 @@ func openTarget(path, variantName string) (*checkpointTarget, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &checkpointTarget{path: path}
+	t := &checkpointTarget{path: path, kind: "file"}
 	switch {
 	case st.IsDir():
 		t.kind = "folder"
@@ -37,25 +36,16 @@ func openTarget(path, variantName string) (*checkpointTarget, error) {
 		if err != nil {
 			return nil, err
 		}
-		t.plan = plan
 		t.ckpt, err = plan.Open()
-		if err != nil {
-			return nil, err
-		}
 	case strings.HasSuffix(path, ".json"):
 		t.kind = "index"
 		t.ckpt, err = shard.Open(path)
-		if err != nil {
-			return nil, err
-		}
 	default:
-		t.kind = "file"
 		t.ckpt, err = shard.Open(path)
-		if err != nil {
-			return nil, err
-		}
 	}
-	t.files = t.ckpt.Files()
+	if err != nil {
+		return nil, err
+	}
 	return t, nil
 }
 
@@ -101,22 +91,13 @@ func describeError(err error) *errorInfo {
 		// rather than the wrappers around it.
 		info.Kind, info.File, info.Tensor, info.Message = se.Kind.String(), se.File, se.Tensor, se.Error()
 	case errors.As(err, &he):
-		info.Kind, info.File, info.Tensor = he.Kind.String(), firstNonEmpty(he.Shard, he.Path), he.Tensor
+		info.Kind, info.File, info.Tensor = he.Kind.String(), cmp.Or(he.Shard, he.Path), he.Tensor
 	case errors.As(err, &ve):
-		info.Kind, info.File, info.Tensor = ve.Kind.String(), firstNonEmpty(ve.File, ve.Dir), ve.Tensor
+		info.Kind, info.File, info.Tensor = ve.Kind.String(), cmp.Or(ve.File, ve.Dir), ve.Tensor
 	case os.IsNotExist(err):
 		info.Kind = "not_found"
 	}
 	return info
-}
-
-func firstNonEmpty(s ...string) string {
-	for _, v := range s {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
 }
 
 func humanBytes(n int64) string {

@@ -76,7 +76,7 @@ func validatePaths(paths []string, variantName string) []validateResult {
 		r := validateResult{File: p}
 		t, err := openTarget(p, variantName)
 		if err == nil {
-			r.Tensors = len(t.ckpt.Names())
+			r.Tensors = t.ckpt.Len()
 			t.Close()
 		}
 		r.OK = err == nil
