@@ -213,13 +213,6 @@ func demoInspect(d *demo, root, _ string) error {
 	return nil
 }
 
-// readF32 reads a tensor of any float dtype as float32 values.
-func readF32(t *safetensors.Tensor) ([]float32, dtype.Stats, error) {
-	out := make([]float32, t.NumElements())
-	st, err := t.ConvertTo(dtype.F32, dtype.Float32Bytes(out), dtype.Options{})
-	return out, st, err
-}
-
 func demoDequantize(d *demo, root, _ string) error {
 	d.section("mixed precision per component: FP8 transformer upcast to F32, image encoder kept F32")
 	fp8, err := safetensors.Open(filepath.Join(root, "transformer", "diffusion_pytorch_model.fp8.safetensors"))
@@ -241,11 +234,11 @@ func demoDequantize(d *demo, root, _ string) error {
 		if err != nil {
 			return err
 		}
-		vals, _, err := readF32(q)
+		vals, err := q.Float32s()
 		if err != nil {
 			return err
 		}
-		scale, _, err := readF32(s)
+		scale, err := s.Float32s()
 		if err != nil {
 			return err
 		}
@@ -280,7 +273,7 @@ func demoDequantize(d *demo, root, _ string) error {
 			d.printf("  image_encoder %-14s stays %s %v (convolutions need F32)\n", name, t.DType(), t.Shape())
 		}
 	}
-	return nil
+	return ck.Err()
 }
 
 func demoNarrowing(d *demo, root, _ string) error {
@@ -358,6 +351,9 @@ func demoSave(d *demo, root, work string) error {
 		total.Add(st)
 		tensors = append(tensors, safetensors.TensorData{Name: name, DType: dtype.F8_E4M3, Shape: t.Shape(), Data: q})
 	}
+	if err := src.Err(); err != nil {
+		return err
+	}
 	out := filepath.Join(work, "out")
 	res, err := shard.Write(context.Background(), out, "diffusion_pytorch_model", "fp8", tensors,
 		map[string]string{"format": "pt"}, shard.WithMaxShardSize(4096))
@@ -375,7 +371,7 @@ func demoSave(d *demo, root, work string) error {
 	if err != nil {
 		return err
 	}
-	d.printf("  resolved back as %s with %d files and %d tensors\n", plan.Layout, len(plan.Files), len(ck.Names()))
+	d.printf("  resolved back as %s with %d files and %d tensors\n", plan.Layout, len(plan.Files), ck.Len())
 	ck.Close()
 
 	// A save cancelled half-way must leave the previous file untouched.
