@@ -136,10 +136,7 @@ func (c *Checkpoint) openIndex() error {
 	c.index = ix
 	c.warnings = append(c.warnings, ix.Warnings...)
 	dir := filepath.Dir(c.path)
-	root := c.cfg.symlinkRoot
-	if root == "" {
-		root = dir
-	}
+	root := c.symlinkRoot()
 	realRoot := ""
 	shardNames := ix.Shards()
 	pos := make(map[string]int, len(shardNames))
@@ -241,6 +238,12 @@ func (c *Checkpoint) openIndex() error {
 		}
 	}
 	return nil
+}
+
+// symlinkRoot returns the folder that shard symlinks must resolve into:
+// the WithSymlinkRoot folder, or else the index's own.
+func (c *Checkpoint) symlinkRoot() string {
+	return cmp.Or(c.cfg.symlinkRoot, filepath.Dir(c.path))
 }
 
 // checkShardPath checks that the shard file p (named name in the index)
@@ -373,12 +376,8 @@ func (c *Checkpoint) open(s *shardFile) (*safetensors.File, error) {
 	if c.index != nil {
 		// The folder may have changed since Open validated it: a shard
 		// replaced by a symlink leaving the folder is refused here too.
-		root := c.cfg.symlinkRoot
-		if root == "" {
-			root = filepath.Dir(c.path)
-		}
 		realRoot := ""
-		if err := c.checkShardPath(s.name, s.path, root, &realRoot); err != nil {
+		if err := c.checkShardPath(s.name, s.path, c.symlinkRoot(), &realRoot); err != nil {
 			return nil, err
 		}
 	}
