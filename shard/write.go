@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/ckpt-go/ckpt/internal/shapes"
 	"github.com/ckpt-go/ckpt/safetensors"
 )
 
@@ -124,11 +123,7 @@ func WriteFrom(ctx context.Context, dir, prefix, variant string, specs []safeten
 			return nil, &Error{Kind: ErrDuplicateTensor, Path: dir, Tensor: s.Name}
 		}
 		seen[s.Name] = true
-		n, err := shapes.Elements(s.Shape)
-		if err != nil {
-			return nil, &Error{Kind: ErrInvalidTensor, Path: dir, Tensor: s.Name, Err: err}
-		}
-		size, err := s.DType.ByteLen(n)
+		size, err := s.ByteLen()
 		if err != nil {
 			return nil, &Error{Kind: ErrInvalidTensor, Path: dir, Tensor: s.Name, Err: err}
 		}
@@ -229,8 +224,7 @@ func (tx *commit) writeShard(ctx context.Context, name string, specs []safetenso
 		if err != nil {
 			return &Error{Kind: ErrWrite, Path: tx.dir, Shard: name, Tensor: s.Name, Msg: "fetching the data", Err: err}
 		}
-		n, _ := shapes.Elements(s.Shape)
-		want, _ := s.DType.ByteLen(n)
+		want, _ := s.ByteLen() // checked by WriteFrom
 		if int64(len(b)) != want {
 			return &Error{Kind: ErrInvalidTensor, Path: tx.dir, Tensor: s.Name,
 				Msg: fmt.Sprintf("data has %d bytes, %s%v needs %d", len(b), s.DType, s.Shape, want)}
