@@ -168,11 +168,7 @@ func Fill(name string, dt dtype.DType, shape []int64) ([]byte, error) {
 	b := make([]byte, size)
 	unit := func() float64 { return float64(int32(r.next()>>32)) / (1 << 31) } // [-1, 1)
 	switch dt {
-	case dtype.F32:
-		for i := 0; i < len(b); i += 4 {
-			binary.LittleEndian.PutUint32(b[i:], math.Float32bits(float32(unit())))
-		}
-	case dtype.C64:
+	case dtype.F32, dtype.C64:
 		for i := 0; i < len(b); i += 4 {
 			binary.LittleEndian.PutUint32(b[i:], math.Float32bits(float32(unit())))
 		}
