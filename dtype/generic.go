@@ -290,21 +290,25 @@ func enc32Scalar(to DType, dst []byte, src []uint32, opts Options, st *Stats) {
 	sat := opts.Saturate
 	var maxA uint32
 	switch to {
-	case F32, C64: // C64: the real part, with a zero imaginary part
-		w := to.Bits() / 8
-		dst = dst[:w*len(src)]
+	case F32:
+		dst = dst[:4*len(src)]
 		for i, x := range src {
-			a := x & 0x7FFFFFFF
-			if a >= 0x7F800000 {
+			if a := x & 0x7FFFFFFF; a >= 0x7F800000 {
 				x = special32(x, sat, st)
 			} else if a > maxA {
 				maxA = a
 			}
-			if w == 8 {
-				binary.LittleEndian.PutUint64(dst[8*i:], uint64(x))
-			} else {
-				binary.LittleEndian.PutUint32(dst[4*i:], x)
+			binary.LittleEndian.PutUint32(dst[4*i:], x)
+		}
+	case C64: // the real part, with a zero imaginary part
+		dst = dst[:8*len(src)]
+		for i, x := range src {
+			if a := x & 0x7FFFFFFF; a >= 0x7F800000 {
+				x = special32(x, sat, st)
+			} else if a > maxA {
+				maxA = a
 			}
+			binary.LittleEndian.PutUint64(dst[8*i:], uint64(x))
 		}
 	case F64:
 		dst = dst[:8*len(src)]
@@ -430,34 +434,35 @@ func enc64(to DType, dst []byte, src []float64, opts Options, st *Stats) {
 			}
 			binary.LittleEndian.PutUint64(dst[8*i:], x)
 		}
-	case F32, C64:
-		f := fmtF32
-		w := 4
-		if to == C64 {
-			w = 8
-		}
-		dst = dst[:w*len(src)]
-		minN, span := f.minNorm64, f.ovf64-f.minNorm64
+	case F32:
+		dst = dst[:4*len(src)]
+		minN, span := fmtF32.minNorm64, fmtF32.ovf64-fmtF32.minNorm64
 		for i, v := range src {
-			var y uint32
+			// A normal float32 result: the hardware conversion rounds to
+			// nearest even.
+			y := math.Float32bits(float32(v))
 			if a := math.Float64bits(v) &^ (1 << 63); a-minN < span {
-				// A normal float32 result: the hardware conversion rounds
-				// to nearest even.
 				maxA = max(maxA, a)
-				y = math.Float32bits(float32(v))
 			} else {
-				y = f.enc64(math.Float64bits(v), sat, st, &maxA)
+				y = fmtF32.enc64(math.Float64bits(v), sat, st, &maxA)
 			}
-			if w == 8 {
-				binary.LittleEndian.PutUint64(dst[8*i:], uint64(y))
-			} else {
-				binary.LittleEndian.PutUint32(dst[4*i:], y)
-			}
+			binary.LittleEndian.PutUint32(dst[4*i:], y)
 		}
-	case BF16, F16, F8_E4M3, F8_E5M2, F8_E4M3FNUZ, F8_E5M2FNUZ:
+	case C64: // as F32, into the real part, with a zero imaginary part
+		dst = dst[:8*len(src)]
+		minN, span := fmtF32.minNorm64, fmtF32.ovf64-fmtF32.minNorm64
+		for i, v := range src {
+			y := math.Float32bits(float32(v))
+			if a := math.Float64bits(v) &^ (1 << 63); a-minN < span {
+				maxA = max(maxA, a)
+			} else {
+				y = fmtF32.enc64(math.Float64bits(v), sat, st, &maxA)
+			}
+			binary.LittleEndian.PutUint64(dst[8*i:], uint64(y))
+		}
+	case BF16, F16:
 		f := narrowFormat(to)
-		w := int(f.bits / 8)
-		dst = dst[:w*len(src)]
+		dst = dst[:2*len(src)]
 		for i, v := range src {
 			x := math.Float64bits(v)
 			c, ok := f.fast64(x)
@@ -466,11 +471,20 @@ func enc64(to DType, dst []byte, src []float64, opts Options, st *Stats) {
 			} else {
 				c = f.enc64(x, sat, st, &maxA)
 			}
-			if w == 2 {
-				binary.LittleEndian.PutUint16(dst[2*i:], uint16(c))
+			binary.LittleEndian.PutUint16(dst[2*i:], uint16(c))
+		}
+	case F8_E4M3, F8_E5M2, F8_E4M3FNUZ, F8_E5M2FNUZ:
+		f := narrowFormat(to)
+		dst = dst[:len(src)]
+		for i, v := range src {
+			x := math.Float64bits(v)
+			c, ok := f.fast64(x)
+			if ok {
+				maxA = max(maxA, x&^(1<<63))
 			} else {
-				dst[i] = byte(c)
+				c = f.enc64(x, sat, st, &maxA)
 			}
+			dst[i] = byte(c)
 		}
 	case F8_E8M0:
 		dst = dst[:len(src)]
