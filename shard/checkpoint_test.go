@@ -120,13 +120,15 @@ func TestOpenMissingShard(t *testing.T) {
 }
 
 func TestOpenWrongShard(t *testing.T) {
-	dir, index := writeSharded(t)
+	_, index := writeSharded(t)
 	wm := map[string]string{}
 	for i, tt := range sample {
 		wm[tt.Name] = fmt.Sprintf("model-%05d-of-00002.safetensors", 1+i*2/len(sample))
 	}
 	wm["head"] = "model-00001-of-00002.safetensors" // it is in shard 2
-	ckpttest.WriteIndex(index, wm, nil)
+	if err := ckpttest.WriteIndex(index, wm, nil); err != nil {
+		t.Fatal(err)
+	}
 	_, err := Open(index)
 	var e *Error
 	if !errors.As(err, &e) || e.Kind != ErrTensorMissingFromShard || e.Tensor != "head" || e.Shard != "model-00001-of-00002.safetensors" {
@@ -135,7 +137,6 @@ func TestOpenWrongShard(t *testing.T) {
 	if !strings.Contains(err.Error(), "model-00002-of-00002.safetensors") {
 		t.Errorf("message does not say where the tensor is: %v", err)
 	}
-	_ = dir
 }
 
 func TestOpenDuplicateAndUnmapped(t *testing.T) {
