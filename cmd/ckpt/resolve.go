@@ -55,23 +55,12 @@ type resolveOutput struct {
 
 func resolveAndPrint(e *env, dir, variantName string, asJSON bool) error {
 	out := resolveOutput{Root: dir, Variant: variantName}
-	var err error
-	if _, statErr := os.Stat(filepath.Join(dir, "model_index.json")); statErr == nil {
-		out.Pipeline = true
-		var pp *variant.PipelinePlan
-		pp, err = variant.ResolvePipeline(dir, variantName)
-		if pp != nil {
-			out.Components, out.Ignored, out.Warnings = pp.Components, pp.Ignored, pp.Warnings
-			if err == nil && pp.Failed() {
-				err = errors.New("some components could not be resolved")
-			}
-		}
-	} else {
-		var plan *variant.Plan
-		plan, err = variant.ResolveComponent(dir, variantName)
-		if plan != nil {
-			out.Components = []*variant.Plan{plan}
-		}
+	_, statErr := os.Stat(filepath.Join(dir, variant.ModelIndex))
+	out.Pipeline = statErr == nil
+	pp, err := variant.Resolve(dir, variantName)
+	out.Components, out.Ignored, out.Warnings = pp.Components, pp.Ignored, pp.Warnings
+	if err == nil && pp.Failed() {
+		err = errors.New("some components could not be resolved")
 	}
 	out.Error = describeError(err)
 	if asJSON {
