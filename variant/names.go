@@ -16,7 +16,7 @@ const (
 
 var prefixes = []string{TransformersPrefix, DiffusersPrefix}
 
-// NameRE is the rule for variant names: ASCII letters, digits and "_",
+// nameRE is the rule for variant names: ASCII letters, digits and "_",
 // compared case-sensitively.
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9_]+$`)
 
@@ -48,10 +48,9 @@ type pattern struct {
 	re      *regexp.Regexp
 	kind    fileKind
 	legacy  bool
-	varIdx  int // submatch of the variant, 0 for none
-	numIdx  int // submatch of the shard number, 0 for none
-	prefix  string
-	ofIndex int
+	varIdx int // submatch of the variant, 0 for none
+	numIdx int // submatch of the shard number (the shard count follows it), 0 for none
+	prefix string
 }
 
 var patterns = func() []pattern {
@@ -59,11 +58,7 @@ var patterns = func() []pattern {
 	for _, p := range prefixes {
 		q := regexp.QuoteMeta(p)
 		mk := func(expr string, k fileKind, legacy bool, varIdx, numIdx int) pattern {
-			ofIdx := 0
-			if numIdx > 0 {
-				ofIdx = numIdx + 1
-			}
-			return pattern{re: regexp.MustCompile(`^` + q + expr + `$`), kind: k, legacy: legacy, varIdx: varIdx, numIdx: numIdx, prefix: p, ofIndex: ofIdx}
+			return pattern{re: regexp.MustCompile(`^` + q + expr + `$`), kind: k, legacy: legacy, varIdx: varIdx, numIdx: numIdx, prefix: p}
 		}
 		// Order matters where names overlap: current names come first.
 		ps = append(ps,
@@ -93,7 +88,7 @@ func classify(name string) (candidate, bool) {
 		}
 		if p.numIdx > 0 {
 			c.num, _ = strconv.Atoi(m[p.numIdx])
-			c.of, _ = strconv.Atoi(m[p.ofIndex])
+			c.of, _ = strconv.Atoi(m[p.numIdx+1])
 		}
 		return c, true
 	}
