@@ -45,9 +45,9 @@ const v = `([A-Za-z0-9_]+)`
 const nn = `(\d{5})-of-(\d{5})`
 
 type pattern struct {
-	re      *regexp.Regexp
-	kind    fileKind
-	legacy  bool
+	re     *regexp.Regexp
+	kind   fileKind
+	legacy bool
 	varIdx int // submatch of the variant, 0 for none
 	numIdx int // submatch of the shard number (the shard count follows it), 0 for none
 	prefix string
