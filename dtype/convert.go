@@ -28,7 +28,18 @@ const parallelMin = 1 << 20
 // (GOMAXPROCS when 0); the result and the Stats are the same as serially.
 func Convert(dst []byte, to DType, src []byte, from DType, opts Options) (Stats, error) {
 	var st Stats
-	fail := func(err error, reason string) (Stats, error) {
+	k, n, err := plan(dst, to, src, from)
+	if err != nil {
+		return st, err
+	}
+	run(k, dst, to, src, from, n, opts, &st)
+	return st, nil
+}
+
+// plan checks the arguments of Convert and returns the kernel for the pair
+// and the number of elements.
+func plan(dst []byte, to DType, src []byte, from DType) (kernel, int, error) {
+	fail := func(err error, reason string) (kernel, int, error) {
 		ns, nd := -1, -1
 		if from.Valid() {
 			if n, e := from.Elements(len(src)); e == nil {
@@ -40,7 +51,7 @@ func Convert(dst []byte, to DType, src []byte, from DType, opts Options) (Stats,
 				nd = n
 			}
 		}
-		return st, &ConvertError{From: from, To: to, SrcBytes: len(src), DstBytes: len(dst),
+		return nil, 0, &ConvertError{From: from, To: to, SrcBytes: len(src), DstBytes: len(dst),
 			SrcElements: ns, DstElements: nd, Err: err, Reason: reason}
 	}
 	if !from.Valid() {
@@ -66,19 +77,24 @@ func Convert(dst []byte, to DType, src []byte, from DType, opts Options) (Stats,
 	if k == nil {
 		return fail(ErrUnsupported, "no conversion from complex to real values")
 	}
-	if ns == 0 {
-		return st, nil
+	return k, ns, nil
+}
+
+// run converts the n elements of src into dst with k, split across
+// goroutines from parallelMin bytes on.
+func run(k kernel, dst []byte, to DType, src []byte, from DType, n int, opts Options, st *Stats) {
+	if n == 0 {
+		return
 	}
 	workers := opts.Workers
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
 	if workers == 1 || max(len(src), len(dst)) < parallelMin {
-		k(dst, src, opts, &st)
-		return st, nil
+		k(dst, src, opts, st)
+		return
 	}
-	convertParallel(k, dst, to, src, from, ns, workers, opts, &st)
-	return st, nil
+	convertParallel(k, dst, to, src, from, n, workers, opts, st)
 }
 
 // segmentBytes is how much ConvertContext converts between checks of its
@@ -90,34 +106,24 @@ const segmentBytes = 32 << 20
 // after ctx is done, returning the Stats so far and ctx.Err(). dst is then
 // only partly written.
 func ConvertContext(ctx context.Context, dst []byte, to DType, src []byte, from DType, opts Options) (Stats, error) {
+	var total Stats
 	if err := ctx.Err(); err != nil {
-		return Stats{}, err
+		return total, err
 	}
-	if max(len(src), len(dst)) <= segmentBytes {
-		return Convert(dst, to, src, from, opts)
-	}
-	// Validate once, on an empty prefix of the right shape.
-	if st, err := Convert(nil, to, nil, from, opts); err != nil {
-		return st, err
-	}
-	ns, errS := from.Elements(len(src))
-	nd, errD := to.Elements(len(dst))
-	if errS != nil || errD != nil || ns != nd {
-		return Convert(dst, to, src, from, opts) // reports the length error
+	k, n, err := plan(dst, to, src, from)
+	if err != nil {
+		return total, err
 	}
 	width := max(from.Bits(), to.Bits())
 	per := segmentBytes * 8 / width &^ 7 // elements per segment, a multiple of 8
-	var total Stats
-	for lo := 0; lo < ns; lo += per {
+	for lo := 0; lo < n; lo += per {
 		if err := ctx.Err(); err != nil {
 			return total, err
 		}
-		hi := min(ns, lo+per)
-		st, err := Convert(dst[byteOff(to, lo):byteOff(to, hi)], to, src[byteOff(from, lo):byteOff(from, hi)], from, opts)
+		hi := min(n, lo+per)
+		var st Stats
+		run(k, dst[byteOff(to, lo):byteOff(to, hi)], to, src[byteOff(from, lo):byteOff(from, hi)], from, hi-lo, opts, &st)
 		total.Add(st)
-		if err != nil {
-			return total, err
-		}
 	}
 	return total, nil
 }
