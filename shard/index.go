@@ -144,13 +144,7 @@ func parseIndexFast(data []byte) (ix *Index, ok bool) {
 				return nil, false
 			}
 			sc.i += int(d.InputOffset())
-			switch mv := v.(type) {
-			case nil:
-				ix.Warnings = append(ix.Warnings, `"metadata" is null`)
-			case map[string]any:
-				ix.Metadata = mv
-				ix.TotalSize = ix.totalSize(mv)
-			default:
+			if ix.setMetadata(v) != nil {
 				return nil, false
 			}
 		default:
@@ -327,14 +321,8 @@ func parseIndexSlow(data []byte) (*Index, error) {
 			if err := d.Decode(&v); err != nil {
 				return nil, syntax(err)
 			}
-			switch m := v.(type) {
-			case nil:
-				ix.Warnings = append(ix.Warnings, `"metadata" is null`)
-			case map[string]any:
-				ix.Metadata = m
-				ix.TotalSize = ix.totalSize(m)
-			default:
-				return nil, &Error{Kind: ErrIndexInvalidMetadata, Msg: fmt.Sprintf(`"metadata" is %s, not an object`, describeValue(v))}
+			if err := ix.setMetadata(v); err != nil {
+				return nil, err
 			}
 		default:
 			var skip json.RawMessage
@@ -405,6 +393,21 @@ func (ix *Index) parseWeightMap(d *json.Decoder, syntax func(error) error) error
 	}
 	if len(ix.WeightMap) == 0 {
 		return &Error{Kind: ErrIndexInvalidWeightMap, Msg: `"weight_map" is empty`}
+	}
+	return nil
+}
+
+// setMetadata records the decoded "metadata" value: an object, or null
+// (with a warning); anything else is an ErrIndexInvalidMetadata error.
+func (ix *Index) setMetadata(v any) error {
+	switch m := v.(type) {
+	case nil:
+		ix.Warnings = append(ix.Warnings, `"metadata" is null`)
+	case map[string]any:
+		ix.Metadata = m
+		ix.TotalSize = ix.totalSize(m)
+	default:
+		return &Error{Kind: ErrIndexInvalidMetadata, Msg: fmt.Sprintf(`"metadata" is %s, not an object`, describeValue(v))}
 	}
 	return nil
 }
