@@ -57,10 +57,6 @@ func (f *File) Name() string { return f.tmp }
 // Path returns the target path.
 func (f *File) Path() string { return f.path }
 
-// OSFile returns the underlying temporary *os.File, e.g. for WriteAt or
-// Truncate. Do not Close it; use Commit or Abort.
-func (f *File) OSFile() *os.File { return f.f }
-
 // Write writes to the temporary file.
 func (f *File) Write(p []byte) (int, error) {
 	if f.done {

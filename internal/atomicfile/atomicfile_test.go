@@ -43,7 +43,7 @@ func TestCommitReplaces(t *testing.T) {
 	if base := filepath.Base(f.Name()); !strings.HasPrefix(base, ".f.bin.tmp-") || filepath.Dir(f.Name()) != dir {
 		t.Fatalf("temp name %q", f.Name())
 	}
-	if f.Path() != path || f.OSFile() == nil {
+	if f.Path() != path || f.f == nil {
 		t.Fatal("accessors")
 	}
 	if _, err := f.Write([]byte("new")); err != nil {
@@ -111,7 +111,7 @@ func TestAbortLeavesNothing(t *testing.T) {
 // failing disk would) removes the temporary file and keeps the target.
 func TestCommitFailure(t *testing.T) {
 	dir, path, f := replacing(t, 0o644)
-	f.OSFile().Close()
+	f.f.Close()
 	if _, err := f.Write([]byte("x")); err == nil {
 		t.Fatal("write to closed file succeeded")
 	}
