@@ -3,6 +3,8 @@ package safetensors
 import (
 	"strconv"
 	"strings"
+
+	"github.com/ckpt-go/ckpt/internal/errkind"
 )
 
 // ErrorKind classifies a failure. It implements error, so a kind can be the
@@ -117,13 +119,7 @@ func (k ErrorKind) String() string {
 func (k ErrorKind) Error() string { return "safetensors: " + k.String() }
 
 // Kinds returns every error kind, in declaration order.
-func Kinds() []ErrorKind {
-	out := make([]ErrorKind, 0, numKinds-1)
-	for k := ErrHeaderTooSmall; k < numKinds; k++ {
-		out = append(out, k)
-	}
-	return out
-}
+func Kinds() []ErrorKind { return errkind.All[ErrorKind](kindNames[:]) }
 
 // Error is the error type of this package. It names what failed (Kind) and
 // where: the file (when opened from a path), the tensor and the header field

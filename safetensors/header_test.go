@@ -222,6 +222,9 @@ func TestErrorFormatting(t *testing.T) {
 	if !errors.Is(e, ErrTensorNotFound) || errors.Is(e, ErrClosed) {
 		t.Error("Is mismatch")
 	}
+	if ks := Kinds(); len(ks) != int(numKinds)-1 || ks[0] != ErrHeaderTooSmall || ks[len(ks)-1] != ErrCanceled {
+		t.Fatalf("Kinds() = %v, want every kind from header_too_small to canceled", ks)
+	}
 	seen := map[string]bool{}
 	for _, k := range Kinds() {
 		s := k.String()
