@@ -93,7 +93,7 @@ func vecKernelFor(from, to DType, fallback kernel) kernel {
 			return nil
 		}
 		v.inSize, v.outSize = 1, 4
-		v.accMax = func(acc *[32]byte) float64 { return l.value(accMaxU8(acc)) }
+		v.accMax = l.maxAbs
 		switch p := f8DecodeTable[from]; {
 		case hasF16C && from == F8_E5M2:
 			v.run = func(dst, src []byte, acc *[32]byte, nt bool) (int, int) {
@@ -116,7 +116,7 @@ func vecKernelFor(from, to DType, fallback kernel) kernel {
 	default:
 		return nil
 	}
-	return v.kernel()
+	return v.convert
 }
 
 // widen adapts a fast path without underflow to vecRun.

@@ -44,15 +44,14 @@ func vecKernelFor(from, to DType, fallback kernel) kernel {
 	case from == F16 && to == F32:
 		v.run, v.inSize, v.outSize, v.block, v.accMax = widenNEON(f16ToF32NEON), 2, 4, 16, maxAbsF16
 	case from == F8_E5M2 && to == F32:
-		l := f8Layouts[F8_E5M2]
 		v.run, v.inSize, v.outSize, v.block = widenNEON(e5m2ToF32NEON), 1, 4, 32
-		v.accMax = func(acc *[32]byte) float64 { return l.value(accMaxU8(acc)) }
+		v.accMax = f8Layouts[F8_E5M2].maxAbs
 	case to == F32 && f8NeonTable[from] != nil:
-		l, p := f8Layouts[from], f8NeonTable[from]
+		p := f8NeonTable[from]
 		v.run, v.inSize, v.outSize, v.block = widenNEON(func(dst, src []byte, acc *[32]byte) int {
 			return f8ToF32NEON(dst, src, acc, p)
 		}), 1, 4, 32
-		v.accMax = func(acc *[32]byte) float64 { return l.value(accMaxU8(acc)) }
+		v.accMax = f8Layouts[from].maxAbs
 	case from == F32 && (to == F8_E4M3 || to == F8_E5M2):
 		p, f := f8Encoders[to], f32ToE4M3NEON
 		if to == F8_E5M2 {
@@ -69,7 +68,7 @@ func vecKernelFor(from, to DType, fallback kernel) kernel {
 	default:
 		return nil
 	}
-	return v.kernel()
+	return v.convert
 }
 
 // widenNEON adapts a fast path without underflow to vecRun.

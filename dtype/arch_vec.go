@@ -108,9 +108,6 @@ func archKernel(from, to DType) kernel {
 	return vecTable.k[from][to]
 }
 
-// kernel returns v as a kernel.
-func (v *vecKernel) kernel() kernel { return v.convert }
-
 // accMaxU16 returns the largest 16-bit lane of acc.
 func accMaxU16(acc *[32]byte) uint16 {
 	var m uint16
@@ -193,6 +190,9 @@ func init() {
 func (l f8Layout) value(m uint8) float64 {
 	return float64(math.Float32frombits(uint32(m)<<l.shift)) * math.Ldexp(1, l.scaleExp)
 }
+
+// maxAbs reads acc as the magnitude codes of l (a vecKernel's accMax).
+func (l f8Layout) maxAbs(acc *[32]byte) float64 { return l.value(accMaxU8(acc)) }
 
 // f8DecodeParams is the constant block the vector FP8 decoders read: each
 // row is one 32-byte vector. The amd64 decoders through binary16 (E4M3,
