@@ -128,7 +128,10 @@ func checkReserialize(t *testing.T, h *Header, payload map[string][]byte) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, _ := tn.Bytes()
+		b, err := tn.Bytes()
+		if err != nil {
+			t.Fatal(err)
+		}
 		got := TensorData{Name: tn.Name(), DType: tn.DType(), Shape: tn.Shape(), Data: b}
 		if d := cmp.Diff(want, got, cmpopts.EquateEmpty(), cmp.Comparer(func(a, b dtype.DType) bool { return a == b })); d != "" {
 			t.Fatalf("tensor %q: %s", want.Name, d)
