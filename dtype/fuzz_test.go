@@ -58,12 +58,7 @@ func FuzzConvert(f *testing.F) {
 			t.Fatal(err)
 		}
 		var want Stats
-		var got []uint32
-		if to == F32 {
-			got = codes(F32, dst)
-		} else {
-			got = codes(to, dst)
-		}
+		got := codes(to, dst)
 		var in []uint32
 		if from != F64 {
 			in = codes(from, src)
