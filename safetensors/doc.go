@@ -7,7 +7,8 @@
 // Open maps a file read-only and validates its header in the reference's
 // order: the 8-byte length (too small, over MaxHeaderSize, past the end of
 // the file), UTF-8, strict JSON (whitespace only as space, tab, CR, LF;
-// nesting at most 128 deep), the header's shape (an object;
+// nesting at most 127 containers deep, counting the header object, as
+// serde_json's default limit allows), the header's shape (an object;
 // "__metadata__" a string map or null; each tensor a known dtype, an integer
 // shape and two integer data_offsets, keys in any order, unknown keys
 // ignored), then the offsets: sorted by offset the tensors must tile the data

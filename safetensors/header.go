@@ -20,9 +20,11 @@ import (
 // reference implementation's limit).
 const MaxHeaderSize = 100_000_000
 
-// maxDepth bounds JSON nesting in the header (serde_json's default recursion
-// limit is 128 as well).
-const maxDepth = 128
+// maxDepth bounds JSON nesting in the header: at most 127 containers deep,
+// counting the header object itself. That is serde_json's default recursion
+// limit as the reference meets it: its counter starts at 128 and fails when
+// a container brings it to 0.
+const maxDepth = 127
 
 // minEntryLen is the length of the shortest valid tensor entry in a header:
 // "":{"dtype":"U8","shape":[],"data_offsets":[0,0]}
@@ -429,6 +431,9 @@ func (p *parser) parse(h *Header) {
 		return
 	}
 	p.i++
+	if !p.push() {
+		return
+	}
 	p.ws()
 	h.Tensors = p.tensors
 	sawMeta := false
