@@ -271,6 +271,45 @@ func (f *File) convertRange(tensor string, dst []byte, to dtype.DType, off, srcL
 	return total, nil
 }
 
+// ConvertElementsTo converts the elements [first, first+n) of the tensor,
+// in row-major order, to dtype to into dst, where n is the number of
+// elements dst holds. It is ConvertTo for a part of a tensor, so that a
+// caller can spread one large tensor over several goroutines (each with
+// opts.Workers 1) or convert it in bounded pieces: first and n must be
+// multiples of 8 unless the range ends at the tensor's end, so that both
+// dtypes' sub-byte packing (F4, F6) starts on a byte boundary. When to
+// equals the tensor's dtype it is a plain copy.
+func (t *Tensor) ConvertElementsTo(to dtype.DType, dst []byte, first int64, opts dtype.Options) (dtype.Stats, error) {
+	from := t.info.DType
+	total := t.info.NumElements()
+	if !validDType(to) {
+		return dtype.Stats{}, t.err(ErrUnknownDType, fmt.Sprintf("unknown target dtype %v", to))
+	}
+	tb, fb := int64(to.Bits()), int64(from.Bits())
+	if tb <= 0 || fb <= 0 || int64(len(dst))*8%tb != 0 {
+		return dtype.Stats{}, t.err(ErrInvalidArgument, fmt.Sprintf("destination of %d bytes is not a whole number of %s elements", len(dst), to))
+	}
+	n := int64(len(dst)) * 8 / tb
+	if first < 0 || first > total || n > total-first {
+		return dtype.Stats{}, t.err(ErrInvalidArgument, fmt.Sprintf("elements [%d, %d+%d) outside the tensor's %d", first, first, n, total))
+	}
+	if first%8 != 0 || (n%8 != 0 && first+n != total) {
+		return dtype.Stats{}, t.err(ErrInvalidArgument, fmt.Sprintf("elements [%d, %d+%d): a part must start and end on multiples of 8 elements", first, first, n))
+	}
+	if n == 0 {
+		return dtype.Stats{}, nil
+	}
+	off := t.f.hdr.DataOffset + t.info.Begin + first*fb/8
+	srcLen := (n*fb + 7) / 8
+	if to == from {
+		if err := t.f.readRange(t.info.Name, dst, off); err != nil {
+			return dtype.Stats{}, err
+		}
+		return dtype.Stats{Elements: n}, nil
+	}
+	return t.f.convertRange(t.info.Name, dst, to, off, srcLen, from, opts)
+}
+
 // Float32s returns the tensor's elements converted to float32 (exactly for
 // every dtype of 24 significant bits or fewer; rounded once otherwise).
 func (t *Tensor) Float32s() ([]float32, error) {
