@@ -76,6 +76,9 @@ const (
 	ErrConvert
 	// ErrCanceled: the context was canceled or its deadline passed.
 	ErrCanceled
+	// ErrFileChanged: the file's size or header bytes differ from those of
+	// the Header given to WithHeader: it was replaced or rewritten since.
+	ErrFileChanged
 
 	numKinds // keep last
 )
@@ -104,6 +107,7 @@ var kindNames = [...]string{
 	ErrInvalidArgument:     "invalid_argument",
 	ErrConvert:             "convert",
 	ErrCanceled:            "canceled",
+	ErrFileChanged:         "file_changed",
 }
 
 // String returns the snake_case name of the kind, e.g. "header_too_large".

@@ -1,6 +1,7 @@
 package safetensors
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -42,6 +43,7 @@ type OpenOption func(*openConfig)
 type openConfig struct {
 	readAt bool
 	mode   ReadMode
+	header *Header // WithHeader
 }
 
 // WithReadAt makes Open read through ReadAt (pread) instead of mapping the
@@ -111,7 +113,7 @@ func regularSize(fh fs.File, path string) (int64, error) {
 // configured otherwise). The File owns osf on success; on failure osf is
 // closed.
 func openOSFile(osf *os.File, path string, size int64, cfg openConfig) (*File, error) {
-	hdr, err := ReadHeader(osf, size)
+	hdr, err := cfg.readHeader(osf, size)
 	if err != nil {
 		osf.Close()
 		return nil, withFile(err, path)
@@ -134,7 +136,7 @@ func openOSFile(osf *os.File, path string, size int64, cfg openConfig) (*File, e
 // close r.
 func NewReader(r io.ReaderAt, size int64, opts ...OpenOption) (*File, error) {
 	cfg := buildConfig(opts)
-	hdr, err := ReadHeader(r, size)
+	hdr, err := cfg.readHeader(r, size)
 	if err != nil {
 		return nil, err
 	}
@@ -145,6 +147,13 @@ func NewReader(r io.ReaderAt, size int64, opts ...OpenOption) (*File, error) {
 // data (zero-copy), so data must not be modified while the File is in use.
 func OpenBytes(data []byte, opts ...OpenOption) (*File, error) {
 	cfg := buildConfig(opts)
+	if cfg.header != nil {
+		hdr, err := cfg.readHeader(bytes.NewReader(data), int64(len(data)))
+		if err != nil {
+			return nil, err
+		}
+		return newFile(&File{hdr: hdr, data: data, mode: cfg.mode}), nil
+	}
 	if len(data) < 8 {
 		return nil, newErr(ErrHeaderTooSmall, "", "", fmt.Sprintf("file is %d bytes, shorter than the 8-byte header length", len(data)))
 	}

@@ -25,7 +25,7 @@ func OpenFS(fsys fs.FS, name string, opts ...OpenOption) (*File, error) {
 		return openOSFile(osf, name, size, cfg)
 	}
 	if ra, ok := fh.(io.ReaderAt); ok {
-		hdr, err := ReadHeader(ra, size)
+		hdr, err := cfg.readHeader(ra, size)
 		if err != nil {
 			fh.Close()
 			return nil, withFile(err, name)

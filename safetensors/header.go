@@ -3,6 +3,7 @@ package safetensors
 import (
 	"encoding/binary"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"math"
 	"os"
@@ -49,7 +50,8 @@ type Header struct {
 	// see ParseHeader).
 	DataLen int64
 
-	index map[string]int // name -> position in Tensors
+	raw   string    // the JSON header parsed (WithHeader compares a file's with it)
+	index nameIndex // name -> position in Tensors
 }
 
 // Lookup returns the tensor named name.
@@ -60,10 +62,13 @@ func (h *Header) Lookup(name string) (TensorInfo, bool) {
 	return TensorInfo{}, false
 }
 
+// Index returns the position in Tensors of the tensor named name, without
+// copying its TensorInfo.
+func (h *Header) Index(name string) (int, bool) { return h.indexOf(name) }
+
 func (h *Header) indexOf(name string) (int, bool) {
-	if h.index != nil {
-		i, ok := h.index[name]
-		return i, ok
+	if h.index.slots != nil {
+		return h.index.find(h.Tensors, name)
 	}
 	for i := range h.Tensors {
 		if h.Tensors[i].Name == name {
@@ -71,6 +76,47 @@ func (h *Header) indexOf(name string) (int, bool) {
 		}
 	}
 	return 0, false
+}
+
+// nameIndex maps tensor names to their positions in Header.Tensors: an
+// open-addressing hash table with linear probing whose slots hold
+// position+1 (0 is empty), at most 2/3 full. At 4 bytes a slot it costs
+// 6–12 bytes a tensor, against ~40 for a map[string]int, and it needs no
+// copy of the names: they are read from Tensors. The seed is random per
+// header, so crafted names cannot choose collisions.
+type nameIndex struct {
+	seed  maphash.Seed
+	slots []uint32
+}
+
+// add inserts ts[i].Name, or returns false if an earlier tensor of ts has
+// the same name.
+func (x *nameIndex) add(ts []TensorInfo, i int) bool {
+	name := ts[i].Name
+	mask := uint64(len(x.slots) - 1)
+	for k := maphash.String(x.seed, name) & mask; ; k = (k + 1) & mask {
+		v := x.slots[k]
+		if v == 0 {
+			x.slots[k] = uint32(i) + 1
+			return true
+		}
+		if ts[v-1].Name == name {
+			return false
+		}
+	}
+}
+
+func (x *nameIndex) find(ts []TensorInfo, name string) (int, bool) {
+	mask := uint64(len(x.slots) - 1)
+	for k := maphash.String(x.seed, name) & mask; ; k = (k + 1) & mask {
+		v := x.slots[k]
+		if v == 0 {
+			return 0, false
+		}
+		if ts[v-1].Name == name {
+			return int(v - 1), true
+		}
+	}
 }
 
 // TensorInfo describes one tensor of a header.
@@ -183,11 +229,11 @@ func parseHeader(s string, dataLen int64) (*Header, error) {
 	// is minEntryLen bytes. Taking the smaller keeps a hostile header of
 	// nothing but '{' from reserving ~100 bytes of tables per header byte.
 	if n := min(strings.Count(s, "{")-1, len(s)/minEntryLen+1); n > 0 {
-		p.spans = make([]shapeSpan, 0, n)
 		p.shapes = make([]int64, 0, 3*n)
+		p.shapesCap = 3 * n
 		p.tensors = make([]TensorInfo, 0, n)
 	}
-	h := &Header{HeaderLen: uint64(len(s)), DataOffset: 8 + int64(len(s)), DataLen: dataLen}
+	h := &Header{HeaderLen: uint64(len(s)), DataOffset: 8 + int64(len(s)), DataLen: dataLen, raw: s}
 	if dataLen < 0 {
 		h.DataLen = -1
 	}
@@ -218,10 +264,15 @@ func (h *Header) finish() error {
 	if !sorted {
 		slices.SortStableFunc(ts, cmpOffsets)
 	}
-	h.index = make(map[string]int, len(ts))
+	// A table of a power of two slots, at least 1.5 per tensor (fewer than
+	// 2^31 tensors fit in a MaxHeaderSize header).
+	nslots := 1
+	for nslots < len(ts)+len(ts)/2+1 {
+		nslots <<= 1
+	}
+	h.index = nameIndex{seed: maphash.MakeSeed(), slots: make([]uint32, nslots)}
 	for i := range ts {
-		h.index[ts[i].Name] = i
-		if len(h.index) != i+1 { // one hash operation per name
+		if !h.index.add(ts, i) {
 			return newErr(ErrDuplicateKey, ts[i].Name, "", "tensor name appears twice in the header")
 		}
 	}
@@ -358,18 +409,21 @@ func lookupDType(name string) (dtype.DType, bool) {
 // (wrong types, unknown dtypes, duplicate keys) are recorded and reported
 // only if the whole header is syntactically valid, as the reference does.
 type parser struct {
-	s       string
-	i       int
-	depth   int
-	synErr  *Error
-	semErr  *Error
-	shapes  []int64
-	spans   []shapeSpan
-	tensors []TensorInfo
-	keyBuf  []byte
+	s      string
+	i      int
+	depth  int
+	synErr *Error
+	semErr *Error
+	// shapes is the arena of every tensor's shape: each TensorInfo.Shape
+	// is a capped slice of it, set as soon as the shape is parsed (a
+	// region is never written again, even when a later append moves the
+	// arena: compactShapes gathers them then). data_offsets are parsed into
+	// its tail as scratch.
+	shapes    []int64
+	shapesCap int // cap(shapes) as first allocated
+	tensors   []TensorInfo
+	keyBuf    []byte
 }
-
-type shapeSpan struct{ start, n int }
 
 func (p *parser) syntax(msg string) bool {
 	if p.synErr == nil {
@@ -493,12 +547,30 @@ func (p *parser) parse(h *Header) {
 		p.syntax("trailing characters after the header object")
 		return
 	}
-	if p.shapes == nil {
-		p.shapes = []int64{}
+	p.compactShapes(h.Tensors)
+}
+
+// compactShapes gives every tensor without a shape an empty one, and, if
+// the shape arena had to grow while parsing (the shapes then live in several
+// arrays), copies all shapes into one array of the exact size.
+func (p *parser) compactShapes(ts []TensorInfo) {
+	if cap(p.shapes) == p.shapesCap {
+		for i := range ts {
+			if ts[i].Shape == nil {
+				ts[i].Shape = []int64{}
+			}
+		}
+		return
 	}
-	for i := range h.Tensors {
-		sp := p.spans[i]
-		h.Tensors[i].Shape = p.shapes[sp.start : sp.start+sp.n : sp.start+sp.n]
+	total := 0
+	for i := range ts {
+		total += len(ts[i].Shape)
+	}
+	arena := make([]int64, 0, total)
+	for i := range ts {
+		start := len(arena)
+		arena = append(arena, ts[i].Shape...)
+		ts[i].Shape = arena[start:len(arena):len(arena)]
 	}
 }
 
@@ -580,8 +652,6 @@ const (
 // tensor parses one tensor entry.
 func (p *parser) tensor(name string) (TensorInfo, bool) {
 	info := TensorInfo{Name: name}
-	span := shapeSpan{start: len(p.shapes)}
-	defer func() { p.spans = append(p.spans, span) }()
 	if p.peek() != '{' {
 		if !p.skipValue() {
 			return info, false
@@ -648,11 +718,11 @@ func (p *parser) tensor(name string) (TensorInfo, bool) {
 				break
 			}
 			seen |= hasShape
-			span.start = len(p.shapes)
+			start := len(p.shapes)
 			if !p.uintArray(name, "shape", -1) {
 				return info, false
 			}
-			span.n = len(p.shapes) - span.start
+			info.Shape = p.shapes[start:len(p.shapes):len(p.shapes)]
 		case "data_offsets":
 			if seen&hasOffsets != 0 {
 				p.semantic(ErrDuplicateKey, name, "data_offsets", "duplicate field data_offsets")

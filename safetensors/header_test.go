@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -222,8 +224,8 @@ func TestErrorFormatting(t *testing.T) {
 	if !errors.Is(e, ErrTensorNotFound) || errors.Is(e, ErrClosed) {
 		t.Error("Is mismatch")
 	}
-	if ks := Kinds(); len(ks) != int(numKinds)-1 || ks[0] != ErrHeaderTooSmall || ks[len(ks)-1] != ErrCanceled {
-		t.Fatalf("Kinds() = %v, want every kind from header_too_small to canceled", ks)
+	if ks := Kinds(); len(ks) != int(numKinds)-1 || ks[0] != ErrHeaderTooSmall || ks[len(ks)-1] != ErrFileChanged {
+		t.Fatalf("Kinds() = %v, want every kind from header_too_small to file_changed", ks)
 	}
 	seen := map[string]bool{}
 	for _, k := range Kinds() {
@@ -255,5 +257,51 @@ func TestReadHeaderFile(t *testing.T) {
 	e := wantKind(t, err, ErrIO)
 	if e.File == "" {
 		t.Error("error does not name the file")
+	}
+}
+
+// Shapes of more dimensions than the parser reserves (3 per tensor) move
+// the shape arena while parsing: every shape must still read back whole,
+// capped, and the header's name index must find every tensor.
+func TestParseHeaderHighRankShapes(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("{")
+	var off int64
+	want := map[string][]int64{}
+	for i := range 40 {
+		shape := make([]int64, 1+i%9)
+		for j := range shape {
+			shape[j] = 1
+		}
+		shape[0] = int64(i + 1)
+		name := "t" + itoa(i)
+		want[name] = shape
+		if i > 0 {
+			b.WriteString(",")
+		}
+		dims := make([]string, len(shape))
+		for j, d := range shape {
+			dims[j] = strconv.FormatInt(d, 10)
+		}
+		fmt.Fprintf(&b, `%q:{"shape":[%s],"dtype":"U8","data_offsets":[%d,%d]}`, name, strings.Join(dims, ","), off, off+int64(i+1))
+		off += int64(i + 1)
+	}
+	b.WriteString("}")
+	h, err := ParseHeader([]byte(b.String()), off)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, shape := range want {
+		i, ok := h.Index(name)
+		if !ok {
+			t.Fatalf("Index(%q) not found", name)
+		}
+		ti := h.Tensors[i]
+		if ti.Name != name || !slices.Equal(ti.Shape, shape) || cap(ti.Shape) != len(ti.Shape) {
+			t.Errorf("%s: shape %v (cap %d), want %v", name, ti.Shape, cap(ti.Shape), shape)
+		}
+	}
+	if _, ok := h.Index("t40"); ok {
+		t.Error("Index found a tensor the header does not have")
 	}
 }
