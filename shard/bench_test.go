@@ -138,3 +138,48 @@ func BenchmarkOpen(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkOpenTouch opens a 2-shard index of 10,000 tensors and looks up
+// every tensor (which opens both shards lazily), then closes it: what a
+// loader does before reading data. Baseline in the same run: parsing the
+// two shard headers once each with safetensors.ReadHeaderFile, the least
+// any reader must do.
+func BenchmarkOpenTouch(b *testing.B) {
+	ts := make([]safetensors.TensorData, 10_000)
+	data := make([]byte, 64)
+	for i := range ts {
+		ts[i] = safetensors.TensorData{Name: fmt.Sprintf("model.layers.%d.mlp.experts.%d.weight", i/64, i%64), DType: dtype.BF16, Shape: []int64{4, 8}, Data: data}
+	}
+	dir := b.TempDir()
+	res, err := Write(context.Background(), dir, "model", "", ts, nil, WithMaxShardSize(int64(len(ts)*len(data)/2)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if len(res.Files) != 2 {
+		b.Fatalf("%d shards, want 2", len(res.Files))
+	}
+	b.Run("baseline=ReadHeaderFile", func(b *testing.B) {
+		for range b.N {
+			for _, f := range res.Files {
+				if _, err := safetensors.ReadHeaderFile(filepath.Join(dir, f)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+	b.Run("Open+Tensor", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			c, err := Open(filepath.Join(dir, res.Index))
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i := range c.Len() {
+				if _, err := c.Tensor(c.nameAt(i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			c.Close()
+		}
+	})
+}

@@ -50,8 +50,9 @@ type Checkpoint struct {
 	path     string
 	index    *Index // nil for a single file
 	shards   []*shardFile
-	byName   map[string]entry
-	names    []string
+	single   *safetensors.Header // a single file's header: its index and order serve as byName and names
+	byName   map[string]entry    // for an index
+	names    []string            // for an index
 	meta     map[string]string
 	warnings []string
 	unmapped []string
@@ -64,9 +65,11 @@ type Checkpoint struct {
 	iterErr error
 }
 
+// entry locates a tensor: its shard, and its position in that shard's
+// header (8 bytes, so that the name map stays small for large checkpoints).
 type entry struct {
-	shard int
-	info  safetensors.TensorInfo
+	shard int32
+	idx   int32
 }
 
 type shardFile struct {
@@ -117,13 +120,8 @@ func Open(path string, opts ...Option) (*Checkpoint, error) {
 	if err != nil {
 		return nil, &Error{Kind: ErrInvalidShard, Path: path, Err: err}
 	}
-	s := &shardFile{name: filepath.Base(path), path: path, header: h}
-	c.shards = []*shardFile{s}
-	c.byName = make(map[string]entry, len(h.Tensors))
-	for _, ti := range h.Tensors {
-		c.byName[ti.Name] = entry{shard: 0, info: ti}
-		c.names = append(c.names, ti.Name)
-	}
+	c.shards = []*shardFile{{name: filepath.Base(path), path: path, header: h}}
+	c.single = h
 	c.meta = maps.Clone(h.Metadata)
 	return c, nil
 }
@@ -158,7 +156,7 @@ func (c *Checkpoint) openIndex() error {
 	for _, name := range ix.order {
 		sname := ix.WeightMap[name]
 		s := c.shards[pos[sname]]
-		ti, ok := s.header.Lookup(name)
+		idx, ok := s.header.Index(name)
 		if !ok {
 			msg := "the index maps it to this shard, whose header does not have it"
 			var others []string
@@ -172,25 +170,37 @@ func (c *Checkpoint) openIndex() error {
 			}
 			return &Error{Kind: ErrTensorMissingFromShard, Path: c.path, Shard: sname, Tensor: name, Msg: msg}
 		}
-		c.byName[name] = entry{shard: pos[sname], info: ti}
+		// A header holds fewer than 2^31 tensors (MaxHeaderSize), an index
+		// fewer than 2^31 shards.
+		c.byName[name] = entry{shard: int32(pos[sname]), idx: int32(idx)}
 	}
 
-	// Duplicates and unmapped tensors, in shard order.
+	// Duplicates and unmapped tensors, in shard order, and the logical
+	// order: shard by shard, in data order (each header is sorted by
+	// offset), tensors at the same offset (empty ones) by name.
 	var total int64
+	c.names = make([]string, 0, len(c.byName))
 	for i, s := range c.shards {
 		var unmapped []string
+		run, runBegin := len(c.names), int64(-1) // tensors of c.names at offset runBegin
 		for _, ti := range s.header.Tensors {
 			e, mapped := c.byName[ti.Name]
 			switch {
 			case !mapped:
 				unmapped = append(unmapped, ti.Name)
-			case e.shard != i:
+			case int(e.shard) != i:
 				c.warnings = append(c.warnings, fmt.Sprintf("tensor %q is in %s and %s; taking it from %s as the index says",
 					ti.Name, s.name, c.shards[e.shard].name, c.shards[e.shard].name))
 			default:
 				total += ti.End - ti.Begin
+				if ti.Begin != runBegin {
+					slices.Sort(c.names[run:])
+					run, runBegin = len(c.names), ti.Begin
+				}
+				c.names = append(c.names, ti.Name)
 			}
 		}
+		slices.Sort(c.names[run:])
 		if len(unmapped) > 0 {
 			c.unmapped = append(c.unmapped, unmapped...)
 			c.warnings = append(c.warnings, fmt.Sprintf("%s has %d tensor(s) the index does not map, not loaded: %s",
@@ -199,24 +209,6 @@ func (c *Checkpoint) openIndex() error {
 	}
 	if ix.TotalSize != 0 && ix.TotalSize != total {
 		c.warnings = append(c.warnings, fmt.Sprintf("metadata.total_size is %d but the mapped tensors hold %d bytes", ix.TotalSize, total))
-	}
-
-	// Logical order: shard by shard, in data order.
-	type place struct {
-		shard int
-		begin int64
-		name  string
-	}
-	order := make([]place, 0, len(c.byName))
-	for name, e := range c.byName {
-		order = append(order, place{e.shard, e.info.Begin, name})
-	}
-	slices.SortFunc(order, func(a, b place) int {
-		return cmp.Or(cmp.Compare(a.shard, b.shard), cmp.Compare(a.begin, b.begin), strings.Compare(a.name, b.name))
-	})
-	c.names = make([]string, len(order))
-	for i, p := range order {
-		c.names[i] = p.name
 	}
 
 	// Metadata: union of the shards' __metadata__, first shard wins.
@@ -278,12 +270,6 @@ func (c *Checkpoint) checkShardPath(name, p, root string, realRoot *string) erro
 	return nil
 }
 
-// sameTensor reports whether two header entries describe the same tensor at
-// the same place.
-func sameTensor(a, b safetensors.TensorInfo) bool {
-	return a.Name == b.Name && a.DType == b.DType && a.Begin == b.Begin && a.End == b.End && slices.Equal(a.Shape, b.Shape)
-}
-
 func abbreviate(names []string, n int) string {
 	if len(names) <= n {
 		return strings.Join(names, ", ")
@@ -298,26 +284,56 @@ func (c *Checkpoint) Path() string { return c.path }
 func (c *Checkpoint) Index() *Index { return c.index }
 
 // Len returns the number of tensors.
-func (c *Checkpoint) Len() int { return len(c.names) }
+func (c *Checkpoint) Len() int {
+	if c.single != nil {
+		return len(c.single.Tensors)
+	}
+	return len(c.names)
+}
+
+// nameAt returns the i-th name in Names order.
+func (c *Checkpoint) nameAt(i int) string {
+	if c.single != nil {
+		return c.single.Tensors[i].Name
+	}
+	return c.names[i]
+}
+
+// lookup locates the tensor called name.
+func (c *Checkpoint) lookup(name string) (entry, bool) {
+	if c.single != nil {
+		i, ok := c.single.Index(name)
+		return entry{idx: int32(i)}, ok
+	}
+	e, ok := c.byName[name]
+	return e, ok
+}
 
 // Names returns the tensor names: shard by shard (in file name order), and
 // within a shard in data order.
-func (c *Checkpoint) Names() []string { return slices.Clone(c.names) }
+func (c *Checkpoint) Names() []string {
+	out := make([]string, c.Len())
+	for i := range out {
+		out[i] = c.nameAt(i)
+	}
+	return out
+}
 
 // Has reports whether the checkpoint has a tensor called name.
 func (c *Checkpoint) Has(name string) bool {
-	_, ok := c.byName[name]
+	_, ok := c.lookup(name)
 	return ok
 }
 
 // Info returns a tensor's description and the path of its file, without
 // opening any shard.
 func (c *Checkpoint) Info(name string) (info safetensors.TensorInfo, file string, ok bool) {
-	e, ok := c.byName[name]
+	e, ok := c.lookup(name)
 	if !ok {
 		return safetensors.TensorInfo{}, "", false
 	}
-	return e.info, c.shards[e.shard].path, true
+	s := c.shards[e.shard]
+	return s.header.Tensors[e.idx], s.path, true
 }
 
 // Metadata returns the shards' __metadata__ merged (a key with different
@@ -350,7 +366,7 @@ func (c *Checkpoint) Tensor(name string) (*safetensors.Tensor, error) {
 	if c.closed {
 		return nil, &Error{Kind: ErrClosed, Path: c.path, Tensor: name}
 	}
-	e, ok := c.byName[name]
+	e, ok := c.lookup(name)
 	if !ok {
 		return nil, &Error{Kind: ErrTensorNotFound, Path: c.path, Tensor: name}
 	}
@@ -381,15 +397,14 @@ func (c *Checkpoint) open(s *shardFile) (*safetensors.File, error) {
 			return nil, err
 		}
 	}
-	f, err := safetensors.Open(s.path, c.cfg.openOpts...)
+	// Reuse the header parsed by Open: safetensors compares the file's
+	// size and header bytes with it instead of parsing them again.
+	f, err := safetensors.Open(s.path, append(slices.Clip(c.cfg.openOpts), safetensors.WithHeader(s.header))...)
+	if errors.Is(err, safetensors.ErrFileChanged) {
+		return nil, &Error{Kind: ErrInvalidShard, Path: c.path, Shard: s.name, Msg: "the file changed since the checkpoint was opened", Err: err}
+	}
 	if err != nil {
 		return nil, &Error{Kind: ErrInvalidShard, Path: c.path, Shard: s.name, Err: err}
-	}
-	h := f.Header()
-	if h.HeaderLen != s.header.HeaderLen || h.DataLen != s.header.DataLen ||
-		!slices.EqualFunc(h.Tensors, s.header.Tensors, sameTensor) || !maps.Equal(h.Metadata, s.header.Metadata) {
-		f.Close()
-		return nil, &Error{Kind: ErrInvalidShard, Path: c.path, Shard: s.name, Msg: "the file changed since the checkpoint was opened"}
 	}
 	s.f = f
 	return f, nil
@@ -401,7 +416,8 @@ func (c *Checkpoint) open(s *shardFile) (*safetensors.File, error) {
 func (c *Checkpoint) Tensors() iter.Seq2[string, *safetensors.Tensor] {
 	return func(yield func(string, *safetensors.Tensor) bool) {
 		c.setErr(nil)
-		for _, name := range c.names {
+		for i := range c.Len() {
+			name := c.nameAt(i)
 			t, err := c.Tensor(name)
 			if err != nil {
 				c.setErr(err)
@@ -418,8 +434,8 @@ func (c *Checkpoint) Tensors() iter.Seq2[string, *safetensors.Tensor] {
 // tensor) for a tensor whose shard cannot be opened.
 func (c *Checkpoint) All() iter.Seq2[*safetensors.Tensor, error] {
 	return func(yield func(*safetensors.Tensor, error) bool) {
-		for _, name := range c.names {
-			if !yield(c.Tensor(name)) {
+		for i := range c.Len() {
+			if !yield(c.Tensor(c.nameAt(i))) {
 				return
 			}
 		}

@@ -2,10 +2,12 @@ package shard
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -291,6 +293,30 @@ func TestOpenLazy(t *testing.T) {
 	}
 }
 
+// Each shard's header is parsed once: the lazy open reuses the header that
+// Open parsed (safetensors compares the file with it), for an index and for
+// a single file.
+func TestLazyOpenReusesHeader(t *testing.T) {
+	dir, index := writeSharded(t)
+	single := filepath.Join(dir, "model-00001-of-00002.safetensors")
+	for _, path := range []string{index, single} {
+		c := mustOpen(t, path)
+		for _, name := range c.Names() {
+			if _, err := c.Tensor(name); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, s := range c.shards {
+			if s.f == nil || s.f.Header() != s.header {
+				t.Errorf("%s: shard %s parsed its header again", path, s.name)
+			}
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func mustEncode(t *testing.T, ts []ckpttest.Tensor) []byte {
 	b, err := ckpttest.Encode(ts, nil)
 	if err != nil {
@@ -318,5 +344,44 @@ func TestOpenRealIndexWithSyntheticShards(t *testing.T) {
 	// The synthetic shards are tiny, so total_size disagrees, with a warning.
 	if w := c.Warnings(); len(w) != 1 || !strings.Contains(w[0], "5338513408") {
 		t.Errorf("warnings %v", w)
+	}
+}
+
+// Names lists shard by shard, in data order, and tensors at the same offset
+// (empty ones next to the tensor that starts there) by name, whatever
+// their order in the header or the index.
+func TestNamesOrderTies(t *testing.T) {
+	dir := t.TempDir()
+	shards := map[string][]ckpttest.Tensor{
+		"s-1.safetensors": {ckpttest.T("z", dtype.U8, 0), ckpttest.T("y", dtype.U8, 2), ckpttest.T("b", dtype.U8, 0), ckpttest.T("c", dtype.U8, 3), ckpttest.T("a", dtype.U8, 0)},
+		"s-2.safetensors": {ckpttest.T("q", dtype.U8, 1), ckpttest.T("p", dtype.U8, 0)},
+	}
+	wm := map[string]string{}
+	for file, ts := range shards {
+		if err := ckpttest.WriteFile(filepath.Join(dir, file), ts, nil); err != nil {
+			t.Fatal(err)
+		}
+		for _, tt := range ts {
+			wm[tt.Name] = file
+		}
+	}
+	index := filepath.Join(dir, "model.safetensors.index.json")
+	if err := ckpttest.WriteIndex(index, wm, nil); err != nil {
+		t.Fatal(err)
+	}
+	c := mustOpen(t, index)
+	defer c.Close()
+	// Brute force: sort by (shard file, begin, name).
+	want := c.Names()
+	slices.SortFunc(want, func(a, b string) int {
+		ia, fa, _ := c.Info(a)
+		ib, fb, _ := c.Info(b)
+		return cmp.Or(strings.Compare(fa, fb), cmp.Compare(ia.Begin, ib.Begin), strings.Compare(a, b))
+	})
+	if got := c.Names(); !slices.Equal(got, want) {
+		t.Errorf("Names() = %v, want %v", got, want)
+	}
+	if got := strings.Join(c.Names(), ","); got != "y,z,b,c,a,q,p" {
+		t.Errorf("Names() = %s, want y,z,b,c,a,q,p", got)
 	}
 }
