@@ -514,7 +514,7 @@ func create(ctx context.Context, path string, tensors []TensorSpec, metadata map
 	if err != nil {
 		return nil, withFile(err, path)
 	}
-	af, err := atomicfile.Create(path)
+	af, err := atomicfile.Create(ctx, path)
 	if err != nil {
 		return nil, &Error{Kind: ErrIO, File: path, Msg: "create temporary file", Err: err}
 	}

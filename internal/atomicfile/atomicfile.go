@@ -2,9 +2,14 @@
 // temporary file in the target's directory, which is fsynced and renamed over
 // the target only on Commit. Until then, and after any failure, the previous
 // file at the target path is untouched and readers never see a partial file.
+//
+// A write holds the target's Lock from Create to Commit or Abort, so writes
+// of one target are serialized, and Create removes the temporary files that
+// killed writes of the same target left behind.
 package atomicfile
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -22,14 +27,18 @@ type File struct {
 	path string // the target
 	tmp  string // the temporary file
 	perm fs.FileMode
+	lock *Lock
 	done bool
 }
 
-// Create starts an atomic write of path. The temporary file is created in the
-// same directory (so the final rename stays on one file system), named
-// ".NAME.tmp-RANDOM". If path already exists, its permission bits are kept;
-// otherwise the new file gets mode 0644.
-func Create(path string) (*File, error) {
+// Create starts an atomic write of path. It first takes the target's Lock
+// (waiting, until ctx is done, while another write of path holds it) and
+// removes the temporary files of path that killed writes left. The
+// temporary file is created in the same directory (so the final rename
+// stays on one file system), named ".NAME.tmp-RANDOM". If path already
+// exists, its permission bits are kept; otherwise the new file gets mode
+// 0644.
+func Create(ctx context.Context, path string) (*File, error) {
 	dir, base := filepath.Split(path)
 	if base == "" {
 		return nil, &os.PathError{Op: "atomicfile.Create", Path: path, Err: errors.New("path names a directory")}
@@ -44,11 +53,19 @@ func Create(path string) (*File, error) {
 		}
 		perm = st.Mode().Perm()
 	}
-	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	lock, err := LockTarget(ctx, dir, base)
 	if err != nil {
 		return nil, err
 	}
-	return &File{f: f, path: path, tmp: f.Name(), perm: perm}, nil
+	if lock.Exclusive() {
+		removeStaleTemps(dir, base)
+	}
+	f, err := CreateTemp(dir, base)
+	if err != nil {
+		lock.Unlock()
+		return nil, err
+	}
+	return &File{f: f, path: path, tmp: f.Name(), perm: perm, lock: lock}, nil
 }
 
 // Name returns the path of the temporary file.
@@ -75,6 +92,7 @@ func (f *File) Commit() error {
 		return ErrDone
 	}
 	f.done = true
+	defer f.lock.Unlock()
 	if err := f.f.Chmod(f.perm); err != nil {
 		f.cleanup()
 		return fmt.Errorf("atomicfile: chmod %s: %w", f.tmp, err)
@@ -91,7 +109,7 @@ func (f *File) Commit() error {
 		_ = os.Remove(f.tmp)
 		return fmt.Errorf("atomicfile: rename to %s: %w", f.path, err)
 	}
-	if err := syncDir(filepath.Dir(f.path)); err != nil {
+	if err := SyncDir(filepath.Dir(f.path)); err != nil {
 		return fmt.Errorf("atomicfile: %s renamed but directory fsync failed: %w", f.path, err)
 	}
 	return nil
@@ -105,6 +123,7 @@ func (f *File) Abort() error {
 		return nil
 	}
 	f.done = true
+	defer f.lock.Unlock()
 	return f.cleanup()
 }
 
@@ -120,9 +139,9 @@ func (f *File) cleanup() error {
 	return nil
 }
 
-// syncDir fsyncs a directory so a rename in it is durable. File systems and
+// SyncDir fsyncs a directory so a rename in it is durable. File systems and
 // platforms that cannot sync directories (EINVAL, or Windows) are tolerated.
-func syncDir(dir string) error {
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package atomicfile
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -19,7 +20,7 @@ func replacing(t *testing.T, mode os.FileMode) (dir, path string, f *File) {
 	if err := os.WriteFile(path, []byte("old"), mode); err != nil {
 		t.Fatal(err)
 	}
-	f, err := Create(path)
+	f, err := Create(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +80,7 @@ func TestCommitReplaces(t *testing.T) {
 
 func TestNewFileMode(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "n")
-	f, err := Create(path)
+	f, err := Create(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,20 +124,20 @@ func TestCommitFailure(t *testing.T) {
 
 func TestCreateErrors(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := Create(filepath.Join(dir, "missing", "f")); err == nil {
+	if _, err := Create(context.Background(), filepath.Join(dir, "missing", "f")); err == nil {
 		t.Fatal("missing directory accepted")
 	}
-	if _, err := Create(dir + "/"); err == nil {
+	if _, err := Create(context.Background(), dir+"/"); err == nil {
 		t.Fatal("directory path accepted")
 	}
 	os.Mkdir(filepath.Join(dir, "sub"), 0o755)
-	if _, err := Create(filepath.Join(dir, "sub")); err == nil {
+	if _, err := Create(context.Background(), filepath.Join(dir, "sub")); err == nil {
 		t.Fatal("directory target accepted")
 	}
 	if os.Geteuid() != 0 {
 		ro := filepath.Join(dir, "ro")
 		os.Mkdir(ro, 0o555)
-		if _, err := Create(filepath.Join(ro, "f")); err == nil {
+		if _, err := Create(context.Background(), filepath.Join(ro, "f")); err == nil {
 			t.Fatal("read-only directory accepted")
 		}
 	}
