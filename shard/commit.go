@@ -5,13 +5,18 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
-	"strings"
+	"path/filepath"
+	"slices"
+
+	"github.com/ckpt-go/ckpt/internal/atomicfile"
 )
 
 // fileOps are the file system operations a commit performs after the new
-// files are written. Tests replace them to inject failures and to check
-// what readers could observe between steps.
+// files are written. Tests replace them to inject failures, to check what
+// readers could observe between steps, and to slow the steps down so that
+// a killed writer dies inside them.
 type fileOps interface {
 	rename(from, to string) error
 	link(from, to string) error
@@ -24,42 +29,31 @@ type osOps struct{}
 func (osOps) rename(from, to string) error { return os.Rename(from, to) }
 func (osOps) link(from, to string) error   { return os.Link(from, to) }
 func (osOps) remove(name string) error     { return os.Remove(name) }
-func (osOps) syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && !syncUnsupported(err) {
-		return err
-	}
-	return nil
-}
+func (osOps) syncDir(dir string) error     { return atomicfile.SyncDir(dir) }
 
-// commit is one atomic replacement of a set of files in a folder.
+// commit is one replacement of the set of a prefix and variant in a folder.
+// See WriteFrom for the protocol and what readers see at every step.
 type commit struct {
-	dir   string
-	ops   fileOps
-	order []string          // final names, in write order (the index last)
-	temps map[string]string // final name -> temporary path
-	cur   *os.File
-	done  bool
+	dir             string
+	prefix, variant string
+	ops             fileOps
+	lock            *atomicfile.Lock
+	files           []string          // standard names of the new safetensors files, in shard order
+	temps           map[string]string // name -> temporary path, until placed
+	cur             *os.File
+	placed          []string // names this commit created before the switch
+	done            bool
+
+	replaced, leftovers, warnings []string
 }
 
 // create starts the temporary file for name.
 func (tx *commit) create(name string) (*os.File, error) {
-	if tx.temps == nil {
-		if err := os.MkdirAll(tx.dir, 0o755); err != nil {
-			return nil, &Error{Kind: ErrWrite, Path: tx.dir, Err: err}
-		}
-		tx.temps = make(map[string]string)
-	}
-	f, err := os.CreateTemp(tx.dir, "."+name+".tmp-*")
+	f, err := atomicfile.CreateTemp(tx.dir, name)
 	if err != nil {
 		return nil, &Error{Kind: ErrWrite, Path: tx.dir, Shard: name, Err: err}
 	}
 	tx.cur = f
-	tx.order = append(tx.order, name)
 	tx.temps[name] = f.Name()
 	return f, nil
 }
@@ -83,11 +77,12 @@ func (tx *commit) finish(name string) error {
 }
 
 func (tx *commit) writeFile(name string, b []byte) error {
-	f, err := tx.create(name)
-	if err != nil {
+	if _, err := tx.create(name); err != nil {
 		return err
 	}
-	if _, err := f.Write(b); err != nil {
+	if _, err := tx.cur.Write(b); err != nil {
+		tx.cur.Close()
+		tx.cur = nil
 		return &Error{Kind: ErrWrite, Path: tx.dir, Shard: name, Err: err}
 	}
 	return tx.finish(name)
@@ -107,122 +102,325 @@ func (tx *commit) abort() {
 	}
 }
 
-type stepKind int
+func (tx *commit) path(name string) string { return filepath.Join(tx.dir, name) }
 
-const (
-	stepAside stepKind = iota // an old file renamed to its backup name
-	stepLink                  // an old file hard-linked to its backup name
-	stepPlace                 // a new file renamed into place
-)
-
-type step struct {
-	kind   stepKind
-	name   string // final name, relative to dir
-	backup string // backup name, relative to dir
+func (tx *commit) warn(format string, args ...any) {
+	tx.warnings = append(tx.warnings, fmt.Sprintf(format, args...))
 }
 
-// commit moves the written files into place, replacing the previous set
-// old (indexes first). It returns the replaced names and cleanup warnings;
-// on error everything is restored.
-func (tx *commit) commit(old []string) (replaced, warnings []string, err error) {
-	token, err := randomToken()
-	if err != nil {
-		return nil, nil, &Error{Kind: ErrCommit, Path: tx.dir, Err: err}
-	}
-	backupOf := func(name string) string { return "." + name + ".old-" + token }
-	isNew := make(map[string]bool, len(tx.order))
-	for _, n := range tx.order {
-		isNew[n] = true
-	}
-	newHasIndex := strings.HasSuffix(tx.order[len(tx.order)-1], ".json")
-	var steps []step
-	linked := make(map[string]string) // final name -> backup made by link
+// exclusive reports whether this save holds its target's lock, so that
+// hidden files of the target (temporaries, backups) are known to belong
+// to no live save.
+func (tx *commit) exclusive() bool { return tx.lock.Exclusive() }
 
-	fail := func(msg string, cause error) ([]string, []string, error) {
-		var rerrs []error
-		consumed := make(map[string]bool)
-		for i := len(steps) - 1; i >= 0; i-- {
-			s := steps[i]
-			var err error
-			switch s.kind {
-			case stepPlace:
-				if b, ok := linked[s.name]; ok {
-					err = tx.ops.rename(tx.path(b), tx.path(s.name))
-					consumed[b] = err == nil
-				} else {
-					err = tx.ops.remove(tx.path(s.name))
-				}
-			case stepLink:
-				if !consumed[s.backup] {
-					err = tx.ops.remove(tx.path(s.backup))
-				}
-			case stepAside:
-				err = tx.ops.rename(tx.path(s.backup), tx.path(s.name))
-			}
-			if err != nil {
-				rerrs = append(rerrs, err)
+// removeStaleTemps removes the temporary files that killed saves of this
+// set left, before this save writes its own.
+func (tx *commit) removeStaleTemps() error {
+	if !tx.exclusive() {
+		return nil
+	}
+	files, err := tx.setFiles()
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		if f.role != roleTemp {
+			continue
+		}
+		if err := tx.ops.remove(tx.path(f.name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			tx.warn("could not remove %s, left by an earlier save: %v", f.name, err)
+			continue
+		}
+		tx.leftovers = append(tx.leftovers, f.name)
+	}
+	return nil
+}
+
+type namedFile struct {
+	name string
+	setFile
+}
+
+// setFiles lists the files of the folder that belong to this prefix and
+// variant (any naming, hidden leftovers included, the lock file excluded).
+func (tx *commit) setFiles() ([]namedFile, error) {
+	entries, err := os.ReadDir(tx.dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []namedFile
+	for _, e := range entries {
+		s, ok := parseSetName(e.Name())
+		if !ok || s.prefix != tx.prefix || s.variant != tx.variant || s.role == roleLock || e.IsDir() {
+			continue
+		}
+		out = append(out, namedFile{e.Name(), s})
+	}
+	return out, nil
+}
+
+// commit moves the written files into place and removes what remains of
+// the previous set. indexDoc renders the index for the actual file names
+// (standard name -> name used); it is nil for a single file. It returns
+// the names the files were committed under, in shard order.
+func (tx *commit) commit(index string, indexDoc func(names map[string]string) ([]byte, error)) ([]string, error) {
+	prev, err := tx.setFiles()
+	if err != nil {
+		return nil, &Error{Kind: ErrCommit, Path: tx.dir, Msg: "listing the previous set", Err: err}
+	}
+	has := func(name string) bool {
+		return slices.ContainsFunc(prev, func(f namedFile) bool { return f.name == name })
+	}
+	if index == "" {
+		// A single file: one rename switches every reader that prefers a
+		// single file to an index (package variant, transformers); readers
+		// that prefer the index switch when the index is removed.
+		name := tx.files[0]
+		if err := tx.ops.rename(tx.temps[name], tx.path(name)); err != nil {
+			return nil, tx.fail("moving "+name+" into place", err)
+		}
+		delete(tx.temps, name)
+		tx.placed = append(tx.placed, name)
+		if err := tx.ops.syncDir(tx.dir); err != nil {
+			tx.done = true
+			return nil, tx.notDurable(err)
+		}
+		if err := tx.switchOut(indexName(tx.prefix, tx.variant), has); err != nil {
+			return nil, err
+		}
+		tx.removePrevious(prev, map[string]bool{name: true})
+		return tx.files, nil
+	}
+	// 1. Place the shards under names no file has: their standard names
+	// if all are free, otherwise swap names, so that no file of the
+	// previous set changes before the switch.
+	names := make(map[string]string, len(tx.files))
+	token := ""
+	for _, f := range tx.files {
+		names[f] = f
+		if _, err := os.Lstat(tx.path(f)); err == nil && token == "" {
+			if token, err = randomToken(); err != nil {
+				return nil, tx.fail("making a swap name", err)
 			}
 		}
+	}
+	if token != "" {
+		for _, f := range tx.files {
+			names[f] = swapName(f, token)
+		}
+	}
+	for _, f := range tx.files {
+		if err := tx.ops.rename(tx.temps[f], tx.path(names[f])); err != nil {
+			return nil, tx.fail("moving "+names[f]+" into place", err)
+		}
+		delete(tx.temps, f)
+		tx.placed = append(tx.placed, names[f])
+	}
+	// 2. The index, written and synced with the shards, switches readers
+	// with one rename.
+	doc, err := indexDoc(names)
+	if err == nil {
+		err = tx.writeFile(index, doc)
+	}
+	if err != nil {
+		return nil, tx.fail("writing "+index, err)
+	}
+	if err := tx.ops.syncDir(tx.dir); err != nil {
+		return nil, tx.fail("syncing the folder", err)
+	}
+	if err := tx.ops.rename(tx.temps[index], tx.path(index)); err != nil {
+		return nil, tx.fail("moving "+index+" into place", err)
+	}
+	delete(tx.temps, index)
+	tx.placed = append(tx.placed, index)
+	if err := tx.ops.syncDir(tx.dir); err != nil {
+		tx.done = true
+		return nil, tx.notDurable(err)
+	}
+	if err := tx.switchOut(singleName(tx.prefix, tx.variant), has); err != nil {
+		return nil, err
+	}
+	keep := map[string]bool{index: true}
+	for _, n := range names {
+		keep[n] = true
+	}
+	tx.removePrevious(prev, keep)
+	out := make([]string, len(tx.files))
+	for i, f := range tx.files {
+		out[i] = names[f]
+	}
+	if token == "" {
+		return out, nil
+	}
+
+	// 3. Swap names: hard-link the shards to their standard names (free
+	// now), switch the index to them, and drop the swap names.
+	if err := tx.unswap(index, names, indexDoc); err != nil {
+		tx.warn("the set keeps its swap names (%s, ...): %v", out[0], err)
+		return out, nil
+	}
+	return tx.files, nil
+}
+
+// switchOut removes the previous set's entry point that still shadows the
+// new one for some readers: the single file when the new set has an index,
+// the index when the new set is a single file. Its removal is the switch
+// for those readers, so a failure fails the commit: the new files are
+// removed again when no file of the previous set had their names, and the
+// error says which readers load which set otherwise.
+func (tx *commit) switchOut(old string, has func(string) bool) error {
+	if !has(old) {
+		tx.done = true
+		return nil
+	}
+	err := tx.ops.remove(tx.path(old))
+	if err == nil || errors.Is(err, fs.ErrNotExist) {
+		tx.done = true
+		tx.replaced = append(tx.replaced, old)
+		return nil
+	}
+	if !slices.ContainsFunc(tx.placed, has) {
+		return tx.fail("removing "+old+", which would shadow the new set", err)
+	}
+	tx.done = true
+	return &Error{Kind: ErrCommit, Path: tx.dir, Err: err,
+		Msg: fmt.Sprintf("the new set is in place, but %s of the previous set could not be removed: readers that prefer it to the new %s still load the previous set", old, tx.placed[len(tx.placed)-1])}
+}
+
+// unswap moves a committed set from its swap names to its standard names
+// with a second index switch. On failure the set stays as it was.
+func (tx *commit) unswap(index string, names map[string]string, indexDoc func(map[string]string) ([]byte, error)) error {
+	var linked []string
+	undo := func(err error) error {
+		for _, f := range linked {
+			if rerr := tx.ops.remove(tx.path(f)); rerr != nil {
+				tx.warn("could not remove %s: %v", f, rerr)
+			}
+		}
+		if tmp, ok := tx.temps[index]; ok {
+			os.Remove(tmp)
+			delete(tx.temps, index)
+		}
+		return err
+	}
+	same := make(map[string]string, len(names))
+	for _, f := range tx.files {
+		if err := tx.ops.link(tx.path(names[f]), tx.path(f)); err != nil {
+			return undo(err)
+		}
+		linked = append(linked, f)
+		same[f] = f
+	}
+	doc, err := indexDoc(same)
+	if err != nil {
+		return undo(err)
+	}
+	if err := tx.writeFile(index, doc); err != nil {
+		return undo(err)
+	}
+	if err := tx.ops.syncDir(tx.dir); err != nil {
+		return undo(err)
+	}
+	if err := tx.ops.rename(tx.temps[index], tx.path(index)); err != nil {
+		return undo(err)
+	}
+	delete(tx.temps, index)
+	if err := tx.ops.syncDir(tx.dir); err != nil {
+		tx.warn("syncing %s after renaming the shards: %v", tx.dir, err)
+	}
+	for _, f := range tx.files {
+		if err := tx.ops.remove(tx.path(names[f])); err != nil {
+			tx.warn("could not remove %s: %v", names[f], err)
+		}
+	}
+	if err := tx.ops.syncDir(tx.dir); err != nil {
+		tx.warn("syncing %s after removing the swap names: %v", tx.dir, err)
+	}
+	return nil
+}
+
+// removePrevious removes the files of the previous set once the new one is
+// in place: a single file first (it would shadow a new index for readers
+// that prefer single files), then indexes, then shards, then hidden
+// leftovers of earlier saves. Failures are warnings: the new set is
+// committed, and the next save removes what is left.
+func (tx *commit) removePrevious(prev []namedFile, keep map[string]bool) {
+	order := func(f namedFile) int {
+		switch {
+		case f.role == roleSingle:
+			return 0
+		case f.isIndex():
+			return 1
+		case f.isShard():
+			return 2
+		}
+		return 3
+	}
+	slices.SortStableFunc(prev, func(a, b namedFile) int { return order(a) - order(b) })
+	removed, keepShards := false, false
+	for _, f := range prev {
+		if keep[f.name] || (f.hidden() && !tx.exclusive()) || (keepShards && f.isShard()) {
+			continue
+		}
+		if err := tx.ops.remove(tx.path(f.name)); err != nil {
+			if !errors.Is(err, fs.ErrNotExist) {
+				tx.warn("could not remove %s: %v", f.name, err)
+				if f.isIndex() {
+					// Its shards stay, so that it stays loadable.
+					keepShards = true
+					tx.warn("kept the previous shards, which %s may name", f.name)
+				}
+			}
+			continue
+		}
+		removed = true
+		if f.hidden() {
+			tx.leftovers = append(tx.leftovers, f.name)
+		} else {
+			tx.replaced = append(tx.replaced, f.name)
+		}
+	}
+	for _, f := range prev {
+		if keep[f.name] && !f.hidden() {
+			tx.replaced = append(tx.replaced, f.name) // overwritten by the rename
+		}
+	}
+	if removed {
+		if err := tx.ops.syncDir(tx.dir); err != nil {
+			tx.warn("syncing %s after removing the previous set: %v", tx.dir, err)
+		}
+	}
+}
+
+// fail undoes a commit that failed before its switch: the files it placed
+// are removed (no reader's index names them) and the previous set is
+// untouched.
+func (tx *commit) fail(msg string, cause error) error {
+	var rerrs []error
+	for _, n := range slices.Backward(tx.placed) { // the entry point first
+		if err := tx.ops.remove(tx.path(n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			rerrs = append(rerrs, err)
+		}
+	}
+	if len(tx.placed) > 0 {
 		if err := tx.ops.syncDir(tx.dir); err != nil {
 			rerrs = append(rerrs, err)
 		}
-		e := &Error{Kind: ErrCommit, Path: tx.dir, Msg: msg + "; the previous set was restored", Err: cause}
-		if len(rerrs) > 0 {
-			e.Msg = msg + "; restoring the previous set failed too"
-			e.Err = errors.Join(append([]error{cause}, rerrs...)...)
-		}
-		return nil, nil, e
 	}
+	tx.placed = nil
+	e := &Error{Kind: ErrCommit, Path: tx.dir, Msg: msg + "; the previous set is untouched", Err: cause}
+	if len(rerrs) > 0 {
+		e.Msg += ", but some new files could not be removed"
+		e.Err = errors.Join(append([]error{cause}, rerrs...)...)
+	}
+	return e
+}
 
-	// 1. Hide the previous index(es), and a previous single file when the
-	// new set has an index (a complete single file would shadow it).
-	// 2. Back up the remaining previous files: hard links for names the new
-	// set reuses (so the swap leaves no gap), renames for the others.
-	for phase := 1; phase <= 2; phase++ {
-		for _, name := range old {
-			hide := strings.HasSuffix(name, ".json") || (newHasIndex && !strings.Contains(name, "-of-"))
-			if (phase == 1) != hide {
-				continue
-			}
-			b := backupOf(name)
-			if phase == 2 && isNew[name] {
-				if err := tx.ops.link(tx.path(name), tx.path(b)); err == nil {
-					steps = append(steps, step{stepLink, name, b})
-					linked[name] = b
-					continue
-				}
-			}
-			if err := tx.ops.rename(tx.path(name), tx.path(b)); err != nil {
-				return fail("moving aside "+name, err)
-			}
-			steps = append(steps, step{stepAside, name, b})
-		}
-	}
-	// 3. Move the new files in, the index (or single file) last.
-	for _, name := range tx.order {
-		if err := tx.ops.rename(tx.temps[name], tx.path(name)); err != nil {
-			return fail("moving "+name+" into place", err)
-		}
-		delete(tx.temps, name)
-		steps = append(steps, step{kind: stepPlace, name: name})
-	}
-	if err := tx.ops.syncDir(tx.dir); err != nil {
-		return fail("syncing the folder", err)
-	}
-	tx.done = true
-	// 4. The new set is durable: drop the backups.
-	for _, s := range steps {
-		if s.kind == stepPlace {
-			continue
-		}
-		if err := tx.ops.remove(tx.path(s.backup)); err != nil {
-			warnings = append(warnings, fmt.Sprintf("could not remove backup %s: %v", s.backup, err))
-		}
-	}
-	if err := tx.ops.syncDir(tx.dir); err != nil {
-		warnings = append(warnings, fmt.Sprintf("syncing %s after removing backups: %v", tx.dir, err))
-	}
-	return old, warnings, nil
+// notDurable is the error of a commit whose switch succeeded but whose
+// folder could not be synced: readers see the new set, which a power loss
+// may undo. The previous set's files are kept.
+func (tx *commit) notDurable(err error) error {
+	return &Error{Kind: ErrCommit, Path: tx.dir, Msg: "the new set is in place but syncing the folder failed (a power loss may revert it); the previous set's files were kept", Err: err}
 }
 
 func randomToken() (string, error) {

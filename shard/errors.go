@@ -67,8 +67,9 @@ const (
 	ErrInvalidTensor
 	// ErrWrite: writing a new file failed; the previous set is intact.
 	ErrWrite
-	// ErrCommit: moving the new set into place failed; the previous set was
-	// restored (Err says if restoring failed too).
+	// ErrCommit: moving the new set into place failed; the previous set is
+	// untouched (the message says otherwise in the one case where the new
+	// set is in place but the folder could not be fsynced).
 	ErrCommit
 	// ErrCanceled: the context was canceled; Err is the context's error.
 	ErrCanceled

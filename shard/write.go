@@ -6,10 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"regexp"
-	"strings"
+	"slices"
 
+	"github.com/ckpt-go/ckpt/internal/atomicfile"
 	"github.com/ckpt-go/ckpt/safetensors"
 )
 
@@ -54,10 +54,14 @@ type WriteResult struct {
 	// TotalSize is the bytes of tensor data written.
 	TotalSize int64 `json:"total_size"`
 	// Replaced lists the files of the previous set for the same prefix and
-	// variant that the new set replaced or removed.
+	// variant (in any naming) that the new set replaced or removed.
 	Replaced []string `json:"replaced,omitempty"`
+	// Leftovers lists the hidden files that interrupted earlier saves of
+	// the same set left (".NAME.tmp-*" temporaries, ".NAME.old-*"
+	// backups) and that this save removed.
+	Leftovers []string `json:"leftovers,omitempty"`
 	// Warnings report cleanup that failed after the commit succeeded (a
-	// leftover backup file, for instance).
+	// leftover file that could not be removed, for instance).
 	Warnings []string `json:"warnings,omitempty"`
 }
 
@@ -82,21 +86,57 @@ func Write(ctx context.Context, dir, prefix, variant string, tensors []safetenso
 // for variant V) and listed in PREFIX.safetensors.index.json
 // (PREFIX.safetensors.index.V.json) with metadata.total_size; a set that
 // fits one shard is written as PREFIX.safetensors (PREFIX.V.safetensors)
-// with no index. metadata goes into every file's __metadata__.
+// with no index. metadata goes into every file's __metadata__. The new set
+// replaces the previous set of the same prefix and variant in every naming
+// (current and diffusers' legacy names); other prefixes, variants and files
+// are left alone.
 //
-// The whole set is committed atomically with respect to readers that follow
-// the index (such as Open and package variant): every new file is first
-// written under a hidden temporary name and fsynced; then the previous set's
-// index (every current and legacy name for this prefix and variant) is moved
-// aside, the previous files are moved aside or hard-linked to backups, the
-// new shards are renamed into place and the new index (or single file) comes
-// last; the folder is fsynced and the backups are deleted. So no reader ever
-// sees the new index with missing or old shards (while the set is swapped,
-// a reader may briefly find no index at all). On any failure the new files
-// are removed and the previous set is restored. If the process dies in the
-// middle, the previous set's files remain as hidden ".NAME.old-*" backups.
-// Concurrent writers of the same set in the same folder are not coordinated;
-// serialize them.
+// The replacement is crash-atomic: if the process is killed at any instant,
+// every reader that opens the folder afterwards — package variant, Open on
+// the index or on the single file, transformers or diffusers, with no
+// repair run first — loads either the complete previous set or the complete
+// new one. The protocol:
+//
+//  1. Take the set's lock, ".PREFIX[.V].safetensors.lock" (see below), and
+//     remove the temporary files that killed saves of the set left.
+//  2. Write every new file under a hidden temporary name,
+//     ".NAME.tmp-DIGITS", and fsync it.
+//  3. A single file is renamed over PREFIX[.V].safetensors: that switches
+//     every reader that prefers a single file to an index (package variant,
+//     transformers). A sharded set's shards are renamed to their standard
+//     names when no file has any of those names, and otherwise to swap
+//     names PREFIX[.V]-00001-of-0000N.swap-TOKEN.safetensors (TOKEN is 12
+//     random hex digits), so that no file of the previous set changes; the
+//     folder is fsynced and the index, which names exactly these files, is
+//     renamed over the index name: one rename switches every reader that
+//     follows the index.
+//  4. The folder is fsynced, then the previous set's files are removed: a
+//     single file first (it would shadow the new index for readers that
+//     prefer single files), then indexes (for readers that prefer an
+//     index), then shards, then hidden leftovers of earlier saves.
+//  5. A set committed under swap names is moved to its standard names: the
+//     shards are hard-linked to them, a second index naming them is renamed
+//     over the index (another atomic switch), and the swap names are
+//     removed. Where hard links are unsupported the set keeps its swap
+//     names, with a warning; the next save uses the standard names again.
+//
+// So a save never changes or removes a file of the previous set before the
+// new set is complete and switched in; no reader ever finds an index with
+// missing shards, or no set at all. A kill can leave unreferenced files:
+// temporaries, shards that no index names, and, between the two switches,
+// a single file next to a complete index (readers that prefer one or the
+// other then disagree on which of the two sets they load, each getting a
+// complete one). The next save of the set removes them; Leftovers lists
+// them meanwhile. On any failure before the switch the new files are
+// removed and the previous set is untouched; failures to remove the
+// previous set afterwards are reported in WriteResult.Warnings.
+//
+// The lock (an advisory flock) is held for the whole save: concurrent saves
+// of one set, in this process or others, are serialized, the second waiting
+// until ctx is done. Because of it a save removes only temporaries that no
+// live save owns. safetensors.Save to PREFIX[.V].safetensors takes the same
+// lock. On platforms without flock (Windows, for instance) saves are not
+// serialized and hidden leftovers are left in place.
 func WriteFrom(ctx context.Context, dir, prefix, variant string, specs []safetensors.TensorSpec, data func(name string) ([]byte, error), metadata map[string]string, opts ...WriteOption) (*WriteResult, error) {
 	cfg := writeConfig{maxShard: DefaultMaxShardSize, ops: osOps{}}
 	for _, o := range opts {
@@ -161,8 +201,25 @@ func WriteFrom(ctx context.Context, dir, prefix, variant string, specs []safeten
 		res.Index = indexName(prefix, variant)
 	}
 
-	tx := &commit{dir: dir, ops: cfg.ops}
+	if err := ctx.Err(); err != nil {
+		return nil, &Error{Kind: ErrCanceled, Path: dir, Err: err}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, &Error{Kind: ErrWrite, Path: dir, Err: err}
+	}
+	lock, err := atomicfile.LockTarget(ctx, dir, singleName(prefix, variant))
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, &Error{Kind: ErrCanceled, Path: dir, Msg: "waiting for another save of the set", Err: err}
+		}
+		return nil, &Error{Kind: ErrWrite, Path: dir, Msg: "taking the lock", Err: err}
+	}
+	defer lock.Unlock()
+	tx := &commit{dir: dir, prefix: prefix, variant: variant, ops: cfg.ops, lock: lock, files: res.Files, temps: map[string]string{}}
 	defer tx.abort() // a no-op after a successful commit
+	if err := tx.removeStaleTemps(); err != nil {
+		return nil, &Error{Kind: ErrWrite, Path: dir, Msg: "listing the folder", Err: err}
+	}
 
 	for gi, g := range groups {
 		if err := ctx.Err(); err != nil {
@@ -177,31 +234,39 @@ func WriteFrom(ctx context.Context, dir, prefix, variant string, specs []safeten
 			return nil, err
 		}
 	}
-	if n > 1 {
-		doc := struct {
-			Metadata  map[string]int64  `json:"metadata"`
-			WeightMap map[string]string `json:"weight_map"`
-		}{map[string]int64{"total_size": total}, res.WeightMap}
-		b, err := json.MarshalIndent(doc, "", "  ")
-		if err != nil {
-			return nil, &Error{Kind: ErrWrite, Path: dir, Err: err}
-		}
-		if err := tx.writeFile(res.Index, append(b, '\n')); err != nil {
-			return nil, err
-		}
-	}
 	if err := ctx.Err(); err != nil {
 		return nil, &Error{Kind: ErrCanceled, Path: dir, Err: err}
 	}
-	old, err := previousSet(dir, prefix, variant)
-	if err != nil {
-		return nil, &Error{Kind: ErrWrite, Path: dir, Msg: "listing the previous set", Err: err}
+	var indexDoc func(map[string]string) ([]byte, error)
+	if n > 1 {
+		indexDoc = func(names map[string]string) ([]byte, error) {
+			wm := make(map[string]string, len(res.WeightMap))
+			for t, f := range res.WeightMap {
+				wm[t] = names[f]
+			}
+			doc := struct {
+				Metadata  map[string]int64  `json:"metadata"`
+				WeightMap map[string]string `json:"weight_map"`
+			}{map[string]int64{"total_size": total}, wm}
+			b, err := json.MarshalIndent(doc, "", "  ")
+			return append(b, '\n'), err
+		}
 	}
-	replaced, warnings, err := tx.commit(old)
+	files, err := tx.commit(res.Index, indexDoc)
+	res.Replaced, res.Leftovers, res.Warnings = tx.replaced, tx.leftovers, tx.warnings
 	if err != nil {
 		return nil, err
 	}
-	res.Replaced, res.Warnings = replaced, warnings
+	if !slices.Equal(files, res.Files) {
+		rename := make(map[string]string, len(files))
+		for i, f := range res.Files {
+			rename[f] = files[i]
+		}
+		for t, f := range res.WeightMap {
+			res.WeightMap[t] = rename[f]
+		}
+		res.Files = files
+	}
 	return res, nil
 }
 
@@ -243,78 +308,21 @@ func (tx *commit) writeShard(ctx context.Context, name string, specs []safetenso
 }
 
 var (
-	variantRE = regexp.MustCompile(`^[A-Za-z0-9_]+$`)
-	prefixRE  = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_-]*$`)
+	variantRE   = regexp.MustCompile(`^[A-Za-z0-9_]+$`)
+	prefixRE    = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_-]*$`)
+	shardTailRE = regexp.MustCompile(shardNN + `$`)
 )
 
 // checkPrefix accepts names such as "model" and "diffusion_pytorch_model":
-// letters, digits, "_" and "-" (no dots, which would read as a variant).
+// letters, digits, "_" and "-" (no dots, which would read as a variant),
+// not ending like a shard number ("-00001-of-00002"), which would make the
+// set's single file read as a shard of a shorter prefix.
 func checkPrefix(prefix string) *Error {
 	if !prefixRE.MatchString(prefix) {
 		return &Error{Kind: ErrInvalidPrefix, Msg: fmt.Sprintf("prefix %q must match %s", prefix, prefixRE)}
 	}
+	if shardTailRE.MatchString(prefix) {
+		return &Error{Kind: ErrInvalidPrefix, Msg: fmt.Sprintf("prefix %q ends like a shard number", prefix)}
+	}
 	return nil
 }
-
-func singleName(prefix, variant string) string {
-	if variant == "" {
-		return prefix + ".safetensors"
-	}
-	return prefix + "." + variant + ".safetensors"
-}
-
-func shardName(prefix, variant string, i, n int) string {
-	if variant != "" {
-		prefix += "." + variant
-	}
-	return fmt.Sprintf("%s-%05d-of-%05d.safetensors", prefix, i, n)
-}
-
-func indexName(prefix, variant string) string {
-	if variant == "" {
-		return prefix + ".safetensors.index.json"
-	}
-	return prefix + ".safetensors.index." + variant + ".json"
-}
-
-// previousSet lists the files in dir that belong to a set for prefix and
-// variant in any naming (current or legacy), indexes first.
-func previousSet(dir, prefix, variant string) ([]string, error) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		if os.IsNotExist(err) {
-			return nil, nil
-		}
-		return nil, err
-	}
-	q := regexp.QuoteMeta(prefix)
-	var pats []string
-	if variant == "" {
-		pats = []string{q + `\.safetensors`, q + `\.safetensors\.index\.json`, q + `-\d{5,}-of-\d{5,}\.safetensors`}
-	} else {
-		v := regexp.QuoteMeta(variant)
-		pats = []string{
-			q + `\.` + v + `\.safetensors`,
-			q + `\.safetensors\.index\.` + v + `\.json`,
-			q + `\.safetensors\.` + v + `\.index\.json`,
-			q + `\.` + v + `-\d{5,}-of-\d{5,}\.safetensors`,
-			q + `-\d{5,}-of-\d{5,}\.` + v + `\.safetensors`,
-		}
-	}
-	re := regexp.MustCompile(`^(?:` + strings.Join(pats, "|") + `)$`)
-	var idx, rest []string
-	for _, e := range entries {
-		if !re.MatchString(e.Name()) || e.IsDir() {
-			continue
-		}
-		if strings.HasSuffix(e.Name(), ".json") {
-			idx = append(idx, e.Name())
-		} else {
-			rest = append(rest, e.Name())
-		}
-	}
-	return append(idx, rest...), nil
-}
-
-// join is filepath.Join for a file in the output folder.
-func (tx *commit) path(name string) string { return filepath.Join(tx.dir, name) }

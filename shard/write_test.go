@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -10,9 +11,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ckpt-go/ckpt/ckpttest"
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/atomicfile"
 	"github.com/ckpt-go/ckpt/internal/testutil"
 	"github.com/ckpt-go/ckpt/safetensors"
 )
@@ -170,37 +173,69 @@ func snap(t *testing.T, dir string) snapshot {
 	return s
 }
 
-// visibleGens opens every entry point a reader could find (index and single
-// file names for prefix "model") and returns the generation each one loads.
-// It fails the test if an entry point loads a mix of generations or an
-// index points at missing or foreign shards.
-func visibleGens(t *testing.T, dir, when string) []string {
+// loadGen opens one entry point and returns the generation it loads ("" if
+// the file does not exist). It fails the test if the entry point loads a
+// mix of generations or an index points at missing or foreign shards.
+func loadGen(t *testing.T, dir, entry, when string) string {
 	t.Helper()
-	var gens []string
-	for _, entry := range []string{"model.safetensors.index.json", "model.safetensors"} {
-		p := filepath.Join(dir, entry)
-		if _, err := os.Stat(p); err != nil {
-			continue
-		}
-		c, err := Open(p)
-		if err != nil {
-			t.Fatalf("%s: reader sees a broken %s: %v", when, entry, err)
-		}
-		g := ""
-		for _, n := range c.Names() {
-			ng, _, _ := strings.Cut(n, ".")
-			if g != "" && ng != g {
-				t.Fatalf("%s: %s mixes %s and %s", when, entry, g, ng)
-			}
-			g = ng
-		}
-		c.Close()
-		gens = append(gens, g)
+	p := filepath.Join(dir, entry)
+	if _, err := os.Stat(p); err != nil {
+		return ""
 	}
-	if len(gens) == 2 && gens[0] != gens[1] {
-		t.Fatalf("%s: index loads %s but the single file %s", when, gens[0], gens[1])
+	c, err := Open(p)
+	if err != nil {
+		t.Fatalf("%s: reader sees a broken %s: %v", when, entry, err)
 	}
-	return gens
+	defer c.Close()
+	g := ""
+	for _, n := range c.Names() {
+		ng, _, _ := strings.Cut(n, ".")
+		if g != "" && ng != g {
+			t.Fatalf("%s: %s mixes %s and %s", when, entry, g, ng)
+		}
+		g = ng
+	}
+	return g
+}
+
+// views are the generations that the two kinds of reader load: one that
+// prefers the index to the single file (diffusers), one that prefers the
+// single file (package variant, transformers).
+type views struct{ indexFirst, singleFirst string }
+
+func readerViews(t *testing.T, dir, when string) views {
+	t.Helper()
+	ix := loadGen(t, dir, "model.safetensors.index.json", when)
+	single := loadGen(t, dir, "model.safetensors", when)
+	v := views{cmp.Or(ix, single), cmp.Or(single, ix)}
+	if v.indexFirst == "" {
+		t.Fatalf("%s: no set at all", when)
+	}
+	return v
+}
+
+// monotonic checks that each reader moves from old to new at most once:
+// it loads old, then new, and never old again.
+type monotonic struct {
+	old, new string
+	seen     views
+}
+
+func (m *monotonic) check(t *testing.T, v views, when string) {
+	t.Helper()
+	for _, p := range []struct {
+		got  string
+		seen *string
+		who  string
+	}{{v.indexFirst, &m.seen.indexFirst, "index-first"}, {v.singleFirst, &m.seen.singleFirst, "single-first"}} {
+		switch {
+		case p.got != m.old && p.got != m.new:
+			t.Fatalf("%s: a %s reader loads %s, neither %s nor %s", when, p.who, p.got, m.old, m.new)
+		case *p.seen == m.new && p.got == m.old:
+			t.Fatalf("%s: a %s reader went back from %s to %s", when, p.who, m.new, m.old)
+		}
+		*p.seen = p.got
+	}
 }
 
 var errInjected = errors.New("injected failure")
@@ -265,19 +300,14 @@ func TestWriteReplacesSetAtomically(t *testing.T) {
 			}
 			os.WriteFile(filepath.Join(dir, "README.md"), []byte("hi"), 0o644)
 			ops := &testOps{}
-			sawNone := false
-			ops.after = func(op string) {
-				gens := visibleGens(t, dir, "after "+op)
-				if len(gens) == 0 {
-					sawNone = true
-				}
-			}
+			m := &monotonic{old: "g1", new: "g2"}
+			ops.after = func(op string) { m.check(t, readerViews(t, dir, "after "+op), "after "+op) }
 			res, err := Write(ctx, dir, "model", "", gen(2, tr.newN), nil, WithMaxShardSize(int64(tr.newMax)), withOps(ops))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if gens := visibleGens(t, dir, "at the end"); len(gens) != 1 || gens[0] != "g2" {
-				t.Fatalf("after the write readers see %v", gens)
+			if v := readerViews(t, dir, "at the end"); v != (views{"g2", "g2"}) {
+				t.Fatalf("after the write readers see %v", v)
 			}
 			want := append(slices.Clone(res.Files), "README.md", "model.fp16.safetensors")
 			if res.Index != "" {
@@ -287,10 +317,10 @@ func TestWriteReplacesSetAtomically(t *testing.T) {
 			if got := testutil.Entries(t, dir); !slices.Equal(got, want) {
 				t.Errorf("folder holds %v, want %v", got, want)
 			}
-			if len(res.Replaced) == 0 || len(res.Warnings) != 0 {
-				t.Errorf("replaced %v warnings %v", res.Replaced, res.Warnings)
+			if len(res.Replaced) == 0 || len(res.Warnings) != 0 || len(res.Leftovers) != 0 {
+				t.Errorf("replaced %v leftovers %v warnings %v", res.Replaced, res.Leftovers, res.Warnings)
 			}
-			t.Logf("%d operations; a reader could briefly find no set: %v", ops.n, sawNone)
+			t.Logf("%d operations", ops.n)
 		})
 	}
 }
@@ -299,8 +329,15 @@ func TestWriteFailureRestoresPreviousSet(t *testing.T) {
 	ctx := context.Background()
 	for _, tr := range transitions {
 		t.Run(tr.name, func(t *testing.T) {
-			// Count the operations of a successful run.
+			// Count the operations of a successful run and find the switch:
+			// the rename of the new index or single file into place.
 			count := &testOps{}
+			switchAt := 0
+			count.after = func(op string) {
+				if switchAt == 0 && (strings.HasPrefix(op, "rename .model.safetensors.index.json.tmp-") || strings.HasPrefix(op, "rename .model.safetensors.tmp-")) {
+					switchAt = count.n
+				}
+			}
 			{
 				dir := t.TempDir()
 				Write(ctx, dir, "model", "", gen(1, tr.oldN), nil, WithMaxShardSize(int64(tr.oldMax)))
@@ -308,7 +345,9 @@ func TestWriteFailureRestoresPreviousSet(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			failed := 0
+			if switchAt == 0 {
+				t.Fatal("no switch among the operations")
+			}
 			for k := 1; k <= count.n; k++ {
 				dir := t.TempDir()
 				if _, err := Write(ctx, dir, "model", "", gen(1, tr.oldN), nil, WithMaxShardSize(int64(tr.oldMax))); err != nil {
@@ -316,15 +355,33 @@ func TestWriteFailureRestoresPreviousSet(t *testing.T) {
 				}
 				before := snap(t, dir)
 				ops := &testOps{failAt: k}
+				// Readers load g1 or g2 at every step; a failed write may
+				// roll readers that saw g2 back to g1, so no order is
+				// checked here.
+				m := &monotonic{old: "g1", new: "g2"}
 				ops.after = func(op string) {
-					visibleGens(t, dir, fmt.Sprintf("failure at op %d, after %s", k, op))
+					when := fmt.Sprintf("failure at op %d, after %s", k, op)
+					m.seen = views{}
+					m.check(t, readerViews(t, dir, when), when)
 				}
 				res, err := Write(ctx, dir, "model", "", gen(2, tr.newN), nil, WithMaxShardSize(int64(tr.newMax)), withOps(ops))
+				if err == nil && k <= switchAt {
+					t.Fatalf("op %d, at or before the switch (op %d), failed but the write succeeded", k, switchAt)
+				}
 				if err != nil {
 					if !errors.Is(err, ErrCommit) || !errors.Is(err, errInjected) {
 						t.Fatalf("op %d: %v", k, err)
 					}
-					failed++
+					if strings.Contains(err.Error(), "the new set is in place") {
+						// After the switch: the folder sync failed, or the
+						// previous entry point could not be removed.
+						if k <= switchAt {
+							t.Fatalf("op %d, before the switch (op %d): %v", k, switchAt, err)
+						}
+						m.seen = views{}
+						m.check(t, readerViews(t, dir, "end"), "end")
+						continue
+					}
 					after := snap(t, dir)
 					if len(after) != len(before) {
 						t.Fatalf("op %d: folder %v, before %v (%v)", k, testutil.Entries(t, dir), before, err)
@@ -336,21 +393,14 @@ func TestWriteFailureRestoresPreviousSet(t *testing.T) {
 					}
 					continue
 				}
-				// Failures after the commit point (or of a hard link,
-				// which falls back to a rename) do not fail the write.
-				if gens := visibleGens(t, dir, "end"); len(gens) != 1 || gens[0] != "g2" {
-					t.Fatalf("op %d: succeeded but readers see %v", k, gens)
+				// Failures of cleanup after the switch (or of the move from
+				// swap names to standard names) do not fail the write.
+				if v := readerViews(t, dir, "end"); v != (views{"g2", "g2"}) {
+					t.Fatalf("op %d: succeeded but readers see %v", k, v)
 				}
-				for _, w := range res.Warnings {
-					if !strings.Contains(w, "injected") {
-						t.Errorf("op %d: warning %q", k, w)
-					}
+				if len(res.Warnings) > 0 && !slices.ContainsFunc(res.Warnings, func(w string) bool { return strings.Contains(w, "injected") }) {
+					t.Errorf("op %d: warnings %q", k, res.Warnings)
 				}
-			}
-			// Every step before the commit point that is not a hard link
-			// must have failed the write.
-			if failed < count.n/2 {
-				t.Errorf("only %d of %d injected failures failed the write", failed, count.n)
 			}
 		})
 	}
@@ -465,5 +515,176 @@ func TestWriteCreatesFolder(t *testing.T) {
 	os.WriteFile(file, nil, 0o644)
 	if _, err := Write(context.Background(), file, "model", "", gen(1, 2), nil); !errors.Is(err, ErrWrite) {
 		t.Errorf("folder is a file: %v", err)
+	}
+}
+
+// Rewriting a set whose shard names are taken goes through swap names and
+// ends under the standard names, with nothing else left; where hard links
+// fail, the set keeps its swap names (with a warning) and the next save
+// returns to the standard names.
+func TestWriteSwapNames(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	std := []string{"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "model.safetensors.index.json"}
+	for g := 1; g <= 2; g++ {
+		ops := &testOps{}
+		var log []string
+		ops.after = func(op string) { log = append(log, op) }
+		res, err := Write(ctx, dir, "model", "", gen(g, 4), nil, WithMaxShardSize(128), withOps(ops))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := testutil.Entries(t, dir); !slices.Equal(got, std) || !slices.Equal(res.Files, std[:2]) || len(res.Warnings) != 0 {
+			t.Fatalf("save %d: folder %v, files %v, warnings %v", g, got, res.Files, res.Warnings)
+		}
+		linked := slices.ContainsFunc(log, func(op string) bool { return strings.HasPrefix(op, "link ") })
+		if linked != (g == 2) {
+			t.Errorf("save %d: operations %v", g, log)
+		}
+		if v := readerViews(t, dir, "end"); v.indexFirst != fmt.Sprintf("g%d", g) {
+			t.Fatalf("save %d: readers %v", g, v)
+		}
+	}
+
+	res, err := Write(ctx, dir, "model", "", gen(3, 4), nil, WithMaxShardSize(128), withOps(failLinks{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Files) != 2 || !strings.Contains(res.Files[0], ".swap-") || len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "swap names") {
+		t.Fatalf("without hard links: files %v, warnings %v", res.Files, res.Warnings)
+	}
+	for tensor, f := range res.WeightMap {
+		if !slices.Contains(res.Files, f) {
+			t.Errorf("weight map sends %s to %s", tensor, f)
+		}
+	}
+	if v := readerViews(t, dir, "swap names"); v != (views{"g3", "g3"}) {
+		t.Fatalf("readers %v", v)
+	}
+	res, err = Write(ctx, dir, "model", "", gen(4, 4), nil, WithMaxShardSize(128))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.Entries(t, dir); !slices.Equal(got, std) || len(res.Replaced) != 3 {
+		t.Fatalf("after the swap-named set: folder %v, replaced %v", got, res.Replaced)
+	}
+}
+
+type failLinks struct{ osOps }
+
+func (failLinks) link(string, string) error { return errors.New("links not supported") }
+
+// A save removes the leftovers of earlier saves of its own set (hidden
+// temporaries and backups, unreferenced shards, the lock file of a killed
+// save) and nothing of other sets.
+func TestWriteRemovesLeftovers(t *testing.T) {
+	dir := t.TempDir()
+	own := []string{
+		".model-00001-of-00002.safetensors.tmp-123", ".model.safetensors.index.json.tmp-9", ".model.safetensors.tmp-77",
+		".model.safetensors.index.json.old-0123456789ab", ".model-00001-of-00003.safetensors.old-0123456789ab",
+		"model-00001-of-00009.safetensors", "model-00002-of-00002.swap-0123456789ab.safetensors",
+	}
+	others := []string{
+		".model.fp16.safetensors.tmp-5", ".model.fp16-00001-of-00002.safetensors.tmp-6", ".other.tmp-1",
+		".model.safetensors.tmp-1x", "model.safetensors.tmp-3", ".diffusion_pytorch_model.safetensors.tmp-8",
+		"model.safetensors.lock.tmp-4",
+	}
+	for _, n := range append(slices.Clone(own), others...) {
+		os.WriteFile(filepath.Join(dir, n), []byte("junk"), 0o644)
+	}
+	os.WriteFile(filepath.Join(dir, ".model.safetensors.lock"), nil, 0o644) // a killed save's lock
+	res, err := Write(context.Background(), dir, "model", "", gen(1, 4), nil, WithMaxShardSize(128))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := append(slices.Clone(res.Files), res.Index)
+	want = append(want, others...)
+	slices.Sort(want)
+	want = slices.Compact(want)
+	if got := testutil.Entries(t, dir); !slices.Equal(got, want) {
+		t.Errorf("folder %v\nwant %v", got, want)
+	}
+	wantLeft := []string{".model-00001-of-00002.safetensors.tmp-123", ".model-00001-of-00003.safetensors.old-0123456789ab",
+		".model.safetensors.index.json.old-0123456789ab", ".model.safetensors.index.json.tmp-9", ".model.safetensors.tmp-77"}
+	wantRepl := []string{"model-00001-of-00009.safetensors", "model-00002-of-00002.swap-0123456789ab.safetensors"}
+	got := slices.Sorted(slices.Values(res.Leftovers))
+	if !slices.Equal(got, wantLeft) || !slices.Equal(slices.Sorted(slices.Values(res.Replaced)), wantRepl) {
+		t.Errorf("leftovers %v\nwant %v\nreplaced %v\nwant %v", got, wantLeft, res.Replaced, wantRepl)
+	}
+}
+
+// Two writers of one set: the second waits for the first (here: a save in
+// progress, holding the lock while its temporary file exists) and never
+// removes the live save's files; saves of another variant go on meanwhile.
+func TestWriteTwoWriters(t *testing.T) {
+	dir := t.TempDir()
+	live := filepath.Join(dir, ".model-00001-of-00002.safetensors.tmp-4242")
+	lock, err := atomicfile.LockTarget(context.Background(), dir, "model.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !lock.Exclusive() {
+		t.Skip("no file locks on this platform")
+	}
+	os.WriteFile(live, []byte("a live save's shard"), 0o644)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := Write(ctx, dir, "model", "", gen(1, 4), nil, WithMaxShardSize(128)); !errors.Is(err, ErrCanceled) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("while another save holds the lock: %v", err)
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Fatal("the live save's temporary file was removed")
+	}
+	if _, err := Write(context.Background(), dir, "model", "fp16", gen(9, 2), nil); err != nil {
+		t.Fatal("another variant's save:", err)
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Fatal("another variant's save removed the live temporary file")
+	}
+	// Once the first save ends (here: dies, leaving its file), the second
+	// one runs and removes it.
+	done := make(chan error, 1)
+	go func() {
+		_, err := Write(context.Background(), dir, "model", "", gen(1, 4), nil, WithMaxShardSize(128))
+		done <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("the second save did not wait: %v", err)
+	default:
+	}
+	lock.Unlock()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(live); err == nil {
+		t.Error("the dead save's temporary file is still there")
+	}
+
+	// Concurrent saves of one set serialize: each ends with a complete set.
+	errs := make(chan error, 2)
+	for w := range 2 {
+		go func() {
+			for i := range 10 {
+				g := 10 + 10*w + i
+				if _, err := Write(context.Background(), dir, "model", "", gen(g, 2+2*(i%3)), nil, WithMaxShardSize(128)); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	readerViews(t, dir, "after concurrent saves")
+	for _, n := range testutil.Entries(t, dir) {
+		if strings.HasPrefix(n, ".") || strings.Contains(n, ".swap-") {
+			t.Errorf("left %s", n)
+		}
 	}
 }

@@ -38,16 +38,25 @@ type candidate struct {
 	variant string // "" for untagged
 	kind    fileKind
 	legacy  bool // legacy naming: index X.safetensors.V.index.json, shard X-N-of-M.V.safetensors
+	swap    bool // a shard under package shard's swap name X[.V]-N-of-M.swap-TOKEN.safetensors
 	num, of int  // shard numbers
 }
 
 const v = `([A-Za-z0-9_]+)`
 const nn = `(\d{5})-of-(\d{5})`
 
+// swap is the tag of a shard that package shard committed under a swap
+// name because a file of the previous set had its standard name; such
+// names last only while a save runs, or after it was killed.
+const swap = `\.swap-[0-9a-f]{12}`
+
+func swapped(p pattern) pattern { p.swap = true; return p }
+
 type pattern struct {
 	re     *regexp.Regexp
 	kind   fileKind
 	legacy bool
+	swap   bool
 	varIdx int // submatch of the variant, 0 for none
 	numIdx int // submatch of the shard number (the shard count follows it), 0 for none
 	prefix string
@@ -69,6 +78,8 @@ var patterns = func() []pattern {
 			mk(`-`+nn+`\.safetensors`, kindShard, false, 0, 1),
 			mk(`\.`+v+`-`+nn+`\.safetensors`, kindShard, false, 1, 2),
 			mk(`-`+nn+`\.`+v+`\.safetensors`, kindShard, true, 3, 1),
+			swapped(mk(`-`+nn+swap+`\.safetensors`, kindShard, false, 0, 1)),
+			swapped(mk(`\.`+v+`-`+nn+swap+`\.safetensors`, kindShard, false, 1, 2)),
 			mk(`\.`+v+`\.safetensors`, kindSingle, false, 1, 0),
 		)
 	}
@@ -82,7 +93,7 @@ func classify(name string) (candidate, bool) {
 		if m == nil {
 			continue
 		}
-		c := candidate{name: name, prefix: p.prefix, kind: p.kind, legacy: p.legacy}
+		c := candidate{name: name, prefix: p.prefix, kind: p.kind, legacy: p.legacy, swap: p.swap}
 		if p.varIdx > 0 {
 			c.variant = m[p.varIdx]
 		}

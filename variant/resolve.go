@@ -236,7 +236,10 @@ func (f *folder) variants() []string {
 // X.V-NNNNN-of-NNNNN.safetensors; and diffusers' legacy variant layout,
 // shards X-NNNNN-of-NNNNN.V.safetensors with index
 // X.safetensors.index.V.json or X.safetensors.V.index.json (loaded, with a
-// warning).
+// warning). Shards may also carry the swap names of package shard,
+// X[.V]-NNNNN-of-NNNNN.swap-TOKEN.safetensors, under which shard.Write
+// commits a set whose standard names are still taken by the previous set:
+// an index naming them is current, and unreferenced ones are ignored.
 //
 // Rules: variant names match ^[A-Za-z0-9_]+$ and are case-sensitive. A plan
 // for V uses only V-tagged files, a plan without a variant only untagged
@@ -460,6 +463,9 @@ func (f *folder) resolve(p *Plan) (*Plan, error) {
 			reason := "not referenced by the index used"
 			if p.Layout == LayoutSingle {
 				reason = "shard of an index that is not used"
+			}
+			if shards[s].swap {
+				reason += "; a swap-named shard left by an interrupted save"
 			}
 			p.ignore(s, reason)
 		}

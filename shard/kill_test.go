@@ -1,0 +1,270 @@
+//go:build unix
+
+package shard_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ckpt-go/ckpt/ckpttest"
+	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/testutil"
+	"github.com/ckpt-go/ckpt/safetensors"
+	"github.com/ckpt-go/ckpt/shard"
+	"github.com/ckpt-go/ckpt/variant"
+)
+
+// The environment of the child process of TestWriteKilled.
+const (
+	killDirEnv   = "CKPT_KILL_TEST_DIR"   // the folder the child saves into
+	killLogEnv   = "CKPT_KILL_TEST_LOG"   // the child's log of begun and ended saves
+	killStartEnv = "CKPT_KILL_TEST_START" // the first save number
+	killSlowEnv  = "CKPT_KILL_TEST_SLOW"  // a delay before every commit step
+)
+
+// killSave is save number i of the kill test: its tensors carry the number
+// in their names, and its layout cycles through 2 shards, 2 shards again
+// (the same names, so the shards go through swap names), a single file and
+// 3 shards, so every transition between layouts is exercised.
+func killSave(i int) (tensors []safetensors.TensorData, maxShard int64) {
+	n, maxShard := [4]int{4, 4, 2, 6}[i%4], [4]int64{128, 128, 1 << 20, 128}[i%4]
+	for j := range n {
+		name := fmt.Sprintf("s%d.t%d", i, j)
+		b, err := ckpttest.Fill(name, dtype.F32, []int64{16})
+		if err != nil {
+			panic(err)
+		}
+		tensors = append(tensors, safetensors.TensorData{Name: name, DType: dtype.F32, Shape: []int64{16}, Data: b})
+	}
+	return tensors, maxShard
+}
+
+func writeSave(dir string, i int, opts ...shard.WriteOption) (*shard.WriteResult, error) {
+	ts, maxShard := killSave(i)
+	return shard.Write(context.Background(), dir, "model", "", ts, nil, append(opts, shard.WithMaxShardSize(maxShard))...)
+}
+
+// TestKillChild is the writer that TestWriteKilled runs and kills: it saves
+// into the folder in a loop, logging each save's number before it begins
+// and after it ends, until it is killed.
+func TestKillChild(t *testing.T) {
+	dir := os.Getenv(killDirEnv)
+	if dir == "" {
+		t.Skip("run by TestWriteKilled")
+	}
+	logf, err := os.OpenFile(os.Getenv(killLogEnv), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start, err := strconv.Atoi(os.Getenv(killStartEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var opts []shard.WriteOption
+	if d, err := time.ParseDuration(os.Getenv(killSlowEnv)); err == nil && d > 0 {
+		opts = append(opts, shard.WithSlowCommit(d))
+	}
+	fmt.Println("ready")
+	for i := start; ; i++ {
+		fmt.Fprintf(logf, "b %d\n", i) // unbuffered: the kernel keeps it when the process dies
+		if _, err := writeSave(dir, i, opts...); err != nil {
+			fmt.Fprintf(logf, "x %d %v\n", i, err)
+			t.Fatal(err)
+		}
+		fmt.Fprintf(logf, "e %d\n", i)
+	}
+}
+
+// loadedSave returns the number of the save that c holds, failing when it
+// holds anything but exactly the complete tensors of one save.
+func loadedSave(t *testing.T, c *shard.Checkpoint, who string) int {
+	t.Helper()
+	defer c.Close()
+	names := c.Names()
+	if len(names) == 0 {
+		t.Fatalf("%s: an empty checkpoint", who)
+	}
+	num, _, _ := strings.Cut(strings.TrimPrefix(names[0], "s"), ".")
+	i, err := strconv.Atoi(num)
+	if err != nil {
+		t.Fatalf("%s: tensor %q", who, names[0])
+	}
+	want, _ := killSave(i)
+	if len(names) != len(want) {
+		t.Fatalf("%s: %d tensors, save %d has %d", who, len(names), i, len(want))
+	}
+	for _, w := range want {
+		tt, err := c.Tensor(w.Name)
+		if err != nil {
+			t.Fatalf("%s: save %d: %v", who, i, err)
+		}
+		b, err := tt.Bytes()
+		if err != nil || !bytes.Equal(b, w.Data) {
+			t.Fatalf("%s: save %d: tensor %s differs (%v)", who, i, w.Name, err)
+		}
+	}
+	return i
+}
+
+// readers open the folder as the two kinds of reader do and return the
+// save each one loads: shard.Open on the index when there is one (as
+// diffusers prefers), else on the single file; and package variant, which
+// prefers a complete single file.
+func readers(t *testing.T, dir string) (indexFirst, viaVariant int) {
+	t.Helper()
+	entry := filepath.Join(dir, "model.safetensors.index.json")
+	if _, err := os.Stat(entry); err != nil {
+		entry = filepath.Join(dir, "model.safetensors")
+	}
+	c, err := shard.Open(entry)
+	if err != nil {
+		t.Fatalf("shard.Open(%s): %v\nfolder: %v", filepath.Base(entry), err, testutil.Entries(t, dir))
+	}
+	indexFirst = loadedSave(t, c, "shard.Open")
+	plan, err := variant.ResolveComponent(dir, "")
+	if err == nil {
+		c, err = plan.Open()
+	}
+	if err != nil {
+		t.Fatalf("variant: %v\nfolder: %v", err, testutil.Entries(t, dir))
+	}
+	return indexFirst, loadedSave(t, c, "variant")
+}
+
+// TestWriteKilled kills a writer that saves in a loop at random instants,
+// hundreds of times (half of them with every commit step slowed down, so
+// that kills land between the steps of the switch), and checks after each
+// kill that both kinds of reader load exactly the complete previous or new
+// save, with no repair run first. A final save must then leave only its
+// own files: the leftovers of all the killed saves are gone.
+func TestWriteKilled(t *testing.T) {
+	kills, budget := 300, 4*time.Second
+	if testing.Short() {
+		kills, budget = 40, time.Second
+	}
+	root := t.TempDir()
+	dir := filepath.Join(root, "ckpt")
+	if _, err := writeSave(dir, 0); err != nil {
+		t.Fatal(err)
+	}
+	visible := []int{0} // the saves readers loaded after the last kill
+	next := 1           // the number of the next save
+	var midSave, disagree, swapped, leftovers int
+	deadline := time.Now().Add(budget)
+	k := 0
+	for ; k < kills && time.Now().Before(deadline); k++ {
+		slow := k%2 == 1
+		logPath := filepath.Join(root, fmt.Sprintf("log%d", k))
+		cmd := exec.Command(os.Args[0], "-test.run=^TestKillChild$", "-test.count=1")
+		cmd.Env = append(os.Environ(), killDirEnv+"="+dir, killLogEnv+"="+logPath, killStartEnv+"="+strconv.Itoa(next))
+		if slow {
+			cmd.Env = append(cmd.Env, killSlowEnv+"=300us")
+		}
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		line, err := bufio.NewReader(out).ReadString('\n')
+		if err != nil || line != "ready\n" {
+			cmd.Wait()
+			t.Fatalf("child: %q, %v; stderr: %s", line, err, stderr.String())
+		}
+		// A save takes a few milliseconds, more when slowed down.
+		maxDelay := 8 * time.Millisecond
+		if slow {
+			maxDelay = 15 * time.Millisecond
+		}
+		time.Sleep(rand.N(maxDelay))
+		cmd.Process.Kill()
+		go io.Copy(io.Discard, out)
+		cmd.Wait()
+
+		// Which saves may readers load? The last one begun, or the one
+		// before it (what readers loaded before, for the child's first).
+		logb, _ := os.ReadFile(logPath)
+		last, ended := -1, false
+		for _, l := range strings.Split(strings.TrimSpace(string(logb)), "\n") {
+			var op string
+			var i int
+			if _, err := fmt.Sscanf(l, "%s %d", &op, &i); err != nil {
+				continue
+			}
+			switch op {
+			case "b":
+				last, ended = i, false
+			case "e":
+				ended = true
+			default:
+				t.Fatalf("kill %d: the child failed: %s", k, l)
+			}
+		}
+		var allowed []int
+		switch {
+		case last < 0:
+			allowed = visible
+		case ended:
+			allowed = []int{last}
+		case last == next:
+			allowed = append(slices.Clone(visible), last)
+		default:
+			allowed = []int{last - 1, last}
+		}
+		if last >= 0 && !ended {
+			midSave++
+		}
+		a, b := readers(t, dir)
+		if !slices.Contains(allowed, a) || !slices.Contains(allowed, b) {
+			t.Fatalf("kill %d (during save %d, ended %v): readers load saves %d (shard.Open) and %d (variant), want one of %v\nfolder: %v",
+				k, last, ended, a, b, allowed, testutil.Entries(t, dir))
+		}
+		if a != b {
+			disagree++ // killed between the switches of single-first and index-first readers
+		}
+		if ix, err := os.ReadFile(filepath.Join(dir, "model.safetensors.index.json")); err == nil && bytes.Contains(ix, []byte(".swap-")) {
+			swapped++ // killed between the switch to swap names and the one back
+		}
+		visible = slices.Compact([]int{min(a, b), max(a, b)})
+		if last >= 0 {
+			next = last + 1
+		}
+		if len(testutil.Entries(t, dir)) > 4 { // more than a set of 3 shards and its index
+			leftovers++
+		}
+	}
+	t.Logf("%d kills: %d during a save, %d left readers on different saves, %d an index naming swap names, %d extra files",
+		k, midSave, disagree, swapped, leftovers)
+	if k < 20 || midSave < k/2 || (k >= 100 && disagree+swapped == 0) {
+		t.Errorf("%d kills, %d of them during a save, %d between two switches", k, midSave, disagree+swapped)
+	}
+
+	// One more save removes every leftover of the killed ones.
+	res, err := writeSave(dir, next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := slices.Clone(res.Files)
+	if res.Index != "" {
+		want = append(want, res.Index)
+	}
+	slices.Sort(want)
+	if got := testutil.Entries(t, dir); !slices.Equal(got, want) || len(res.Warnings) != 0 {
+		t.Errorf("after a final save the folder holds %v, want %v (warnings %v)", got, want, res.Warnings)
+	}
+}
