@@ -16,7 +16,25 @@
 // Write and WriteFrom pack tensors greedily into shards of at most a
 // maximum size (5 GB by default; ParseSize reads "5GB" or "4GiB"), name them
 // as huggingface_hub does, and replace any previous set of the same prefix
-// and variant atomically.
+// and variant.
+//
+// The replacement is crash-atomic. If the writing process is killed at any
+// instant, every reader that opens the folder afterwards (package variant,
+// Open on the index or the single file, transformers, diffusers), with no
+// repair run first, loads either the complete previous set or the complete
+// new one; a save never changes or removes a file of the previous set before
+// the new set is complete and in place. New files are written under hidden
+// temporary names and fsynced; shards then take their standard names when
+// these are free, else swap names PREFIX[.V]-00001-of-0000N.swap-TOKEN.safetensors
+// (the index names them, so every index-following reader accepts them, and
+// package variant recognizes them); a single rename of the index (or of the
+// single file) switches readers, and only then is the previous set removed.
+// A set committed under swap names is moved to its standard names by a
+// second index switch over hard links. A kill may leave files that no index
+// names; the next save of the same set removes them, and Leftovers lists
+// them. A lock file, ".PREFIX[.V].safetensors.lock", serializes saves of one
+// set and keeps a save from removing a live save's temporary files. WriteFrom
+// documents each step.
 //
 // Choosing which files of a folder to load (variants such as fp16 or bf16,
 // legacy diffusers names) is package variant's job.

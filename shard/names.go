@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
-
-	"github.com/ckpt-go/ckpt/internal/atomicfile"
 )
 
 // role is what a file is to its set.
@@ -123,10 +121,4 @@ func indexName(prefix, variant string) string {
 		return prefix + ".safetensors.index.json"
 	}
 	return prefix + ".safetensors.index." + variant + ".json"
-}
-
-// tempName reports whether name is a temporary file (of any target).
-func tempName(name string) bool {
-	_, ok := atomicfile.TempTarget(name)
-	return ok
 }

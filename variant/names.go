@@ -37,9 +37,9 @@ type candidate struct {
 	prefix  string
 	variant string // "" for untagged
 	kind    fileKind
-	legacy  bool // legacy naming: index X.safetensors.V.index.json, shard X-N-of-M.V.safetensors
-	swap    bool // a shard under package shard's swap name X[.V]-N-of-M.swap-TOKEN.safetensors
-	num, of int  // shard numbers
+	legacy  bool   // legacy naming: index X.safetensors.V.index.json, shard X-N-of-M.V.safetensors
+	swap    string // TOKEN of a shard under package shard's swap name X[.V]-N-of-M.swap-TOKEN.safetensors
+	num, of int    // shard numbers
 }
 
 const v = `([A-Za-z0-9_]+)`
@@ -48,7 +48,7 @@ const nn = `(\d{5})-of-(\d{5})`
 // swap is the tag of a shard that package shard committed under a swap
 // name because a file of the previous set had its standard name; such
 // names last only while a save runs, or after it was killed.
-const swap = `\.swap-[0-9a-f]{12}`
+const swap = `\.swap-([0-9a-f]{12})`
 
 func swapped(p pattern) pattern { p.swap = true; return p }
 
@@ -56,9 +56,9 @@ type pattern struct {
 	re     *regexp.Regexp
 	kind   fileKind
 	legacy bool
-	swap   bool
-	varIdx int // submatch of the variant, 0 for none
-	numIdx int // submatch of the shard number (the shard count follows it), 0 for none
+	swap   bool // the last submatch is the swap token
+	varIdx int  // submatch of the variant, 0 for none
+	numIdx int  // submatch of the shard number (the shard count follows it), 0 for none
 	prefix string
 }
 
@@ -93,7 +93,10 @@ func classify(name string) (candidate, bool) {
 		if m == nil {
 			continue
 		}
-		c := candidate{name: name, prefix: p.prefix, kind: p.kind, legacy: p.legacy, swap: p.swap}
+		c := candidate{name: name, prefix: p.prefix, kind: p.kind, legacy: p.legacy}
+		if p.swap {
+			c.swap = m[len(m)-1]
+		}
 		if p.varIdx > 0 {
 			c.variant = m[p.varIdx]
 		}

@@ -8,6 +8,9 @@ import (
 // format rebuilds a file name from a classified candidate.
 func format(c candidate) string {
 	num := fmt.Sprintf("%05d-of-%05d", c.num, c.of)
+	if c.swap != "" {
+		num += ".swap-" + c.swap
+	}
 	switch {
 	case c.kind == kindSingle && c.variant == "":
 		return c.prefix + ".safetensors"
@@ -35,29 +38,35 @@ func TestClassify(t *testing.T) {
 		kind    fileKind
 		variant string
 		legacy  bool
+		swap    string
 	}{
-		{"model.safetensors", true, kindSingle, "", false},
-		{"model.fp16.safetensors", true, kindSingle, "fp16", false},
-		{"diffusion_pytorch_model.bf16.safetensors", true, kindSingle, "bf16", false},
-		{"model.safetensors.index.json", true, kindIndex, "", false},
-		{"model.safetensors.index.fp16.json", true, kindIndex, "fp16", false},
-		{"model.safetensors.fp16.index.json", true, kindIndex, "fp16", true},
-		{"model-00001-of-00002.safetensors", true, kindShard, "", false},
-		{"model.fp16-00001-of-00002.safetensors", true, kindShard, "fp16", false},
-		{"model-00001-of-00002.fp16.safetensors", true, kindShard, "fp16", true},
-		{"model.FP16.safetensors", true, kindSingle, "FP16", false},
-		{"model.fp16x.safetensors", true, kindSingle, "fp16x", false},
-		{"model-1-of-2.safetensors", false, 0, "", false},
-		{"model.fp-16.safetensors", false, 0, "", false},
-		{"model.safetensors.bak", false, 0, "", false},
-		{"pytorch_model.safetensors", false, 0, "", false},
-		{"model.bin", false, 0, "", false},
-		{"Model.safetensors", false, 0, "", false},
-		{"model..safetensors", false, 0, "", false},
-		{"model.safetensors.index.json.tmp", false, 0, "", false},
+		{"model.safetensors", true, kindSingle, "", false, ""},
+		{"model.fp16.safetensors", true, kindSingle, "fp16", false, ""},
+		{"diffusion_pytorch_model.bf16.safetensors", true, kindSingle, "bf16", false, ""},
+		{"model.safetensors.index.json", true, kindIndex, "", false, ""},
+		{"model.safetensors.index.fp16.json", true, kindIndex, "fp16", false, ""},
+		{"model.safetensors.fp16.index.json", true, kindIndex, "fp16", true, ""},
+		{"model-00001-of-00002.safetensors", true, kindShard, "", false, ""},
+		{"model.fp16-00001-of-00002.safetensors", true, kindShard, "fp16", false, ""},
+		{"model-00001-of-00002.fp16.safetensors", true, kindShard, "fp16", true, ""},
+		{"model.FP16.safetensors", true, kindSingle, "FP16", false, ""},
+		{"model.fp16x.safetensors", true, kindSingle, "fp16x", false, ""},
+		{"model-1-of-2.safetensors", false, 0, "", false, ""},
+		{"model.fp-16.safetensors", false, 0, "", false, ""},
+		{"model.safetensors.bak", false, 0, "", false, ""},
+		{"pytorch_model.safetensors", false, 0, "", false, ""},
+		{"model.bin", false, 0, "", false, ""},
+		{"Model.safetensors", false, 0, "", false, ""},
+		{"model..safetensors", false, 0, "", false, ""},
+		{"model.safetensors.index.json.tmp", false, 0, "", false, ""},
+		{"model-00001-of-00002.swap-0123456789ab.safetensors", true, kindShard, "", false, "0123456789ab"},
+		{"model.fp16-00001-of-00002.swap-0123456789ab.safetensors", true, kindShard, "fp16", false, "0123456789ab"},
+		{"model-00001-of-00002.swap-0123456789AB.safetensors", false, 0, "", false, ""},
+		{"model-00001-of-00002.swap-0123.safetensors", false, 0, "", false, ""},
+		{"model-00001-of-00002.fp16.swap-0123456789ab.safetensors", false, 0, "", false, ""},
 	} {
 		c, ok := classify(tc.name)
-		if ok != tc.ok || c.kind != tc.kind || c.variant != tc.variant || c.legacy != tc.legacy {
+		if ok != tc.ok || c.kind != tc.kind || c.variant != tc.variant || c.legacy != tc.legacy || c.swap != tc.swap {
 			t.Errorf("classify(%q) = %+v, %v", tc.name, c, ok)
 		}
 	}
@@ -68,7 +77,8 @@ func TestClassify(t *testing.T) {
 // variant.
 func FuzzClassify(f *testing.F) {
 	for _, s := range []string{"model.safetensors", "model.fp16-00001-of-00002.safetensors", "model-00001-of-00002.fp16.safetensors",
-		"diffusion_pytorch_model.safetensors.bf16.index.json", "model.safetensors.index.index.json", "model.x.y.safetensors"} {
+		"diffusion_pytorch_model.safetensors.bf16.index.json", "model.safetensors.index.index.json", "model.x.y.safetensors",
+		"model.fp16-00001-of-00002.swap-0123456789ab.safetensors"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, name string) {

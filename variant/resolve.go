@@ -464,7 +464,7 @@ func (f *folder) resolve(p *Plan) (*Plan, error) {
 			if p.Layout == LayoutSingle {
 				reason = "shard of an index that is not used"
 			}
-			if shards[s].swap {
+			if shards[s].swap != "" {
 				reason += "; a swap-named shard left by an interrupted save"
 			}
 			p.ignore(s, reason)

@@ -1,8 +1,10 @@
 package variant_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +15,7 @@ import (
 	"github.com/ckpt-go/ckpt/ckpttest"
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/internal/testutil"
+	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
 	"github.com/ckpt-go/ckpt/variant"
 )
@@ -510,4 +513,114 @@ func TestRealIndex(t *testing.T) {
 		t.Errorf("%d tensors", c.Len())
 	}
 	wantErr(t, dir, "bf16", variant.ErrVariantNotFound, "untagged weights exist")
+}
+
+// A folder that shard.Write committed into twice (every transition between
+// layouts, untagged and fp16) resolves to exactly the last set, with
+// standard names, no warnings and nothing ignored: the second save's swap
+// names and the first save's files are gone.
+func TestResolveCommittedTwice(t *testing.T) {
+	ctx := context.Background()
+	tensors := func(dt dtype.DType) []safetensors.TensorData {
+		var out []safetensors.TensorData
+		for _, tt := range weights(dt) {
+			b, err := tt.Contents()
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, safetensors.TensorData{Name: tt.Name, DType: tt.DType, Shape: tt.Shape, Data: b})
+		}
+		return out
+	}
+	// Layouts: a single file, or 2 shards (of 64+16 bytes in F32, 32+8 in F16).
+	const one, two = 1, 2
+	for _, v := range []string{"", "fp16"} {
+		for _, tr := range [][2]int64{{two, two}, {two, one}, {one, two}, {one, one}} {
+			dir := t.TempDir()
+			for i, layout := range tr {
+				dt := []dtype.DType{dtype.F32, dtype.F16}[i]
+				max := int64(1 << 20)
+				if layout == two {
+					max = 20 * int64(dt.Bits()/8)
+				}
+				if _, err := shard.Write(ctx, dir, "model", v, tensors(dt), nil, shard.WithMaxShardSize(max)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p := mustResolve(t, dir, v)
+			if len(p.Warnings) != 0 || len(p.Ignored) != 0 {
+				t.Errorf("%q %v: warnings %v, ignored %v", v, tr, p.Warnings, p.Ignored)
+			}
+			var want []string
+			if tr[1] == two {
+				want = []string{shardFile(v, 1, 2), shardFile(v, 2, 2)}
+			} else {
+				want = []string{strings.TrimSuffix("model."+v, ".") + ".safetensors"}
+			}
+			if !slices.Equal(p.Files, want) {
+				t.Errorf("%q %v: files %v, want %v", v, tr, p.Files, want)
+			}
+			loadsOnly(t, p, dtype.F16)
+		}
+	}
+}
+
+func shardFile(v string, i, n int) string {
+	if v != "" {
+		v = "." + v
+	}
+	return fmt.Sprintf("model%s-%05d-of-%05d.safetensors", v, i, n)
+}
+
+// A save killed between its two switches leaves an index naming swap-named
+// shards and the previous set's shards under the standard names, no longer
+// referenced; one killed before its switch leaves unreferenced swap-named
+// shards. Both folders resolve to the complete set the index names, the
+// other shards ignored without a warning.
+func TestResolveSwapNames(t *testing.T) {
+	dir := t.TempDir()
+	ckpttest.WriteWeights(dir, ckpttest.Weights{Shards: 2, Tensors: f32}) // the previous set, unreferenced below
+	tmp := t.TempDir()
+	files, err := ckpttest.WriteWeights(tmp, ckpttest.Weights{Shards: 2, Tensors: f16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wm := map[string]string{}
+	ix, err := shard.ReadIndex(filepath.Join(tmp, "model.safetensors.index.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	swapped := func(f string) string { return strings.TrimSuffix(f, ".safetensors") + ".swap-0123456789ab.safetensors" }
+	for tensor, f := range ix.WeightMap {
+		wm[tensor] = swapped(f)
+	}
+	for _, f := range files {
+		if strings.HasSuffix(f, ".json") {
+			continue
+		}
+		if err := os.Rename(filepath.Join(tmp, f), filepath.Join(dir, swapped(f))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ckpttest.WriteIndex(filepath.Join(dir, "model.safetensors.index.json"), wm, nil); err != nil {
+		t.Fatal(err)
+	}
+	p := mustResolve(t, dir, "")
+	if len(p.Warnings) != 0 || p.Layout != variant.LayoutSharded || len(p.Files) != 2 || !strings.Contains(p.Files[0], ".swap-") {
+		t.Fatalf("plan %+v", p)
+	}
+	ig := ignored(p)
+	if len(ig) != 2 || !strings.Contains(ig["model-00001-of-00002.safetensors"], "not referenced by the index used") {
+		t.Errorf("ignored %v", ig)
+	}
+	loadsOnly(t, p, dtype.F16)
+
+	// Killed before the switch: the index names the standard names.
+	ckpttest.WriteWeights(dir, ckpttest.Weights{Shards: 2, Tensors: f32})
+	p = mustResolve(t, dir, "")
+	ig = ignored(p)
+	if len(p.Warnings) != 0 || len(ig) != 2 || !strings.Contains(ig["model-00001-of-00002.swap-0123456789ab.safetensors"], "interrupted save") {
+		t.Errorf("warnings %v, ignored %v", p.Warnings, ig)
+	}
+	loadsOnly(t, p, dtype.F32)
 }

@@ -122,6 +122,39 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// Leftovers of interrupted saves are warnings, in the text and the JSON
+// form, and do not make the checkpoint invalid.
+func TestValidateLeftovers(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := ckpttest.WriteWeights(dir, ckpttest.Weights{Shards: 2, Tensors: ckpttest.MustParseTensors("a:F32[2] b:F32[2]")}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{".model-00001-of-00002.safetensors.tmp-42", "model-00001-of-00003.safetensors"} {
+		os.WriteFile(filepath.Join(dir, n), []byte("x"), 0o644)
+	}
+	stdout, _, code := runCLI(t, "validate", dir)
+	if code != 0 || !strings.HasPrefix(stdout, "ok") || strings.Count(stdout, "\nwarning  ") != 2 ||
+		!strings.Contains(stdout, "leftover .model-00001-of-00002.safetensors.tmp-42 (temporary)") {
+		t.Fatalf("exit %d:\n%s", code, stdout)
+	}
+	for _, path := range []string{dir, filepath.Join(dir, "model.safetensors.index.json")} {
+		stdout, _, code = runCLI(t, "validate", "--json", path)
+		var results []validateResult
+		if err := json.Unmarshal([]byte(stdout), &results); err != nil || code != 0 {
+			t.Fatalf("exit %d, %v: %s", code, err, stdout)
+		}
+		r := results[0]
+		if !r.OK || len(r.Warnings) != 2 || len(r.Leftovers) != 2 || r.Leftovers[1].Kind != "unreferenced" || r.Leftovers[1].Set != "model.safetensors" {
+			t.Errorf("%s: %+v", path, r)
+		}
+	}
+	// A clean checkpoint has no warnings key.
+	stdout, _, _ = runCLI(t, "validate", "--json", ckpttest.File(t, ckpttest.T("x", dtype.F16, 3)))
+	if strings.Contains(stdout, "warnings") || strings.Contains(stdout, "leftovers") {
+		t.Errorf("clean file: %s", stdout)
+	}
+}
+
 func TestResolve(t *testing.T) {
 	tensors := ckpttest.MustParseTensors("w:F32[2,2]")
 	half := ckpttest.MustParseTensors("w:BF16[2,2]")

@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+
+	"github.com/ckpt-go/ckpt/shard"
 )
 
 func validateCommand() *command {
@@ -14,9 +16,16 @@ func validateCommand() *command {
 its shards, or a component folder — by the rules of the reference
 implementation and ckpt's stricter ones (duplicate keys, untrusted index
 paths, shards that lack mapped tensors). Exit status 0 when all are valid,
-1 when any is not. The JSON form prints one object per PATH:
-{"file": PATH, "ok": bool, "error": {"kind", "tensor", "message"}}, where
-kind is the typed error's kind name (e.g. "header_too_large").
+1 when any is not. Files that interrupted saves left next to PATH (hidden
+.NAME.tmp-* temporaries, .NAME.old-* backups, the lock file of a killed
+save, shards no index names, an index shadowed by a single file) are
+reported as warnings; they do not make PATH invalid, and the next save of
+the set removes them. The JSON form prints one object per PATH:
+{"file": PATH, "ok": bool, "error": {"kind", "tensor", "message"},
+"warnings": [message], "leftovers": [{"name", "set", "kind", "reason"}]},
+where error.kind is the typed error's kind name (e.g. "header_too_large")
+and leftovers[].kind one of temporary, backup, lock, unreferenced,
+shadowed.
 
 Examples:
   ckpt validate model.safetensors other.safetensors
@@ -53,6 +62,9 @@ Examples:
 				} else {
 					fmt.Fprintf(e.stdout, "INVALID  %s: [%s] %s\n", r.File, r.Error.Kind, r.Error.Message)
 				}
+				for _, w := range r.Warnings {
+					fmt.Fprintf(e.stdout, "warning  %s: %s\n", r.File, w)
+				}
 			}
 		}
 		if bad > 0 {
@@ -64,10 +76,12 @@ Examples:
 }
 
 type validateResult struct {
-	File    string     `json:"file"`
-	OK      bool       `json:"ok"`
-	Tensors int        `json:"tensors,omitempty"`
-	Error   *errorInfo `json:"error,omitempty"`
+	File      string           `json:"file"`
+	OK        bool             `json:"ok"`
+	Tensors   int              `json:"tensors,omitempty"`
+	Error     *errorInfo       `json:"error,omitempty"`
+	Warnings  []string         `json:"warnings,omitempty"`
+	Leftovers []shard.Leftover `json:"leftovers,omitempty"`
 }
 
 func validatePaths(paths []string, variantName string) []validateResult {
@@ -81,6 +95,12 @@ func validatePaths(paths []string, variantName string) []validateResult {
 		}
 		r.OK = err == nil
 		r.Error = describeError(err)
+		if left, err := shard.Leftovers(p); err == nil {
+			r.Leftovers = left
+			for _, l := range left {
+				r.Warnings = append(r.Warnings, fmt.Sprintf("leftover %s (%s): %s", l.Name, l.Kind, l.Reason))
+			}
+		}
 		results = append(results, r)
 	}
 	return results
