@@ -499,7 +499,11 @@ func (c ctxWriter) Write(b []byte) (int, error) {
 // Create starts an atomic write of a safetensors file at path (see
 // NewWriter for the layout). Write the tensors through the embedded Writer,
 // then call Commit; call Abort (or defer it: it is a no-op after Commit) to
-// give up. ctx is checked on every write and before the commit.
+// give up. ctx is checked on every write and before the commit. From Create
+// to Commit or Abort the write holds the lock file ".NAME.lock" next to
+// path: another write of the same path (or a shard.Write of the set whose
+// single file it is) waits for it, until its ctx is done; Create removes
+// the hidden temporary files that killed writes of path left.
 func Create(ctx context.Context, path string, tensors []TensorSpec, metadata map[string]string, opts ...WriteOption) (*FileWriter, error) {
 	return create(ctx, path, tensors, metadata, nil, opts)
 }
@@ -516,6 +520,9 @@ func create(ctx context.Context, path string, tensors []TensorSpec, metadata map
 	}
 	af, err := atomicfile.Create(ctx, path)
 	if err != nil {
+		if ctx.Err() != nil { // waiting for another save of path
+			return nil, &Error{Kind: ErrCanceled, File: path, Msg: "waiting for another save of the file", Err: err}
+		}
 		return nil, &Error{Kind: ErrIO, File: path, Msg: "create temporary file", Err: err}
 	}
 	var out io.Writer = af

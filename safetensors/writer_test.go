@@ -9,8 +9,10 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/internal/shapes"
@@ -437,4 +439,41 @@ func TestAtomicSave(t *testing.T) {
 			t.Fatalf("stray files: %s", d)
 		}
 	})
+}
+
+// A second save of the same path waits for the first (until its context
+// ends), and never removes the first one's temporary file; a save removes
+// the temporary files that killed saves of its path left.
+func TestSaveWaitsForAnotherSave(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "model.safetensors")
+	stale := filepath.Join(dir, ".model.safetensors.tmp-1234")
+	os.WriteFile(stale, []byte("killed save"), 0o644)
+	one := []TensorData{{Name: "w", DType: dtype.U8, Shape: []int64{1}, Data: []byte{1}}}
+	first, err := Create(context.Background(), path, []TensorSpec{{Name: "w", DType: dtype.U8, Shape: []int64{1}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stale); err == nil {
+		t.Error("the killed save's temporary file is still there")
+	}
+	if entries := testutil.Entries(t, dir); !slices.Contains(entries, ".model.safetensors.lock") {
+		t.Skip("no file locks on this platform")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	wantKind(t, Save(ctx, path, one, nil), ErrCanceled)
+	if n := len(testutil.Entries(t, dir)); n != 2 {
+		t.Fatalf("the waiting save touched the folder: %v", testutil.Entries(t, dir))
+	}
+	first.WriteTensor("w", []byte{7})
+	if err := first.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := Save(context.Background(), path, one, nil); err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]string{"model.safetensors"}, testutil.Entries(t, dir)); d != "" {
+		t.Errorf("folder: %s", d)
+	}
 }
