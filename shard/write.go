@@ -123,13 +123,18 @@ func Write(ctx context.Context, dir, prefix, variant string, tensors []safetenso
 // So a save never changes or removes a file of the previous set before the
 // new set is complete and switched in; no reader ever finds an index with
 // missing shards, or no set at all. A kill can leave unreferenced files:
-// temporaries, shards that no index names, and, between the two switches,
-// a single file next to a complete index (readers that prefer one or the
-// other then disagree on which of the two sets they load, each getting a
-// complete one). The next save of the set removes them; Leftovers lists
-// them meanwhile. On any failure before the switch the new files are
-// removed and the previous set is untouched; failures to remove the
-// previous set afterwards are reported in WriteResult.Warnings.
+// temporaries, shards that no index names, and, when killed between the
+// switch of one kind of reader and the other's (steps 3 and 4), a single
+// file next to a complete index (readers that prefer one or the other then
+// disagree on which of the two sets they load, each getting a complete
+// one). The next save of the set removes them; Leftovers lists
+// them meanwhile. On any failure up to the switch the new files are
+// removed and the previous set is untouched (ErrCommit). The removal of the
+// previous single file or index that would shadow the new set is part of
+// the switch: if it fails, the new files are removed again, or, where the
+// previous state cannot be restored that way, ErrCommit says which readers
+// load which set. Failures to remove the rest of the previous set are
+// reported in WriteResult.Warnings.
 //
 // The lock (an advisory flock) is held for the whole save: concurrent saves
 // of one set, in this process or others, are serialized, the second waiting
