@@ -13,6 +13,7 @@ import (
 	"github.com/ckpt-go/ckpt/ckpttest"
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/internal/sample"
+	"github.com/ckpt-go/ckpt/safetensors"
 )
 
 func TestInspectFile(t *testing.T) {
@@ -272,6 +273,67 @@ func TestDemo(t *testing.T) {
 	} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("demo output lacks %q", want)
+		}
+	}
+}
+
+// inspect --json streams its output; it must be byte for byte what
+// json.Encoder (indent "  ") makes of the whole report.
+func TestInspectJSONStreamMatchesEncoder(t *testing.T) {
+	dir := t.TempDir()
+	odd := filepath.Join(dir, "odd.safetensors")
+	raw, err := safetensors.Serialize([]safetensors.TensorData{
+		{Name: "a<b>&\"c\"\\d", DType: dtype.F32, Shape: []int64{2, 3}, Data: make([]byte, 24)},
+		{Name: "é\u2028\x7f\t\x01", DType: dtype.BF16, Shape: []int64{4}, Data: make([]byte, 8)},
+		{Name: "scalar", DType: dtype.I64, Shape: []int64{}, Data: make([]byte, 8)},
+		{Name: "empty", DType: dtype.U8, Shape: []int64{0}},
+	}, map[string]string{"format": "pt", "<k>": "v\n&", "z": ""})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(odd, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	none := filepath.Join(dir, "none.safetensors")
+	if err := ckpttest.WriteFile(none, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	// An index whose second shard has a tensor it does not map: warnings
+	// and a file per tensor.
+	idxDir := filepath.Join(dir, "sharded")
+	os.Mkdir(idxDir, 0o755)
+	shards := map[string][]ckpttest.Tensor{
+		"s-1.safetensors": ckpttest.MustParseTensors("a:F32[4] b:F16[2,2]"),
+		"s-2.safetensors": ckpttest.MustParseTensors("c:F32[4] extra:U8[1]"),
+	}
+	wm := map[string]string{"a": "s-1.safetensors", "b": "s-1.safetensors", "c": "s-2.safetensors"}
+	for f, ts := range shards {
+		if err := ckpttest.WriteFile(filepath.Join(idxDir, f), ts, map[string]string{"format": "pt"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	index := filepath.Join(idxDir, "model.safetensors.index.json")
+	if err := ckpttest.WriteIndex(index, wm, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{odd, none, index} {
+		stdout, stderr, code := runCLI(t, "inspect", "--json", path)
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", path, code, stderr)
+		}
+		target, err := openTarget(path, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want bytes.Buffer
+		enc := json.NewEncoder(&want)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(buildInspectReport(target)); err != nil {
+			t.Fatal(err)
+		}
+		target.Close()
+		if stdout != want.String() {
+			t.Errorf("%s: streamed JSON differs from encoding/json's:\n%s\nwant:\n%s", path, stdout, want.String())
 		}
 	}
 }

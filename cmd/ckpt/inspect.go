@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -42,13 +44,16 @@ Examples:
 			return err
 		}
 		defer t.Close()
-		rep := buildInspectReport(t)
 		if *asJSON {
-			enc := json.NewEncoder(e.stdout)
-			enc.SetIndent("", "  ")
-			return enc.Encode(rep)
+			// Streamed tensor by tensor: memory stays that of the open
+			// checkpoint, whatever the number of tensors.
+			w := bufio.NewWriterSize(e.stdout, 64<<10)
+			if err := writeInspectJSON(w, t); err != nil {
+				return err
+			}
+			return w.Flush()
 		}
-		printInspectReport(e, rep)
+		printInspectReport(e, buildInspectReport(t))
 		return nil
 	}
 	return c
@@ -61,6 +66,9 @@ type inspectTensor struct {
 	Bytes   int64    `json:"bytes"`
 	Offsets [2]int64 `json:"data_offsets"`
 	File    string   `json:"file,omitempty"`
+
+	elements int64       // for the totals
+	dtype    dtype.DType // for the totals
 }
 
 type dtypeTotal struct {
@@ -91,35 +99,248 @@ func buildInspectReport(t *checkpointTarget) *inspectReport {
 	for _, f := range files {
 		rep.Files = append(rep.Files, relTo(t.path, f))
 	}
-	totals := map[dtype.DType]*dtypeTotal{}
-	// The headers read by Open describe every tensor: no shard is opened.
+	var tot totaler
 	for _, name := range t.ckpt.Names() {
-		info, file, _ := t.ckpt.Info(name)
-		it := inspectTensor{Name: name, DType: info.DType.String(), Shape: info.Shape,
-			Bytes: info.ByteLen(), Offsets: [2]int64{info.Begin, info.End}}
-		if len(files) > 1 {
-			it.File = relTo(t.path, file)
-		}
-		if it.Shape == nil {
-			it.Shape = []int64{}
-		}
+		it := tensorEntry(t, name, len(files) > 1)
 		rep.Tensors = append(rep.Tensors, it)
-		tot := totals[info.DType]
-		if tot == nil {
-			tot = &dtypeTotal{DType: info.DType.String()}
-			totals[info.DType] = tot
-		}
-		tot.Tensors++
-		tot.Elements += info.NumElements()
-		tot.Bytes += info.ByteLen()
-		rep.Bytes += info.ByteLen()
+		tot.add(it)
 	}
-	rep.Count = len(rep.Tensors)
-	for _, tot := range totals {
-		rep.Totals = append(rep.Totals, *tot)
-	}
-	sort.Slice(rep.Totals, func(i, j int) bool { return rep.Totals[i].Bytes > rep.Totals[j].Bytes })
+	rep.Count, rep.Bytes, rep.Totals = len(rep.Tensors), tot.bytes, tot.list()
 	return rep
+}
+
+// tensorEntry describes the tensor name of t, from the headers read by
+// Open: no shard is opened. withFile sets its file.
+func tensorEntry(t *checkpointTarget, name string, withFile bool) inspectTensor {
+	info, file, _ := t.ckpt.Info(name)
+	it := inspectTensor{Name: name, DType: info.DType.String(), Shape: info.Shape,
+		Bytes: info.ByteLen(), Offsets: [2]int64{info.Begin, info.End}, elements: info.NumElements(), dtype: info.DType}
+	if withFile {
+		it.File = relTo(t.path, file)
+	}
+	if it.Shape == nil {
+		it.Shape = []int64{}
+	}
+	return it
+}
+
+// totaler adds tensors up by dtype.
+type totaler struct {
+	byDType map[dtype.DType]*dtypeTotal
+	bytes   int64
+}
+
+func (tt *totaler) add(it inspectTensor) {
+	if tt.byDType == nil {
+		tt.byDType = map[dtype.DType]*dtypeTotal{}
+	}
+	tot := tt.byDType[it.dtype]
+	if tot == nil {
+		tot = &dtypeTotal{DType: it.DType}
+		tt.byDType[it.dtype] = tot
+	}
+	tot.Tensors++
+	tot.Elements += it.elements
+	tot.Bytes += it.Bytes
+	tt.bytes += it.Bytes
+}
+
+// list returns the totals, largest first (ties by dtype name); nil when
+// there are no tensors.
+func (tt *totaler) list() []dtypeTotal {
+	var out []dtypeTotal
+	for _, tot := range tt.byDType {
+		out = append(out, *tot)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Bytes != out[j].Bytes {
+			return out[i].Bytes > out[j].Bytes
+		}
+		return out[i].DType < out[j].DType
+	})
+	return out
+}
+
+// writeInspectJSON writes the inspectReport of t as JSON, exactly as
+// json.Encoder with SetIndent("", "  ") would, but tensor by tensor
+// instead of from a report built in memory.
+func writeInspectJSON(w *bufio.Writer, t *checkpointTarget) error {
+	var files []string
+	ckptFiles := t.ckpt.Files()
+	for _, f := range ckptFiles {
+		files = append(files, relTo(t.path, f))
+	}
+	meta := t.ckpt.Metadata()
+	if meta == nil {
+		meta = map[string]string{}
+	}
+	jw := jsonWriter{w: w}
+	w.WriteString("{\n  \"path\": ")
+	jw.str(t.path)
+	w.WriteString(",\n  \"kind\": ")
+	jw.str(t.kind)
+	w.WriteString(",\n  \"files\": ")
+	jw.strings(files, "  ")
+	if warnings := t.ckpt.Warnings(); len(warnings) > 0 {
+		w.WriteString(",\n  \"warnings\": ")
+		jw.strings(warnings, "  ")
+	}
+	w.WriteString(",\n  \"metadata\": ")
+	if len(meta) == 0 {
+		w.WriteString("{}")
+	} else {
+		keys := make([]string, 0, len(meta))
+		for k := range meta {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		w.WriteString("{")
+		for i, k := range keys {
+			if i > 0 {
+				w.WriteByte(',')
+			}
+			w.WriteString("\n    ")
+			jw.str(k)
+			w.WriteString(": ")
+			jw.str(meta[k])
+		}
+		w.WriteString("\n  }")
+	}
+	w.WriteString(",\n  \"tensors\": ")
+	var tot totaler
+	names := t.ckpt.Names()
+	if len(names) == 0 {
+		w.WriteString("null")
+	} else {
+		w.WriteString("[")
+		for i, name := range names {
+			if i > 0 {
+				w.WriteByte(',')
+			}
+			it := tensorEntry(t, name, len(ckptFiles) > 1)
+			tot.add(it)
+			w.WriteString("\n    {\n      \"name\": ")
+			jw.str(it.Name)
+			w.WriteString(",\n      \"dtype\": ")
+			jw.str(it.DType)
+			w.WriteString(",\n      \"shape\": ")
+			jw.ints(it.Shape, "      ")
+			w.WriteString(",\n      \"bytes\": ")
+			jw.int(it.Bytes)
+			w.WriteString(",\n      \"data_offsets\": ")
+			jw.ints(it.Offsets[:], "      ")
+			if it.File != "" {
+				w.WriteString(",\n      \"file\": ")
+				jw.str(it.File)
+			}
+			w.WriteString("\n    }")
+		}
+		w.WriteString("\n  ]")
+	}
+	w.WriteString(",\n  \"totals\": ")
+	if totals := tot.list(); len(totals) == 0 {
+		w.WriteString("null")
+	} else {
+		w.WriteString("[")
+		for i, d := range totals {
+			if i > 0 {
+				w.WriteByte(',')
+			}
+			w.WriteString("\n    {\n      \"dtype\": ")
+			jw.str(d.DType)
+			w.WriteString(",\n      \"tensors\": ")
+			jw.int(int64(d.Tensors))
+			w.WriteString(",\n      \"elements\": ")
+			jw.int(d.Elements)
+			w.WriteString(",\n      \"bytes\": ")
+			jw.int(d.Bytes)
+			w.WriteString("\n    }")
+		}
+		w.WriteString("\n  ]")
+	}
+	w.WriteString(",\n  \"tensor_count\": ")
+	jw.int(int64(len(names)))
+	w.WriteString(",\n  \"total_bytes\": ")
+	jw.int(tot.bytes)
+	w.WriteString("\n}\n")
+	return jw.err
+}
+
+// jsonWriter writes JSON values as encoding/json does (HTML-safe string
+// escapes, indented arrays) to a bufio.Writer, keeping the first error.
+type jsonWriter struct {
+	w   *bufio.Writer
+	buf []byte
+	err error
+}
+
+// str writes s as a JSON string. Printable ASCII without characters that
+// need escaping is written as is; anything else goes through
+// encoding/json, so the escapes are exactly its own.
+func (j *jsonWriter) str(s string) {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			b, err := json.Marshal(s)
+			if err != nil && j.err == nil {
+				j.err = err
+			}
+			j.w.Write(b)
+			return
+		}
+	}
+	j.w.WriteByte('"')
+	j.w.WriteString(s)
+	j.w.WriteByte('"')
+}
+
+func (j *jsonWriter) int(v int64) {
+	j.buf = strconv.AppendInt(j.buf[:0], v, 10)
+	j.w.Write(j.buf)
+}
+
+// ints writes an array of integers, one per line at indent+2 spaces; []
+// when empty.
+func (j *jsonWriter) ints(vs []int64, indent string) {
+	if len(vs) == 0 {
+		j.w.WriteString("[]")
+		return
+	}
+	j.w.WriteByte('[')
+	for i, v := range vs {
+		if i > 0 {
+			j.w.WriteByte(',')
+		}
+		j.w.WriteString("\n  ")
+		j.w.WriteString(indent)
+		j.int(v)
+	}
+	j.w.WriteString("\n")
+	j.w.WriteString(indent)
+	j.w.WriteByte(']')
+}
+
+// strings writes an array of strings like ints; null when nil.
+func (j *jsonWriter) strings(vs []string, indent string) {
+	if vs == nil {
+		j.w.WriteString("null")
+		return
+	}
+	if len(vs) == 0 {
+		j.w.WriteString("[]")
+		return
+	}
+	j.w.WriteByte('[')
+	for i, v := range vs {
+		if i > 0 {
+			j.w.WriteByte(',')
+		}
+		j.w.WriteString("\n  ")
+		j.w.WriteString(indent)
+		j.str(v)
+	}
+	j.w.WriteString("\n")
+	j.w.WriteString(indent)
+	j.w.WriteByte(']')
 }
 
 func printInspectReport(e *env, rep *inspectReport) {
