@@ -174,8 +174,8 @@ func BenchmarkOpenTouch(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			for i := range c.Len() {
-				if _, err := c.Tensor(c.nameAt(i)); err != nil {
+			for _, name := range c.Names() {
+				if _, err := c.Tensor(name); err != nil {
 					b.Fatal(err)
 				}
 			}
