@@ -102,7 +102,14 @@ type kernel struct {
 	s1    float64 // the multiplying scale when it does not vary
 	g     float64 // the per-tensor factor (1 when none)
 	div   bool    // g divides
+	// t4 holds, for F4 data with an 8-bit varying scale, every scale code's
+	// 16 values: t4[s][q] = value(q, scale s). 32 KiB, built for tensors of
+	// at least t4Min elements.
+	t4 *[256][16]float64
 }
+
+// t4Min is the element count from which plan builds kernel.t4.
+const t4Min = 1 << 14
 
 // chunk is the number of elements computed into the scratch buffer before
 // each rounding call; a multiple of 8, so that chunk boundaries fall on
@@ -177,46 +184,74 @@ func (k *kernel) span(ctx context.Context, lo, hi int64, st *dtype.Stats) error 
 
 // fill computes the float64 values of elements [i, i+len(out)).
 func (k *kernel) fill(out []float64, i int64) {
-	s1 := k.s1
+	if !k.blk {
+		k.fillRun(out, i, k.s1, nil)
+		return
+	}
+	// Walk the runs of elements that share a scale element: within a row,
+	// up to the end of the column block or of the row.
+	row, col := i/k.c, i%k.c
+	rb, cb, co := row/k.br, col/k.bc, col%k.bc
 	for len(out) > 0 {
-		run := int64(len(out))
-		if k.blk {
-			row, col := i/k.c, i%k.c
-			run = min(run, k.bc-col%k.bc, k.c-col)
-			s1 = k.scaleAt((row/k.br)*k.gridC + col/k.bc)
+		run := min(int64(len(out)), k.bc-co, k.c-col)
+		si := rb*k.gridC + cb
+		if k.t4 != nil {
+			k.fillRun(out[:run], i, 0, &k.t4[k.sdata[si]])
+		} else {
+			k.fillRun(out[:run], i, k.scaleAt(si), nil)
 		}
-		o := out[:run]
-		switch {
-		case !k.fp4 && !k.div:
-			m, tab := s1*k.g, k.tab // exact: see Dequantize
-			for j, b := range k.data[i : i+run] {
-				o[j] = tab[b] * m
-			}
-		case !k.fp4:
-			g, tab := k.g, k.tab
-			for j, b := range k.data[i : i+run] {
-				o[j] = tab[b] * s1 / g
-			}
-		default:
-			fill4(o, k.data, i, s1, k.g, k.div)
+		out, i = out[run:], i+run
+		col, co = col+run, co+run
+		if co == k.bc {
+			co, cb = 0, cb+1
 		}
-		out = out[run:]
-		i += run
+		if col == k.c {
+			col, co, cb, row = 0, 0, 0, row+1
+			rb = row / k.br
+		}
 	}
 }
 
-// fill4 decodes len(o) E2M1 values from element i of packed (two per byte,
-// element 2j in the low nibble of byte j), each times s and times (or
-// divided by) g.
-func fill4(o []float64, packed []byte, i int64, s, g float64, div bool) {
-	var t [16]float64
-	for c := range t {
-		if div {
-			t[c] = tabF4[c] * s / g
-		} else {
-			t[c] = tabF4[c] * (s * g)
+// fillRun computes elements [i, i+len(o)), which share the scale s1 (or,
+// for F4 data with an 8-bit scale, the precomputed products t).
+func (k *kernel) fillRun(o []float64, i int64, s1 float64, t *[16]float64) {
+	if k.fp4 {
+		if t == nil {
+			var tt [16]float64
+			for c := range tt {
+				tt[c] = k.value(tabF4[c], s1)
+			}
+			t = &tt
 		}
+		fill4(o, k.data, i, t)
+		return
 	}
+	tab := k.tab
+	if k.div {
+		g := k.g
+		for j, b := range k.data[i : i+int64(len(o))] {
+			o[j] = tab[b] * s1 / g
+		}
+		return
+	}
+	m := s1 * k.g // exact: see Dequantize
+	for j, b := range k.data[i : i+int64(len(o))] {
+		o[j] = tab[b] * m
+	}
+}
+
+// value combines a decoded narrow value q with its scale s1 and the
+// per-tensor factor.
+func (k *kernel) value(q, s1 float64) float64 {
+	if k.div {
+		return q * s1 / k.g
+	}
+	return q * (s1 * k.g)
+}
+
+// fill4 writes len(o) E2M1 values from element i of packed (two per byte,
+// element 2j in the low nibble of byte j), mapped through t.
+func fill4(o []float64, packed []byte, i int64, t *[16]float64) {
 	j := 0
 	if i&1 == 1 && len(o) > 0 {
 		o[0] = t[packed[i>>1]>>4]
@@ -380,6 +415,17 @@ func (w *Weight) plan(dst []byte, to dtype.DType, data []byte, scales [][]byte, 
 		s := w.Scales[glob]
 		k.g = decodeScale(scales[glob], s.DType, s.Role == RoleE8M0, 0)
 		k.div = s.Role == RoleGlobalScale
+	}
+	if k.fp4 && k.blk && n >= t4Min && (k.e8m0 || k.sdt.Bits() == 8) {
+		k.t4 = new([256][16]float64)
+		var one [1]byte
+		for c := range k.t4 {
+			one[0] = byte(c)
+			sv := decodeScale(one[:], k.sdt, k.e8m0, 0)
+			for q := range k.t4[c] {
+				k.t4[c][q] = k.value(tabF4[q], sv)
+			}
+		}
 	}
 	return k, nil
 }
