@@ -1,6 +1,7 @@
 // Package interop checks ckpt against the reference implementations, used as
 // oracles: Hugging Face's Python safetensors for the file format and
-// ml_dtypes for the dtype conversions (FP8, FP6, FP4, BF16, F16).
+// ml_dtypes for the dtype conversions (FP8, FP6, FP4, BF16, F16) and, with
+// NumPy, for the dequantization of scaled low-precision layouts (package quant).
 //
 // The package has no API; everything is in its tests. They need the pinned
 // Python environment that interop/setup.sh creates in interop/.venv (or an
