@@ -549,9 +549,11 @@ func parseCTGroups(q object) ([]ctGroup, error) {
 // ctGroupFor picks the config group that applies to module p, stored in
 // tensor name: the most specific target (exact name, then regular
 // expression, then a class name such as "Linear", which ckpt cannot check
-// and takes to match), the first group by name among equals, whose
-// weights declare the stored form. nil, nil: the group's format is one
-// ckpt does not decode (reported in Unsupported).
+// and takes to match; the first group by name among equals) that declares
+// weights. Its weights must be of the stored form (8-bit float for FP8
+// data, 4-bit float for packed data), else ErrMismatch. nil, nil: the
+// group's weights are of a type ckpt does not decode (reported in
+// Unsupported).
 func (d *detector) ctGroupFor(p, name string, groups []ctGroup, fp4 bool) (*ctGroup, error) {
 	type cand struct {
 		g     *ctGroup
@@ -580,7 +582,7 @@ func (d *detector) ctGroupFor(p, name string, groups []ctGroup, fp4 bool) (*ctGr
 	for _, c := range cands {
 		g := c.g
 		if !g.hasArgs {
-			continue
+			continue // a group for activations only
 		}
 		if g.typ != "float" {
 			d.unsupported("config group " + quote(g.name) + ": weights type " + quote(g.typ))
@@ -589,9 +591,9 @@ func (d *detector) ctGroupFor(p, name string, groups []ctGroup, fp4 bool) (*ctGr
 		if (fp4 && g.bits == 4) || (!fp4 && g.bits == 8) {
 			return g, nil
 		}
+		return nil, tensorErr(ErrMismatch, name, "config group "+quote(g.name)+" declares "+strconv.FormatInt(g.bits, 10)+"-bit "+g.typ+" weights")
 	}
-	g := cands[0].g
-	return nil, tensorErr(ErrMismatch, name, "config group "+quote(g.name)+" declares "+strconv.FormatInt(g.bits, 10)+"-bit "+g.typ+" weights")
+	return nil, tensorErr(ErrMismatch, name, "stored quantized, but no config_groups entry with weights targets module "+quote(p))
 }
 
 // ---- ModelOpt ----

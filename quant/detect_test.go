@@ -75,6 +75,12 @@ func TestMalformedScales(t *testing.T) {
 		{"ct fp8 weight, config declares 4 bits",
 			[]Stored{st("a.weight", dtype.F8_E4M3, 8, 16), st("a.weight_scale", dtype.F32, 8, 1)},
 			Sources{ConfigJSON: []byte(ctNVFP4)}, ErrMismatch, "a.weight"},
+		{"ct most specific group declares another width",
+			[]Stored{st("m.mlp.weight", dtype.F8_E4M3, 8, 16), st("m.mlp.weight_scale", dtype.F32, 8, 1)},
+			Sources{ConfigJSON: []byte(`{"quantization_config":{"quant_method":"compressed-tensors","format":"float-quantized","config_groups":{
+			  "a":{"targets":["Linear"],"weights":{"num_bits":8,"type":"float","strategy":"channel"}},
+			  "b":{"targets":["re:.*mlp$"],"weights":{"num_bits":4,"type":"float","strategy":"tensor_group","group_size":16}}}}}`)},
+			ErrMismatch, "m.mlp.weight"},
 		{"modelopt nvfp4 scale of the wrong shape",
 			[]Stored{st("a.weight", dtype.U8, 8, 16), st("a.weight_scale", dtype.F8_E4M3, 8, 4), st("a.weight_scale_2", dtype.F32)},
 			Sources{HFQuantConfig: []byte(moNVFP4)}, ErrScaleShape, "a.weight_scale"},
@@ -175,6 +181,14 @@ func TestUnknownLayoutIsReported(t *testing.T) {
 	want := []string{"a.g_idx", "a.qweight", "a.qzeros", "a.scales", "b.input_scale", "b.weight_scale"}
 	if s.Layout != None || !slices.Equal(s.Unconsumed, want) || !slices.Equal(s.Unsupported, []string{`quant_method "gptq"`}) ||
 		len(s.Weights) != 0 || s.Consumed("b.weight_scale") {
+		t.Fatalf("scheme %+v", s)
+	}
+	// compressed-tensors integer weights: declared, not decoded, reported.
+	s = mustDetect(t, []Stored{st("m.weight_packed", dtype.I32, 8, 2), st("m.weight_scale", dtype.BF16, 8, 1), st("m.weight_shape", dtype.I64, 2)},
+		Sources{ConfigJSON: []byte(`{"quantization_config":{"quant_method":"compressed-tensors","format":"pack-quantized",
+		  "config_groups":{"g":{"targets":["Linear"],"weights":{"num_bits":4,"type":"int","strategy":"channel"}}}}}`)})
+	if len(s.Weights) != 0 || !slices.Equal(s.Unconsumed, []string{"m.weight_packed", "m.weight_scale"}) ||
+		!slices.Equal(s.Unsupported, []string{`config group "g": weights type "int"`}) {
 		t.Fatalf("scheme %+v", s)
 	}
 	// No config at all: an FP8 weight with a scale is not guessed at.
