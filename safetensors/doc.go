@@ -13,11 +13,23 @@
 // shape and two integer data_offsets, keys in any order, unknown keys
 // ignored), then the offsets: sorted by offset the tensors must tile the data
 // section exactly from 0, with sizes computed with overflow checks and
-// sub-byte dtypes filling whole bytes. Unlike the reference, duplicate keys
-// are an error. Every failure is an *Error whose Kind can be tested with
-// errors.Is (errors.Is(err, safetensors.ErrInvalidOffset)) and which names
-// the file, tensor and field concerned. A hostile header never causes a
-// panic or an allocation larger than the file.
+// sub-byte dtypes filling whole bytes. Where the reference accepts what
+// ckpt refuses, ckpt refuses by design: duplicate keys are an error
+// (ErrDuplicateKey; the reference keeps one of them), and so is a dimension
+// of 2^63 or more (ErrOverflow), even beside a 0 dimension where the
+// reference, counting in unsigned 64-bit integers, accepts the empty
+// tensor (shapes are int64 here). Every failure is an *Error whose Kind can
+// be tested with errors.Is (errors.Is(err, safetensors.ErrInvalidOffset))
+// and which names the file, tensor and field concerned. A hostile header
+// never causes a panic or an allocation larger than the file.
+//
+// Open and ReadHeaderFile follow the path they are given through its
+// symbolic links (the caller named it; package shard and variant decide
+// which links a folder may hold), then check, on the open descriptor, that
+// it is a regular file: a FIFO, a device, a socket or a folder is refused
+// with ErrNotRegular, naming the path, without blocking (the open is
+// non-blocking) and before a byte is read. OpenFS checks the same with
+// fs.StatFS before opening, where fsys has it.
 //
 // Tensor views are cheap: Bytes is zero-copy on the mapping, ReadTo and
 // ConvertTo copy (converting through package dtype, so a BF16 or FP8 tensor

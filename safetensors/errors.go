@@ -79,6 +79,10 @@ const (
 	// ErrFileChanged: the file's size or header bytes differ from those of
 	// the Header given to WithHeader: it was replaced or rewritten since.
 	ErrFileChanged
+	// ErrNotRegular: the path (its symbolic links followed) is not a regular
+	// file: a FIFO, a device, a socket or a folder. It is refused before
+	// anything is read, without blocking.
+	ErrNotRegular
 
 	numKinds // keep last
 )
@@ -108,6 +112,7 @@ var kindNames = [...]string{
 	ErrConvert:             "convert",
 	ErrCanceled:            "canceled",
 	ErrFileChanged:         "file_changed",
+	ErrNotRegular:          "not_regular_file",
 }
 
 // String returns the snake_case name of the kind, e.g. "header_too_large".

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/safeopen"
 )
 
 // ReadMode selects how Tensor.ReadTo and Tensor.ConvertTo fetch the bytes of
@@ -81,17 +82,37 @@ type File struct {
 // read-only into memory (on platforms without mmap, or with WithReadAt, it
 // reads through pread instead). Opening does not touch tensor data, so it
 // costs the same for a 4 MiB and a 4 GiB file. Errors name the file.
+//
+// path is followed through symbolic links (the caller named it), and what
+// it leads to must be a regular file: a FIFO, a device, a socket or a
+// folder is refused with ErrNotRegular, without blocking and before any
+// byte is read.
 func Open(path string, opts ...OpenOption) (*File, error) {
 	cfg := buildConfig(opts)
-	osf, err := os.Open(path)
-	if err != nil {
-		return nil, &Error{Kind: ErrIO, File: path, Msg: "open", Err: err}
-	}
-	size, err := regularSize(osf, path)
+	osf, size, err := openRegular(path)
 	if err != nil {
 		return nil, err
 	}
 	return openOSFile(osf, path, size, cfg)
+}
+
+// openRegular opens path with package safeopen (no blocking, regular files
+// only) and returns the file and its size. Errors are *Error values naming
+// path: ErrNotRegular, or ErrIO.
+func openRegular(path string) (*os.File, int64, error) {
+	f, st, err := safeopen.Open(path)
+	if err != nil {
+		var nr *safeopen.NotRegularError
+		if errors.As(err, &nr) {
+			return nil, 0, notRegular(path, nr.Mode)
+		}
+		return nil, 0, &Error{Kind: ErrIO, File: path, Msg: "open", Err: err}
+	}
+	return f, st.Size(), nil
+}
+
+func notRegular(path string, mode fs.FileMode) *Error {
+	return &Error{Kind: ErrNotRegular, File: path, Msg: safeopen.Describe(mode) + ", not a regular file"}
 }
 
 // regularSize returns the size of the open file fh (path in errors). Unless
@@ -104,7 +125,7 @@ func regularSize(fh fs.File, path string) (int64, error) {
 	}
 	if !st.Mode().IsRegular() {
 		fh.Close()
-		return 0, &Error{Kind: ErrIO, File: path, Msg: "not a regular file"}
+		return 0, notRegular(path, st.Mode().Type())
 	}
 	return st.Size(), nil
 }

@@ -11,8 +11,23 @@ import (
 // implements io.ReaderAt is read on demand; any other is read into memory
 // (its size is known from Stat first, so a hostile header cannot make it
 // allocate more). Close closes the underlying file. Errors name the file.
+//
+// What is not a regular file is refused with ErrNotRegular. When fsys
+// implements fs.StatFS (os.DirFS and os.Root.FS do), that is checked before
+// the file is opened, so that a FIFO does not block the open; a file
+// replaced by a FIFO between the two calls can still block it, which only
+// Open rules out.
 func OpenFS(fsys fs.FS, name string, opts ...OpenOption) (*File, error) {
 	cfg := buildConfig(opts)
+	if sfs, ok := fsys.(fs.StatFS); ok {
+		st, err := sfs.Stat(name)
+		if err != nil {
+			return nil, &Error{Kind: ErrIO, File: name, Msg: "stat", Err: err}
+		}
+		if !st.Mode().IsRegular() {
+			return nil, notRegular(name, st.Mode().Type())
+		}
+	}
 	fh, err := fsys.Open(name)
 	if err != nil {
 		return nil, &Error{Kind: ErrIO, File: name, Msg: "open", Err: err}

@@ -6,7 +6,6 @@ import (
 	"hash/maphash"
 	"io"
 	"math"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -170,18 +169,15 @@ func ReadHeader(r io.ReaderAt, size int64) (*Header, error) {
 }
 
 // ReadHeaderFile is ReadHeader on the file at path. It does not map the
-// file. Errors name the file.
+// file. Like Open, it follows path's links and refuses what is not a regular
+// file (ErrNotRegular) without blocking. Errors name the file.
 func ReadHeaderFile(path string) (*Header, error) {
-	f, err := os.Open(path)
+	f, size, err := openRegular(path)
 	if err != nil {
-		return nil, &Error{Kind: ErrIO, File: path, Msg: "open", Err: err}
+		return nil, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, &Error{Kind: ErrIO, File: path, Msg: "stat", Err: err}
-	}
-	h, err := ReadHeader(f, st.Size())
+	h, err := ReadHeader(f, size)
 	if err != nil {
 		return nil, withFile(err, path)
 	}
