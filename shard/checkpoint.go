@@ -1,7 +1,6 @@
 package shard
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -21,16 +20,65 @@ import (
 type Option func(*openConfig)
 
 type openConfig struct {
-	symlinkRoot string
-	openOpts    []safetensors.OpenOption
+	follow   bool
+	openOpts []safetensors.OpenOption
 }
 
-// WithSymlinkRoot lets shards be symlinks that resolve anywhere under root
-// instead of only inside the index's own folder. Use it for the Hugging Face
-// cache, where snapshots/REV/*.safetensors link to ../../blobs: pass the
-// repository folder (models--org--name).
-func WithSymlinkRoot(root string) Option {
-	return func(c *openConfig) { c.symlinkRoot = root }
+func buildConfig(opts []Option) openConfig {
+	var c openConfig
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	return c
+}
+
+// WithFollowSymlinks is the one opt-in to symbolic links that lead out of
+// their folder. By default every file a folder resolves to (here: each
+// shard of an index; in package variant also the index, the single weights
+// file, model_index.json and component folders) must, its links evaluated,
+// lie inside that folder, or it is refused with ErrInsecurePath. With this
+// option such links may lead anywhere. What they lead to must still be a
+// regular file (ErrNotRegular otherwise), and index entries must still be
+// bare file names.
+//
+// It exists for the Hugging Face cache, whose snapshot folders
+// (models--org--name/snapshots/REV/) hold symlinks to ../../blobs/SHA.
+func WithFollowSymlinks() Option {
+	return func(c *openConfig) { c.follow = true }
+}
+
+// ResolveFile applies the symlink rule of WithFollowSymlinks to the file or
+// folder at path, a name inside the folder filepath.Dir(path): it returns
+// path with its symbolic links evaluated, or an *Error of kind
+// ErrInsecurePath naming path when they lead out of that folder and opts do
+// not include WithFollowSymlinks. A missing file, a dangling link or a loop
+// give filepath.EvalSymlinks' error (matching fs.ErrNotExist for the first
+// two). ResolveFile does not open anything; package variant uses it for
+// every file it resolves a folder to.
+func ResolveFile(path string, opts ...Option) (string, error) {
+	cfg := buildConfig(opts)
+	return cfg.resolve(path, "")
+}
+
+// resolve is ResolveFile; the error names shard when it is set, path
+// otherwise.
+func (cfg *openConfig) resolve(path, shard string) (string, error) {
+	dir := filepath.Dir(path)
+	real, inside, err := pathutil.Resolve(dir, path)
+	if err != nil {
+		return "", err
+	}
+	if !inside && !cfg.follow {
+		e := &Error{Kind: ErrInsecurePath, Path: path, Shard: shard,
+			Msg: fmt.Sprintf("symlink leads to %s, outside %s (WithFollowSymlinks allows it)", real, dir)}
+		if shard != "" {
+			e.Path = ""
+		}
+		return "", e
+	}
+	return real, nil
 }
 
 // WithOpenOptions passes options to safetensors.Open for every shard.
@@ -84,41 +132,41 @@ type shardFile struct {
 // Open opens a checkpoint: path is either a shard index
 // (*.safetensors.index*.json, or any name ending in ".json") or a single
 // safetensors file. For an index, before returning it checks that every
-// shard is a bare file name in the index's folder (symlinks may not leave
-// it, see WithSymlinkRoot), that every shard exists and has a valid header,
-// and that every mapped tensor is in its shard's header. A tensor that is
-// also present in another shard is taken from the mapped one, with a
-// warning; tensors in shards that the index does not map are reported in
-// Warnings and Unmapped and are not part of the checkpoint. A folder is
-// refused with ErrUnsupportedPath: resolve it with package variant first.
+// shard is a bare file name in the index's folder (symlinks may not lead out
+// of it, see WithFollowSymlinks), that every shard exists, is a regular
+// file and has a valid header, and that every mapped tensor is in its
+// shard's header. A tensor that is also present in another shard is taken
+// from the mapped one, with a warning; tensors in shards that the index does
+// not map are reported in Warnings and Unmapped and are not part of the
+// checkpoint. A folder is refused with ErrUnsupportedPath: resolve it with
+// package variant first.
+//
+// path itself, named by the caller, is followed through its symbolic links
+// wherever they lead (shards are then looked up beside path, not beside
+// the link's target); it must be a regular file (ErrNotRegular). No file is
+// opened in a way that blocks: a FIFO or a device is refused before it is
+// read.
 func Open(path string, opts ...Option) (*Checkpoint, error) {
-	c := &Checkpoint{path: path}
-	for _, o := range opts {
-		o(&c.cfg)
-	}
+	c := &Checkpoint{path: path, cfg: buildConfig(opts)}
 	if strings.HasSuffix(path, ".json") {
 		if err := c.openIndex(); err != nil {
 			return nil, err
 		}
 		return c, nil
 	}
-	st, err := os.Stat(path)
+	st, err := os.Stat(path) // stat never blocks; the open below checks again
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, &Error{Kind: ErrMissingShard, Path: path, Err: err}
 		}
 		return nil, &Error{Kind: ErrInvalidShard, Path: path, Err: err}
 	}
-	if !st.Mode().IsRegular() {
-		msg := "not a regular file"
-		if st.IsDir() {
-			msg = "a folder, not an index or safetensors file (resolve folders with package variant)"
-		}
-		return nil, &Error{Kind: ErrUnsupportedPath, Path: path, Msg: msg}
+	if st.IsDir() {
+		return nil, &Error{Kind: ErrUnsupportedPath, Path: path, Msg: "a folder, not an index or safetensors file (resolve folders with package variant)"}
 	}
 	h, err := safetensors.ReadHeaderFile(path)
 	if err != nil {
-		return nil, &Error{Kind: ErrInvalidShard, Path: path, Err: err}
+		return nil, shardErr(path, "", err)
 	}
 	c.shards = []*shardFile{{name: filepath.Base(path), path: path, header: h}}
 	c.single = h
@@ -134,18 +182,17 @@ func (c *Checkpoint) openIndex() error {
 	c.index = ix
 	c.warnings = append(c.warnings, ix.Warnings...)
 	dir := filepath.Dir(c.path)
-	root := c.symlinkRoot()
-	realRoot := ""
 	shardNames := ix.Shards()
 	pos := make(map[string]int, len(shardNames))
 	for i, name := range shardNames {
 		p := filepath.Join(dir, name)
-		if err := c.checkShardPath(name, p, root, &realRoot); err != nil {
+		real, err := c.resolveShard(name, p)
+		if err != nil {
 			return err
 		}
-		h, err := safetensors.ReadHeaderFile(p)
+		h, err := safetensors.ReadHeaderFile(real)
 		if err != nil {
-			return &Error{Kind: ErrInvalidShard, Path: c.path, Shard: name, Err: err}
+			return shardErr(c.path, name, err)
 		}
 		c.shards = append(c.shards, &shardFile{name: name, path: p, header: h})
 		pos[name] = i
@@ -232,42 +279,41 @@ func (c *Checkpoint) openIndex() error {
 	return nil
 }
 
-// symlinkRoot returns the folder that shard symlinks must resolve into:
-// the WithSymlinkRoot folder, or else the index's own.
-func (c *Checkpoint) symlinkRoot() string {
-	return cmp.Or(c.cfg.symlinkRoot, filepath.Dir(c.path))
+// resolveShard checks that the shard file p (named name in the index)
+// exists and that its links stay in the index's folder (unless
+// WithFollowSymlinks), and returns the path its links lead to.
+func (c *Checkpoint) resolveShard(name, p string) (string, error) {
+	if _, err := os.Lstat(p); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", &Error{Kind: ErrMissingShard, Path: c.path, Shard: name,
+				Msg: fmt.Sprintf("not found in %s", filepath.Dir(p))}
+		}
+		return "", &Error{Kind: ErrInvalidShard, Path: c.path, Shard: name, Err: err}
+	}
+	real, err := c.cfg.resolve(p, name)
+	if err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			e.Path = c.path
+			return "", e
+		}
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", &Error{Kind: ErrMissingShard, Path: c.path, Shard: name, Msg: "dangling symlink", Err: err}
+		}
+		return "", &Error{Kind: ErrInvalidShard, Path: c.path, Shard: name, Err: err}
+	}
+	return real, nil
 }
 
-// checkShardPath checks that the shard file p (named name in the index)
-// exists and, if it is a symlink, resolves inside root. *realRoot caches
-// root with its symlinks resolved ("" until first needed).
-func (c *Checkpoint) checkShardPath(name, p, root string, realRoot *string) error {
-	dir := filepath.Dir(p)
-	st, err := os.Lstat(p)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return &Error{Kind: ErrMissingShard, Path: c.path, Shard: name,
-				Msg: fmt.Sprintf("not found in %s", dir)}
-		}
-		return &Error{Kind: ErrInvalidShard, Path: c.path, Shard: name, Err: err}
+// shardErr wraps an error of package safetensors about the file of shard
+// (or the single file path when shard is ""): ErrNotRegular keeps its kind,
+// anything else is ErrInvalidShard.
+func shardErr(path, shard string, err error) error {
+	kind := ErrInvalidShard
+	if errors.Is(err, safetensors.ErrNotRegular) {
+		kind = ErrNotRegular
 	}
-	if st.Mode()&fs.ModeSymlink == 0 {
-		return nil
-	}
-	if *realRoot == "" {
-		if *realRoot, err = filepath.EvalSymlinks(root); err != nil {
-			return &Error{Kind: ErrIndexRead, Path: c.path, Msg: "cannot resolve the folder", Err: err}
-		}
-	}
-	target, err := filepath.EvalSymlinks(p)
-	if err != nil {
-		return &Error{Kind: ErrMissingShard, Path: c.path, Shard: name, Msg: "dangling symlink", Err: err}
-	}
-	if !pathutil.Within(*realRoot, target) {
-		return &Error{Kind: ErrInsecurePath, Path: c.path, Shard: name,
-			Msg: fmt.Sprintf("symlink resolves to %s, outside %s", target, root)}
-	}
-	return nil
+	return &Error{Kind: kind, Path: path, Shard: shard, Err: err}
 }
 
 func abbreviate(names []string, n int) string {
@@ -389,22 +435,25 @@ func (c *Checkpoint) open(s *shardFile) (*safetensors.File, error) {
 	if s.f != nil {
 		return s.f, nil
 	}
+	path := s.path
 	if c.index != nil {
 		// The folder may have changed since Open validated it: a shard
-		// replaced by a symlink leaving the folder is refused here too.
-		realRoot := ""
-		if err := c.checkShardPath(s.name, s.path, c.symlinkRoot(), &realRoot); err != nil {
+		// replaced by a symlink leaving the folder is refused here too,
+		// and what is opened is what was checked.
+		real, err := c.resolveShard(s.name, s.path)
+		if err != nil {
 			return nil, err
 		}
+		path = real
 	}
 	// Reuse the header parsed by Open: safetensors compares the file's
 	// size and header bytes with it instead of parsing them again.
-	f, err := safetensors.Open(s.path, append(slices.Clip(c.cfg.openOpts), safetensors.WithHeader(s.header))...)
+	f, err := safetensors.Open(path, append(slices.Clip(c.cfg.openOpts), safetensors.WithHeader(s.header))...)
 	if errors.Is(err, safetensors.ErrFileChanged) {
 		return nil, &Error{Kind: ErrInvalidShard, Path: c.path, Shard: s.name, Msg: "the file changed since the checkpoint was opened", Err: err}
 	}
 	if err != nil {
-		return nil, &Error{Kind: ErrInvalidShard, Path: c.path, Shard: s.name, Err: err}
+		return nil, shardErr(c.path, s.name, err)
 	}
 	s.f = f
 	return f, nil

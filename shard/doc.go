@@ -8,6 +8,23 @@
 // index's own folder (paths, "..", absolute paths, drive letters and
 // symlinks leaving the folder are refused with ErrInsecurePath).
 //
+// # Files and symbolic links
+//
+// No file is opened in a way that can block: every open is non-blocking
+// and checked with fstat, so a FIFO, a device or a socket where an index or
+// a shard is expected is refused with ErrNotRegular (naming it) before a
+// byte is read; sizes (MaxIndexSize) are checked before reading. A path the
+// caller names (the index or file given to Open, the path given to
+// ReadIndex) is followed through its links wherever they lead. The files
+// that a folder resolves to (the shards of an index) must, their links
+// evaluated, stay inside that folder: a link leading out is refused with
+// ErrInsecurePath, unless the caller opts in with WithFollowSymlinks, the
+// one option that allows it (for the Hugging Face cache, whose snapshots
+// link into ../../blobs). ResolveFile applies the same rule to any file;
+// package variant uses it for the indexes, single files, model_index.json
+// and component folders it resolves. The rule is checked again when a shard
+// is opened lazily, and what is opened is the file that was checked.
+//
 // Open opens a sharded set (or a single file) as one logical Checkpoint:
 // before any tensor is read, every shard must exist and every mapped tensor
 // must be in its shard's header. Shards are then opened lazily, on first

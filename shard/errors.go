@@ -37,7 +37,8 @@ const (
 	// or does not end in ".safetensors".
 	ErrInvalidShardName
 	// ErrInsecurePath: a shard name is a path (separators, "..", an
-	// absolute path, a drive letter) or a symlink that leaves the folder.
+	// absolute path, a drive letter), or a file of the folder is a symlink
+	// that leads out of it (see WithFollowSymlinks).
 	ErrInsecurePath
 	// ErrMissingShard: a shard the index names does not exist.
 	ErrMissingShard
@@ -73,6 +74,10 @@ const (
 	ErrCommit
 	// ErrCanceled: the context was canceled; Err is the context's error.
 	ErrCanceled
+	// ErrNotRegular: the index, a shard or the file given to Open is not a
+	// regular file once its symbolic links are followed (a FIFO, a device,
+	// a socket). It is refused before anything is read, without blocking.
+	ErrNotRegular
 )
 
 var kindNames = [...]string{
@@ -99,6 +104,7 @@ var kindNames = [...]string{
 	ErrWrite:                  "write",
 	ErrCommit:                 "commit",
 	ErrCanceled:               "canceled",
+	ErrNotRegular:             "not_regular_file",
 }
 
 // String returns the kind's snake_case name, e.g. "missing_shard".

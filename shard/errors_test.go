@@ -11,4 +11,7 @@ func TestKindNames(t *testing.T) {
 	if ErrorKind(0).String() != "unknown" || ErrorKind(999).String() != "unknown" {
 		t.Error("out-of-range kinds")
 	}
+	if ks := Kinds(); ks[len(ks)-1] != ErrNotRegular {
+		t.Errorf("Kinds() ends with %v, want not_regular_file", ks[len(ks)-1])
+	}
 }

@@ -7,10 +7,11 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/ckpt-go/ckpt/internal/safeopen"
 )
 
 // MaxIndexSize is the largest index file ReadIndex accepts (64 MiB). Real
@@ -57,23 +58,24 @@ func (ix *Index) Shards() []string {
 // names (see CheckShardName), listing no tensor twice; "metadata", when
 // present, must be an object. It checks the JSON only: no shard is opened
 // (Open does that). Errors are *Error values naming the file.
+//
+// path is followed through its symbolic links; it must lead to a regular
+// file (ErrNotRegular: a FIFO or a device is refused without blocking and
+// before any byte is read) of at most MaxIndexSize bytes (ErrIndexTooLarge,
+// checked before reading).
 func ReadIndex(path string) (*Index, error) {
-	f, err := os.Open(path)
+	data, err := safeopen.ReadFile(path, MaxIndexSize)
 	if err != nil {
+		var nr *safeopen.NotRegularError
+		var tl *safeopen.TooLargeError
+		switch {
+		case errors.As(err, &nr):
+			return nil, &Error{Kind: ErrNotRegular, Path: path, Msg: safeopen.Describe(nr.Mode) + ", not a regular file"}
+		case errors.As(err, &tl):
+			return nil, &Error{Kind: ErrIndexTooLarge, Path: path,
+				Msg: fmt.Sprintf("%d bytes, more than the %d an index may have", tl.Size, MaxIndexSize)}
+		}
 		return nil, &Error{Kind: ErrIndexRead, Path: path, Err: err}
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.Size() > MaxIndexSize {
-		return nil, &Error{Kind: ErrIndexTooLarge, Path: path,
-			Msg: fmt.Sprintf("%d bytes, more than the %d an index may have", st.Size(), MaxIndexSize)}
-	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxIndexSize+1))
-	if err != nil {
-		return nil, &Error{Kind: ErrIndexRead, Path: path, Err: err}
-	}
-	if len(data) > MaxIndexSize {
-		return nil, &Error{Kind: ErrIndexTooLarge, Path: path,
-			Msg: fmt.Sprintf("more than the %d bytes an index may have", MaxIndexSize)}
 	}
 	ix, err := ParseIndex(data)
 	if err != nil {

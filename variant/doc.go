@@ -13,6 +13,24 @@
 // to JSON (files, ignored, warnings, error.kind, error.message) and
 // Plan.Open opens exactly the planned files with package shard.
 //
+// # Files and symbolic links
+//
+// One rule covers every file a folder resolves to: the index, the shards,
+// the single weights file, model_index.json, and a pipeline's component
+// folders. Its symbolic links evaluated, each must stay inside its folder
+// (the component folder for weights and indexes, the pipeline root for
+// model_index.json and component folders), or resolution refuses it with
+// ErrInsecurePath naming it. The one opt-in is shard.WithFollowSymlinks,
+// given through WithShardOptions: it lets links lead anywhere, which the
+// Hugging Face cache needs (models--org--name/snapshots/REV/FILE links to
+// ../../blobs/SHA). The folder passed to ResolveComponent, ResolvePipeline
+// or Resolve is the caller's and may itself be reached through links.
+// Whatever a link leads to must be a regular file: a FIFO, a device, a
+// socket or a folder with a weights file's name is refused with
+// ErrNotRegular, without blocking and before a byte is read, and
+// model_index.json and indexes are size-checked before they are read.
+// Plan.Open checks the rule again before it opens the planned files.
+//
 // Errors are *Error values with one ErrorKind per distinct failure, usable
 // with errors.Is; errors from package shard stay wrapped, so
 // errors.Is(err, shard.ErrMissingShard) works too.

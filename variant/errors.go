@@ -41,8 +41,9 @@ const (
 	// ErrInvalidIndex: the chosen index is not a valid shard index.
 	ErrInvalidIndex
 	// ErrInsecurePath: an index names a path instead of a bare file, a
-	// symlink leaves the folder, or model_index.json lists a component name
-	// that is a path.
+	// file or component folder is a symlink that leads out of its folder
+	// (see shard.WithFollowSymlinks), or model_index.json lists a component
+	// name that is a path.
 	ErrInsecurePath
 	// ErrMissingShard: an index names a shard that does not exist.
 	ErrMissingShard
@@ -66,6 +67,10 @@ const (
 	// ErrPlanChanged: Plan.Open found files other than the planned ones
 	// (the folder changed after resolution).
 	ErrPlanChanged
+	// ErrNotRegular: a weights file, an index or model_index.json is not a
+	// regular file once its symbolic links are followed (a FIFO, a device,
+	// a socket). It is refused before anything is read, without blocking.
+	ErrNotRegular
 )
 
 var kindNames = [...]string{
@@ -88,6 +93,7 @@ var kindNames = [...]string{
 	ErrNoComponentHasVariant:  "no_component_has_variant",
 	ErrMissingIndex:           "missing_index",
 	ErrPlanChanged:            "plan_changed",
+	ErrNotRegular:             "not_regular_file",
 }
 
 // String returns the kind's snake_case name.

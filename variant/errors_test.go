@@ -8,7 +8,7 @@ import (
 
 func TestKindNames(t *testing.T) {
 	testutil.CheckKinds(t, Kinds(), func(k ErrorKind) error { return &Error{Kind: k} })
-	if n := len(Kinds()); n != int(ErrPlanChanged) {
-		t.Errorf("%d kinds, last is %d", n, ErrPlanChanged)
+	if n := len(Kinds()); n != int(ErrNotRegular) {
+		t.Errorf("%d kinds, last is %d", n, ErrNotRegular)
 	}
 }

@@ -5,14 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
-	"github.com/ckpt-go/ckpt/internal/pathutil"
+	"github.com/ckpt-go/ckpt/internal/safeopen"
 	"github.com/ckpt-go/ckpt/shard"
 )
 
@@ -99,7 +98,7 @@ func ResolvePipeline(root, variant string, opts ...Option) (*PipelinePlan, error
 	if variant != "" && !ValidName(variant) {
 		return pp.fail(&Error{Kind: ErrInvalidVariant, Dir: root, Msg: fmt.Sprintf("%q does not match ^[A-Za-z0-9_]+$", variant)})
 	}
-	names, libs, err := readModelIndex(root)
+	names, libs, err := readModelIndex(root, cfg.shardOpts)
 	if err != nil {
 		return pp.fail(err)
 	}
@@ -136,7 +135,6 @@ func ResolvePipeline(root, variant string, opts ...Option) (*PipelinePlan, error
 		pp.Components = append(pp.Components, p)
 		errs = append(errs, err)
 	}
-	realRoot, rootErr := filepath.EvalSymlinks(root)
 	for _, n := range names {
 		dir := filepath.Join(root, n)
 		p := newPlan(n, dir, variant)
@@ -155,12 +153,13 @@ func ResolvePipeline(root, variant string, opts ...Option) (*PipelinePlan, error
 			failed(p, e)
 			continue
 		}
-		if rootErr == nil {
-			if real, err := filepath.EvalSymlinks(dir); err == nil && !pathutil.Within(realRoot, real) {
-				e := &Error{Kind: ErrInsecurePath, Dir: root, File: n, Msg: "component folder is a symlink that leaves the pipeline root"}
-				failed(p, e)
-				continue
+		if _, err := shard.ResolveFile(dir, cfg.shardOpts...); err != nil {
+			e := &Error{Kind: ErrInsecurePath, Dir: root, File: n, Err: err}
+			if !errors.Is(err, shard.ErrInsecurePath) {
+				e.Kind, e.Msg = ErrComponentMissing, "cannot resolve the component folder"
 			}
+			failed(p, e)
+			continue
 		}
 		f, err := scan(dir)
 		if err != nil {
@@ -240,23 +239,32 @@ func isCandidate(name string) bool {
 
 // readModelIndex returns the sorted names of the components model_index.json
 // lists with a non-null [library, class] pair, and each one's library (when
-// it is a string).
-func readModelIndex(root string) ([]string, map[string]string, error) {
+// it is a string). model_index.json keeps to the symlink rule
+// (shard.ResolveFile with opts) and must be a regular file of at most
+// maxModelIndex bytes, checked before it is read.
+func readModelIndex(root string, opts []shard.Option) ([]string, map[string]string, error) {
 	path := filepath.Join(root, ModelIndex)
-	f, err := os.Open(path)
+	real, err := shard.ResolveFile(path, opts...)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
+		switch {
+		case errors.Is(err, shard.ErrInsecurePath):
+			return nil, nil, &Error{Kind: ErrInsecurePath, Dir: root, File: ModelIndex, Err: err}
+		case errors.Is(err, fs.ErrNotExist):
 			return nil, nil, &Error{Kind: ErrModelIndexMissing, Dir: root, File: ModelIndex, Msg: "not a pipeline folder"}
 		}
 		return nil, nil, &Error{Kind: ErrModelIndexInvalid, Dir: root, File: ModelIndex, Err: err}
 	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxModelIndex+1))
+	data, err := safeopen.ReadFile(real, maxModelIndex)
 	if err != nil {
+		var nr *safeopen.NotRegularError
+		var tl *safeopen.TooLargeError
+		switch {
+		case errors.As(err, &nr):
+			return nil, nil, &Error{Kind: ErrNotRegular, Dir: root, File: ModelIndex, Msg: safeopen.Describe(nr.Mode) + ", not a regular file"}
+		case errors.As(err, &tl):
+			return nil, nil, &Error{Kind: ErrModelIndexInvalid, Dir: root, File: ModelIndex, Msg: fmt.Sprintf("%d bytes, larger than %d", tl.Size, maxModelIndex)}
+		}
 		return nil, nil, &Error{Kind: ErrModelIndexInvalid, Dir: root, File: ModelIndex, Err: err}
-	}
-	if len(data) > maxModelIndex {
-		return nil, nil, &Error{Kind: ErrModelIndexInvalid, Dir: root, File: ModelIndex, Msg: fmt.Sprintf("larger than %d bytes", maxModelIndex)}
 	}
 	var doc map[string]json.RawMessage
 	if err := json.Unmarshal(data, &doc); err != nil {

@@ -61,8 +61,10 @@ type config struct {
 
 // WithShardOptions passes options to shard.Open, both when resolution
 // checks an index for completeness and when Plan.Open opens the planned
-// files. Use shard.WithSymlinkRoot to resolve folders of the Hugging Face
-// cache, whose files are symlinks into a blobs folder.
+// files. shard.WithFollowSymlinks among them also applies to the files
+// resolution itself reads (indexes, single files, model_index.json,
+// component folders): pass it to resolve folders of the Hugging Face cache,
+// whose files are symlinks into a blobs folder.
 func WithShardOptions(opts ...shard.Option) Option {
 	return func(c *config) { c.shardOpts = append(c.shardOpts, opts...) }
 }
@@ -111,9 +113,15 @@ func (p *Plan) Open(opts ...shard.Option) (*shard.Checkpoint, error) {
 	if len(p.Files) == 0 {
 		return nil, &Error{Kind: ErrNoWeights, Dir: p.Dir, Msg: "the plan has no files"}
 	}
-	path := filepath.Join(p.Dir, p.Files[0])
+	file := p.Files[0]
 	if p.Index != "" {
-		path = filepath.Join(p.Dir, p.Index)
+		file = p.Index
+	}
+	path := filepath.Join(p.Dir, file)
+	// The folder may have changed since resolution: the index or single
+	// file must still keep to the symlink rule.
+	if _, err := shard.ResolveFile(path, opts...); err != nil {
+		return nil, fromShard(p.Dir, file, err)
 	}
 	c, err := shard.Open(path, opts...)
 	if err != nil {
@@ -185,15 +193,16 @@ func scan(dir string) (*folder, error) {
 	f := &folder{dir: dir}
 	for _, e := range entries {
 		name := e.Name()
-		if e.IsDir() {
-			continue
-		}
+		isDir := e.IsDir()
 		if e.Type()&os.ModeSymlink != 0 {
 			st, err := os.Stat(filepath.Join(dir, name))
-			if err == nil && st.IsDir() {
-				continue
-			}
-		} else if !e.Type().IsRegular() {
+			isDir = err == nil && st.IsDir()
+		}
+		// Folders are not weights, unless they have a weights file's
+		// name: those, like FIFOs, devices and sockets with such a name,
+		// stay candidates, so that checking them refuses them by name
+		// (ErrNotRegular) rather than as if they were not there.
+		if _, ok := classify(name); isDir && !ok {
 			continue
 		}
 		if c, ok := classify(name); ok {
@@ -510,10 +519,19 @@ func (f *folder) notFound(v string) error {
 	return &Error{Kind: ErrVariantNotFound, Dir: f.dir, Msg: msg}
 }
 
-// checkSingle reports whether a single file is complete: its header parses.
+// checkSingle reports whether a single file is complete: it keeps to the
+// symlink rule, is a regular file, and its header parses.
 func (f *folder) checkSingle(name string) error {
-	if _, err := safetensors.ReadHeaderFile(filepath.Join(f.dir, name)); err != nil {
-		return &Error{Kind: ErrInvalidWeights, Dir: f.dir, File: name, Err: err}
+	real, err := shard.ResolveFile(filepath.Join(f.dir, name), f.shardOpts...)
+	if err != nil {
+		return fromShard(f.dir, name, err)
+	}
+	if _, err := safetensors.ReadHeaderFile(real); err != nil {
+		kind := ErrInvalidWeights
+		if errors.Is(err, safetensors.ErrNotRegular) {
+			kind = ErrNotRegular
+		}
+		return &Error{Kind: kind, Dir: f.dir, File: name, Err: err}
 	}
 	return nil
 }
@@ -523,6 +541,10 @@ func (f *folder) checkSingle(name string) error {
 func (f *folder) checkIndex(c candidate, prefix, v string) (*checked, error) {
 	ch := &checked{c: c}
 	path := filepath.Join(f.dir, c.name)
+	if _, err := shard.ResolveFile(path, f.shardOpts...); err != nil {
+		ch.err = fromShard(f.dir, c.name, err)
+		return ch, nil
+	}
 	// Open reads the index itself; only when it fails is the index read
 	// again on its own, for the tag checks, which come first.
 	ck, openErr := shard.Open(path, f.shardOpts...)
@@ -569,7 +591,8 @@ func (f *folder) checkIndex(c candidate, prefix, v string) (*checked, error) {
 	return ch, nil
 }
 
-// fromShard maps a shard error to this package's kinds, keeping it wrapped.
+// fromShard maps a shard error (or shard.ResolveFile's) to this package's
+// kinds, keeping it wrapped.
 func fromShard(dir, file string, err error) error {
 	var se *shard.Error
 	kind := ErrInvalidIndex
@@ -585,7 +608,13 @@ func fromShard(dir, file string, err error) error {
 			kind = ErrTensorMissingFromShard
 		case shard.ErrInvalidShard:
 			kind = ErrInvalidWeights
+		case shard.ErrNotRegular:
+			kind = ErrNotRegular
 		}
+	} else if c, ok := classify(file); ok && c.kind != kindIndex {
+		// Not a shard error: ResolveFile's (a dangling link, a loop) on a
+		// weights file.
+		kind = ErrInvalidWeights
 	}
 	return &Error{Kind: kind, Dir: dir, File: file, Tensor: tensor, Err: err}
 }
