@@ -321,7 +321,7 @@ func TestInspectJSONStreamMatchesEncoder(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("%s: exit %d: %s", path, code, stderr)
 		}
-		target, err := openTarget(path, "")
+		target, err := openTarget(path, "", false)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -139,7 +139,7 @@ func demoDTypes(d *demo, _, _ string) error {
 func demoResolve(d *demo, root, _ string) error {
 	for _, v := range []string{"bf16", "fp8"} {
 		d.section(fmt.Sprintf("resolve the pipeline for variant %q (never mixing variants)", v))
-		if err := resolveAndPrint(d.e, root, v, false); err != nil {
+		if err := resolveAndPrint(d.e, root, v, false, false); err != nil {
 			return fmt.Errorf("resolve %s: %w", v, err)
 		}
 	}
@@ -188,7 +188,7 @@ func demoValidate(d *demo, root, work string) error {
 	if err := os.WriteFile(bomb, hostile, 0o644); err != nil {
 		return err
 	}
-	results := validatePaths(append(files, truncated, bomb), "")
+	results := validatePaths(append(files, truncated, bomb), "", false)
 	for _, r := range results {
 		name := relTo(root, r.File)
 		if r.OK {
@@ -202,7 +202,7 @@ func demoValidate(d *demo, root, work string) error {
 
 func demoInspect(d *demo, root, _ string) error {
 	d.section("inspect the FP8 transformer (headers only; no tensor data is read)")
-	t, err := openTarget(filepath.Join(root, "transformer", "diffusion_pytorch_model.fp8.safetensors"), "")
+	t, err := openTarget(filepath.Join(root, "transformer", "diffusion_pytorch_model.fp8.safetensors"), "", false)
 	if err != nil {
 		return err
 	}

@@ -21,17 +21,21 @@ func inspectCommand() *command {
 offsets and the file holding it — then the metadata and totals by dtype.
 PATH is a .safetensors file, a *.safetensors.index.json, or a component
 folder (resolved like "ckpt resolve": --variant picks the precision variant).
-Only headers are read; no tensor data is touched.
+Only headers are read; no tensor data is touched. The files a folder or an
+index resolves to must not be symlinks that lead out of it, unless
+--follow-symlinks is given (a Hugging Face cache snapshot needs it).
 
 Examples:
   ckpt inspect model.safetensors
   ckpt inspect --json transformer/diffusion_pytorch_model.safetensors.index.json
-  ckpt inspect --variant bf16 transformer/`,
+  ckpt inspect --variant bf16 transformer/
+  ckpt inspect --follow-symlinks ~/.cache/huggingface/hub/models--org--name/snapshots/REV`,
 	}
 	c.run = func(e *env, args []string) error {
 		fs := newFlags(e, c)
 		asJSON := fs.Bool("json", false, "print JSON")
 		variantName := fs.String("variant", "", "precision variant to resolve in a folder (e.g. bf16, fp16)")
+		follow := followFlag(fs)
 		pos, err := parseFlags(e, c, fs, args)
 		if err != nil {
 			return err
@@ -39,9 +43,9 @@ Examples:
 		if len(pos) != 1 {
 			return usageError{msg: "inspect takes exactly one PATH"}
 		}
-		t, err := openTarget(pos[0], *variantName)
+		t, err := openTarget(pos[0], *variantName, *follow)
 		if err != nil {
-			return err
+			return withHint(err)
 		}
 		defer t.Close()
 		if *asJSON {

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -21,27 +22,45 @@ type checkpointTarget struct {
 	ckpt *shard.Checkpoint
 }
 
+// followFlag is the --follow-symlinks flag of the commands that open
+// checkpoints: the one opt-in to symbolic links that lead out of their
+// folder (shard.WithFollowSymlinks).
+func followFlag(fs *flag.FlagSet) *bool {
+	return fs.Bool("follow-symlinks", false,
+		"let the files a folder or index resolves to be symlinks leading out of it (the Hugging Face cache: snapshots link into ../../blobs)")
+}
+
+// shardOptions returns the shard options for the --follow-symlinks flag.
+func shardOptions(follow bool) []shard.Option {
+	if follow {
+		return []shard.Option{shard.WithFollowSymlinks()}
+	}
+	return nil
+}
+
 // openTarget opens path as a checkpoint: a .safetensors file, a
 // *.safetensors.index*.json, or a folder resolved with the variant rules.
-func openTarget(path, variantName string) (*checkpointTarget, error) {
+// follow is --follow-symlinks.
+func openTarget(path, variantName string, follow bool) (*checkpointTarget, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, err
 	}
+	opts := shardOptions(follow)
 	t := &checkpointTarget{path: path, kind: "file"}
 	switch {
 	case st.IsDir():
 		t.kind = "folder"
-		plan, err := variant.ResolveComponent(path, variantName)
+		plan, err := variant.ResolveComponent(path, variantName, variant.WithShardOptions(opts...))
 		if err != nil {
 			return nil, err
 		}
 		t.ckpt, err = plan.Open()
 	case strings.HasSuffix(path, ".json"):
 		t.kind = "index"
-		t.ckpt, err = shard.Open(path)
+		t.ckpt, err = shard.Open(path, opts...)
 	default:
-		t.ckpt, err = shard.Open(path)
+		t.ckpt, err = shard.Open(path, opts...)
 	}
 	if err != nil {
 		return nil, err
@@ -77,10 +96,25 @@ type errorInfo struct {
 	Message string `json:"message"`
 }
 
+// followHint is added to the message of an error about a symlink leading
+// out of its folder.
+const followHint = " (on the command line: pass --follow-symlinks)"
+
+// withHint adds followHint to err when it is about a symlink out of its
+// folder.
+func withHint(err error) error {
+	if err != nil && (errors.Is(err, shard.ErrInsecurePath) || errors.Is(err, variant.ErrInsecurePath)) &&
+		strings.Contains(err.Error(), "symlink") {
+		return fmt.Errorf("%w%s", err, followHint)
+	}
+	return err
+}
+
 func describeError(err error) *errorInfo {
 	if err == nil {
 		return nil
 	}
+	err = withHint(err)
 	info := &errorInfo{Kind: "error", Message: err.Error()}
 	var se *safetensors.Error
 	var he *shard.Error
@@ -88,8 +122,20 @@ func describeError(err error) *errorInfo {
 	switch {
 	case errors.As(err, &se):
 		// The file format's own error is the most precise: report it
-		// rather than the wrappers around it.
+		// rather than the wrappers around it, unless it names another
+		// file than they do (the target of a symlink): then the whole
+		// chain says which file of the folder led there.
 		info.Kind, info.File, info.Tensor, info.Message = se.Kind.String(), se.File, se.Tensor, se.Error()
+		outer := ""
+		if errors.As(err, &ve) {
+			outer = ve.File
+		}
+		if errors.As(err, &he) && he.Shard != "" {
+			outer = he.Shard
+		}
+		if outer != "" && filepath.Base(se.File) != filepath.Base(outer) {
+			info.Message = err.Error()
+		}
 	case errors.As(err, &he):
 		info.Kind, info.File, info.Tensor = he.Kind.String(), cmp.Or(he.Shard, he.Path), he.Tensor
 	case errors.As(err, &ve):

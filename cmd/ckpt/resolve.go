@@ -19,8 +19,10 @@ func resolveCommand() *command {
 listed component resolved in its folder) or a single component folder. The
 plan names, per component, the exact files to load, every file it ignored
 and why, and warnings (legacy naming, fallbacks to untagged weights). A
-variant plan never mixes variant and untagged weights. Exit status 1 when
-the folder can't be resolved.
+variant plan never mixes variant and untagged weights. Files that are
+symlinks leading out of their folder are refused unless --follow-symlinks is
+given (a Hugging Face cache snapshot needs it). Exit status 1 when the
+folder can't be resolved.
 
 Examples:
   ckpt resolve ./sd-pipeline --variant fp16
@@ -30,6 +32,7 @@ Examples:
 		fs := newFlags(e, c)
 		asJSON := fs.Bool("json", false, "print JSON")
 		variantName := fs.String("variant", "", "precision variant to load (e.g. bf16, fp16); empty for untagged weights")
+		follow := followFlag(fs)
 		pos, err := parseFlags(e, c, fs, args)
 		if err != nil {
 			return err
@@ -37,7 +40,7 @@ Examples:
 		if len(pos) != 1 {
 			return usageError{msg: "resolve takes exactly one DIR"}
 		}
-		return resolveAndPrint(e, pos[0], *variantName, *asJSON)
+		return resolveAndPrint(e, pos[0], *variantName, *asJSON, *follow)
 	}
 	return c
 }
@@ -53,11 +56,11 @@ type resolveOutput struct {
 	Error      *errorInfo        `json:"error,omitempty"`
 }
 
-func resolveAndPrint(e *env, dir, variantName string, asJSON bool) error {
+func resolveAndPrint(e *env, dir, variantName string, asJSON, follow bool) error {
 	out := resolveOutput{Root: dir, Variant: variantName}
 	_, statErr := os.Stat(filepath.Join(dir, variant.ModelIndex))
 	out.Pipeline = statErr == nil
-	pp, err := variant.Resolve(dir, variantName)
+	pp, err := variant.Resolve(dir, variantName, variant.WithShardOptions(shardOptions(follow)...))
 	out.Components, out.Ignored, out.Warnings = pp.Components, pp.Ignored, pp.Warnings
 	if err == nil && pp.Failed() {
 		err = errors.New("some components could not be resolved")
@@ -74,7 +77,7 @@ func resolveAndPrint(e *env, dir, variantName string, asJSON bool) error {
 	}
 	if err != nil {
 		if !asJSON {
-			fmt.Fprintf(e.stderr, "ckpt resolve: %v\n", err)
+			fmt.Fprintf(e.stderr, "ckpt resolve: %v\n", withHint(err))
 		}
 		return exitError{code: 1}
 	}

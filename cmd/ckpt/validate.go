@@ -15,12 +15,14 @@ func validateCommand() *command {
 		help: `Validates each PATH — a .safetensors file, a *.safetensors.index.json with
 its shards, or a component folder — by the rules of the reference
 implementation and ckpt's stricter ones (duplicate keys, untrusted index
-paths, shards that lack mapped tensors). Exit status 0 when all are valid,
-1 when any is not. Files that interrupted saves left next to PATH (hidden
-.NAME.tmp-* temporaries, .NAME.old-* backups, the lock file of a killed
-save, shards no index names, an index shadowed by a single file) are
-reported as warnings; they do not make PATH invalid, and the next save of
-the set removes them. The JSON form prints one object per PATH:
+paths, shards that lack mapped tensors, FIFOs and devices where files are
+expected, files symlinked out of their folder unless --follow-symlinks).
+Exit status 0 when all are valid, 1 when any is not. Files that interrupted
+saves left next to PATH (hidden .NAME.tmp-* temporaries, .NAME.old-*
+backups, the lock file of a killed save, shards no index names, an index
+shadowed by a single file) are reported as warnings; they do not make PATH
+invalid, and the next save of the set removes them. The JSON form prints one
+object per PATH:
 {"file": PATH, "ok": bool, "error": {"kind", "tensor", "message"},
 "warnings": [message], "leftovers": [{"name", "set", "kind", "reason"}]},
 where error.kind is the typed error's kind name (e.g. "header_too_large")
@@ -35,6 +37,7 @@ Examples:
 		fs := newFlags(e, c)
 		asJSON := fs.Bool("json", false, "print JSON")
 		variantName := fs.String("variant", "", "precision variant to resolve in folders")
+		follow := followFlag(fs)
 		pos, err := parseFlags(e, c, fs, args)
 		if err != nil {
 			return err
@@ -42,7 +45,7 @@ Examples:
 		if len(pos) == 0 {
 			return usageError{msg: "validate needs at least one PATH"}
 		}
-		results := validatePaths(pos, *variantName)
+		results := validatePaths(pos, *variantName, *follow)
 		bad := 0
 		for _, r := range results {
 			if !r.OK {
@@ -84,11 +87,11 @@ type validateResult struct {
 	Leftovers []shard.Leftover `json:"leftovers,omitempty"`
 }
 
-func validatePaths(paths []string, variantName string) []validateResult {
+func validatePaths(paths []string, variantName string, follow bool) []validateResult {
 	results := make([]validateResult, 0, len(paths))
 	for _, p := range paths {
 		r := validateResult{File: p}
-		t, err := openTarget(p, variantName)
+		t, err := openTarget(p, variantName, follow)
 		if err == nil {
 			r.Tensors = t.ckpt.Len()
 			t.Close()
