@@ -255,6 +255,26 @@ func TestFolders(t *testing.T) {
 	}
 }
 
+// TestLeftovers runs shard.Leftovers, which reads the indexes and probes
+// the lock files of a folder, on every hostile folder and file: it must
+// answer (its verdict on leftovers is not the point here).
+func TestLeftovers(t *testing.T) {
+	for _, c := range hostile.Cases(t) {
+		t.Run(c.Name, func(t *testing.T) {
+			paths := []string{c.Dir}
+			if c.File != "" {
+				paths = append(paths, c.Path())
+			}
+			for _, p := range paths {
+				hostile.Run(t, "shard.Leftovers "+p, func() error {
+					_, err := shard.Leftovers(p)
+					return err
+				})
+			}
+		})
+	}
+}
+
 // TestDevZeroIsNotRead: /dev/zero as an index (named directly, or through
 // a folder with the opt-in) is refused before a byte is read; it used to be
 // read up to the 64 MiB limit.

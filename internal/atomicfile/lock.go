@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/ckpt-go/ckpt/internal/safeopen"
 )
 
 // Lock is an exclusive lock on a save target, held through the lock file
@@ -108,7 +110,9 @@ func Held(dir, name string) bool {
 	if !flockSupported {
 		return false
 	}
-	f, err := os.Open(filepath.Join(dir, LockName(name)))
+	// Without blocking: a FIFO planted as the lock file must not hang
+	// ckpt validate (it is not a lock file, so nothing holds it).
+	f, _, err := safeopen.Open(filepath.Join(dir, LockName(name)))
 	if err != nil {
 		return false
 	}

@@ -227,6 +227,14 @@ func (b *builder) fifos() []Case {
 	cs = append(cs, Case{Name: "fifo model_index.json", Dir: d, Pipeline: true, Culprit: mindex,
 		Folder: "not_regular_file", FolderFollow: "not_regular_file"})
 
+	// A FIFO planted as a save's lock file, beside a temporary that makes
+	// shard.Leftovers (and so ckpt validate) ask whether a save holds it.
+	d = b.dir()
+	b.singleFile(d)
+	b.fatal(os.WriteFile(filepath.Join(d, "."+single+".tmp-1"), nil, 0o644))
+	b.mkfifo(filepath.Join(d, "."+single+".lock"))
+	cs = append(cs, Case{Name: "fifo lock file", Dir: d, File: single, Culprit: single})
+
 	// A unix socket as the single file (open(2) fails on it, with ENXIO).
 	d = b.dir()
 	if l, err := net.Listen("unix", filepath.Join(d, single)); err == nil {
