@@ -1,0 +1,559 @@
+package ckpt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/safetensors"
+)
+
+// Tensor is a loaded tensor: its bytes in the dtype the policy chose, and
+// where they live.
+type Tensor struct {
+	// Component is the component's name; Name the logical tensor name
+	// (without the component).
+	Component, Name string
+	// DType and Shape describe Bytes. A weight kept quantized has its
+	// element type (F8_E4M3, F4 with the packed bytes, ...) and logical
+	// shape; its scales are in Scales.
+	DType dtype.DType
+	Shape []int64
+	// Stored is the dtype the tensor has in the file (a quantized weight's
+	// element type).
+	Stored dtype.DType
+	// Decision is the policy's decision and the rule that made it.
+	Decision Decision
+	// Stats are the conversion's statistics (zero for views and copies).
+	Stats dtype.Stats
+	// Layout is the scaled low-precision layout of a dequantized or
+	// quantized weight ("" for other tensors).
+	Layout string
+	// Role is the role of a scale tensor attached to a quantized weight
+	// ("scale", "scale_inv", "global_scale", ...).
+	Role string
+	// Scales are the scale tensors of a weight kept quantized, in the
+	// order its layout applies them.
+	Scales []*Tensor
+	// Location says where the bytes live.
+	Location Location
+
+	data []byte
+	act  action
+}
+
+// Location says where a loaded tensor's bytes live, so that an executor
+// can read them straight from the file later.
+type Location struct {
+	// Owned is true when Bytes is memory of the load (converted,
+	// dequantized or read with pread); false for a zero-copy view of the
+	// file's mapping.
+	Owned bool
+	// File, Offset and Length are the stored bytes in the file (for a
+	// quantized or dequantized weight: its quantized data tensor).
+	File           string
+	Offset, Length int64
+}
+
+// Bytes returns the tensor's little-endian bytes. A view (Location.Owned
+// false) is the file's mapping: read-only, valid until the Model is closed.
+// Owned bytes are valid until the Weights are closed (or their Arena
+// reused).
+func (t *Tensor) Bytes() []byte { return t.data }
+
+// Action says how the tensor was produced: "view", "read", "convert",
+// "dequantize" or "quantized".
+func (t *Tensor) Action() string { return t.act.String() }
+
+// NumElements returns the number of elements.
+func (t *Tensor) NumElements() int64 { return numElements(t.Shape) }
+
+// Float32s returns the elements as float32 (exact for every dtype of 24
+// significant bits or fewer). A weight kept quantized is refused: load it
+// with a float target to dequantize it.
+func (t *Tensor) Float32s() ([]float32, error) {
+	if t.act == actQuantized {
+		return nil, &Error{Kind: ErrTarget, Component: t.Component, Tensor: t.Name, Msg: "a quantized weight has no float values until it is dequantized (load it with a float target)"}
+	}
+	out := make([]float32, t.NumElements())
+	if _, err := dtype.DecodeFloat32(out, t.data, t.DType); err != nil {
+		return nil, &Error{Kind: ErrRead, Component: t.Component, Tensor: t.Name, Err: err}
+	}
+	return out, nil
+}
+
+// Weights are the tensors of one Load.
+type Weights struct {
+	model   *Model
+	tensors []*Tensor
+	byName  map[string]*Tensor
+	arena   *Arena
+	ownsMem bool
+	once    sync.Once
+	closed  atomic.Bool
+}
+
+// Len returns the number of tensors.
+func (w *Weights) Len() int { return len(w.tensors) }
+
+// All iterates over the tensors in load order (file order within each
+// component), keyed by name: "NAME", or "COMPONENT/NAME" in a pipeline.
+func (w *Weights) All() iter.Seq2[string, *Tensor] {
+	return func(yield func(string, *Tensor) bool) {
+		for _, t := range w.tensors {
+			if !yield(w.key(t), t) {
+				return
+			}
+		}
+	}
+}
+
+// Component iterates over one component's tensors, keyed by bare name.
+func (w *Weights) Component(name string) iter.Seq2[string, *Tensor] {
+	return func(yield func(string, *Tensor) bool) {
+		for _, t := range w.tensors {
+			if t.Component == name && !yield(t.Name, t) {
+				return
+			}
+		}
+	}
+}
+
+func (w *Weights) key(t *Tensor) string {
+	if len(w.model.comps) == 1 {
+		return t.Name
+	}
+	return t.Component + "/" + t.Name
+}
+
+// Tensor returns a tensor by "COMPONENT/NAME", or by a bare NAME that only
+// one component has.
+func (w *Weights) Tensor(name string) (*Tensor, error) {
+	if w.closed.Load() {
+		return nil, &Error{Kind: ErrClosed, Tensor: name, Msg: "weights are closed"}
+	}
+	if t, ok := w.byName[name]; ok {
+		return t, nil
+	}
+	c, e, err := w.model.lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	if t, ok := w.byName[c.name+"/"+e.name]; ok {
+		return t, nil
+	}
+	return nil, &Error{Kind: ErrNotFound, Tensor: name}
+}
+
+// Stats adds up the conversion statistics of every tensor.
+func (w *Weights) Stats() dtype.Stats {
+	var s dtype.Stats
+	for _, t := range w.tensors {
+		s.Add(t.Stats)
+	}
+	return s
+}
+
+// Close releases the owned memory (unless it belongs to a caller's Arena).
+// Views stay valid until the Model is closed.
+func (w *Weights) Close() error {
+	var err error
+	w.once.Do(func() {
+		w.closed.Store(true)
+		if w.ownsMem && w.arena != nil {
+			err = w.arena.Free()
+		}
+	})
+	return err
+}
+
+// LoadOption configures one Load.
+type LoadOption func(*loadConfig)
+
+type loadConfig struct {
+	arena *Arena
+}
+
+// IntoArena makes Load carve owned buffers out of a (growing it when it is
+// too small) instead of fresh memory, so that repeated loads allocate
+// nothing. The Weights' Close then leaves a alone.
+func IntoArena(a *Arena) LoadOption { return func(c *loadConfig) { c.arena = a } }
+
+// Load loads every tensor under the policy. It first checks the plan
+// against the memory budget and returns a *BudgetError (ErrBudget),
+// having allocated nothing, when the peak would not fit. Tensors whose
+// target is their stored dtype are zero-copy views of the mapping (or, with
+// the pread strategy, read into owned memory); the others are converted or
+// dequantized into owned memory, in file order, by all workers in pieces of
+// a few MiB (tensors in parallel and large tensors split), each piece read
+// once and written once. Cancelling ctx stops the load promptly and frees
+// what it allocated.
+func (m *Model) Load(ctx context.Context, opts ...LoadOption) (*Weights, error) {
+	if err := m.checkOpen(); err != nil {
+		return nil, err
+	}
+	var lc loadConfig
+	for _, o := range opts {
+		o(&lc)
+	}
+	if err := m.checkBudget(); err != nil {
+		return nil, err
+	}
+	var owned int64
+	n := 0
+	for _, c := range m.comps {
+		for _, e := range c.entries {
+			owned += alignUp(e.owned)
+			n++
+		}
+	}
+	w := &Weights{model: m, byName: make(map[string]*Tensor, n)}
+	w.arena, w.ownsMem = lc.arena, lc.arena == nil
+	if w.arena == nil {
+		w.arena = NewArena()
+	}
+	if err := w.arena.reset(owned); err != nil {
+		return nil, &Error{Kind: ErrRead, Path: m.path, Msg: fmt.Sprintf("allocating %s of owned memory", FormatSize(owned)), Err: err}
+	}
+	store := make([]Tensor, n)
+	var work []piece
+	i := 0
+	for _, c := range m.comps {
+		for _, e := range c.entries {
+			t := &store[i]
+			i++
+			var err error
+			work, err = m.prepare(c, e, t, w.arena.take, work)
+			if err != nil {
+				w.Close()
+				return nil, err
+			}
+			w.tensors = append(w.tensors, t)
+			w.byName[c.name+"/"+e.name] = t
+		}
+	}
+	if err := m.run(ctx, work); err != nil {
+		w.Close()
+		return nil, err
+	}
+	return w, nil
+}
+
+// checkBudget compares the peak with the budget without building the full
+// plan unless it refuses.
+func (m *Model) checkBudget() error {
+	if m.cfg.budgetSet && m.cfg.budget < 0 {
+		return nil
+	}
+	p, err := m.Plan()
+	if err != nil {
+		return err
+	}
+	return p.refuse()
+}
+
+// LoadTensor loads one tensor by "COMPONENT/NAME" or by a bare NAME that
+// only one component has, under the policy. A view costs nothing; a
+// converted tensor gets its own buffer (Go memory), converted by all
+// workers.
+func (m *Model) LoadTensor(ctx context.Context, name string) (*Tensor, error) {
+	return m.loadOne(ctx, name, nil)
+}
+
+// LoadInto loads one tensor into dst, which must be exactly the size of
+// the tensor under the policy (Plan's TensorPlan.Bytes): the caller's
+// buffer is used even for tensors that would be views, and for a weight
+// kept quantized it receives the quantized data (its scales are attached
+// as views or small owned copies).
+func (m *Model) LoadInto(ctx context.Context, name string, dst []byte) (*Tensor, error) {
+	if dst == nil {
+		dst = []byte{}
+	}
+	return m.loadOne(ctx, name, dst)
+}
+
+func (m *Model) loadOne(ctx context.Context, name string, dst []byte) (*Tensor, error) {
+	if err := m.checkOpen(); err != nil {
+		return nil, err
+	}
+	c, e, err := m.lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	if dst != nil && int64(len(dst)) != e.outBytes {
+		return nil, &Error{Kind: ErrBuffer, Component: c.name, Tensor: e.name,
+			Msg: fmt.Sprintf("buffer is %d bytes; the tensor loads as %s %v = %d bytes", len(dst), e.out, e.shape, e.outBytes)}
+	}
+	x := *e
+	if dst != nil && (x.act == actView || x.act == actQuantized) {
+		// The caller's buffer: read instead of viewing.
+		if x.act == actView {
+			x.act = actRead
+		}
+	}
+	used := false
+	alloc := func(n int64) []byte {
+		if dst != nil && !used {
+			used = true
+			return dst
+		}
+		return make([]byte, n)
+	}
+	t := &Tensor{}
+	work, err := m.prepareInto(c, &x, t, alloc, nil, dst != nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.run(ctx, work); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// piece is a unit of load work: part of one tensor.
+type piece struct {
+	c     *Component
+	e     *entry
+	t     *Tensor
+	st    *safetensors.Tensor
+	first int64 // first element (convert/read)
+	dst   []byte
+	bytes int64 // output bytes, for progress
+	mu    *sync.Mutex
+}
+
+func (m *Model) prepare(c *Component, e *entry, t *Tensor, alloc func(int64) []byte, work []piece) ([]piece, error) {
+	return m.prepareInto(c, e, t, alloc, work, false)
+}
+
+// prepareInto fills t's description, assigns its memory, and appends its
+// pieces of work. intoCaller forces a quantized weight's data to be read
+// into the first allocation (the caller's buffer).
+func (m *Model) prepareInto(c *Component, e *entry, t *Tensor, alloc func(int64) []byte, work []piece, intoCaller bool) ([]piece, error) {
+	*t = Tensor{Component: c.name, Name: e.name, DType: e.out, Shape: slices.Clone(e.shape), Stored: e.stored, Decision: e.dec, act: e.act}
+	dataName := e.name
+	if e.q != nil {
+		dataName = e.q.Data.Name
+		t.Layout = c.scheme.Layout.String()
+	}
+	st, err := c.tensor(dataName)
+	if err != nil {
+		return nil, &Error{Kind: ErrRead, Component: c.name, Tensor: e.name, Err: err}
+	}
+	t.Location = Location{File: st.File().Path(), Offset: st.Offset(), Length: st.ByteLen()}
+	mu := new(sync.Mutex)
+	switch e.act {
+	case actView:
+		b, err := viewBytes(st)
+		if err != nil {
+			return nil, &Error{Kind: ErrRead, Component: c.name, Tensor: e.name, Err: err}
+		}
+		t.data = b
+		t.Stats = dtype.Stats{Elements: numElements(e.shape)}
+		return work, nil
+	case actRead, actConvert:
+		t.data = alloc(e.outBytes)
+		t.Location.Owned = true
+		return appendPieces(work, c, e, t, st, mu), nil
+	case actDequantize:
+		t.data = alloc(e.outBytes)
+		t.Location.Owned = true
+		return append(work, piece{c: c, e: e, t: t, st: st, dst: t.data, bytes: e.outBytes, mu: mu}), nil
+	case actQuantized:
+		// Data and scales as stored: views, or reads into owned memory.
+		read := c.strategy == ReadPread || intoCaller
+		if read {
+			t.data = alloc(st.ByteLen())
+			t.Location.Owned = true
+			work = append(work, piece{c: c, e: e, t: t, st: st, dst: t.data, bytes: st.ByteLen(), mu: mu, first: -1})
+		} else if t.data, err = viewBytes(st); err != nil {
+			return nil, &Error{Kind: ErrRead, Component: c.name, Tensor: e.name, Err: err}
+		}
+		for _, s := range e.q.Scales {
+			sst, err := c.tensor(s.Name)
+			if err != nil {
+				return nil, &Error{Kind: ErrRead, Component: c.name, Tensor: s.Name, Err: err}
+			}
+			sc := &Tensor{Component: c.name, Name: s.Name, DType: s.DType, Shape: slices.Clone(s.Shape), Stored: s.DType,
+				Decision: e.dec, Role: s.Role, act: actView,
+				Location: Location{File: sst.File().Path(), Offset: sst.Offset(), Length: sst.ByteLen()}}
+			if c.strategy == ReadPread {
+				sc.act, sc.Location.Owned = actRead, true
+				sc.data = alloc(sst.ByteLen())
+				work = append(work, piece{c: c, e: e, t: sc, st: sst, dst: sc.data, bytes: sst.ByteLen(), mu: mu, first: -1})
+			} else if sc.data, err = viewBytes(sst); err != nil {
+				return nil, &Error{Kind: ErrRead, Component: c.name, Tensor: s.Name, Err: err}
+			}
+			t.Scales = append(t.Scales, sc)
+		}
+		return work, nil
+	}
+	return work, nil
+}
+
+// viewBytes returns the zero-copy view of a mapped tensor.
+func viewBytes(st *safetensors.Tensor) ([]byte, error) { return st.Bytes() }
+
+// appendPieces splits a read or conversion into pieces of about chunkBytes
+// of output (and of input), on multiples of 8 elements.
+func appendPieces(work []piece, c *Component, e *entry, t *Tensor, st *safetensors.Tensor, mu *sync.Mutex) []piece {
+	n := numElements(e.shape)
+	bits := int64(max(e.out.Bits(), st.DType().Bits()))
+	per := max(chunkBytes*8/bits/8*8, 8)
+	ob := int64(e.out.Bits())
+	for first := int64(0); first < n || (n == 0 && first == 0); first += per {
+		cnt := min(per, n-first)
+		dStart := first * ob / 8
+		dEnd := (first + cnt) * ob / 8
+		if first+cnt == n {
+			dEnd = int64(len(t.data))
+		}
+		work = append(work, piece{c: c, e: e, t: t, st: st, first: first, dst: t.data[dStart:dEnd], bytes: dEnd - dStart, mu: mu})
+		if n == 0 {
+			break
+		}
+	}
+	return work
+}
+
+// run does the pieces with the model's workers, in order, reporting
+// progress; the first error or ctx's end stops every worker.
+func (m *Model) run(ctx context.Context, work []piece) error {
+	if len(work) == 0 {
+		return ctx.Err()
+	}
+	workers := min(m.workers(), len(work))
+	if lim := int(m.cfg.staging / chunkBytes); workers > lim {
+		workers = max(lim, 1)
+	}
+	var total int64
+	for _, p := range work {
+		total += p.bytes
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var next atomic.Int64
+	var progMu sync.Mutex
+	var done int64
+	opts := m.cfg.convertOptions()
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				if ctx.Err() != nil {
+					return
+				}
+				i := next.Add(1) - 1
+				if i >= int64(len(work)) {
+					return
+				}
+				p := &work[i]
+				st, err := m.doPiece(ctx, p, opts)
+				if err != nil {
+					cancel(err)
+					return
+				}
+				p.mu.Lock()
+				p.t.Stats.Add(st)
+				p.mu.Unlock()
+				progMu.Lock()
+				done += p.bytes
+				if m.cfg.progress != nil {
+					m.cfg.progress(Progress{Done: done, Total: total, Tensor: p.t.Name})
+				}
+				progMu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil {
+		return err
+	}
+	return nil
+}
+
+// doPiece does one piece of work.
+func (m *Model) doPiece(ctx context.Context, p *piece, opts dtype.Options) (dtype.Stats, error) {
+	wrap := func(err error) error {
+		var le *Error
+		if errors.As(err, &le) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		return &Error{Kind: ErrRead, Component: p.c.name, Tensor: p.t.Name, Err: err}
+	}
+	switch {
+	case p.first < 0:
+		// A raw read of a whole stored tensor (quantized data or scale).
+		return dtype.Stats{}, wrapNil(wrap, p.st.ReadTo(p.dst))
+	case p.e.act == actDequantize && p.t.act == actDequantize:
+		st, err := m.dequantize(ctx, p, opts)
+		if err != nil {
+			return st, wrap(err)
+		}
+		return st, nil
+	}
+	st, err := p.st.ConvertElementsTo(p.e.out, p.dst, p.first, opts)
+	if err != nil {
+		return st, wrap(err)
+	}
+	if p.e.act == actRead {
+		st = dtype.Stats{}
+	}
+	return st, nil
+}
+
+func wrapNil(wrap func(error) error, err error) error {
+	if err == nil {
+		return nil
+	}
+	return wrap(err)
+}
+
+// dequantize produces a scaled weight from its data and scales: views of
+// the mapping, or (pread) reads into temporary buffers.
+func (m *Model) dequantize(ctx context.Context, p *piece, opts dtype.Options) (st dtype.Stats, err error) {
+	c, q := p.c, p.e.q
+	fetch := func(t *safetensors.Tensor) ([]byte, error) {
+		if c.strategy == ReadPread || !t.File().Mapped() {
+			b := make([]byte, t.ByteLen())
+			return b, t.ReadTo(b)
+		}
+		return t.Bytes()
+	}
+	data, err := fetch(p.st)
+	if err != nil {
+		return st, err
+	}
+	scales := make([][]byte, len(q.Scales))
+	for i, s := range q.Scales {
+		t, err := c.tensor(s.Name)
+		if err != nil {
+			return st, err
+		}
+		if scales[i], err = fetch(t); err != nil {
+			return st, err
+		}
+	}
+	// Views of a mapping fault (SIGBUS) when the file was truncated: turn
+	// that into an error.
+	old := debug.SetPanicOnFault(true)
+	defer func() {
+		debug.SetPanicOnFault(old)
+		if r := recover(); r != nil {
+			if _, ok := r.(interface{ Addr() uintptr }); ok {
+				err = fmt.Errorf("memory fault reading the mapped file: was it truncated or modified while open?")
+				return
+			}
+			panic(r)
+		}
+	}()
+	return q.DequantizeContext(ctx, p.dst, p.e.out, data, scales, opts)
+}

@@ -1,0 +1,470 @@
+package ckpt
+
+import (
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/quant"
+	"github.com/ckpt-go/ckpt/safetensors"
+	"github.com/ckpt-go/ckpt/shard"
+	"github.com/ckpt-go/ckpt/variant"
+)
+
+// Model is a checkpoint opened for loading: one or more components (a
+// pipeline's transformer, text encoder, VAE, ...; a single file, index or
+// component folder is a model with one component), the dtype policy, and
+// what was detected from headers and configs. Open reads only headers,
+// indexes and config files; tensor data is read by Load, LoadTensor and
+// LoadInto. A Model is safe for concurrent use; Close releases the files.
+type Model struct {
+	path     string
+	cfg      config
+	pipeline *variant.PipelinePlan // nil for a file
+	comps    []*Component
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// Component is one component of a Model with its resolved files, detected
+// quantization layout and per-tensor decisions.
+type Component struct {
+	name     string
+	dir      string
+	vplan    *variant.Plan // nil when opened from a file
+	ck       *shard.Checkpoint
+	scheme   *quant.Scheme
+	files    []string
+	entries  []*entry // logical tensors in file order
+	byName   map[string]*entry
+	strategy ReadStrategy
+	why      string // why this read strategy
+}
+
+// action is how a tensor is produced.
+type action uint8
+
+const (
+	actView       action = iota // zero-copy view of the mapping
+	actRead                     // copy of the stored bytes into owned memory (pread)
+	actConvert                  // dtype conversion into owned memory
+	actDequantize               // scaled low-precision weight dequantized into owned memory
+	actQuantized                // kept quantized, scales attached (views or reads)
+)
+
+func (a action) String() string {
+	return [...]string{"view", "read", "convert", "dequantize", "quantized"}[a]
+}
+
+// entry is one logical tensor of a component.
+type entry struct {
+	name     string
+	stored   dtype.DType // stored dtype (a quantized weight's element type)
+	shape    []int64
+	fileIdx  int
+	begin    int64 // data offset in its file, for ordering
+	inBytes  int64 // stored bytes read (data plus scales for quantized weights)
+	q        *quant.Weight
+	dec      Decision
+	out      dtype.DType
+	act      action
+	outBytes int64 // bytes of the result (data only for quantized)
+	mapped   int64 // bytes that stay zero-copy views
+	owned    int64 // bytes of owned memory
+}
+
+// maxConfigSize bounds config.json and hf_quant_config.json.
+const maxConfigSize = 16 << 20
+
+// Open opens path for loading. path is a single safetensors file, a shard
+// index (*.safetensors.index*.json), a component folder (resolved with
+// package variant: current and legacy naming, sharded or single, the
+// variant chosen by WithVariant) or a pipeline root holding
+// model_index.json (every component with weights). Only headers, indexes
+// and the components' config.json and hf_quant_config.json are read.
+//
+// Open applies the policy to every tensor (see Plan) and detects scaled
+// low-precision layouts from tensor names and configs (package quant).
+// Errors: *Error of kind ErrResolve (wrapping the variant or shard error),
+// ErrConfig, ErrQuant, ErrTarget or ErrOption.
+func Open(path string, opts ...Option) (*Model, error) {
+	m := &Model{path: path, cfg: config{staging: defaultStaging}}
+	for _, o := range opts {
+		if err := o(&m.cfg); err != nil {
+			return nil, err
+		}
+	}
+	if m.cfg.variant != "" && !variant.ValidName(m.cfg.variant) {
+		return nil, &Error{Kind: ErrOption, Msg: fmt.Sprintf("variant %q must match ^[A-Za-z0-9_]+$", m.cfg.variant)}
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, &Error{Kind: ErrResolve, Path: path, Err: err}
+	}
+	if st.IsDir() {
+		err = m.openDir()
+	} else {
+		err = m.openFile()
+	}
+	if err != nil {
+		m.Close()
+		return nil, err
+	}
+	for name := range m.cfg.policy.Components {
+		if m.component(name) == nil {
+			m.Close()
+			return nil, &Error{Kind: ErrOption, Component: name, Msg: "no such component; the model has " + strings.Join(m.Components(), ", ")}
+		}
+	}
+	for _, r := range m.cfg.policy.Rules {
+		if r.Component != "" && m.component(r.Component) == nil {
+			m.Close()
+			return nil, &Error{Kind: ErrOption, Component: r.Component, Pattern: r.Pattern.String(), Msg: "rule names no component of the model"}
+		}
+	}
+	for _, c := range m.comps {
+		if err := m.decide(c); err != nil {
+			m.Close()
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *Model) openFile() error {
+	ck, err := shard.Open(m.path, m.cfg.shardOptions...)
+	if err != nil {
+		return &Error{Kind: ErrResolve, Path: m.path, Err: err}
+	}
+	dir := filepath.Dir(m.path)
+	name := filepath.Base(dir)
+	if abs, err := filepath.Abs(dir); err == nil {
+		name = filepath.Base(abs)
+	}
+	c := &Component{name: name, dir: dir, ck: ck}
+	m.comps = []*Component{c}
+	return m.setup(c)
+}
+
+func (m *Model) openDir() error {
+	vopts := []variant.Option{variant.WithShardOptions(m.cfg.shardOptions...)}
+	pp, err := variant.Resolve(m.path, m.cfg.variant, vopts...)
+	if err != nil {
+		return &Error{Kind: ErrResolve, Path: m.path, Err: err}
+	}
+	m.pipeline = pp
+	for _, p := range pp.Components {
+		if p.Error != nil {
+			return &Error{Kind: ErrResolve, Path: p.Dir, Component: p.Component, Err: p.Err()}
+		}
+	}
+	for _, p := range pp.Components {
+		ck, err := p.Open(m.cfg.shardOptions...)
+		if err != nil {
+			return &Error{Kind: ErrResolve, Path: p.Dir, Component: p.Component, Err: err}
+		}
+		c := &Component{name: p.Component, dir: p.Dir, vplan: p, ck: ck}
+		m.comps = append(m.comps, c)
+		if err := m.setup(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// setup reads the component's configs, detects its quantization layout and
+// builds its logical tensors in file order.
+func (m *Model) setup(c *Component) error {
+	c.files = c.ck.Files()
+	fileIdx := make(map[string]int, len(c.files))
+	for i, f := range c.files {
+		fileIdx[f] = i
+		fileIdx[filepath.Base(f)] = i
+	}
+	src := quant.Sources{Metadata: c.ck.Metadata()}
+	var err error
+	if src.ConfigJSON, err = readConfig(filepath.Join(c.dir, "config.json")); err != nil {
+		return &Error{Kind: ErrConfig, Component: c.name, Err: err}
+	}
+	if src.HFQuantConfig, err = readConfig(filepath.Join(c.dir, "hf_quant_config.json")); err != nil {
+		return &Error{Kind: ErrConfig, Component: c.name, Err: err}
+	}
+	names := c.ck.Names()
+	stored := make([]quant.Stored, 0, len(names))
+	type where struct {
+		file  int
+		begin int64
+	}
+	loc := make(map[string]where, len(names))
+	for _, n := range names {
+		info, file, ok := c.ck.Info(n)
+		if !ok {
+			continue
+		}
+		stored = append(stored, quant.Stored{Name: n, DType: info.DType, Shape: info.Shape})
+		fi, ok := fileIdx[file]
+		if !ok {
+			fi = fileIdx[filepath.Base(file)]
+		}
+		loc[n] = where{fi, info.Begin}
+	}
+	c.scheme, err = quant.Detect(stored, src)
+	if err != nil {
+		return &Error{Kind: ErrQuant, Component: c.name, Err: err}
+	}
+	scaleOf := make(map[string]bool)
+	for _, w := range c.scheme.Weights {
+		for _, s := range w.Scales {
+			scaleOf[s.Name] = true
+		}
+	}
+	c.byName = make(map[string]*entry, len(stored))
+	add := func(e *entry) error {
+		if _, dup := c.byName[e.name]; dup {
+			return &Error{Kind: ErrQuant, Component: c.name, Tensor: e.name, Msg: "a dequantized weight's name is also a stored tensor"}
+		}
+		c.byName[e.name] = e
+		c.entries = append(c.entries, e)
+		return nil
+	}
+	for _, s := range stored {
+		if c.scheme.Consumed(s.Name) && !(m.cfg.keepScales && scaleOf[s.Name]) {
+			continue
+		}
+		l := loc[s.Name]
+		n, _ := s.DType.ByteLen(numElements(s.Shape))
+		if err := add(&entry{name: s.Name, stored: s.DType, shape: s.Shape, fileIdx: l.file, begin: l.begin, inBytes: n}); err != nil {
+			return err
+		}
+	}
+	for _, w := range c.scheme.Weights {
+		l := loc[w.Data.Name]
+		in, _ := w.Data.DType.ByteLen(numElements(w.Data.Shape))
+		for _, s := range w.Scales {
+			b, _ := s.DType.ByteLen(numElements(s.Shape))
+			in += b
+		}
+		if err := add(&entry{name: w.Name, stored: w.Elem, shape: w.Shape, fileIdx: l.file, begin: l.begin, inBytes: in, q: w}); err != nil {
+			return err
+		}
+	}
+	slices.SortFunc(c.entries, func(a, b *entry) int {
+		return cmp.Or(cmp.Compare(a.fileIdx, b.fileIdx), cmp.Compare(a.begin, b.begin), strings.Compare(a.name, b.name))
+	})
+	c.strategy, c.why = chooseStrategy(m.cfg.strategy, c.dir)
+	return nil
+}
+
+// decide applies the policy to every tensor of c.
+func (m *Model) decide(c *Component) error {
+	for _, e := range c.entries {
+		e.dec = m.cfg.policy.decide(c.name, e.name, e.stored, e.q != nil)
+		if err := e.resolve(c.strategy); err != nil {
+			var le *Error
+			if errors.As(err, &le) {
+				le.Component = c.name
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// resolve turns the decision into an action and byte counts.
+func (e *entry) resolve(strategy ReadStrategy) error {
+	n := numElements(e.shape)
+	t := e.dec.Target
+	d, isDType := t.DType()
+	if isDType && !d.Valid() {
+		return &Error{Kind: ErrTarget, Tensor: e.name, Msg: fmt.Sprintf("unknown dtype %v (%s)", d, e.dec.Rule)}
+	}
+	keep := func() {
+		e.out = e.stored
+		if strategy == ReadPread {
+			e.act = actRead
+			e.owned = e.inBytes
+		} else {
+			e.act = actView
+			e.mapped = e.inBytes
+		}
+	}
+	switch {
+	case e.q != nil && (!isDType || d == e.q.Elem):
+		keep()
+		e.act = map[action]action{actView: actQuantized, actRead: actQuantized}[e.act]
+		e.outBytes, _ = e.q.Data.DType.ByteLen(numElements(e.q.Data.Shape))
+		return nil
+	case e.q != nil:
+		if !d.IsFloat() {
+			return &Error{Kind: ErrTarget, Tensor: e.name, Msg: fmt.Sprintf("a quantized %s weight dequantizes to a float dtype, not %s (%s)", e.q.Elem, d, e.dec.Rule)}
+		}
+		e.out, e.act = d, actDequantize
+	case !isDType || d == e.stored:
+		keep()
+		e.outBytes = e.inBytes
+		return nil
+	default:
+		if e.stored.Kind() == dtype.KindComplex && d.Kind() != dtype.KindComplex {
+			return &Error{Kind: ErrTarget, Tensor: e.name, Msg: fmt.Sprintf("complex %s cannot become %s (%s)", e.stored, d, e.dec.Rule)}
+		}
+		e.out, e.act = d, actConvert
+	}
+	b, err := e.out.ByteLen(n)
+	if err != nil {
+		return &Error{Kind: ErrTarget, Tensor: e.name, Msg: fmt.Sprintf("%d elements do not fill whole bytes of %s (%s)", n, e.out, e.dec.Rule), Err: err}
+	}
+	e.outBytes, e.owned = b, b
+	return nil
+}
+
+func numElements(shape []int64) int64 {
+	n := int64(1)
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
+
+// readConfig reads a small JSON config file; a missing file is (nil, nil).
+func readConfig(path string) ([]byte, error) {
+	f, err := openRegular(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st.Size() > maxConfigSize {
+		return nil, fmt.Errorf("%s: %d bytes, more than the %d a config may have", path, st.Size(), maxConfigSize)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxConfigSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(b) > maxConfigSize {
+		return nil, fmt.Errorf("%s: more than the %d bytes a config may have", path, maxConfigSize)
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(b, &obj); err != nil {
+		return nil, fmt.Errorf("%s: not a JSON object: %w", path, err)
+	}
+	return b, nil
+}
+
+// Path returns the path Open was given.
+func (m *Model) Path() string { return m.path }
+
+// Components returns the components' names, sorted.
+func (m *Model) Components() []string {
+	out := make([]string, len(m.comps))
+	for i, c := range m.comps {
+		out[i] = c.name
+	}
+	return out
+}
+
+func (m *Model) component(name string) *Component {
+	for _, c := range m.comps {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// Names returns the logical tensor names in load order: "NAME" for a model
+// with one component, "COMPONENT/NAME" for a pipeline. Dequantized weights
+// appear under their logical names (P.weight, or P for MXFP4 P_blocks);
+// the scale tensors they consume do not appear (see WithScaleTensors).
+func (m *Model) Names() []string {
+	var out []string
+	for _, c := range m.comps {
+		for _, e := range c.entries {
+			out = append(out, m.qualify(c, e.name))
+		}
+	}
+	return out
+}
+
+func (m *Model) qualify(c *Component, name string) string {
+	if len(m.comps) == 1 {
+		return name
+	}
+	return c.name + "/" + name
+}
+
+// lookup finds a tensor by "COMPONENT/NAME" or by a bare NAME that only one
+// component has.
+func (m *Model) lookup(name string) (*Component, *entry, error) {
+	if comp, rest, ok := strings.Cut(name, "/"); ok {
+		if c := m.component(comp); c != nil {
+			if e := c.byName[rest]; e != nil {
+				return c, e, nil
+			}
+		}
+	}
+	var fc *Component
+	var fe *entry
+	var in []string
+	for _, c := range m.comps {
+		if e := c.byName[name]; e != nil {
+			fc, fe = c, e
+			in = append(in, c.name)
+		}
+	}
+	switch len(in) {
+	case 0:
+		return nil, nil, &Error{Kind: ErrNotFound, Path: m.path, Tensor: name, Msg: "no such tensor"}
+	case 1:
+		return fc, fe, nil
+	}
+	return nil, nil, &Error{Kind: ErrAmbiguous, Path: m.path, Tensor: name, Msg: "in components " + strings.Join(in, ", ") + "; name it as COMPONENT/NAME"}
+}
+
+// Close releases the files. Weights loaded from the model that hold
+// zero-copy views must not be used after Close.
+func (m *Model) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil
+	}
+	m.closed = true
+	var first error
+	for _, c := range m.comps {
+		if c.ck != nil {
+			if err := c.ck.Close(); err != nil && first == nil {
+				first = err
+			}
+		}
+	}
+	return first
+}
+
+func (m *Model) checkOpen() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return &Error{Kind: ErrClosed, Path: m.path, Msg: "model is closed"}
+	}
+	return nil
+}
+
+// tensor returns the stored tensor view of a stored name.
+func (c *Component) tensor(name string) (*safetensors.Tensor, error) {
+	return c.ck.Tensor(name)
+}

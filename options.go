@@ -1,0 +1,206 @@
+package ckpt
+
+import (
+	"fmt"
+
+	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/shard"
+)
+
+// Option configures Open.
+type Option func(*config) error
+
+type config struct {
+	variant      string
+	policy       Policy
+	budget       int64 // 0: default (what the process can get); < 0 never
+	budgetSet    bool
+	workers      int
+	progress     func(Progress)
+	strategy     ReadStrategy
+	saturate     bool
+	keepScales   bool
+	staging      int64
+	followLinks  bool
+	shardOptions []shard.Option
+}
+
+// WithVariant selects a precision variant ("bf16", "fp16", ...) of the
+// weights of a folder or pipeline, resolved by package variant; "" (the
+// default) selects the untagged weights.
+func WithVariant(v string) Option {
+	return func(c *config) error { c.variant = v; return nil }
+}
+
+// WithPolicy sets the whole dtype policy, replacing what WithDType,
+// WithComponentDType and WithRules set before it.
+func WithPolicy(p Policy) Option {
+	return func(c *config) error {
+		c.policy = Policy{Default: p.Default, Rules: append([]Rule(nil), p.Rules...)}
+		if len(p.Components) > 0 {
+			c.policy.Components = make(map[string]Target, len(p.Components))
+			for k, v := range p.Components {
+				c.policy.Components[k] = v
+			}
+		}
+		return nil
+	}
+}
+
+// WithDType sets the default target of every component (the lowest level
+// of the policy).
+func WithDType(t Target) Option {
+	return func(c *config) error { c.policy.Default = t; return nil }
+}
+
+// WithComponentDType sets the target of one component. A component name
+// that the model does not have is an error of kind ErrOption from Open.
+func WithComponentDType(component string, t Target) Option {
+	return func(c *config) error {
+		if c.policy.Components == nil {
+			c.policy.Components = make(map[string]Target)
+		}
+		c.policy.Components[component] = t
+		return nil
+	}
+}
+
+// WithRules appends per-tensor rules to the policy, after those already
+// set. The first matching rule decides.
+func WithRules(rules ...Rule) Option {
+	return func(c *config) error { c.policy.Rules = append(c.policy.Rules, rules...); return nil }
+}
+
+// WithBudget sets the memory budget in bytes: loading refuses, before
+// allocating anything, when the plan's peak exceeds it. 0 restores the
+// default, which is what this process can really get (the smaller of
+// MemAvailable and the cgroup's limit minus its usage); a negative budget
+// disables the check.
+func WithBudget(bytes int64) Option {
+	return func(c *config) error { c.budget, c.budgetSet = bytes, bytes != 0; return nil }
+}
+
+// WithBudgetString is WithBudget for a size written as "24GiB" (binary),
+// "24GB" (decimal) or a number of bytes.
+func WithBudgetString(s string) Option {
+	return func(c *config) error {
+		n, err := shard.ParseSize(s)
+		if err != nil {
+			return &Error{Kind: ErrOption, Msg: fmt.Sprintf("budget %q", s), Err: err}
+		}
+		c.budget, c.budgetSet = n, true
+		if n == 0 {
+			return &Error{Kind: ErrOption, Msg: "budget 0: nothing fits"}
+		}
+		return nil
+	}
+}
+
+// WithWorkers bounds the goroutines that read and convert tensors (0, the
+// default, means GOMAXPROCS).
+func WithWorkers(n int) Option {
+	return func(c *config) error {
+		if n < 0 {
+			return &Error{Kind: ErrOption, Msg: fmt.Sprintf("workers %d < 0", n)}
+		}
+		c.workers = n
+		return nil
+	}
+}
+
+// Progress reports how far a load is: bytes of loaded output done out of
+// the total. Tensor names the tensor that was just finished.
+type Progress struct {
+	Done, Total int64
+	Tensor      string
+}
+
+// WithProgress sets a callback that Load calls after each finished piece of
+// work (from one goroutine at a time, with Done increasing). It must be
+// quick; it must not call back into the Model.
+func WithProgress(f func(Progress)) Option {
+	return func(c *config) error { c.progress = f; return nil }
+}
+
+// ReadStrategy says how tensor bytes are read from local files.
+type ReadStrategy int
+
+const (
+	// ReadAuto chooses mmap on local filesystems and pread on network ones
+	// (NFS, CIFS/SMB, FUSE, Lustre, ...), where page faults on a mapping are
+	// 10–50× slower than large sequential reads.
+	ReadAuto ReadStrategy = iota
+	// ReadMmap maps the files: tensors loaded as stored are zero-copy views.
+	ReadMmap
+	// ReadPread reads with pread in large chunks into owned memory.
+	ReadPread
+)
+
+// String returns "auto", "mmap" or "pread".
+func (s ReadStrategy) String() string {
+	switch s {
+	case ReadMmap:
+		return "mmap"
+	case ReadPread:
+		return "pread"
+	}
+	return "auto"
+}
+
+// ParseReadStrategy parses "auto", "mmap" or "pread".
+func ParseReadStrategy(s string) (ReadStrategy, error) {
+	switch s {
+	case "auto", "":
+		return ReadAuto, nil
+	case "mmap":
+		return ReadMmap, nil
+	case "pread":
+		return ReadPread, nil
+	}
+	return 0, &Error{Kind: ErrOption, Msg: fmt.Sprintf("read strategy %q is not auto, mmap or pread", s)}
+}
+
+// WithReadStrategy forces a read strategy (default ReadAuto).
+func WithReadStrategy(s ReadStrategy) Option {
+	return func(c *config) error { c.strategy = s; return nil }
+}
+
+// WithSaturate makes narrowing conversions saturate (dtype.Options.Saturate):
+// values beyond the target's range become ±max instead of Inf or NaN.
+func WithSaturate() Option {
+	return func(c *config) error { c.saturate = true; return nil }
+}
+
+// WithScaleTensors also returns the scale tensors that scaled
+// low-precision layouts consume (weight_scale, weight_scale_inv, ...) as
+// ordinary tensors under their stored names. By default they are consumed:
+// applied when dequantizing, attached to the weight when it stays
+// quantized, and not listed otherwise.
+func WithScaleTensors() Option {
+	return func(c *config) error { c.keepScales = true; return nil }
+}
+
+// WithStaging sets the transient memory a load may use above the resident
+// bytes for staging and worker buffers (default 64 MiB). The plan's peak is
+// the resident bytes plus this.
+func WithStaging(bytes int64) Option {
+	return func(c *config) error {
+		if bytes < 1<<20 {
+			return &Error{Kind: ErrOption, Msg: fmt.Sprintf("staging %d bytes < 1 MiB", bytes)}
+		}
+		c.staging = bytes
+		return nil
+	}
+}
+
+// WithShardOptions passes options to shard.Open for every component (for
+// example shard.WithSymlinkRoot for a Hugging Face cache).
+func WithShardOptions(opts ...shard.Option) Option {
+	return func(c *config) error { c.shardOptions = append(c.shardOptions, opts...); return nil }
+}
+
+const defaultStaging = 64 << 20
+
+func (c *config) convertOptions() dtype.Options {
+	return dtype.Options{Saturate: c.saturate, Workers: 1}
+}

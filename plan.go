@@ -1,0 +1,366 @@
+package ckpt
+
+import (
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+
+	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/sysmem"
+	"github.com/ckpt-go/ckpt/variant"
+)
+
+// Plan is what loading will do, computed from headers before anything is
+// read: per component the files, every tensor's dtype decision with the
+// rule that made it, the quantization layout, the read strategy, and the
+// bytes.
+//
+// Resident bytes are what stays in memory after loading: mapped bytes
+// (zero-copy views of the files' mappings) plus owned bytes (buffers of
+// converted, dequantized or pread tensors). The peak adds the transient
+// staging and worker buffers of the load itself (at most the staging
+// allowance, 64 MiB by default, see WithStaging). A plan fits when
+// PeakBytes ≤ BudgetBytes. Loading never holds two full copies of a tensor:
+// a converted tensor is written once, from the mapping or from a bounded
+// staging buffer, straight into its own output.
+type Plan struct {
+	Path       string           `json:"path"`
+	Variant    string           `json:"variant,omitempty"`
+	Components []*ComponentPlan `json:"components"`
+	// TotalMappedBytes, TotalOwnedBytes and TotalResidentBytes add up the
+	// components.
+	TotalMappedBytes   int64 `json:"total_mapped_bytes"`
+	TotalOwnedBytes    int64 `json:"total_owned_bytes"`
+	TotalResidentBytes int64 `json:"total_resident_bytes"`
+	// StagingBytes is the transient memory of the load beyond the resident
+	// bytes: worker and staging buffers.
+	StagingBytes int64 `json:"staging_bytes"`
+	// PeakBytes = TotalResidentBytes + StagingBytes.
+	PeakBytes int64 `json:"peak_bytes"`
+	// BudgetBytes is the budget the plan is checked against (-1: none).
+	BudgetBytes int64 `json:"budget_bytes"`
+	// BudgetSource says where the budget comes from: "--budget", or the
+	// memory this process can get (MemAvailable, a cgroup limit).
+	BudgetSource string `json:"budget_source"`
+	// Fits reports PeakBytes ≤ BudgetBytes (always true without a budget).
+	Fits bool `json:"fits"`
+	// Shortfall is PeakBytes − BudgetBytes when the plan does not fit.
+	Shortfall int64 `json:"shortfall_bytes,omitempty"`
+	// Advice says what would fit when the plan does not (empty otherwise).
+	Advice  string `json:"advice,omitempty"`
+	Workers int    `json:"workers"`
+	// Warnings gathers the resolution's warnings and the components'.
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// ComponentPlan is the plan of one component.
+type ComponentPlan struct {
+	Name    string             `json:"name"`
+	Dir     string             `json:"dir"`
+	Variant string             `json:"variant,omitempty"`
+	Layout  string             `json:"layout,omitempty"`
+	Files   []string           `json:"files"`
+	Ignored []variant.Ignored  `json:"ignored,omitempty"`
+	Target  string             `json:"target,omitempty"` // the component's target, when set
+	Quant   QuantizationReport `json:"quantization"`
+	// ReadStrategy is "mmap" or "pread"; ReadStrategyReason says why.
+	ReadStrategy       string `json:"read_strategy"`
+	ReadStrategyReason string `json:"read_strategy_reason"`
+	MappedBytes        int64  `json:"mapped_bytes"`
+	OwnedBytes         int64  `json:"owned_bytes"`
+	ResidentBytes      int64  `json:"resident_bytes"`
+	// StoredBytes is the size of the component's tensor data as stored.
+	StoredBytes int64 `json:"stored_bytes"`
+	// Alternatives gives the resident bytes the component would need under
+	// other uniform targets ("F32", "BF16", "F8_E4M3", "stored"), for the
+	// refusal message and for choosing a policy.
+	Alternatives []Alternative `json:"alternatives,omitempty"`
+	Tensors      []TensorPlan  `json:"tensors"`
+	Warnings     []string      `json:"warnings,omitempty"`
+}
+
+// QuantizationReport says which scaled low-precision layout a component
+// uses and what was left unexplained.
+type QuantizationReport struct {
+	Layout  string `json:"layout"`
+	Source  string `json:"source,omitempty"`
+	Weights int    `json:"weights"`
+	// Unconsumed lists stored tensors that look like scales (*_scale*,
+	// *_blocks) but that no layout consumed: an unknown layout, reported
+	// rather than guessed. They load as ordinary tensors.
+	Unconsumed []string `json:"unconsumed_scales,omitempty"`
+}
+
+// Alternative is the resident size of a component under one uniform
+// target.
+type Alternative struct {
+	Target        string `json:"target"`
+	ResidentBytes int64  `json:"resident_bytes"`
+}
+
+// TensorPlan is the decision for one logical tensor.
+type TensorPlan struct {
+	Name   string  `json:"name"`
+	Stored string  `json:"stored"`
+	Shape  []int64 `json:"shape"`
+	DType  string  `json:"dtype"` // the dtype it loads as
+	// Action is "view" (zero-copy), "read" (pread copy), "convert",
+	// "dequantize" or "quantized" (kept narrow with its scales).
+	Action string `json:"action"`
+	Rule   string `json:"rule"`
+	Bytes  int64  `json:"bytes"`
+	// Scales names the scale tensors of a quantized weight.
+	Scales []string `json:"scales,omitempty"`
+}
+
+// Plan computes the plan. It reads nothing beyond what Open read.
+func (m *Model) Plan() (*Plan, error) {
+	if err := m.checkOpen(); err != nil {
+		return nil, err
+	}
+	p := &Plan{Path: m.path, Variant: m.cfg.variant, Workers: m.workers(), BudgetBytes: -1}
+	if m.pipeline != nil {
+		p.Warnings = append(p.Warnings, m.pipeline.Warnings...)
+	}
+	needStaging := false
+	for _, c := range m.comps {
+		cp := &ComponentPlan{
+			Name:               c.name,
+			Dir:                c.dir,
+			Files:              slices.Clone(c.files),
+			ReadStrategy:       c.strategy.String(),
+			ReadStrategyReason: c.why,
+			Quant: QuantizationReport{
+				Layout:     c.scheme.Layout.String(),
+				Source:     c.scheme.Source,
+				Weights:    len(c.scheme.Weights),
+				Unconsumed: slices.Clone(c.scheme.Unconsumed),
+			},
+		}
+		if t, ok := m.cfg.policy.Components[c.name]; ok {
+			cp.Target = t.String()
+		}
+		if c.vplan != nil {
+			cp.Variant, cp.Layout = c.vplan.Variant, c.vplan.Layout
+			cp.Ignored = slices.Clone(c.vplan.Ignored)
+			cp.Warnings = append(cp.Warnings, c.vplan.Warnings...)
+		}
+		cp.Warnings = append(cp.Warnings, c.ck.Warnings()...)
+		if len(c.scheme.Unconsumed) > 0 {
+			cp.Warnings = append(cp.Warnings, fmt.Sprintf("%d tensors look like scales but no known layout consumed them (loaded as ordinary tensors): %s",
+				len(c.scheme.Unconsumed), strings.Join(firstN(c.scheme.Unconsumed, 5), ", ")))
+		}
+		for _, e := range c.entries {
+			tp := TensorPlan{Name: e.name, Stored: e.stored.String(), Shape: slices.Clone(e.shape), DType: e.out.String(),
+				Action: e.act.String(), Rule: e.dec.Rule, Bytes: e.outBytes}
+			if e.q != nil {
+				tp.Stored = e.q.Elem.String() + " (" + c.scheme.Layout.String() + ")"
+				for _, s := range e.q.Scales {
+					tp.Scales = append(tp.Scales, s.Name)
+				}
+			}
+			cp.Tensors = append(cp.Tensors, tp)
+			cp.MappedBytes += e.mapped
+			cp.OwnedBytes += e.owned
+			cp.StoredBytes += e.inBytes
+			if e.act != actView && e.act != actQuantized || c.strategy == ReadPread {
+				needStaging = true
+			}
+		}
+		cp.ResidentBytes = cp.MappedBytes + cp.OwnedBytes
+		cp.Alternatives = m.alternatives(c)
+		p.Components = append(p.Components, cp)
+		p.TotalMappedBytes += cp.MappedBytes
+		p.TotalOwnedBytes += cp.OwnedBytes
+		for _, w := range cp.Warnings {
+			p.Warnings = append(p.Warnings, c.name+": "+w)
+		}
+	}
+	p.TotalResidentBytes = p.TotalMappedBytes + p.TotalOwnedBytes
+	if needStaging {
+		p.StagingBytes = m.stagingBytes()
+	}
+	p.PeakBytes = p.TotalResidentBytes + p.StagingBytes
+	switch {
+	case m.cfg.budgetSet && m.cfg.budget < 0:
+		p.BudgetSource = "no budget (disabled)"
+	case m.cfg.budgetSet:
+		p.BudgetBytes, p.BudgetSource = m.cfg.budget, "budget option"
+	default:
+		av, err := sysmem.Detect()
+		if err == nil && av.Bytes > 0 {
+			p.BudgetBytes, p.BudgetSource = av.Bytes, "available to this process: "+av.Source
+		} else {
+			p.BudgetSource = "unknown (available memory could not be read)"
+		}
+	}
+	p.Fits = p.BudgetBytes < 0 || p.PeakBytes <= p.BudgetBytes
+	if !p.Fits {
+		p.Shortfall = p.PeakBytes - p.BudgetBytes
+		p.Advice = m.advice(p)
+	}
+	return p, nil
+}
+
+// workers is the number of load goroutines.
+func (m *Model) workers() int {
+	if m.cfg.workers > 0 {
+		return m.cfg.workers
+	}
+	return runtime.GOMAXPROCS(0)
+}
+
+// chunkBytes is the unit of work of a load: a piece of one tensor's output.
+const chunkBytes = 4 << 20
+
+// stagingBytes is the transient memory of a load: one chunk-sized buffer
+// per worker for pread and dequantization scratch, capped by the staging
+// allowance (the load runs fewer workers rather than exceed it).
+func (m *Model) stagingBytes() int64 {
+	return min(int64(m.workers())*chunkBytes, m.cfg.staging)
+}
+
+// uniformTargets are the targets a refusal message compares.
+var uniformTargets = []Target{To(dtype.F32), To(dtype.BF16), To(dtype.F8_E4M3), AsStored}
+
+// alternatives computes a component's resident bytes under each uniform
+// target (rules still apply first, as they would).
+func (m *Model) alternatives(c *Component) []Alternative {
+	var out []Alternative
+	for _, t := range uniformTargets {
+		pol := Policy{Default: t, Rules: m.cfg.policy.Rules}
+		var total int64
+		for _, e := range c.entries {
+			x := &entry{name: e.name, stored: e.stored, shape: e.shape, inBytes: e.inBytes, q: e.q}
+			x.dec = pol.decide(c.name, e.name, e.stored, e.q != nil)
+			if x.resolve(c.strategy) != nil {
+				total = -1
+				break
+			}
+			total += x.mapped + x.owned
+		}
+		if total >= 0 {
+			out = append(out, Alternative{Target: t.String(), ResidentBytes: total})
+		}
+	}
+	return out
+}
+
+// advice explains a refusal: what each large component needs as chosen and
+// under the alternatives that are smaller, and which single change fits.
+func (m *Model) advice(p *Plan) string {
+	var parts []string
+	for _, cp := range p.Components {
+		chosen := cp.Target
+		if chosen == "" {
+			chosen = "planned"
+			if m.cfg.policy.Default.IsSet() {
+				chosen = m.cfg.policy.Default.String()
+			}
+		}
+		s := fmt.Sprintf("%s needs %s as %s", cp.Name, FormatSize(cp.ResidentBytes), describeTarget(chosen, cp))
+		var smaller []string
+		for _, a := range cp.Alternatives {
+			if a.ResidentBytes < cp.ResidentBytes {
+				smaller = append(smaller, fmt.Sprintf("%s as %s", FormatSize(a.ResidentBytes), describeTarget(a.Target, cp)))
+			}
+		}
+		if len(smaller) > 0 {
+			s += " and " + strings.Join(smaller, " and ")
+		}
+		parts = append(parts, s)
+	}
+	msg := strings.Join(parts, "; ") + fmt.Sprintf("; budget %s", FormatSize(p.BudgetBytes))
+	// A single component change that fits.
+	var fixes []string
+	for _, cp := range p.Components {
+		for _, a := range cp.Alternatives {
+			if a.ResidentBytes >= cp.ResidentBytes {
+				continue
+			}
+			if p.PeakBytes-cp.ResidentBytes+a.ResidentBytes <= p.BudgetBytes {
+				fixes = append(fixes, fmt.Sprintf("%s as %s", cp.Name, describeTarget(a.Target, cp)))
+			}
+		}
+	}
+	if len(fixes) > 0 {
+		msg += "; would fit: " + strings.Join(fixes, ", or ")
+	} else {
+		msg += "; no single component target fits: choose smaller targets for several components, a narrower variant, or a larger budget"
+	}
+	return msg
+}
+
+// describeTarget names a target for messages: "stored" becomes the stored
+// dtypes ("stored (F8_E4M3)").
+func describeTarget(t string, cp *ComponentPlan) string {
+	if t != "stored" {
+		return t
+	}
+	seen := map[string]bool{}
+	var ds []string
+	for _, tp := range cp.Tensors {
+		d := strings.Fields(tp.Stored)[0]
+		if !seen[d] {
+			seen[d] = true
+			ds = append(ds, d)
+		}
+	}
+	if len(ds) > 3 {
+		ds = append(ds[:3], "…")
+	}
+	return "stored (" + strings.Join(ds, ", ") + ")"
+}
+
+// String renders the plan for people: a summary, then each component.
+func (p *Plan) String() string {
+	var b strings.Builder
+	for _, c := range p.Components {
+		fmt.Fprintf(&b, "%s: %d tensors, %s stored, %s resident (%s mapped, %s owned), read by %s (%s)\n",
+			c.Name, len(c.Tensors), FormatSize(c.StoredBytes), FormatSize(c.ResidentBytes), FormatSize(c.MappedBytes), FormatSize(c.OwnedBytes),
+			c.ReadStrategy, c.ReadStrategyReason)
+		if c.Quant.Layout != "none" && c.Quant.Layout != "" {
+			fmt.Fprintf(&b, "  quantization: %s (%s), %d weights\n", c.Quant.Layout, c.Quant.Source, c.Quant.Weights)
+		}
+	}
+	fmt.Fprintf(&b, "total: %s resident + %s staging = %s peak; budget %s (%s): ",
+		FormatSize(p.TotalResidentBytes), FormatSize(p.StagingBytes), FormatSize(p.PeakBytes), budgetText(p.BudgetBytes), p.BudgetSource)
+	if p.Fits {
+		b.WriteString("fits\n")
+	} else {
+		fmt.Fprintf(&b, "does NOT fit, %s short\n  %s\n", FormatSize(p.Shortfall), p.Advice)
+	}
+	return b.String()
+}
+
+func budgetText(n int64) string {
+	if n < 0 {
+		return "none"
+	}
+	return FormatSize(n)
+}
+
+// JSON returns the plan as indented JSON.
+func (p *Plan) JSON() ([]byte, error) { return json.MarshalIndent(p, "", "  ") }
+
+// FormatSize writes a byte count with a binary unit and one decimal
+// ("28.0 GiB", "512 B"), as plans and refusals print sizes.
+func FormatSize(n int64) string { return sysmem.FormatSize(n) }
+
+func firstN(s []string, n int) []string {
+	if len(s) <= n {
+		return s
+	}
+	return append(slices.Clone(s[:n]), fmt.Sprintf("… (%d more)", len(s)-n))
+}
+
+// refuse checks the plan against the budget.
+func (p *Plan) refuse() error {
+	if p.Fits {
+		return nil
+	}
+	return &BudgetError{Plan: p, Msg: fmt.Sprintf("the load needs %s at its peak and the budget is %s (%s): %s short. %s",
+		FormatSize(p.PeakBytes), FormatSize(p.BudgetBytes), p.BudgetSource, FormatSize(p.Shortfall), p.Advice)}
+}

@@ -1,0 +1,213 @@
+package ckpt
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/ckpt-go/ckpt/dtype"
+)
+
+// Target is what a tensor should be loaded as: a dtype, "as stored", or
+// "quantized" (a scaled low-precision weight kept narrow with its scales
+// attached, for executors that dequantize on the device). The zero Target
+// is "not set": the next level of the policy decides.
+type Target struct {
+	dt   dtype.DType
+	mode targetMode
+}
+
+type targetMode uint8
+
+const (
+	modeUnset targetMode = iota
+	modeDType
+	modeAsStored
+	modeQuantized
+)
+
+// AsStored keeps each tensor in its stored dtype; a scaled low-precision
+// weight stays quantized with its scales attached.
+var AsStored = Target{mode: modeAsStored}
+
+// Quantized keeps scaled low-precision weights narrow with their scales
+// attached (see Tensor.Scales); other tensors are loaded as stored.
+var Quantized = Target{mode: modeQuantized}
+
+// To returns the target "convert to d". Scaled low-precision weights are
+// dequantized when d differs from their element type.
+func To(d dtype.DType) Target { return Target{dt: d, mode: modeDType} }
+
+// ParseTarget parses a target: a dtype name as dtype.Parse accepts it
+// ("F32", "bf16", "torch.float8_e4m3fn", ...), "stored" (also "as-stored",
+// "as_stored") or "quantized" (also "keep-quantized").
+func ParseTarget(s string) (Target, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "stored", "as-stored", "as_stored", "asstored":
+		return AsStored, nil
+	case "quantized", "keep-quantized", "keep_quantized":
+		return Quantized, nil
+	}
+	d, err := dtype.Parse(s)
+	if err != nil {
+		return Target{}, &Error{Kind: ErrTarget, Msg: fmt.Sprintf("%q is not a dtype, \"stored\" or \"quantized\"", s), Err: err}
+	}
+	return To(d), nil
+}
+
+// IsSet reports whether the target says something (the zero Target does
+// not).
+func (t Target) IsSet() bool { return t.mode != modeUnset }
+
+// DType returns the dtype of a To target, and false for the others.
+func (t Target) DType() (dtype.DType, bool) { return t.dt, t.mode == modeDType }
+
+// String returns the target as ParseTarget reads it ("F32", "stored",
+// "quantized"; "" for the zero Target).
+func (t Target) String() string {
+	switch t.mode {
+	case modeDType:
+		return t.dt.String()
+	case modeAsStored:
+		return "stored"
+	case modeQuantized:
+		return "quantized"
+	}
+	return ""
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (t Target) MarshalText() ([]byte, error) { return []byte(t.String()), nil }
+
+// Rule sets the target of the tensors whose names match Pattern, in the
+// components named by Component ("" for every component). Rules are tried
+// in order; the first match decides.
+type Rule struct {
+	Component string
+	Pattern   Pattern
+	Target    Target
+}
+
+// String returns the rule as the CLI's --keep flag spells it.
+func (r Rule) String() string {
+	s := r.Pattern.String() + "=" + r.Target.String()
+	if r.Component != "" {
+		s = r.Component + "/" + s
+	}
+	return s
+}
+
+// ParseRule parses "PATTERN=TARGET" or "COMPONENT/PATTERN=TARGET", as the
+// CLI's --keep flag takes it.
+func ParseRule(s string) (Rule, error) {
+	lhs, rhs, ok := strings.Cut(s, "=")
+	if !ok {
+		return Rule{}, &Error{Kind: ErrOption, Msg: fmt.Sprintf("rule %q is not PATTERN=TARGET", s)}
+	}
+	var comp string
+	if c, p, ok := strings.Cut(lhs, "/"); ok {
+		comp, lhs = c, p
+	}
+	p, err := ParsePattern(lhs)
+	if err != nil {
+		return Rule{}, err
+	}
+	t, err := ParseTarget(rhs)
+	if err != nil {
+		return Rule{}, err
+	}
+	return Rule{Component: comp, Pattern: p, Target: t}, nil
+}
+
+// Policy chooses the dtype of every tensor. Precedence: the first
+// matching Rule, then the component's target, then Default; with none of
+// them set, the stored dtype.
+//
+// Integer and bool tensors (and complex ones) are never cast by a
+// component target or by Default: only a Rule that matches them can change
+// their dtype. Packed low-precision storage (U8 holding FP4 pairs, E8M0
+// scales) belongs to a quantized weight, which the policy sees under its
+// logical name with its element type (F8_E4M3, F4): it is not an integer
+// tensor.
+type Policy struct {
+	Default    Target
+	Components map[string]Target
+	Rules      []Rule
+}
+
+// Decision is what the policy decided for one tensor, and why.
+type Decision struct {
+	Target Target
+	// Rule says which level decided, in words: `rule 2 "norm"=F32`,
+	// `component "transformer"=F8_E4M3`, "default F32", "no target: as
+	// stored", "integer tensor: default not applied".
+	Rule string
+}
+
+// decide applies the policy to one tensor. quantized says the tensor is a
+// scaled low-precision weight (never an integer tensor).
+func (p *Policy) decide(component, name string, stored dtype.DType, quantized bool) Decision {
+	for i, r := range p.Rules {
+		if r.Component != "" && r.Component != component {
+			continue
+		}
+		if r.Pattern.Match(name) {
+			return Decision{Target: r.Target, Rule: fmt.Sprintf("rule %d %s", i+1, r.String())}
+		}
+	}
+	castable := quantized || stored.IsFloat()
+	if t, ok := p.Components[component]; ok && t.IsSet() {
+		if !castable && t.mode == modeDType {
+			return Decision{Target: AsStored, Rule: fmt.Sprintf("%s tensor: component target %s not applied", kindWord(stored), t)}
+		}
+		return Decision{Target: t, Rule: fmt.Sprintf("component %q=%s", component, t)}
+	}
+	if p.Default.IsSet() {
+		if !castable && p.Default.mode == modeDType {
+			return Decision{Target: AsStored, Rule: fmt.Sprintf("%s tensor: default %s not applied", kindWord(stored), p.Default)}
+		}
+		return Decision{Target: p.Default, Rule: "default " + p.Default.String()}
+	}
+	return Decision{Target: AsStored, Rule: "no target: as stored"}
+}
+
+func kindWord(d dtype.DType) string {
+	switch d.Kind() {
+	case dtype.KindBool:
+		return "bool"
+	case dtype.KindComplex:
+		return "complex"
+	default:
+		return "integer"
+	}
+}
+
+// KeepNormsAndBiasesF32 returns rules that keep normalization layers and
+// biases in F32 whatever the component or default target is: the explicit
+// form of what transformers' _keep_in_fp32_modules does per model class.
+// They match, anywhere in a name:
+//
+//   - every bias ("**.bias");
+//   - the parameters of modules whose name is a norm: "norm", "norm1",
+//     "norm2", ... ("norm[0-9]*"), names ending in "norm" ("layernorm",
+//     "input_layernorm", "rmsnorm", "q_norm"-style "*_norm"), names starting
+//     with "norm_" ("norm_q", "norm_out"), "*_norm_*", "ln_*" and "ln_f"
+//     (GPT-2 style), and "*layer_norm*" ("final_layer_norm").
+//
+// Put them first in Policy.Rules so that they win over later rules. A
+// tensor they match that is stored in F32 stays a zero-copy view.
+func KeepNormsAndBiasesF32() []Rule {
+	pats := []string{
+		"**.bias",
+		"**.*norm.*",
+		"**.norm[0-9]*.*",
+		"**.norm_*.*",
+		"**.*_norm_*.*",
+		"**.ln_*.*",
+		"**.*layer_norm*.*",
+	}
+	rules := make([]Rule, len(pats))
+	for i, s := range pats {
+		rules[i] = Rule{Pattern: MustParsePattern(s), Target: To(dtype.F32)}
+	}
+	return rules
+}

@@ -1,0 +1,5 @@
+//go:build !unix
+
+package ckpt
+
+const oNonblock = 0
