@@ -323,6 +323,7 @@ type piece struct {
 	t     *Tensor
 	st    *safetensors.Tensor
 	first int64 // first element (convert/read)
+	n     int64 // elements (convert/read)
 	dst   []byte
 	bytes int64 // output bytes, for progress
 	mu    *sync.Mutex
@@ -414,7 +415,7 @@ func appendPieces(work []piece, c *Component, e *entry, t *Tensor, st *safetenso
 		if first+cnt == n {
 			dEnd = int64(len(t.data))
 		}
-		work = append(work, piece{c: c, e: e, t: t, st: st, first: first, dst: t.data[dStart:dEnd], bytes: dEnd - dStart, mu: mu})
+		work = append(work, piece{c: c, e: e, t: t, st: st, first: first, n: cnt, dst: t.data[dStart:dEnd], bytes: dEnd - dStart, mu: mu})
 		if n == 0 {
 			break
 		}
@@ -498,6 +499,8 @@ func (m *Model) doPiece(ctx context.Context, p *piece, opts dtype.Options) (dtyp
 		if err != nil {
 			return st, wrap(err)
 		}
+		// The quantized source pages are no longer needed by this process.
+		p.st.Evict(0, p.st.NumElements())
 		return st, nil
 	}
 	st, err := p.st.ConvertElementsTo(p.e.out, p.dst, p.first, opts)
@@ -505,8 +508,11 @@ func (m *Model) doPiece(ctx context.Context, p *piece, opts dtype.Options) (dtyp
 		return st, wrap(err)
 	}
 	if p.e.act == actRead {
-		st = dtype.Stats{}
+		return dtype.Stats{}, nil
 	}
+	// The converted source pages leave the resident set: a converting load
+	// holds its output, not output plus source.
+	p.st.Evict(p.first, p.n)
 	return st, nil
 }
 

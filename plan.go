@@ -255,7 +255,7 @@ func (m *Model) advice(p *Plan) string {
 	for _, cp := range p.Components {
 		chosen := cp.Target
 		if chosen == "" {
-			chosen = "planned"
+			chosen = "stored"
 			if m.cfg.policy.Default.IsSet() {
 				chosen = m.cfg.policy.Default.String()
 			}

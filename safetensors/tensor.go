@@ -310,6 +310,36 @@ func (t *Tensor) ConvertElementsTo(to dtype.DType, dst []byte, first int64, opts
 	return t.f.convertRange(t.info.Name, dst, to, off, srcLen, from, opts)
 }
 
+// Evict tells the kernel that this process no longer needs the mapped
+// pages holding the elements [first, first+n): the whole pages inside that
+// range leave the process's resident set (the page cache keeps them, and a
+// later read faults them back in). A loader that has converted those
+// elements calls it so that its resident memory is the converted output,
+// not output plus source. It does nothing for files that are not mapped
+// and on systems without madvise; it never fails.
+func (t *Tensor) Evict(first, n int64) {
+	f := t.f
+	if !f.mapped || first < 0 || n <= 0 {
+		return
+	}
+	total := t.info.NumElements()
+	if first >= total {
+		return
+	}
+	n = min(n, total-first)
+	fb := int64(t.info.DType.Bits())
+	off := f.hdr.DataOffset + t.info.Begin + first*fb/8
+	end := f.hdr.DataOffset + t.info.Begin + (first+n)*fb/8
+	if f.rlock(t.info.Name) != nil {
+		return
+	}
+	defer f.mu.RUnlock()
+	if end > int64(len(f.data)) {
+		return
+	}
+	dropPages(f.data[off:end])
+}
+
 // Float32s returns the tensor's elements converted to float32 (exactly for
 // every dtype of 24 significant bits or fewer; rounded once otherwise).
 func (t *Tensor) Float32s() ([]float32, error) {

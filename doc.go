@@ -1,0 +1,68 @@
+// Package ckpt is the loader: it gives a Go program a model's weights in the
+// dtypes it asks for, within the memory it has.
+//
+//	m, err := ckpt.Open("pipeline/", // a file, an index, a component folder or a pipeline root
+//		ckpt.WithVariant("fp8"),
+//		ckpt.WithComponentDType("transformer", ckpt.AsStored),        // stays FP8
+//		ckpt.WithComponentDType("image_encoder", ckpt.To(dtype.F32)), // must be F32
+//		ckpt.WithRules(ckpt.KeepNormsAndBiasesF32()...),
+//		ckpt.WithBudgetString("24GiB"))
+//	plan, err := m.Plan()          // from headers only: bytes, decisions, fits?
+//	w, err := m.Load(ctx)          // refuses with a *BudgetError before allocating
+//	t, err := w.Tensor("transformer/blocks.0.attn.qkv.weight")
+//
+// # Layouts
+//
+// Open accepts a single safetensors file, a shard index, a component folder
+// (transformers or diffusers naming, current or legacy, sharded or single,
+// with precision variants resolved by package variant so that a .bf16 file
+// is never mixed with F32 shards) or a pipeline root with model_index.json.
+// A file or folder is a model with one component, named after its folder.
+// Nothing but headers, indexes and the components' config.json and
+// hf_quant_config.json is read until a load.
+//
+// # Dtype policy
+//
+// Each tensor's target is decided by, in order: the first matching Rule
+// (a Pattern over the dotted name, optionally limited to one component),
+// the component's target, the default target, and otherwise the stored
+// dtype. Integer, bool and complex tensors are cast only by a rule that
+// matches them. A target is a dtype (To), AsStored, or Quantized (a scaled
+// low-precision weight kept narrow with its scales attached). The Plan
+// records which rule decided each tensor.
+//
+// # Scaled low-precision weights
+//
+// Package quant detects DeepSeek block FP8, compressed-tensors FP8 and
+// NVFP4, ModelOpt FP8 and NVFP4, MXFP4 (gpt-oss), FBGEMM row-wise FP8 and
+// ComfyUI scaled FP8 from tensor names and configs. The loader shows such a
+// weight under its logical name and shape (P.weight, or P for MXFP4
+// P_blocks) with its element type as the stored dtype; a float target wider
+// than (or different from) that type dequantizes it, rounding the exact
+// product once; AsStored, Quantized or the element type itself keeps it
+// quantized with Tensor.Scales. The scales are consumed (see
+// WithScaleTensors). Tensors that look like scales but that no layout
+// explains are listed in the plan, never guessed.
+//
+// # Memory
+//
+// Plan reports, per component and in total, the resident bytes after the
+// load (zero-copy mapped bytes plus owned bytes) and the peak of the load
+// (resident plus at most the staging allowance, 64 MiB by default). Without
+// WithBudget the budget is what the process can really get: the smaller of
+// MemAvailable and the cgroup's limit minus its usage. A load whose peak
+// does not fit is refused before anything is allocated, with a message that
+// says by how much and which targets would fit. A load never holds two
+// copies of a tensor: each converted piece is read once (from the mapping,
+// or into a small staging buffer with pread) and written once into its
+// output, which lives in an Arena outside the Go heap.
+//
+// # Reading
+//
+// Tensors loaded as stored are zero-copy views of the mapping; the others
+// are converted by all workers in pieces of 4 MiB, in file order. On network
+// filesystems (NFS, SMB, FUSE, Lustre, ...) the default read strategy is
+// pread instead of mmap; the plan says which was chosen and why. Each
+// loaded Tensor's Location says where its bytes live (file, offset, length,
+// or owned memory) so that an executor can read them from the file itself.
+package ckpt
