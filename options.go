@@ -23,6 +23,9 @@ type config struct {
 	staging      int64
 	followLinks  bool
 	shardOptions []shard.Option
+	// memRoots, when set (tests only), are the proc and cgroup folders the
+	// default budget is read from instead of this machine's.
+	memRoots *[2]string
 }
 
 // WithVariant selects a precision variant ("bf16", "fp16", ...) of the

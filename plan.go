@@ -190,7 +190,10 @@ func (m *Model) Plan() (*Plan, error) {
 		p.BudgetBytes, p.BudgetSource = m.cfg.budget, "budget option"
 	default:
 		av, err := sysmem.Detect()
-		if err == nil && av.Bytes > 0 {
+		if r := m.cfg.memRoots; r != nil {
+			av, err = sysmem.DetectFrom(r[0], r[1])
+		}
+		if av.Bytes >= 0 && (err == nil || av.Bytes > 0) {
 			p.BudgetBytes, p.BudgetSource = av.Bytes, "available to this process: "+av.Source
 		} else {
 			p.BudgetSource = "unknown (available memory could not be read)"

@@ -16,6 +16,11 @@ func chooseStrategy(s ReadStrategy, dir string) (ReadStrategy, string) {
 		return ReadPread, "asked for"
 	}
 	fs, err := sysmem.FileSystem(dir)
+	return strategyFor(fs, err)
+}
+
+// strategyFor chooses between mmap and pread for a filesystem.
+func strategyFor(fs sysmem.FS, err error) (ReadStrategy, string) {
 	if err != nil {
 		return ReadMmap, fmt.Sprintf("filesystem unknown (%v): local assumed", err)
 	}

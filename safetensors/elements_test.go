@@ -96,3 +96,24 @@ func mustLen(t *testing.T, d dtype.DType, n int64) int64 {
 	}
 	return b
 }
+
+// Evict drops pages from the resident set but never the data: the tensor
+// reads the same afterwards, and out-of-range or unmapped calls are no-ops.
+func TestEvictKeepsData(t *testing.T) {
+	raw := make([]byte, 3<<20)
+	for i := range raw {
+		raw[i] = byte(i * 13)
+	}
+	path := saveTemp(t, []TensorData{{Name: "w", DType: dtype.U8, Shape: []int64{int64(len(raw))}, Data: raw}}, nil)
+	for name, f := range backends(t, path) {
+		tn, _ := f.Tensor("w")
+		tn.Evict(0, tn.NumElements())
+		tn.Evict(1<<20, 5)
+		tn.Evict(-1, 10)
+		tn.Evict(0, 1<<40)
+		b, err := tn.Bytes()
+		if err != nil || !bytes.Equal(b, raw) {
+			t.Errorf("%s: data changed after Evict (%v)", name, err)
+		}
+	}
+}
