@@ -248,7 +248,8 @@ func (m *Model) Load(ctx context.Context, opts ...LoadOption) (*Weights, error) 
 // checkBudget compares the peak with the budget without building the full
 // plan unless it refuses.
 func (m *Model) checkBudget() error {
-	if m.cfg.budgetSet && m.cfg.budget < 0 {
+	budget, _ := m.budget()
+	if _, peak := m.peak(); budget < 0 || peak <= budget {
 		return nil
 	}
 	p, err := m.Plan()

@@ -124,7 +124,6 @@ func (m *Model) Plan() (*Plan, error) {
 	if m.pipeline != nil {
 		p.Warnings = append(p.Warnings, m.pipeline.Warnings...)
 	}
-	needStaging := false
 	for _, c := range m.comps {
 		cp := &ComponentPlan{
 			Name:               c.name,
@@ -165,9 +164,6 @@ func (m *Model) Plan() (*Plan, error) {
 			cp.MappedBytes += e.mapped
 			cp.OwnedBytes += e.owned
 			cp.StoredBytes += e.inBytes
-			if e.act != actView && e.act != actQuantized || c.strategy == ReadPread {
-				needStaging = true
-			}
 		}
 		cp.ResidentBytes = cp.MappedBytes + cp.OwnedBytes
 		cp.Alternatives = m.alternatives(c)
@@ -179,32 +175,52 @@ func (m *Model) Plan() (*Plan, error) {
 		}
 	}
 	p.TotalResidentBytes = p.TotalMappedBytes + p.TotalOwnedBytes
-	if needStaging {
-		p.StagingBytes = m.stagingBytes()
-	}
-	p.PeakBytes = p.TotalResidentBytes + p.StagingBytes
-	switch {
-	case m.cfg.budgetSet && m.cfg.budget < 0:
-		p.BudgetSource = "no budget (disabled)"
-	case m.cfg.budgetSet:
-		p.BudgetBytes, p.BudgetSource = m.cfg.budget, "budget option"
-	default:
-		av, err := sysmem.Detect()
-		if r := m.cfg.memRoots; r != nil {
-			av, err = sysmem.DetectFrom(r[0], r[1])
-		}
-		if av.Bytes >= 0 && (err == nil || av.Bytes > 0) {
-			p.BudgetBytes, p.BudgetSource = av.Bytes, "available to this process: "+av.Source
-		} else {
-			p.BudgetSource = "unknown (available memory could not be read)"
-		}
-	}
+	_, p.PeakBytes = m.peak()
+	p.StagingBytes = p.PeakBytes - p.TotalResidentBytes
+	p.BudgetBytes, p.BudgetSource = m.budget()
 	p.Fits = p.BudgetBytes < 0 || p.PeakBytes <= p.BudgetBytes
 	if !p.Fits {
 		p.Shortfall = p.PeakBytes - p.BudgetBytes
 		p.Advice = m.advice(p)
 	}
 	return p, nil
+}
+
+// budget returns the budget in bytes (-1: none) and where it comes from.
+func (m *Model) budget() (int64, string) {
+	switch {
+	case m.cfg.budgetSet && m.cfg.budget < 0:
+		return -1, "no budget (disabled)"
+	case m.cfg.budgetSet:
+		return m.cfg.budget, "budget option"
+	}
+	av, err := sysmem.Detect()
+	if r := m.cfg.memRoots; r != nil {
+		av, err = sysmem.DetectFrom(r[0], r[1])
+	}
+	if av.Bytes >= 0 && (err == nil || av.Bytes > 0) {
+		return av.Bytes, "available to this process: " + av.Source
+	}
+	return -1, "unknown (available memory could not be read)"
+}
+
+// peak returns the resident bytes and the peak of a load, as Plan computes
+// them, without building the plan.
+func (m *Model) peak() (resident, peak int64) {
+	staging := false
+	for _, c := range m.comps {
+		for _, e := range c.entries {
+			resident += e.mapped + e.owned
+			if e.act != actView && e.act != actQuantized || c.strategy == ReadPread {
+				staging = true
+			}
+		}
+	}
+	peak = resident
+	if staging {
+		peak += m.stagingBytes()
+	}
+	return resident, peak
 }
 
 // workers is the number of load goroutines.
