@@ -208,11 +208,15 @@ func (m *Model) budget() (int64, string) {
 // them, without building the plan.
 func (m *Model) peak() (resident, peak int64) {
 	staging := false
+	var dequantIn int64 // largest stored input of a weight dequantized from pread buffers
 	for _, c := range m.comps {
 		for _, e := range c.entries {
 			resident += e.mapped + e.owned
 			if e.act != actView && e.act != actQuantized || c.strategy == ReadPread {
 				staging = true
+			}
+			if e.act == actDequantize && c.strategy == ReadPread {
+				dequantIn = max(dequantIn, e.inBytes)
 			}
 		}
 	}
@@ -220,7 +224,9 @@ func (m *Model) peak() (resident, peak int64) {
 	if staging {
 		peak += m.stagingBytes()
 	}
-	return resident, peak
+	// With pread, a dequantized weight's data and scales are read whole
+	// into temporary buffers, one per worker at most.
+	return resident, peak + dequantIn*int64(m.workers())
 }
 
 // workers is the number of load goroutines.
