@@ -357,7 +357,6 @@ func (m *Model) prepareInto(c *Component, e *entry, t *Tensor, alloc func(int64)
 			return nil, &Error{Kind: ErrRead, Component: c.name, Tensor: e.name, Err: err}
 		}
 		t.data = b
-		t.Stats = dtype.Stats{Elements: numElements(e.shape)}
 		return work, nil
 	case actRead, actConvert:
 		t.data = alloc(e.outBytes)

@@ -171,7 +171,9 @@ func (m *Model) Plan() (*Plan, error) {
 		p.TotalMappedBytes += cp.MappedBytes
 		p.TotalOwnedBytes += cp.OwnedBytes
 		for _, w := range cp.Warnings {
-			p.Warnings = append(p.Warnings, c.name+": "+w)
+			if !slices.Contains(p.Warnings, w) {
+				p.Warnings = append(p.Warnings, c.name+": "+w)
+			}
 		}
 	}
 	p.TotalResidentBytes = p.TotalMappedBytes + p.TotalOwnedBytes
@@ -386,6 +388,11 @@ func (p *Plan) refuse() error {
 	if p.Fits {
 		return nil
 	}
+	peak, budget := FormatSize(p.PeakBytes), FormatSize(p.BudgetBytes)
+	if peak == budget {
+		// Rounded alike: say the bytes.
+		peak, budget = fmt.Sprintf("%s (%d bytes)", peak, p.PeakBytes), fmt.Sprintf("%s (%d bytes)", budget, p.BudgetBytes)
+	}
 	return &BudgetError{Plan: p, Msg: fmt.Sprintf("the load needs %s at its peak and the budget is %s (%s): %s short. %s",
-		FormatSize(p.PeakBytes), FormatSize(p.BudgetBytes), p.BudgetSource, FormatSize(p.Shortfall), p.Advice)}
+		peak, budget, p.BudgetSource, FormatSize(p.Shortfall), p.Advice)}
 }
