@@ -1,0 +1,229 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/ckpt-go/ckpt"
+)
+
+func planCommand() *command {
+	c := &command{
+		name:    "plan",
+		args:    "PATH",
+		summary: "show what loading would do: dtypes and their rules, layouts, bytes, and whether it fits",
+		help: `Plans a load of PATH without reading any tensor data: a .safetensors file,
+a *.safetensors.index.json, a component folder or a pipeline root (with
+model_index.json; every component with weights). For each component it
+prints the files (resolved for --variant), the quantization layout
+detected, the read strategy and why, the bytes that stay mapped (zero-copy
+views of the files) and owned (converted, dequantized or pread copies), the
+size under other uniform targets, and each dtype decision with the rule
+that made it (--tensors lists every tensor). Then the totals: resident
+bytes plus the load's staging buffers is the peak, compared with the
+budget.
+
+The budget is --budget, or else the memory this process can get (the
+smaller of MemAvailable and the cgroup's limit minus its usage); "none"
+disables the check. Sizes are bytes, or a number with KiB, MiB, GiB, TiB
+(binary) or KB, MB, GB, TB (decimal): 24GiB, 1.5GB.
+
+` + policyHelp + `
+
+Exit status: 0 when the load fits, 1 when it does not (the plan, and with
+--json the JSON, is still printed, with what would fit) or when PATH cannot
+be planned, 2 for usage errors (a bad flag, size, rule or dtype; a
+--component or rule naming no component of the model).
+
+Examples:
+  ckpt plan ./flux-dev --variant bf16 --budget 24GiB
+  ckpt plan ./flux-dev --dtype bf16 --component vae=F32 --keep '**.bias=F32'
+  ckpt plan ./model.safetensors --dtype F8_E4M3 --preset keep-norms-f32 --tensors
+  ckpt plan ./pipeline --budget 16GB --json | jq '.components[] | {name, resident_bytes}'`,
+	}
+	c.run = func(e *env, args []string) error {
+		fs := newFlags(e, c)
+		var pf policyFlags
+		pf.register(fs)
+		budget := sizeFlag{none: "none"}
+		fs.Var(&budget, "budget", "memory budget `SIZE` (24GiB, 16GB, bytes) or \"none\"; default: what this process can get")
+		tensors := fs.Bool("tensors", false, "list every tensor's decision instead of grouping equal decisions")
+		asJSON := fs.Bool("json", false, "print the plan as JSON (every tensor, exact bytes)")
+		pos, err := parseFlags(e, c, fs, args)
+		if err != nil {
+			return err
+		}
+		if len(pos) != 1 {
+			return usageError{msg: "plan takes exactly one PATH"}
+		}
+		opts, err := pf.options()
+		if err != nil {
+			return err
+		}
+		if budget.set {
+			opts = append(opts, ckpt.WithBudget(budget.n))
+		}
+		m, err := openModel(pos[0], opts)
+		if err != nil {
+			return err
+		}
+		defer m.Close()
+		p, err := m.Plan()
+		if err != nil {
+			return err
+		}
+		if budget.set && budget.n > 0 {
+			p.BudgetSource = "--budget"
+		}
+		if *asJSON {
+			b, err := p.JSON()
+			if err != nil {
+				return err
+			}
+			if _, err := e.stdout.Write(append(b, '\n')); err != nil {
+				return err
+			}
+		} else {
+			printLoadPlan(e.stdout, p, *tensors)
+		}
+		if !p.Fits {
+			return exitError{code: 1}
+		}
+		return nil
+	}
+	return c
+}
+
+// printLoadPlan writes a plan for people: each component, then the totals
+// and whether the load fits.
+func printLoadPlan(w io.Writer, p *ckpt.Plan, allTensors bool) {
+	v := p.Variant
+	if v == "" {
+		v = "(untagged)"
+	}
+	fmt.Fprintf(w, "%s — variant %s, %d workers\n", p.Path, v, p.Workers)
+	own := map[string]bool{}
+	for _, c := range p.Components {
+		for _, warn := range c.Warnings {
+			own[c.Name+": "+warn] = true
+		}
+	}
+	for _, warn := range p.Warnings {
+		if !own[warn] {
+			fmt.Fprintf(w, "  warning: %s\n", warn)
+		}
+	}
+	for _, c := range p.Components {
+		fmt.Fprintf(w, "\n%s:", c.Name)
+		var about []string
+		if c.Layout != "" {
+			about = append(about, c.Layout)
+		}
+		if c.Variant != "" {
+			about = append(about, "variant "+c.Variant)
+		}
+		if c.Target != "" {
+			about = append(about, "target "+c.Target)
+		}
+		if len(about) > 0 {
+			fmt.Fprintf(w, " %s", strings.Join(about, ", "))
+		}
+		fmt.Fprintln(w)
+		for _, f := range c.Files {
+			fmt.Fprintf(w, "  load     %s\n", relTo(c.Dir, f))
+		}
+		for _, ig := range c.Ignored {
+			fmt.Fprintf(w, "  ignore   %s — %s\n", ig.File, ig.Reason)
+		}
+		q := c.Quant
+		if q.Layout == "" || q.Layout == "none" {
+			fmt.Fprintf(w, "  quant    none detected\n")
+		} else {
+			fmt.Fprintf(w, "  quant    %s (from %s), %d weights\n", q.Layout, q.Source, q.Weights)
+		}
+		if len(q.Unconsumed) > 0 {
+			fmt.Fprintf(w, "  quant    %d scale-like tensors no layout consumed (loaded as ordinary tensors): %s\n",
+				len(q.Unconsumed), strings.Join(firstOf(q.Unconsumed, 5), ", "))
+		}
+		fmt.Fprintf(w, "  read     %s (%s)\n", c.ReadStrategy, c.ReadStrategyReason)
+		fmt.Fprintf(w, "  bytes    %s resident = %s mapped + %s owned (%s stored)\n",
+			ckpt.FormatSize(c.ResidentBytes), ckpt.FormatSize(c.MappedBytes), ckpt.FormatSize(c.OwnedBytes), ckpt.FormatSize(c.StoredBytes))
+		if len(c.Alternatives) > 0 {
+			alts := make([]string, len(c.Alternatives))
+			for i, a := range c.Alternatives {
+				alts[i] = fmt.Sprintf("%s %s", a.Target, ckpt.FormatSize(a.ResidentBytes))
+			}
+			fmt.Fprintf(w, "  as       %s\n", strings.Join(alts, ", "))
+		}
+		printDecisions(w, c, allTensors)
+		for _, warn := range c.Warnings {
+			fmt.Fprintf(w, "  warning  %s\n", warn)
+		}
+	}
+	fmt.Fprintf(w, "\ntotal: %s resident (%s mapped + %s owned) + %s staging = %s peak (%d bytes)\n",
+		ckpt.FormatSize(p.TotalResidentBytes), ckpt.FormatSize(p.TotalMappedBytes), ckpt.FormatSize(p.TotalOwnedBytes),
+		ckpt.FormatSize(p.StagingBytes), ckpt.FormatSize(p.PeakBytes), p.PeakBytes)
+	if p.BudgetBytes >= 0 {
+		fmt.Fprintf(w, "budget: %s (%d bytes, %s): ", ckpt.FormatSize(p.BudgetBytes), p.BudgetBytes, p.BudgetSource)
+	} else {
+		fmt.Fprintf(w, "budget: none (%s): ", p.BudgetSource)
+	}
+	if p.Fits {
+		fmt.Fprintln(w, "fits")
+	} else {
+		fmt.Fprintf(w, "does NOT fit, %s short\n  %s\n", ckpt.FormatSize(p.Shortfall), p.Advice)
+	}
+}
+
+// printDecisions writes a component's dtype decisions: one line per
+// distinct (stored, dtype, action, rule) with the count and bytes, or with
+// all every tensor.
+func printDecisions(w io.Writer, c *ckpt.ComponentPlan, all bool) {
+	if len(c.Tensors) == 0 {
+		fmt.Fprintln(w, "  tensors  none")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if all {
+		fmt.Fprintln(tw, "  TENSOR\tSTORED\tSHAPE\tAS\tACTION\tBYTES\tRULE")
+		for _, t := range c.Tensors {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\t%s\n", t.Name, t.Stored, formatShape(t.Shape), t.DType, t.Action, t.Bytes, t.Rule)
+		}
+		tw.Flush()
+		return
+	}
+	type key struct{ stored, dtype, action, rule string }
+	type group struct {
+		n     int
+		bytes int64
+		first string
+	}
+	var order []key
+	groups := map[key]*group{}
+	for _, t := range c.Tensors {
+		k := key{t.Stored, t.DType, t.Action, t.Rule}
+		g := groups[k]
+		if g == nil {
+			g = &group{first: t.Name}
+			groups[k] = g
+			order = append(order, k)
+		}
+		g.n++
+		g.bytes += t.Bytes
+	}
+	fmt.Fprintln(tw, "  STORED\tAS\tACTION\tTENSORS\tBYTES\tRULE\tE.G.")
+	for _, k := range order {
+		g := groups[k]
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\t%s\t%s\n", k.stored, k.dtype, k.action, g.n, ckpt.FormatSize(g.bytes), k.rule, g.first)
+	}
+	tw.Flush()
+}
+
+func firstOf(s []string, n int) []string {
+	if len(s) <= n {
+		return s
+	}
+	return append(append([]string(nil), s[:n]...), fmt.Sprintf("… (%d more)", len(s)-n))
+}

@@ -1,0 +1,226 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/ckpt-go/ckpt"
+	"github.com/ckpt-go/ckpt/shard"
+)
+
+// policyHelp explains the flags that plan and get share.
+const policyHelp = `The dtype policy: --keep rules are tried first, in order, and the first
+whose pattern matches a tensor decides; then the --preset's rules; then the
+tensor's --component target; then --dtype; with none of them, the stored
+dtype. A target D is a dtype name as "ckpt dtypes" lists it (F32, bf16,
+torch.float8_e4m3fn, ...), "stored" (as stored: a scaled low-precision
+weight stays quantized) or "quantized" (scaled weights kept narrow with
+their scales). Integer, bool and complex tensors are never cast by
+--component or --dtype, only by a --keep rule that matches them. A weight
+stored in a scaled low-precision layout (DeepSeek FP8 blocks,
+compressed-tensors, ModelOpt, MXFP4, ...) is dequantized when its target
+is a float dtype other than its element type.
+
+Patterns match dotted names part by part: "norm" is that part anywhere
+("blocks.0.norm.weight", not "layernorm.weight"), "*" is one part, "**" any
+number of parts, "ln_*" or "norm[0-9]" match within one part:
+"blocks.*.attn.**=BF16", "**.bias=F32". "COMPONENT/PATTERN=D" limits a rule
+to one component of a pipeline.`
+
+// policyFlags are the flags that choose what a load produces: the variant
+// and the dtype policy, and how files are read.
+type policyFlags struct {
+	variant    string
+	dtype      targetFlag
+	components componentFlags
+	rules      ruleFlags
+	preset     string
+	read       string
+	workers    int
+	saturate   bool
+	scales     bool
+	staging    sizeFlag
+}
+
+func (p *policyFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&p.variant, "variant", "", "precision variant of a folder or pipeline (e.g. bf16, fp8); empty for untagged weights")
+	fs.Var(&p.dtype, "dtype", "default target `D` of every tensor: a dtype, \"stored\" or \"quantized\"")
+	fs.Var(&p.components, "component", "target of one component, `NAME=D` (repeatable)")
+	fs.Var(&p.rules, "keep", "per-tensor rule `PATTERN=D` or COMPONENT/PATTERN=D, tried in order before everything else (repeatable)")
+	fs.StringVar(&p.preset, "preset", "", "add a preset's rules after the --keep rules: keep-norms-f32 (norms and biases stay F32)")
+	fs.StringVar(&p.read, "read", "auto", "read strategy: auto (mmap on local filesystems, pread on network ones), mmap or pread")
+	fs.IntVar(&p.workers, "workers", 0, "goroutines that read and convert (0: one per CPU)")
+	fs.BoolVar(&p.saturate, "saturate", false, "narrowing casts saturate to ±max instead of overflowing to Inf/NaN")
+	fs.Var(&p.staging, "staging", "transient memory `SIZE` a load may use above the resident bytes for staging and worker buffers (default 64MiB, at least 1MiB)")
+	fs.BoolVar(&p.scales, "scale-tensors", false, "also list the scale tensors that scaled layouts consume, under their stored names")
+}
+
+// options turns the flags into loader options; a bad value is a usage
+// error.
+func (p *policyFlags) options() ([]ckpt.Option, error) {
+	opts := []ckpt.Option{ckpt.WithVariant(p.variant)}
+	if p.dtype.set {
+		opts = append(opts, ckpt.WithDType(p.dtype.t))
+	}
+	for _, c := range p.components {
+		opts = append(opts, ckpt.WithComponentDType(c.name, c.t))
+	}
+	opts = append(opts, ckpt.WithRules(p.rules...))
+	switch p.preset {
+	case "":
+	case "keep-norms-f32":
+		opts = append(opts, ckpt.WithRules(ckpt.KeepNormsAndBiasesF32()...))
+	default:
+		return nil, usageError{msg: fmt.Sprintf("--preset %q: the presets are keep-norms-f32", p.preset)}
+	}
+	rs, err := ckpt.ParseReadStrategy(p.read)
+	if err != nil {
+		return nil, usageError{msg: "--read: " + err.Error()}
+	}
+	opts = append(opts, ckpt.WithReadStrategy(rs))
+	if p.workers < 0 {
+		return nil, usageError{msg: fmt.Sprintf("--workers %d: must be 0 (one per CPU) or more", p.workers)}
+	}
+	opts = append(opts, ckpt.WithWorkers(p.workers))
+	if p.saturate {
+		opts = append(opts, ckpt.WithSaturate())
+	}
+	if p.scales {
+		opts = append(opts, ckpt.WithScaleTensors())
+	}
+	if p.staging.set {
+		if p.staging.n < 1<<20 {
+			return nil, usageError{msg: fmt.Sprintf("--staging %d bytes: at least 1MiB", p.staging.n)}
+		}
+		opts = append(opts, ckpt.WithStaging(p.staging.n))
+	}
+	return opts, nil
+}
+
+// openModel opens path with the options; an option the model rejects (a
+// component it does not have, a malformed variant name) is a usage error.
+func openModel(path string, opts []ckpt.Option) (*ckpt.Model, error) {
+	m, err := ckpt.Open(path, opts...)
+	if err != nil {
+		if errors.Is(err, ckpt.ErrOption) || errors.Is(err, ckpt.ErrPattern) {
+			return nil, usageError{msg: err.Error()}
+		}
+		return nil, err
+	}
+	return m, nil
+}
+
+// targetFlag is a flag holding one target.
+type targetFlag struct {
+	t   ckpt.Target
+	set bool
+}
+
+func (f *targetFlag) String() string { return f.t.String() }
+
+func (f *targetFlag) Set(s string) error {
+	t, err := ckpt.ParseTarget(s)
+	if err != nil {
+		return errors.New(targetError(s))
+	}
+	f.t, f.set = t, true
+	return nil
+}
+
+// targetError explains a target that does not parse, without the wrapped
+// error's list of every dtype spelling.
+func targetError(s string) string {
+	return fmt.Sprintf("%q is not a dtype (see \"ckpt dtypes\"), \"stored\" or \"quantized\"", s)
+}
+
+type componentTarget struct {
+	name string
+	t    ckpt.Target
+}
+
+// componentFlags collects repeated --component NAME=D flags.
+type componentFlags []componentTarget
+
+func (f *componentFlags) String() string {
+	parts := make([]string, len(*f))
+	for i, c := range *f {
+		parts[i] = c.name + "=" + c.t.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+func (f *componentFlags) Set(s string) error {
+	name, d, ok := strings.Cut(s, "=")
+	if !ok || name == "" {
+		return fmt.Errorf("%q is not NAME=D", s)
+	}
+	t, err := ckpt.ParseTarget(d)
+	if err != nil {
+		return errors.New(targetError(d))
+	}
+	*f = append(*f, componentTarget{name: name, t: t})
+	return nil
+}
+
+// ruleFlags collects repeated --keep PATTERN=D flags, in order.
+type ruleFlags []ckpt.Rule
+
+func (f *ruleFlags) String() string {
+	parts := make([]string, len(*f))
+	for i, r := range *f {
+		parts[i] = r.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+func (f *ruleFlags) Set(s string) error {
+	r, err := ckpt.ParseRule(s)
+	if err != nil {
+		var le *ckpt.Error
+		if errors.As(err, &le) && le.Kind == ckpt.ErrTarget {
+			_, d, _ := strings.Cut(s, "=")
+			return errors.New(targetError(d))
+		}
+		return err
+	}
+	*f = append(*f, r)
+	return nil
+}
+
+// sizeFlag is a byte size: a number of bytes, or a number with a binary
+// (KiB, MiB, GiB, TiB) or decimal (KB, MB, GB, TB) unit.
+type sizeFlag struct {
+	n   int64
+	set bool
+	// none is the word that disables the size (-1), "" for none.
+	none string
+}
+
+func (f *sizeFlag) String() string {
+	if !f.set {
+		return ""
+	}
+	if f.n < 0 {
+		return f.none
+	}
+	return strconv.FormatInt(f.n, 10)
+}
+
+func (f *sizeFlag) Set(s string) error {
+	if f.none != "" && strings.EqualFold(strings.TrimSpace(s), f.none) {
+		f.n, f.set = -1, true
+		return nil
+	}
+	n, err := shard.ParseSize(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a size: bytes, or a number with KiB, MiB, GiB, TiB (binary) or KB, MB, GB, TB (decimal)", s)
+	}
+	if n == 0 {
+		return errors.New("0 bytes: nothing fits")
+	}
+	f.n, f.set = n, true
+	return nil
+}
