@@ -7,8 +7,12 @@
 //
 //	model_index.json                 lists transformer, text_encoder, image_encoder, scheduler
 //	transformer/                     F32 weights sharded in two files with an index, beside a
-//	                                 BF16 single-file variant and an FP8 (F8_E4M3 + F32 scales)
-//	                                 variant: the folder diffusers once loaded mixed
+//	                                 BF16 single-file variant and an FP8 variant: the folder
+//	                                 diffusers once loaded mixed. The FP8 file is DeepSeek's
+//	                                 block-scaled layout (F8_E4M3 P.weight, F32
+//	                                 P.weight_scale_inv per 16×16 block), declared by a
+//	                                 quantization_config in its __metadata__ (the variants
+//	                                 share config.json, so the declaration lives with the file)
 //	text_encoder/                    F32 and BF16 weights; holds calibration activations
 //	                                 beyond F16's range (65504)
 //	image_encoder/                   F32 convolution weights only (no variants): a component
@@ -126,10 +130,21 @@ func build(defs []tensorDef, to dtype.DType) ([]safetensors.TensorData, error) {
 	return out, nil
 }
 
-// fp8WithScales quantizes each 2-D weight to F8_E4M3 with a per-tensor F32
-// scale (max|w|/448), the way FP8 checkpoints are commonly stored; other
-// tensors stay F32.
-func fp8WithScales(defs []tensorDef) ([]safetensors.TensorData, error) {
+// fp8BlockSize is the FP8 variant's block: one scale per 16×16 block of a
+// weight (DeepSeek-V3 uses 128×128; the sample's weights are smaller).
+const fp8BlockSize = 16
+
+// fp8QuantizationConfig declares the FP8 variant's layout the way
+// DeepSeek-V3's config.json does (quant_method "fp8", E4M3, dynamic
+// activations, weight_block_size).
+const fp8QuantizationConfig = `{"activation_scheme":"dynamic","fmt":"e4m3","quant_method":"fp8","weight_block_size":[16,16]}`
+
+// fp8BlockScaled quantizes each 2-D weight P.weight [out,in] to F8_E4M3 in
+// DeepSeek's layout: per 16×16 block an F32 P.weight_scale_inv =
+// max|w|/448 over the block (1 for an all-zero block), the stored value
+// fp8(w / scale_inv) with saturation, so that w ≈ fp8 × scale_inv. Blocks at
+// the far edges may be partial. Other tensors stay F32.
+func fp8BlockScaled(defs []tensorDef) ([]safetensors.TensorData, error) {
 	var out []safetensors.TensorData
 	for _, d := range defs {
 		vals := d.values()
@@ -137,14 +152,28 @@ func fp8WithScales(defs []tensorDef) ([]safetensors.TensorData, error) {
 			out = append(out, safetensors.TensorData{Name: d.name, DType: dtype.F32, Shape: d.shape, Data: f32Bytes(vals)})
 			continue
 		}
-		var maxAbs float64
-		for _, v := range vals {
-			maxAbs = math.Max(maxAbs, math.Abs(float64(v)))
+		rows, cols := int(d.shape[0]), int(d.shape[1])
+		br, bc := (rows+fp8BlockSize-1)/fp8BlockSize, (cols+fp8BlockSize-1)/fp8BlockSize
+		scales := make([]float32, br*bc)
+		for i := range br {
+			for j := range bc {
+				var maxAbs float64
+				for r := i * fp8BlockSize; r < min((i+1)*fp8BlockSize, rows); r++ {
+					for c := j * fp8BlockSize; c < min((j+1)*fp8BlockSize, cols); c++ {
+						maxAbs = math.Max(maxAbs, math.Abs(float64(vals[r*cols+c])))
+					}
+				}
+				scales[i*bc+j] = 1
+				if maxAbs > 0 {
+					scales[i*bc+j] = float32(maxAbs / 448)
+				}
+			}
 		}
-		scale := float32(maxAbs / 448)
 		scaled := make([]float32, len(vals))
-		for i, v := range vals {
-			scaled[i] = v / scale
+		for r := range rows {
+			for c := range cols {
+				scaled[r*cols+c] = vals[r*cols+c] / scales[(r/fp8BlockSize)*bc+c/fp8BlockSize]
+			}
 		}
 		q := make([]byte, len(vals))
 		if _, err := dtype.Convert(q, dtype.F8_E4M3, f32Bytes(scaled), dtype.F32, dtype.Options{Saturate: true, Workers: 1}); err != nil {
@@ -152,7 +181,7 @@ func fp8WithScales(defs []tensorDef) ([]safetensors.TensorData, error) {
 		}
 		out = append(out,
 			safetensors.TensorData{Name: d.name, DType: dtype.F8_E4M3, Shape: d.shape, Data: q},
-			safetensors.TensorData{Name: d.name + "_scale", DType: dtype.F32, Shape: []int64{}, Data: f32Bytes([]float32{scale})})
+			safetensors.TensorData{Name: d.name + "_scale_inv", DType: dtype.F32, Shape: []int64{int64(br), int64(bc)}, Data: f32Bytes(scales)})
 	}
 	return out, nil
 }
@@ -207,11 +236,11 @@ func Write(dir string) error {
 	if err := safetensors.Save(ctx, filepath.Join(tdir, "diffusion_pytorch_model.bf16.safetensors"), bf16, meta); err != nil {
 		return err
 	}
-	fp8, err := fp8WithScales(transformerTensors)
+	fp8, err := fp8BlockScaled(transformerTensors)
 	if err != nil {
 		return err
 	}
-	fp8Meta := map[string]string{"format": "pt", "generator": "ckpt internal/sample", "quantization": "fp8_e4m3 per-tensor scale"}
+	fp8Meta := map[string]string{"format": "pt", "generator": "ckpt internal/sample", "quantization_config": fp8QuantizationConfig}
 	if err := safetensors.Save(ctx, filepath.Join(tdir, "diffusion_pytorch_model.fp8.safetensors"), fp8, fp8Meta); err != nil {
 		return err
 	}
