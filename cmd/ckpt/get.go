@@ -37,6 +37,9 @@ name ml_dtypes gives them ('bfloat16', 'float8_e4m3fn', 'float8_e5m2',
     import ml_dtypes, numpy as np
     a = np.load("w.npy")          # dtype bfloat16, the values ckpt loaded
 
+(np.load("w.npy").view(ml_dtypes.bfloat16), the idiom for np.save's own
+files, gives the same array.)
+
 F4 and F6 are unpacked to one element a byte, as ml_dtypes holds them.
 Without ml_dtypes imported np.load refuses those names ("not a valid dtype
 descriptor"): use --dtype F32, or --format raw and

@@ -104,10 +104,13 @@ func printLoadPlan(w io.Writer, p *ckpt.Plan, allTensors bool) {
 		v = "(untagged)"
 	}
 	fmt.Fprintf(w, "%s — variant %s, %d workers\n", p.Path, v, p.Workers)
+	// The pipeline's warnings repeat the components' (and Plan.Warnings
+	// repeats those prefixed with the component): print those under their
+	// component only.
 	own := map[string]bool{}
 	for _, c := range p.Components {
 		for _, warn := range c.Warnings {
-			own[c.Name+": "+warn] = true
+			own[warn], own[c.Name+": "+warn] = true, true
 		}
 	}
 	for _, warn := range p.Warnings {
