@@ -68,7 +68,7 @@ Examples:
 		fs := newFlags(e, c)
 		var pf policyFlags
 		pf.register(fs)
-		format := fs.String("format", "", "output format: raw or npy (default: npy when -o ends in .npy, else raw)")
+		format := fs.String("format", "", "output `FORMAT`, raw or npy (default: npy when -o ends in .npy, else raw)")
 		outPath := fs.String("o", "", "write to `FILE` (atomically) instead of standard output")
 		pos, err := parseFlags(e, c, fs, args)
 		if err != nil {

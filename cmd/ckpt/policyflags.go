@@ -46,13 +46,13 @@ type policyFlags struct {
 }
 
 func (p *policyFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&p.variant, "variant", "", "precision variant of a folder or pipeline (e.g. bf16, fp8); empty for untagged weights")
+	fs.StringVar(&p.variant, "variant", "", "precision variant `V` of a folder or pipeline (e.g. bf16, fp8); empty for untagged weights")
 	fs.Var(&p.dtype, "dtype", "default target `D` of every tensor: a dtype, \"stored\" or \"quantized\"")
 	fs.Var(&p.components, "component", "target of one component, `NAME=D` (repeatable)")
 	fs.Var(&p.rules, "keep", "per-tensor rule `PATTERN=D` or COMPONENT/PATTERN=D, tried in order before everything else (repeatable)")
-	fs.StringVar(&p.preset, "preset", "", "add a preset's rules after the --keep rules: keep-norms-f32 (norms and biases stay F32)")
-	fs.StringVar(&p.read, "read", "auto", "read strategy: auto (mmap on local filesystems, pread on network ones), mmap or pread")
-	fs.IntVar(&p.workers, "workers", 0, "goroutines that read and convert (0: one per CPU)")
+	fs.StringVar(&p.preset, "preset", "", "add the rules of preset `NAME` after the --keep rules: keep-norms-f32 (norms and biases stay F32)")
+	fs.StringVar(&p.read, "read", "auto", "read strategy `MODE`: auto (mmap on local filesystems, pread on network ones), mmap or pread")
+	fs.IntVar(&p.workers, "workers", 0, "the `N` goroutines that read and convert (0: one per CPU)")
 	fs.BoolVar(&p.saturate, "saturate", false, "narrowing casts saturate to ±max instead of overflowing to Inf/NaN")
 	fs.Var(&p.staging, "staging", "transient memory `SIZE` a load may use above the resident bytes for staging and worker buffers (default 64MiB, at least 1MiB)")
 	fs.BoolVar(&p.scales, "scale-tensors", false, "also list the scale tensors that scaled layouts consume, under their stored names")
