@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -273,8 +274,12 @@ func TestDemo(t *testing.T) {
 		"errors.Is(err, ckpt.ErrBudget) = true",
 		"would fit: ", "transformer as stored (F32, F8_E4M3)",
 		"budget 1.0 MiB (budget option): fits",
-		`image_encoder  5 tensors F32      view       (component "image_encoder"=F32)`,
 		"text_encoder   7 tensors BF16     convert    (default BF16)",
+	}
+	// The image encoder stays F32: zero-copy views, or pread copies where
+	// the temporary folder is on a network filesystem.
+	if !regexp.MustCompile(`image_encoder  5 tensors F32      (view|read) +\(component "image_encoder"=F32\)`).MatchString(stdout) {
+		t.Error("demo output lacks the image encoder's 5 F32 tensors")
 	}
 	// What needs package quant to detect the FP8 variant's layout.
 	quantWants := []string{

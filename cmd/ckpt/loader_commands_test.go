@@ -155,7 +155,7 @@ func TestPlanText(t *testing.T) {
 		t.Log(stdout)
 	}
 	// --tensors lists every tensor with its shape.
-	stdout, _, _ = runCLI(t, "plan", root, "--tensors", "--budget", "none")
+	stdout, _, _ = runCLI(t, "plan", root, "--tensors", "--budget", "none", "--read", "mmap")
 	if !regexp.MustCompile(`blocks\.0\.attn\.weight\s+F32\s+\[64, 32\]\s+F32\s+view`).MatchString(stdout) || !strings.Contains(stdout, "budget: none") {
 		t.Errorf("--tensors output:\n%s", stdout)
 	}
@@ -225,7 +225,7 @@ func TestGetRawAndConversion(t *testing.T) {
 		return b
 	}
 	// As stored, to standard output: the stored bytes.
-	stdout, stderr, code := runCLI(t, "get", path, "w")
+	stdout, stderr, code := runCLI(t, "get", path, "w", "--read", "mmap")
 	if code != 0 || stdout != string(fill("w", dtype.BF16, 6, 4)) {
 		t.Fatalf("exit %d, %d bytes; stderr %s", code, len(stdout), stderr)
 	}
@@ -388,7 +388,7 @@ func TestGetPipelineNames(t *testing.T) {
 		t.Errorf("bare unique name: exit %d, %d bytes, %s", code, len(stdout), stderr)
 	}
 	// A component rule limits the rule to that component.
-	_, stderr, _ = runCLI(t, "get", root, "text_encoder/shared.weight", "--keep", "transformer/shared.weight=F16")
+	_, stderr, _ = runCLI(t, "get", root, "text_encoder/shared.weight", "--keep", "transformer/shared.weight=F16", "--read", "mmap")
 	if !strings.Contains(stderr, "-> F32 by view") {
 		t.Errorf("a transformer rule applied to text_encoder: %s", stderr)
 	}
