@@ -156,7 +156,7 @@ func TestPlanText(t *testing.T) {
 	}
 	// --tensors lists every tensor with its shape.
 	stdout, _, _ = runCLI(t, "plan", root, "--tensors", "--budget", "none", "--read", "mmap")
-	if !regexp.MustCompile(`blocks\.0\.attn\.weight\s+F32\s+\[64, 32\]\s+F32\s+view`).MatchString(stdout) || !strings.Contains(stdout, "budget: none") {
+	if !regexp.MustCompile(`blocks\.0\.attn\.weight\s+F32\s+\[64, 32\]\s+F32\s+view`).MatchString(stdout) || !strings.Contains(stdout, "budget: no budget (disabled): fits") {
 		t.Errorf("--tensors output:\n%s", stdout)
 	}
 }

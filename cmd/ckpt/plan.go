@@ -171,7 +171,7 @@ func printLoadPlan(w io.Writer, p *ckpt.Plan, allTensors bool) {
 	if p.BudgetBytes >= 0 {
 		fmt.Fprintf(w, "budget: %s (%d bytes, %s): ", ckpt.FormatSize(p.BudgetBytes), p.BudgetBytes, p.BudgetSource)
 	} else {
-		fmt.Fprintf(w, "budget: none (%s): ", p.BudgetSource)
+		fmt.Fprintf(w, "budget: %s: ", p.BudgetSource) // "no budget (disabled)", "unknown (...)"
 	}
 	if p.Fits {
 		fmt.Fprintln(w, "fits")
