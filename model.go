@@ -190,7 +190,22 @@ func (m *Model) setup(c *Component) error {
 		fileIdx[f] = i
 		fileIdx[filepath.Base(f)] = i
 	}
-	src := quant.Sources{Metadata: c.ck.Metadata()}
+	src := quant.Sources{Metadata: c.ck.Metadata(), ReadTensor: func(name string) ([]byte, error) {
+		// Small marker tensors (ComfyUI's P.comfy_quant JSON) only.
+		info, _, ok := c.ck.Info(name)
+		if !ok {
+			return nil, fmt.Errorf("no tensor %q", name)
+		}
+		if n := info.ByteLen(); n > quant.MaxMarkerBytes {
+			return nil, fmt.Errorf("tensor %q is %d bytes, more than a marker's %d", name, n, quant.MaxMarkerBytes)
+		}
+		t, err := c.ck.Tensor(name)
+		if err != nil {
+			return nil, err
+		}
+		b := make([]byte, t.ByteLen())
+		return b, t.ReadTo(b)
+	}}
 	var err error
 	if src.ConfigJSON, err = readConfig(filepath.Join(c.dir, "config.json")); err != nil {
 		return &Error{Kind: ErrConfig, Component: c.name, Err: err}

@@ -91,6 +91,11 @@ type QuantizationReport struct {
 	// *_blocks) but that no layout consumed: an unknown layout, reported
 	// rather than guessed. They load as ordinary tensors.
 	Unconsumed []string `json:"unconsumed_scales,omitempty"`
+	// Unsupported lists declared layouts that ckpt does not decode (for
+	// example quant_method "gptq"): their tensors load as stored.
+	Unsupported []string `json:"unsupported,omitempty"`
+	// Kept lists activation and KV-cache scales returned as plain tensors.
+	Kept []string `json:"kept_scales,omitempty"`
 }
 
 // Alternative is the resident size of a component under one uniform
@@ -132,10 +137,12 @@ func (m *Model) Plan() (*Plan, error) {
 			ReadStrategy:       c.strategy.String(),
 			ReadStrategyReason: c.why,
 			Quant: QuantizationReport{
-				Layout:     c.scheme.Layout.String(),
-				Source:     c.scheme.Source,
-				Weights:    len(c.scheme.Weights),
-				Unconsumed: slices.Clone(c.scheme.Unconsumed),
+				Layout:      c.scheme.Layout.String(),
+				Source:      c.scheme.Source,
+				Weights:     len(c.scheme.Weights),
+				Unconsumed:  slices.Clone(c.scheme.Unconsumed),
+				Unsupported: slices.Clone(c.scheme.Unsupported),
+				Kept:        slices.Clone(c.scheme.Kept),
 			},
 		}
 		if t, ok := m.cfg.policy.Components[c.name]; ok {
@@ -150,6 +157,9 @@ func (m *Model) Plan() (*Plan, error) {
 		if len(c.scheme.Unconsumed) > 0 {
 			cp.Warnings = append(cp.Warnings, fmt.Sprintf("%d tensors look like scales but no known layout consumed them (loaded as ordinary tensors): %s",
 				len(c.scheme.Unconsumed), strings.Join(firstN(c.scheme.Unconsumed, 5), ", ")))
+		}
+		for _, u := range c.scheme.Unsupported {
+			cp.Warnings = append(cp.Warnings, "unsupported quantization (loaded as stored, not dequantized): "+u)
 		}
 		for _, e := range c.entries {
 			tp := TensorPlan{Name: e.name, Stored: e.stored.String(), Shape: slices.Clone(e.shape), DType: e.out.String(),

@@ -127,7 +127,7 @@ Examples:
 				return err
 			}
 		} else {
-			af, err := atomicfile.Create(*outPath)
+			af, err := atomicfile.Create(context.Background(), *outPath)
 			if err != nil {
 				return err
 			}
