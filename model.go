@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/safeopen"
 	"github.com/ckpt-go/ckpt/quant"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
@@ -106,11 +107,11 @@ func Open(path string, opts ...Option) (*Model, error) {
 	if m.cfg.variant != "" && !variant.ValidName(m.cfg.variant) {
 		return nil, &Error{Kind: ErrOption, Msg: fmt.Sprintf("variant %q must match ^[A-Za-z0-9_]+$", m.cfg.variant)}
 	}
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, &Error{Kind: ErrResolve, Path: path, Err: err}
-	}
-	if st.IsDir() {
+	// A name ending in .safetensors or .json is a file (shard.Open says
+	// what is wrong when it is not); anything else that is a folder is
+	// resolved with package variant. Errors come typed from those packages.
+	var err error
+	if st, serr := os.Stat(path); serr == nil && st.IsDir() && !strings.HasSuffix(path, ".safetensors") && !strings.HasSuffix(path, ".json") {
 		err = m.openDir()
 	} else {
 		err = m.openFile()
@@ -207,10 +208,10 @@ func (m *Model) setup(c *Component) error {
 		return b, t.ReadTo(b)
 	}}
 	var err error
-	if src.ConfigJSON, err = readConfig(filepath.Join(c.dir, "config.json")); err != nil {
+	if src.ConfigJSON, err = m.readConfig(filepath.Join(c.dir, "config.json")); err != nil {
 		return &Error{Kind: ErrConfig, Component: c.name, Err: err}
 	}
-	if src.HFQuantConfig, err = readConfig(filepath.Join(c.dir, "hf_quant_config.json")); err != nil {
+	if src.HFQuantConfig, err = m.readConfig(filepath.Join(c.dir, "hf_quant_config.json")); err != nil {
 		return &Error{Kind: ErrConfig, Component: c.name, Err: err}
 	}
 	names := c.ck.Names()
@@ -349,29 +350,20 @@ func numElements(shape []int64) int64 {
 	return n
 }
 
-// readConfig reads a small JSON config file; a missing file is (nil, nil).
-func readConfig(path string) ([]byte, error) {
-	f, err := openRegular(path)
+// readConfig reads a small JSON config file of a component folder under
+// the folder's symlink rule (shard.ResolveFile) and the regular-file check
+// (safeopen); a missing file is (nil, nil).
+func (m *Model) readConfig(path string) ([]byte, error) {
+	real, err := shard.ResolveFile(path, m.cfg.shardOptions...)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
+		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil
 		}
 		return nil, err
 	}
-	defer f.Close()
-	st, err := f.Stat()
+	b, err := safeopen.ReadFile(real, maxConfigSize)
 	if err != nil {
 		return nil, err
-	}
-	if st.Size() > maxConfigSize {
-		return nil, fmt.Errorf("%s: %d bytes, more than the %d a config may have", path, st.Size(), maxConfigSize)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxConfigSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if len(b) > maxConfigSize {
-		return nil, fmt.Errorf("%s: more than the %d bytes a config may have", path, maxConfigSize)
 	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(b, &obj); err != nil {

@@ -21,7 +21,6 @@ type config struct {
 	saturate     bool
 	keepScales   bool
 	staging      int64
-	followLinks  bool
 	shardOptions []shard.Option
 	// memRoots, when set (tests only), are the proc and cgroup folders the
 	// default budget is read from instead of this machine's.
@@ -196,10 +195,19 @@ func WithStaging(bytes int64) Option {
 	}
 }
 
-// WithShardOptions passes options to shard.Open for every component (for
-// example shard.WithSymlinkRoot for a Hugging Face cache).
+// WithShardOptions passes options to shard.Open and to variant's resolution
+// for every component.
 func WithShardOptions(opts ...shard.Option) Option {
 	return func(c *config) error { c.shardOptions = append(c.shardOptions, opts...); return nil }
+}
+
+// WithFollowSymlinks lets the files a folder resolves to (shards, indexes,
+// single weights files, configs) be symbolic links that leave the folder.
+// Without it they are refused (ErrResolve wrapping ErrInsecurePath). It is
+// what a Hugging Face cache needs, where snapshots/REV/* link into
+// ../../blobs.
+func WithFollowSymlinks() Option {
+	return WithShardOptions(shard.WithFollowSymlinks())
 }
 
 const defaultStaging = 64 << 20

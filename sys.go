@@ -2,7 +2,6 @@ package ckpt
 
 import (
 	"fmt"
-	"os"
 
 	"github.com/ckpt-go/ckpt/internal/sysmem"
 )
@@ -28,23 +27,4 @@ func strategyFor(fs sysmem.FS, err error) (ReadStrategy, string) {
 		return ReadPread, fmt.Sprintf("%s is a network filesystem: page faults on a mapping are slow there, large preads are not", fs.Type)
 	}
 	return ReadMmap, fmt.Sprintf("%s is local: zero-copy views of the mapping", fs.Type)
-}
-
-// openRegular opens a config file for reading without blocking on FIFOs
-// and devices, and refuses anything but a regular file.
-func openRegular(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|oNonblock, 0)
-	if err != nil {
-		return nil, err
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		f.Close()
-		return nil, fmt.Errorf("%s: not a regular file (%s)", path, st.Mode().Type())
-	}
-	return f, nil
 }

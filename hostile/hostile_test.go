@@ -1,6 +1,7 @@
 package hostile_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ckpt-go/ckpt"
+	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/internal/hostile"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
@@ -270,6 +273,48 @@ func TestLeftovers(t *testing.T) {
 					_, err := shard.Leftovers(p)
 					return err
 				})
+			}
+		})
+	}
+}
+
+// TestLoader runs the loader (ckpt.Open, Plan and a full Load) on every
+// hostile folder and named file, with and without WithFollowSymlinks: it
+// must give the verdicts of package variant (folders) and shard (files),
+// never hang, and wrap the lower packages' typed errors.
+func TestLoader(t *testing.T) {
+	for _, c := range hostile.Cases(t) {
+		t.Run(c.Name, func(t *testing.T) {
+			type target struct {
+				what, path, want, pkg string
+				opts                  []ckpt.Option
+			}
+			targets := []target{
+				{"ckpt.Open(dir)", c.Dir, c.Folder, "variant", nil},
+				{"ckpt.Open(dir, WithFollowSymlinks)", c.Dir, c.FolderFollow, "variant", []ckpt.Option{ckpt.WithFollowSymlinks()}},
+			}
+			if c.File != "" {
+				targets = append(targets,
+					target{"ckpt.Open(file)", c.Path(), c.ShardWant, "shard", nil},
+					target{"ckpt.Open(file, WithFollowSymlinks)", c.Path(), c.ShardFollow, "shard", []ckpt.Option{ckpt.WithFollowSymlinks()}})
+			}
+			for _, tg := range targets {
+				err := hostile.Run(t, tg.what+" "+tg.path, func() error {
+					m, err := ckpt.Open(tg.path, append(tg.opts, ckpt.WithBudget(-1), ckpt.WithDType(ckpt.To(dtype.F32)))...)
+					if err != nil {
+						return err
+					}
+					defer m.Close()
+					if _, err := m.Plan(); err != nil {
+						return err
+					}
+					w, err := m.Load(context.Background())
+					if err != nil {
+						return err
+					}
+					return w.Close()
+				})
+				check(t, tg.what, tg.pkg, err, tg.want, c.Culprit)
 			}
 		})
 	}

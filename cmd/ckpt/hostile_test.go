@@ -21,7 +21,7 @@ func cliRun(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	return out.String(), errOut.String(), code
 }
 
-// TestHostile runs ckpt validate, inspect and resolve (with and without
+// TestHostile runs ckpt validate, inspect, plan and resolve (with and without
 // --follow-symlinks) on every hostile case, holding them to the verdicts
 // the library gives: the kind of error in the JSON output, the exit
 // status, and a message that names the file concerned.
@@ -67,6 +67,15 @@ func TestHostile(t *testing.T) {
 						t.Errorf("inspect %s %v: exit %d: %s", target, flags, code, stderr)
 					case want != hostile.OK && (code != 1 || !strings.Contains(stderr, c.Culprit)):
 						t.Errorf("inspect %s %v: exit %d, want 1 and a message naming %s: %s", target, flags, code, c.Culprit, stderr)
+					}
+
+					// plan goes through the loader: the same verdict.
+					_, stderr, code = cliRun(t, append([]string{"plan", "--budget", "none", target}, flags...)...)
+					switch {
+					case want == hostile.OK && code != 0:
+						t.Errorf("plan %s %v: exit %d: %s", target, flags, code, stderr)
+					case want != hostile.OK && (code != 1 || !strings.Contains(stderr, c.Culprit)):
+						t.Errorf("plan %s %v: exit %d, want 1 and a message naming %s: %s", target, flags, code, c.Culprit, stderr)
 					}
 				}
 			}

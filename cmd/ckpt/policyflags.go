@@ -43,6 +43,7 @@ type policyFlags struct {
 	saturate   bool
 	scales     bool
 	staging    sizeFlag
+	follow     *bool
 }
 
 func (p *policyFlags) register(fs *flag.FlagSet) {
@@ -55,6 +56,7 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&p.workers, "workers", 0, "the `N` goroutines that read and convert (0: one per CPU)")
 	fs.BoolVar(&p.saturate, "saturate", false, "narrowing casts saturate to ±max instead of overflowing to Inf/NaN")
 	fs.Var(&p.staging, "staging", "transient memory `SIZE` a load may use above the resident bytes for staging and worker buffers (default 64MiB, at least 1MiB)")
+	p.follow = followFlag(fs)
 	fs.BoolVar(&p.scales, "scale-tensors", false, "also list the scale tensors that scaled layouts consume, under their stored names")
 }
 
@@ -90,6 +92,9 @@ func (p *policyFlags) options() ([]ckpt.Option, error) {
 	}
 	if p.scales {
 		opts = append(opts, ckpt.WithScaleTensors())
+	}
+	if p.follow != nil && *p.follow {
+		opts = append(opts, ckpt.WithFollowSymlinks())
 	}
 	if p.staging.set {
 		if p.staging.n < 1<<20 {

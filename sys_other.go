@@ -1,5 +1,0 @@
-//go:build !unix
-
-package ckpt
-
-const oNonblock = 0

@@ -1,7 +1,0 @@
-//go:build unix
-
-package ckpt
-
-import "syscall"
-
-const oNonblock = syscall.O_NONBLOCK
