@@ -1,0 +1,142 @@
+package convert
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Error is the error type of this package. It names what it concerns: the
+// folder or file (Path), the tensor and the option or field, where they
+// apply.
+type Error struct {
+	Kind   ErrorKind
+	Path   string // the target folder or the file concerned
+	Tensor string // the tensor name
+	Field  string // the option or field concerned ("KeepLast", "metadata step", ...)
+	Msg    string // what went wrong, for people
+	Err    error  // the underlying error, if any
+}
+
+// Error formats the kind, what the error concerns and the cause.
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("convert: ")
+	b.WriteString(e.Kind.String())
+	if e.Path != "" {
+		fmt.Fprintf(&b, ": %s", e.Path)
+	}
+	if e.Tensor != "" {
+		fmt.Fprintf(&b, ": tensor %q", e.Tensor)
+	}
+	if e.Field != "" {
+		fmt.Fprintf(&b, ": %s", e.Field)
+	}
+	if e.Msg != "" {
+		fmt.Fprintf(&b, ": %s", e.Msg)
+	}
+	if e.Err != nil {
+		fmt.Fprintf(&b, ": %v", e.Err)
+	}
+	return b.String()
+}
+
+// Is reports whether target is e's kind.
+func (e *Error) Is(target error) bool {
+	k, ok := target.(ErrorKind)
+	return ok && k == e.Kind
+}
+
+// Unwrap returns the underlying error.
+func (e *Error) Unwrap() error { return e.Err }
+
+// ErrorKind classifies the failures of this package. Each kind is also an
+// error, so callers can test for it with errors.Is:
+//
+//	if errors.Is(err, convert.ErrBusy) { ... }
+type ErrorKind int
+
+// The kinds of Error. Their String forms (snake_case) are stable and meant
+// for machine-readable output.
+const (
+	// ErrOption: an option has an unusable value (a negative KeepLast, a
+	// checkpoint name that is a path, ...).
+	ErrOption ErrorKind = iota + 1
+	// ErrName: a tensor name the format refuses (empty, "__metadata__",
+	// invalid UTF-8, control characters).
+	ErrName
+	// ErrDuplicate: two tensors have the same name.
+	ErrDuplicate
+	// ErrDType: a tensor's dtype is neither built in nor registered.
+	ErrDType
+	// ErrShape: a tensor's shape is unusable (a negative dimension, an
+	// element count that overflows or that does not fill whole bytes for a
+	// sub-byte dtype).
+	ErrShape
+	// ErrDataLength: a tensor's data does not have the length its dtype
+	// and shape need.
+	ErrDataLength
+	// ErrMetadata: metadata that the format refuses (invalid UTF-8) or
+	// that clashes with a field Save writes itself (step, epoch).
+	ErrMetadata
+	// ErrHeader: a shard's header would exceed safetensors.MaxHeaderSize.
+	ErrHeader
+	// ErrTarget: the target folder cannot be written (not a folder, no
+	// permission, read-only file system).
+	ErrTarget
+	// ErrNoSpace: the target's file system has less free space than the
+	// checkpoint needs.
+	ErrNoSpace
+	// ErrExists: a checkpoint of that name exists and Overwrite is not set.
+	ErrExists
+	// ErrBusy: a save of the same folder is running in this process and
+	// the options say RefusePrevious.
+	ErrBusy
+	// ErrCanceled: the context was canceled before the checkpoint was
+	// committed; nothing was left behind. Err is the context's error.
+	ErrCanceled
+	// ErrWrite: writing the checkpoint failed before it was committed;
+	// nothing was left behind and earlier checkpoints are untouched.
+	ErrWrite
+	// ErrCommit: renaming the checkpoint into place failed; earlier
+	// checkpoints are untouched.
+	ErrCommit
+)
+
+var kindNames = [...]string{
+	ErrOption:     "option",
+	ErrName:       "name",
+	ErrDuplicate:  "duplicate",
+	ErrDType:      "dtype",
+	ErrShape:      "shape",
+	ErrDataLength: "data_length",
+	ErrMetadata:   "metadata",
+	ErrHeader:     "header",
+	ErrTarget:     "target",
+	ErrNoSpace:    "no_space",
+	ErrExists:     "exists",
+	ErrBusy:       "busy",
+	ErrCanceled:   "canceled",
+	ErrWrite:      "write",
+	ErrCommit:     "commit",
+}
+
+// String returns the kind's snake_case name, e.g. "no_space".
+func (k ErrorKind) String() string {
+	if k > 0 && int(k) < len(kindNames) && kindNames[k] != "" {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("ErrorKind(%d)", int(k))
+}
+
+// Error makes a kind usable as an errors.Is target.
+func (k ErrorKind) Error() string { return "convert: " + k.String() }
+
+// Kinds returns every ErrorKind, in declaration order (for documentation
+// and exhaustive tests).
+func Kinds() []ErrorKind {
+	out := make([]ErrorKind, 0, len(kindNames)-1)
+	for k := ErrOption; int(k) < len(kindNames); k++ {
+		out = append(out, k)
+	}
+	return out
+}
