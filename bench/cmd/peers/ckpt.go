@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/binary"
 	"os"
 	"path/filepath"
@@ -10,62 +11,32 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
 )
 
 // loadAllAsF32 loads every tensor of the checkpoint at path (a safetensors
-// file or a shard index) converted to F32, on all cores: ckpt's side of
-// the conversion cases, and the one function to switch to the loader
-// (ckpt.Open(path, ckpt.WithDType(dtype.F32)) ... Load(ctx)) once the root
-// package has it.
-//
-// For now it is the path that exists before the loader's conversion
-// engine: shard.Open, then Tensor.ConvertTo into a make()'d buffer per
-// tensor, one goroutine per core taking tensors in turn (ConvertTo itself
-// splits a large tensor over the cores in 4 MiB chunks).
+// file or a shard index) converted to F32 with the loader, on all cores:
+// ckpt.Open with an F32 target, then Load, which converts in 4 MiB pieces
+// (tensors in parallel and large tensors split) straight from the mappings
+// into one arena. The returned slices alias the loaded weights, which stay
+// alive for the rest of the process.
 func loadAllAsF32(path string) (map[string][]float32, error) {
-	c, err := shard.Open(path)
+	m, err := ckpt.Open(path, ckpt.WithDType(ckpt.To(dtype.F32)), ckpt.WithBudget(-1))
 	if err != nil {
 		return nil, err
 	}
-	defer c.Close()
-	names := c.Names()
-	outs := make([][]float32, len(names))
-	var next atomic.Int64
-	var firstErr error
-	var errOnce sync.Once
-	var wg sync.WaitGroup
-	for range runtime.GOMAXPROCS(0) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(names) {
-					return
-				}
-				t, err := c.Tensor(names[i])
-				if err == nil {
-					dst := make([]float32, t.NumElements())
-					_, err = t.ConvertTo(dtype.F32, f32Bytes(dst), dtype.Options{})
-					outs[i] = dst
-				}
-				if err != nil {
-					errOnce.Do(func() { firstErr = err })
-					return
-				}
-			}
-		}()
+	defer m.Close()
+	w, err := m.Load(context.Background())
+	if err != nil {
+		return nil, err
 	}
-	wg.Wait()
-	if firstErr != nil {
-		return nil, firstErr
-	}
-	out := make(map[string][]float32, len(names))
-	for i, n := range names {
-		out[n] = outs[i]
+	out := make(map[string][]float32, w.Len())
+	for name, t := range w.All() {
+		b := t.Bytes()
+		out[name] = unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/4)
 	}
 	return out, nil
 }
