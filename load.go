@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/quant"
 	"github.com/ckpt-go/ckpt/safetensors"
 )
 
@@ -46,6 +47,7 @@ type Tensor struct {
 
 	data []byte
 	act  action
+	q    *quant.Weight // the layout of a weight kept quantized (see QuantWeight)
 }
 
 // Location says where a loaded tensor's bytes live, so that an executor
@@ -376,6 +378,7 @@ func (m *Model) prepareInto(c *Component, e *entry, t *Tensor, alloc func(int64)
 		} else if t.data, err = viewBytes(st); err != nil {
 			return nil, &Error{Kind: ErrRead, Component: c.name, Tensor: e.name, Err: err}
 		}
+		t.q = e.q
 		for _, s := range e.q.Scales {
 			sst, err := c.tensor(s.Name)
 			if err != nil {

@@ -1,0 +1,140 @@
+package executor
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// ErrorKind classifies the errors of executors. Each kind is an error, so
+// callers test with errors.Is(err, executor.ErrUnavailable).
+type ErrorKind int
+
+// The kinds of Error.
+const (
+	// ErrUnavailable: the executor cannot start here (no driver, no device,
+	// not built into the program). NewBest goes on to the next backend.
+	ErrUnavailable ErrorKind = iota + 1
+	// ErrShape: shapes that do not fit the op (Linear's K, Add's shapes,
+	// RMSNorm's D, a data length that is not the shape's).
+	ErrShape
+	// ErrDType: a dtype the op does not take (an integer activation, an
+	// output dtype other than F32/BF16/F16, an unsupported weight type).
+	ErrDType
+	// ErrArgument: any other invalid argument (a nil buffer, a negative or
+	// NaN eps, a Weight whose scales do not match its layout).
+	ErrArgument
+	// ErrForeign: a Buffer made by another executor.
+	ErrForeign
+	// ErrFreed: a Buffer used after Free (or freed twice).
+	ErrFreed
+	// ErrClosed: the executor was closed.
+	ErrClosed
+	// ErrOutOfMemory: the device has not enough free memory.
+	ErrOutOfMemory
+	// ErrBudget: a whole model does not fit the device budget; refused
+	// before anything was allocated.
+	ErrBudget
+	// ErrNotFound: no weight of that name in a Model.
+	ErrNotFound
+	// ErrNonFinite: an op's output holds NaN or Inf while the check-finite
+	// option is on. The error is a *NonFiniteError.
+	ErrNonFinite
+	// ErrDevice: the device or its driver failed (the wrapped error names
+	// the driver's error).
+	ErrDevice
+	// ErrCanceled: the context was done; the error wraps ctx.Err().
+	ErrCanceled
+)
+
+var kindNames = [...]string{"", "unavailable", "shape", "dtype", "argument", "foreign_buffer", "freed",
+	"closed", "out_of_memory", "budget", "not_found", "non_finite", "device", "canceled"}
+
+// Kinds returns every ErrorKind in declaration order.
+func Kinds() []ErrorKind {
+	k := make([]ErrorKind, 0, len(kindNames)-1)
+	for i := 1; i < len(kindNames); i++ {
+		k = append(k, ErrorKind(i))
+	}
+	return k
+}
+
+// String returns the kind's stable snake_case name.
+func (k ErrorKind) String() string {
+	if k > 0 && int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return "ErrorKind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Error makes a kind usable as an errors.Is target.
+func (k ErrorKind) Error() string { return "executor: " + k.String() }
+
+// Error is the error type of executors. It names what it concerns: the
+// executor ("cpu", "cuda"), the op and the tensor (layer).
+type Error struct {
+	Kind     ErrorKind
+	Executor string // "cpu", "cuda", ...
+	Op       string // "Linear", "Upload", ...
+	Tensor   string // the tensor or layer concerned
+	Msg      string
+	Err      error // the underlying error
+}
+
+// Error formats the error as `executor: KIND: EXECUTOR: OP: tensor "T": MSG: CAUSE`.
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("executor: ")
+	b.WriteString(e.Kind.String())
+	for _, s := range []string{e.Executor, e.Op} {
+		if s != "" {
+			b.WriteString(": ")
+			b.WriteString(s)
+		}
+	}
+	if e.Tensor != "" {
+		fmt.Fprintf(&b, ": tensor %q", e.Tensor)
+	}
+	if e.Msg != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Msg)
+	}
+	if e.Err != nil {
+		b.WriteString(": ")
+		b.WriteString(e.Err.Error())
+	}
+	return b.String()
+}
+
+// Is reports whether target is e's kind.
+func (e *Error) Is(target error) bool { k, ok := target.(ErrorKind); return ok && k == e.Kind }
+
+// Unwrap returns the underlying error.
+func (e *Error) Unwrap() error { return e.Err }
+
+// NonFiniteError reports the first op whose output holds NaN or Inf under
+// the check-finite option (see WithCheckFinite). It matches ErrNonFinite.
+type NonFiniteError struct {
+	Executor string // "cpu", "cuda", ...
+	// Op is the op ("Linear", "Add", "GELU", "SiLU", "RMSNorm",
+	// "Dequantize"); Seq its number among the ops the executor ran, from 1.
+	Op  string
+	Seq int64
+	// Tensor is the layer: the name of the op's output (a Linear's weight,
+	// an elementwise op's input).
+	Tensor string
+	// DType is the output's dtype; NaN and Inf count its non-finite
+	// elements out of Elements.
+	DType    string
+	NaN, Inf int64
+	Elements int64
+}
+
+// Error says which op and layer produced how many NaN and Inf.
+func (e *NonFiniteError) Error() string {
+	return fmt.Sprintf("executor: non_finite: %s: op %d %s: tensor %q: %d NaN and %d Inf in %d %s elements",
+		e.Executor, e.Seq, e.Op, e.Tensor, e.NaN, e.Inf, e.Elements, e.DType)
+}
+
+// Is reports whether target is ErrNonFinite.
+func (e *NonFiniteError) Is(target error) bool { return target == ErrNonFinite }
