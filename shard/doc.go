@@ -30,10 +30,13 @@
 // must be in its shard's header. Shards are then opened lazily, on first
 // use, and the Checkpoint is safe for concurrent use.
 //
-// Write and WriteFrom pack tensors greedily into shards of at most a
-// maximum size (5 GB by default; ParseSize reads "5GB" or "4GiB"), name them
-// as huggingface_hub does, and replace any previous set of the same prefix
-// and variant.
+// Write, WriteFrom and WriteStream pack tensors greedily into shards of at
+// most a maximum size (5 GB by default; ParseSize reads "5GB" or "4GiB"),
+// name them as huggingface_hub does, and replace any previous set of the
+// same prefix and variant. Write takes the tensors' bytes, WriteFrom fetches
+// each tensor's bytes when it is written, and WriteStream lets the caller
+// stream each tensor into an io.Writer piece by piece, so that memory does
+// not grow with the tensor.
 //
 // The replacement is crash-atomic. If the writing process is killed at any
 // instant, every reader that opens the folder afterwards (package variant,

@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"regexp"
 	"slices"
@@ -20,6 +22,7 @@ type writeConfig struct {
 	maxShard  int64
 	err       error
 	writeOpts []safetensors.WriteOption
+	order     func([]safetensors.TensorSpec)
 	ops       fileOps // file system operations; replaced by tests to inject failures
 }
 
@@ -143,6 +146,25 @@ func Write(ctx context.Context, dir, prefix, variant string, tensors []safetenso
 // lock. On platforms without flock (Windows, for instance) saves are not
 // serialized and hidden leftovers are left in place.
 func WriteFrom(ctx context.Context, dir, prefix, variant string, specs []safetensors.TensorSpec, data func(name string) ([]byte, error), metadata map[string]string, opts ...WriteOption) (*WriteResult, error) {
+	write := func(s safetensors.TensorSpec, w io.Writer) error {
+		b, err := data(s.Name)
+		if err != nil {
+			return &Error{Kind: ErrWrite, Path: dir, Tensor: s.Name, Msg: "fetching the data", Err: err}
+		}
+		want, _ := s.ByteLen() // checked by writeSet
+		if int64(len(b)) != want {
+			return &Error{Kind: ErrInvalidTensor, Path: dir, Tensor: s.Name,
+				Msg: fmt.Sprintf("data has %d bytes, %s%v needs %d", len(b), s.DType, s.Shape, want)}
+		}
+		_, err = w.Write(b)
+		return err
+	}
+	return writeSet(ctx, dir, prefix, variant, specs, write, metadata, opts)
+}
+
+// writeSet is WriteFrom and WriteStream: write streams each tensor's bytes
+// into w.
+func writeSet(ctx context.Context, dir, prefix, variant string, specs []safetensors.TensorSpec, write func(safetensors.TensorSpec, io.Writer) error, metadata map[string]string, opts []WriteOption) (*WriteResult, error) {
 	cfg := writeConfig{maxShard: DefaultMaxShardSize, ops: osOps{}}
 	for _, o := range opts {
 		o(&cfg)
@@ -205,6 +227,23 @@ func WriteFrom(ctx context.Context, dir, prefix, variant string, specs []safeten
 	if n > 1 {
 		res.Index = indexName(prefix, variant)
 	}
+	if cfg.order != nil {
+		// The order of every shard's layout, from headers computed (and
+		// discarded) up front.
+		var order []safetensors.TensorSpec
+		for _, g := range groups {
+			gspecs := make([]safetensors.TensorSpec, len(g))
+			for j, i := range g {
+				gspecs[j] = specs[i]
+			}
+			w, err := safetensors.NewWriter(io.Discard, gspecs, metadata, cfg.writeOpts...)
+			if err != nil {
+				return nil, &Error{Kind: ErrWrite, Path: dir, Err: err}
+			}
+			order = append(order, w.Order()...)
+		}
+		cfg.order(order)
+	}
 
 	if err := ctx.Err(); err != nil {
 		return nil, &Error{Kind: ErrCanceled, Path: dir, Err: err}
@@ -235,7 +274,7 @@ func WriteFrom(ctx context.Context, dir, prefix, variant string, specs []safeten
 			gspecs[j] = specs[i]
 			res.WeightMap[specs[i].Name] = res.Files[gi]
 		}
-		if err := tx.writeShard(ctx, res.Files[gi], gspecs, data, metadata, cfg.writeOpts); err != nil {
+		if err := tx.writeShard(ctx, res.Files[gi], gspecs, write, metadata, cfg.writeOpts); err != nil {
 			return nil, err
 		}
 	}
@@ -276,7 +315,7 @@ func WriteFrom(ctx context.Context, dir, prefix, variant string, specs []safeten
 }
 
 // writeShard streams one shard to a temporary file.
-func (tx *commit) writeShard(ctx context.Context, name string, specs []safetensors.TensorSpec, data func(string) ([]byte, error), metadata map[string]string, opts []safetensors.WriteOption) error {
+func (tx *commit) writeShard(ctx context.Context, name string, specs []safetensors.TensorSpec, write func(safetensors.TensorSpec, io.Writer) error, metadata map[string]string, opts []safetensors.WriteOption) error {
 	f, err := tx.create(name)
 	if err != nil {
 		return err
@@ -286,21 +325,34 @@ func (tx *commit) writeShard(ctx context.Context, name string, specs []safetenso
 	if err != nil {
 		return &Error{Kind: ErrWrite, Path: tx.dir, Shard: name, Err: err}
 	}
-	for _, s := range w.Order() {
+	for {
 		if err := ctx.Err(); err != nil {
 			return &Error{Kind: ErrCanceled, Path: tx.dir, Shard: name, Err: err}
 		}
-		b, err := data(s.Name)
+		s, tw, err := w.Next()
+		if err == io.EOF {
+			break
+		}
 		if err != nil {
-			return &Error{Kind: ErrWrite, Path: tx.dir, Shard: name, Tensor: s.Name, Msg: "fetching the data", Err: err}
+			return &Error{Kind: ErrWrite, Path: tx.dir, Shard: name, Err: err}
 		}
-		want, _ := s.ByteLen() // checked by WriteFrom
-		if int64(len(b)) != want {
-			return &Error{Kind: ErrInvalidTensor, Path: tx.dir, Tensor: s.Name,
-				Msg: fmt.Sprintf("data has %d bytes, %s%v needs %d", len(b), s.DType, s.Shape, want)}
-		}
-		if err := w.WriteTensor(s.Name, b); err != nil {
+		cw := &countWriter{w: tw}
+		if err := write(s, cw); err != nil {
+			var se *Error
+			if errors.As(err, &se) {
+				if se.Shard == "" {
+					se.Shard = name
+				}
+				return se
+			}
+			if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+				return &Error{Kind: ErrCanceled, Path: tx.dir, Shard: name, Tensor: s.Name, Err: err}
+			}
 			return &Error{Kind: ErrWrite, Path: tx.dir, Shard: name, Tensor: s.Name, Err: err}
+		}
+		if want, _ := s.ByteLen(); cw.n != want {
+			return &Error{Kind: ErrInvalidTensor, Path: tx.dir, Shard: name, Tensor: s.Name,
+				Msg: fmt.Sprintf("%d bytes written, %s%v needs %d", cw.n, s.DType, s.Shape, want)}
 		}
 	}
 	if err := w.Close(); err != nil {
@@ -310,6 +362,18 @@ func (tx *commit) writeShard(ctx context.Context, name string, specs []safetenso
 		return &Error{Kind: ErrWrite, Path: tx.dir, Shard: name, Err: err}
 	}
 	return tx.finish(name)
+}
+
+// countWriter counts the bytes a tensor's writer accepted.
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	c.n += int64(n)
+	return n, err
 }
 
 var (
