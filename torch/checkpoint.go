@@ -197,7 +197,7 @@ func (c *Checkpoint) load(path string, r io.ReaderAt, size int64, closer io.Clos
 	if err != nil {
 		return nil, withFile(err, path, ar.pkl)
 	}
-	entries, err := flatten(root, defaultLimits.objects)
+	entries, err := flatten(root, maxFlatten)
 	if err != nil {
 		return nil, withFile(err, path, ar.pkl)
 	}
@@ -401,14 +401,23 @@ func flatten(root any, maxVisits int) ([]entry, error) {
 	return f.out, nil
 }
 
-// maxNesting bounds the nesting of containers in a checkpoint.
-const maxNesting = 256
+// Bounds on flattening: container nesting, the length of one dotted name,
+// the bytes of all names together (names are built by concatenation, so a
+// pickle of shared containers with long keys could otherwise make them
+// outgrow the input by far).
+const (
+	maxFlatten   = 1 << 22 // values visited
+	maxNesting   = 256
+	maxNameLen   = 4096
+	maxNameBytes = 64 << 20
+)
 
 type flattener struct {
-	out    []entry
-	visits int
-	max    int
-	onPath map[any]bool // containers being walked: a second visit is a cycle
+	out       []entry
+	visits    int
+	max       int
+	nameBytes int
+	onPath    map[any]bool // containers being walked: a second visit is a cycle
 }
 
 func (f *flattener) walk(name string, v any, depth int) error {
@@ -417,7 +426,13 @@ func (f *flattener) walk(name string, v any, depth int) error {
 		return &Error{Kind: ErrLimit, Msg: fmt.Sprintf("more than %d values to flatten", f.max)}
 	}
 	if depth > maxNesting {
-		return &Error{Kind: ErrLimit, Msg: fmt.Sprintf("%q: containers nested more than %d deep", name, maxNesting)}
+		return &Error{Kind: ErrLimit, Msg: fmt.Sprintf("%.200q: containers nested more than %d deep", name, maxNesting)}
+	}
+	if len(name) > maxNameLen {
+		return &Error{Kind: ErrLimit, Msg: fmt.Sprintf("%.200q...: a name longer than %d bytes", name, maxNameLen)}
+	}
+	if f.nameBytes += len(name); f.nameBytes > maxNameBytes {
+		return &Error{Kind: ErrLimit, Msg: fmt.Sprintf("names longer than %d bytes in all", maxNameBytes)}
 	}
 	join := func(k string) string {
 		if depth == 0 {

@@ -326,6 +326,21 @@ func TestFlattenRefusals(t *testing.T) {
 	if _, err := flatten(unp(p.op(opSETITEM).bytes()), 10000); !errors.Is(err, ErrLimit) {
 		t.Errorf("sharing: got %v", err)
 	}
+	// A long key under a long key: a name over maxNameLen.
+	long := strings.Repeat("k", 3000)
+	p = newPK().op(opEMPTY_DICT).str(long).op(opEMPTY_DICT).str(long).int(1).op(opSETITEM, opSETITEM)
+	if _, err := flatten(unp(p.bytes()), 1<<20); !errors.Is(err, ErrLimit) {
+		t.Errorf("long name: %v", err)
+	}
+	// One dict with a long key, listed 30000 times (2 bytes of pickle
+	// each): 90 MB of names from 60 kB of input.
+	p = newPK().op(opEMPTY_DICT).str("x").op(opEMPTY_LIST).op(opEMPTY_DICT).str(long).int(1).op(opSETITEM).put(0).op(opAPPEND, opMARK)
+	for range 30000 {
+		p.get(0)
+	}
+	if _, err := flatten(unp(p.op(opAPPENDS, opSETITEM).bytes()), 1<<20); !errors.Is(err, ErrLimit) {
+		t.Errorf("name bytes: %v", err)
+	}
 	for name, b := range map[string][]byte{
 		"top-level list":   newPK().op(opEMPTY_LIST).bytes(),
 		"top-level tensor": newPK().tensor(ts{storage: "FloatStorage", key: "0", numel: 1, shape: []int64{}, stride: []int64{}}).bytes(),

@@ -1,6 +1,7 @@
 package torch
 
 import (
+	"encoding/binary"
 	"fmt"
 	"io"
 	"slices"
@@ -188,19 +189,23 @@ func (t *Tensor) gather(dst, src []byte, first int64) {
 		rem /= t.shape[i]
 		off += idx[i] * t.stride[i]
 	}
-	// The innermost dimension is copied in runs when its stride is 1.
+	// The innermost dimension is copied a run at a time: one copy when its
+	// stride is 1, a strided loop otherwise.
 	last := nd - 1
 	for p := int64(0); p < int64(len(dst)); {
-		if last >= 0 && t.stride[last] == 1 {
-			run := min(t.shape[last]-idx[last], (int64(len(dst))-p)/isz)
-			copy(dst[p:p+run*isz], src[off*isz:(off+run)*isz])
-			p += run * isz
-			idx[last] += run - 1
-			off += (run - 1) * t.stride[last]
-		} else {
-			copy(dst[p:p+isz], src[off*isz:(off+1)*isz])
-			p += isz
+		if last < 0 { // a 0-d tensor: one element
+			copy(dst, src[:isz])
+			return
 		}
+		run := min(t.shape[last]-idx[last], (int64(len(dst))-p)/isz)
+		if t.stride[last] == 1 {
+			copy(dst[p:p+run*isz], src[off*isz:(off+run)*isz])
+		} else {
+			gatherRun(dst[p:p+run*isz], src[off*isz:], t.stride[last]*isz, isz)
+		}
+		p += run * isz
+		idx[last] += run - 1
+		off += (run - 1) * t.stride[last]
 		// Step to the next element.
 		for i := last; i >= 0; i-- {
 			idx[i]++
@@ -210,6 +215,34 @@ func (t *Tensor) gather(dst, src []byte, first int64) {
 			}
 			off -= idx[i] * t.stride[i]
 			idx[i] = 0
+		}
+	}
+}
+
+// gatherRun fills dst with elements of isz bytes taken every step bytes
+// from src.
+func gatherRun(dst, src []byte, step, isz int64) {
+	n := int64(len(dst)) / isz
+	switch isz {
+	case 1:
+		for k := range n {
+			dst[k] = src[k*step]
+		}
+	case 2:
+		for k := range n {
+			binary.LittleEndian.PutUint16(dst[2*k:], binary.LittleEndian.Uint16(src[k*step:]))
+		}
+	case 4:
+		for k := range n {
+			binary.LittleEndian.PutUint32(dst[4*k:], binary.LittleEndian.Uint32(src[k*step:]))
+		}
+	case 8:
+		for k := range n {
+			binary.LittleEndian.PutUint64(dst[8*k:], binary.LittleEndian.Uint64(src[k*step:]))
+		}
+	default:
+		for k := range n {
+			copy(dst[k*isz:(k+1)*isz], src[k*step:k*step+isz])
 		}
 	}
 }

@@ -1,0 +1,125 @@
+package torch
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"testing"
+)
+
+// fuzzLimits keep each input cheap.
+var fuzzLimits = limits{objects: 1 << 14, stack: 1 << 10, memo: 1 << 10, dims: 8, intBytes: 64, line: 256}
+
+func addFixtureSeeds(f *testing.F, pickles bool) {
+	f.Add(tinyZip("archive/"))
+	for _, p := range []string{"testdata/train_state.pt", "testdata/tied_bf16.pt"} {
+		if b, err := os.ReadFile(p); err == nil {
+			if pickles {
+				c, err := NewReader(bytes.NewReader(b), int64(len(b)), p)
+				if err == nil {
+					data, _ := c.files[0].ar.pickle()
+					f.Add(data)
+				}
+			} else {
+				f.Add(b)
+			}
+		}
+	}
+	if pickles {
+		f.Add(tinyPickle())
+		f.Add(evilPickle("posix", "system"))
+		f.Add([]byte("\x80\x04\x95\x05\x00\x00\x00\x00\x00\x00\x00}\x94(K\x01K\x02u."))
+	} else {
+		f.Add(append(append([]byte{0x80, 0x02}, legacyMagic...), '.'))
+	}
+}
+
+// FuzzUnpickle: the restricted unpickler never panics, hangs or exceeds
+// its limits, whatever the bytes; what it accepts flattens without panic,
+// and every error is typed.
+func FuzzUnpickle(f *testing.F) {
+	addFixtureSeeds(f, true)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		root, _, err := unpickle(data, fuzzLimits)
+		if err != nil {
+			var e *Error
+			if !errors.As(err, &e) || e.Kind.String() == "unknown" {
+				t.Fatalf("untyped error %T: %v", err, err)
+			}
+			return
+		}
+		if _, err := flatten(root, fuzzLimits.objects); err != nil {
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("untyped error %T: %v", err, err)
+			}
+		}
+	})
+}
+
+// FuzzNewReader: a hostile archive never panics; what NewReader accepts
+// reads every tensor, to exactly ByteLen bytes, the same through Bytes and
+// WriteTo.
+func FuzzNewReader(f *testing.F) {
+	addFixtureSeeds(f, false)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := NewReader(bytes.NewReader(data), int64(len(data)), "fuzz.pt")
+		if err != nil {
+			var e *Error
+			if !errors.As(err, &e) || e.Kind.String() == "unknown" {
+				t.Fatalf("untyped error %T: %v", err, err)
+			}
+			return
+		}
+		for name, tn := range c.Tensors() {
+			if tn.ByteLen() > int64(len(data)) {
+				t.Fatalf("%s: %d bytes from a %d-byte file", name, tn.ByteLen(), len(data))
+			}
+			b, err := tn.Bytes()
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			var buf bytes.Buffer
+			if n, err := tn.WriteTo(&buf); err != nil || n != tn.ByteLen() || !bytes.Equal(buf.Bytes(), b) {
+				t.Fatalf("%s: WriteTo %d %v", name, n, err)
+			}
+		}
+	})
+}
+
+// FuzzCheckpoint builds the archive around a fuzzed pickle and storage
+// records (so that the zip's checksums hold and the fuzzer reaches the
+// tensor checks): whatever NewReader accepts reads back in bounds.
+func FuzzCheckpoint(f *testing.F) {
+	f.Add(tinyPickle(), seq(6), []byte{0x38, 0x40, 0xb8, 0x00}, "archive/", false)
+	f.Add(stateDict(ts{name: "t", storage: "FloatStorage", key: "0", numel: 6, shape: []int64{3, 2}, stride: []int64{1, 3}}),
+		seq(6), []byte{}, "m/", true)
+	f.Fuzz(func(t *testing.T, pkl, rec0, rec1 []byte, prefix string, big bool) {
+		order := "little"
+		if big {
+			order = "big"
+		}
+		data := torchZip(prefix, pkl, order, map[string][]byte{"0": rec0, "1": rec1, "2": rec0[:len(rec0)/2]})
+		c, err := NewReader(bytes.NewReader(data), int64(len(data)), "fuzz.pt")
+		if err != nil {
+			var e *Error
+			if !errors.As(err, &e) || e.Kind.String() == "unknown" {
+				t.Fatalf("untyped error %T: %v", err, err)
+			}
+			return
+		}
+		for name, tn := range c.Tensors() {
+			if tn.ByteLen() > int64(len(data)) {
+				t.Fatalf("%s: %d bytes from a %d-byte file", name, tn.ByteLen(), len(data))
+			}
+			b, err := tn.Bytes()
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			var buf bytes.Buffer
+			if n, err := tn.WriteTo(&buf); err != nil || n != tn.ByteLen() || !bytes.Equal(buf.Bytes(), b) {
+				t.Fatalf("%s: WriteTo %d %v", name, n, err)
+			}
+		}
+	})
+}
