@@ -133,8 +133,8 @@ func (a *archive) readSmall(f *zip.File, limit int64) ([]byte, error) {
 	}
 	defer rc.Close()
 	var buf bytes.Buffer
-	if f.Method == zip.Store {
-		buf.Grow(int(f.UncompressedSize64)) // <= limit
+	if f.Method == zip.Store && f.UncompressedSize64 <= uint64(a.size) {
+		buf.Grow(int(f.UncompressedSize64)) // <= limit, and within the file
 	}
 	n, err := buf.ReadFrom(io.LimitReader(rc, limit+1))
 	if err != nil {

@@ -15,51 +15,51 @@ import (
 // The pickle opcodes, by byte. Only those with a case in (*unpickler).run
 // are implemented; the others are named in ErrUnsupportedOpcode errors.
 const (
-	opMARK            = '('
-	opSTOP            = '.'
-	opPOP             = '0'
-	opPOP_MARK        = '1'
-	opDUP             = '2'
-	opBININT          = 'J'
-	opBININT1         = 'K'
-	opBININT2         = 'M'
-	opNONE            = 'N'
-	opBINPERSID       = 'Q'
-	opREDUCE          = 'R'
-	opBINUNICODE      = 'X'
-	opAPPEND          = 'a'
-	opBUILD           = 'b'
-	opGLOBAL          = 'c'
-	opDICT            = 'd'
-	opEMPTY_DICT      = '}'
-	opAPPENDS         = 'e'
-	opBINGET          = 'h'
-	opLONG_BINGET     = 'j'
-	opLIST            = 'l'
-	opEMPTY_LIST      = ']'
-	opBINPUT          = 'q'
-	opLONG_BINPUT     = 'r'
-	opSETITEM         = 's'
-	opTUPLE           = 't'
-	opEMPTY_TUPLE     = ')'
-	opSETITEMS        = 'u'
-	opBINFLOAT        = 'G'
-	opBINBYTES        = 'B'
-	opSHORT_BINBYTES  = 'C'
-	opPROTO           = 0x80
-	opTUPLE1          = 0x85
-	opTUPLE2          = 0x86
-	opTUPLE3          = 0x87
-	opNEWTRUE         = 0x88
-	opNEWFALSE        = 0x89
-	opLONG1           = 0x8a
-	opLONG4           = 0x8b
-	opSHORT_BINUNICOD = 0x8c
-	opBINUNICODE8     = 0x8d
-	opBINBYTES8       = 0x8e
-	opSTACK_GLOBAL    = 0x93
-	opMEMOIZE         = 0x94
-	opFRAME           = 0x95
+	opMARK             = '('
+	opSTOP             = '.'
+	opPOP              = '0'
+	opPOP_MARK         = '1'
+	opDUP              = '2'
+	opBININT           = 'J'
+	opBININT1          = 'K'
+	opBININT2          = 'M'
+	opNONE             = 'N'
+	opBINPERSID        = 'Q'
+	opREDUCE           = 'R'
+	opBINUNICODE       = 'X'
+	opAPPEND           = 'a'
+	opBUILD            = 'b'
+	opGLOBAL           = 'c'
+	opDICT             = 'd'
+	opEMPTY_DICT       = '}'
+	opAPPENDS          = 'e'
+	opBINGET           = 'h'
+	opLONG_BINGET      = 'j'
+	opLIST             = 'l'
+	opEMPTY_LIST       = ']'
+	opBINPUT           = 'q'
+	opLONG_BINPUT      = 'r'
+	opSETITEM          = 's'
+	opTUPLE            = 't'
+	opEMPTY_TUPLE      = ')'
+	opSETITEMS         = 'u'
+	opBINFLOAT         = 'G'
+	opBINBYTES         = 'B'
+	opSHORT_BINBYTES   = 'C'
+	opPROTO            = 0x80
+	opTUPLE1           = 0x85
+	opTUPLE2           = 0x86
+	opTUPLE3           = 0x87
+	opNEWTRUE          = 0x88
+	opNEWFALSE         = 0x89
+	opLONG1            = 0x8a
+	opLONG4            = 0x8b
+	opSHORT_BINUNICODE = 0x8c
+	opBINUNICODE8      = 0x8d
+	opBINBYTES8        = 0x8e
+	opSTACK_GLOBAL     = 0x93
+	opMEMOIZE          = 0x94
+	opFRAME            = 0x95
 )
 
 // opNames names every opcode of pickle protocols 0 to 5, for errors.
@@ -494,7 +494,7 @@ func (u *unpickler) run() (any, error) {
 			if n, err = u.uint(4); err == nil {
 				err = u.text(n)
 			}
-		case opSHORT_BINUNICOD:
+		case opSHORT_BINUNICODE:
 			var n uint64
 			if n, err = u.uint(1); err == nil {
 				err = u.text(n)

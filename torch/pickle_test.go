@@ -45,8 +45,8 @@ func TestUnpickleRefusesMaliciousPickle(t *testing.T) {
 
 func TestUnpickleStackGlobalRefused(t *testing.T) {
 	p := (&pk{}).op(opPROTO, 4, opFRAME, 27, 0, 0, 0, 0, 0, 0, 0)
-	p.op(opSHORT_BINUNICOD, 5).op([]byte("posix")...).op(opMEMOIZE)
-	p.op(opSHORT_BINUNICOD, 6).op([]byte("system")...).op(opMEMOIZE)
+	p.op(opSHORT_BINUNICODE, 5).op([]byte("posix")...).op(opMEMOIZE)
+	p.op(opSHORT_BINUNICODE, 6).op([]byte("system")...).op(opMEMOIZE)
 	p.op(opSTACK_GLOBAL).str("id").op(opTUPLE1, opREDUCE)
 	_, _, err := unpickle(p.bytes(), defaultLimits)
 	var e *Error
@@ -257,23 +257,23 @@ func TestUnpickleLimits(t *testing.T) {
 // tools write: FRAME, MEMOIZE, STACK_GLOBAL, SHORT_BINUNICODE, BINUNICODE8.
 func TestUnpickleProtocol4(t *testing.T) {
 	p := (&pk{}).op(opPROTO, 4, opFRAME, 0, 0, 0, 0, 0, 0, 0, 0)
-	p.op(opSHORT_BINUNICOD, 11).op([]byte("collections")...).op(opMEMOIZE)
-	p.op(opSHORT_BINUNICOD, 11).op([]byte("OrderedDict")...).op(opMEMOIZE)
+	p.op(opSHORT_BINUNICODE, 11).op([]byte("collections")...).op(opMEMOIZE)
+	p.op(opSHORT_BINUNICODE, 11).op([]byte("OrderedDict")...).op(opMEMOIZE)
 	p.op(opSTACK_GLOBAL, opMEMOIZE, opEMPTY_TUPLE, opREDUCE, opMEMOIZE)
 	p.op(opBINUNICODE8, 1, 0, 0, 0, 0, 0, 0, 0, 'a').int(-5).op(opSETITEM)
-	p.op(opSHORT_BINUNICOD, 1, 'b').op(opLONG1, 9, 0, 0, 0, 0, 0, 0, 0, 0, 1).op(opSETITEM)
-	p.op(opSHORT_BINUNICOD, 1, 'c').op(opLONG1, 2, 0xff, 0xff).op(opSETITEM)
-	p.op(opSHORT_BINUNICOD, 1, 'd').op(opLONG1, 0).op(opSETITEM)
-	p.op(opSHORT_BINUNICOD, 1, 'e').op(opNONE).op(opSETITEM)
-	p.op(opSHORT_BINUNICOD, 1, 'f').op(opNEWTRUE).op(opSETITEM)
-	p.op(opSHORT_BINUNICOD, 1, 'g').op(opMARK).float(1.5).float(-2).op(opLIST).op(opSETITEM)
-	p.op(opSHORT_BINUNICOD, 1, 'h').op(opMARK).int(1).str("x").op(opDICT).op(opSETITEM)
-	p.op(opSHORT_BINUNICOD, 1, 'i').op(opLONG1, 8, 0, 0, 0, 0, 0, 0, 0, 0x80).op(opSETITEM)
-	p.op(opSHORT_BINUNICOD, 1, 'j').global("torch", "bfloat16").op(opSETITEM)
-	p.op(opSHORT_BINUNICOD, 1, 'k').op(opEMPTY_LIST).op(opSETITEM)
-	p.op(opSHORT_BINUNICOD, 1, 'l').op(opEMPTY_TUPLE).op(opSETITEM)
-	p.op(opSHORT_BINUNICOD, 1, 'm').op(opEMPTY_DICT).op(opSETITEM)
-	p.op(opSHORT_BINUNICOD, 1, 'a').int(7).op(opSETITEM) // a repeated key replaces the value in place
+	p.op(opSHORT_BINUNICODE, 1, 'b').op(opLONG1, 9, 0, 0, 0, 0, 0, 0, 0, 0, 1).op(opSETITEM)
+	p.op(opSHORT_BINUNICODE, 1, 'c').op(opLONG1, 2, 0xff, 0xff).op(opSETITEM)
+	p.op(opSHORT_BINUNICODE, 1, 'd').op(opLONG1, 0).op(opSETITEM)
+	p.op(opSHORT_BINUNICODE, 1, 'e').op(opNONE).op(opSETITEM)
+	p.op(opSHORT_BINUNICODE, 1, 'f').op(opNEWTRUE).op(opSETITEM)
+	p.op(opSHORT_BINUNICODE, 1, 'g').op(opMARK).float(1.5).float(-2).op(opLIST).op(opSETITEM)
+	p.op(opSHORT_BINUNICODE, 1, 'h').op(opMARK).int(1).str("x").op(opDICT).op(opSETITEM)
+	p.op(opSHORT_BINUNICODE, 1, 'i').op(opLONG1, 8, 0, 0, 0, 0, 0, 0, 0, 0x80).op(opSETITEM)
+	p.op(opSHORT_BINUNICODE, 1, 'j').global("torch", "bfloat16").op(opSETITEM)
+	p.op(opSHORT_BINUNICODE, 1, 'k').op(opEMPTY_LIST).op(opSETITEM)
+	p.op(opSHORT_BINUNICODE, 1, 'l').op(opEMPTY_TUPLE).op(opSETITEM)
+	p.op(opSHORT_BINUNICODE, 1, 'm').op(opEMPTY_DICT).op(opSETITEM)
+	p.op(opSHORT_BINUNICODE, 1, 'a').int(7).op(opSETITEM) // a repeated key replaces the value in place
 	root, _, err := unpickle(p.bytes(), defaultLimits)
 	if err != nil {
 		t.Fatal(err)
