@@ -68,7 +68,7 @@ func init() {
 // type, ErrLength for a slice of the wrong length, ErrInvalidWeight for a
 // Weight whose fields do not describe a computable layout.
 func (w *Weight) Dequantize(dst []byte, to dtype.DType, data []byte, scales [][]byte, opts dtype.Options) (dtype.Stats, error) {
-	return w.dequantize(nil, dst, to, data, scales, opts)
+	return w.dequantize(nil, dst, to, data, scales, opts, nil)
 }
 
 // DequantizeContext is Dequantize that stops early when ctx is done: it
@@ -79,12 +79,31 @@ func (w *Weight) DequantizeContext(ctx context.Context, dst []byte, to dtype.DTy
 	if err := ctx.Err(); err != nil {
 		return dtype.Stats{}, &Error{Kind: ErrCanceled, Tensor: w.Name, Err: err}
 	}
-	return w.dequantize(ctx, dst, to, data, scales, opts)
+	return w.dequantize(ctx, dst, to, data, scales, opts, nil)
+}
+
+// DequantizeRows is DequantizeContext for the rows [first, first+n) of the
+// logical tensor viewed as a matrix [R, C] (C its last dimension, R the
+// product of the others): dst receives n·C elements of dtype to, computed
+// exactly as Dequantize computes them. data and scales are the whole
+// stored tensors' bytes, as for Dequantize; only the parts those rows use
+// are read. It lets a caller dequantize a large weight in bounded pieces
+// (a converter streaming it into a file). The rows must lie inside the
+// tensor and n·C elements of to must fill whole bytes; ctx may be nil.
+func (w *Weight) DequantizeRows(ctx context.Context, dst []byte, to dtype.DType, data []byte, scales [][]byte, first, n int64, opts dtype.Options) (dtype.Stats, error) {
+	if ctx != nil {
+		if err := ctx.Err(); err != nil {
+			return dtype.Stats{}, &Error{Kind: ErrCanceled, Tensor: w.Name, Err: err}
+		}
+	}
+	return w.dequantize(ctx, dst, to, data, scales, opts, &[2]int64{first, n})
 }
 
 // kernel is a validated Dequantize call.
 type kernel struct {
 	n, c  int64 // elements; columns (last dimension)
+	base  int64 // the first element computed: dst[0] holds it
+	hi    int64 // the element after the last one computed
 	fp4   bool
 	tab   *[256]float64 // FP8 codes (fp4: tabF4)
 	data  []byte
@@ -119,27 +138,28 @@ const chunk = 2048
 // parallelMin is the element count from which Dequantize splits the work.
 const parallelMin = 1 << 16
 
-func (w *Weight) dequantize(ctx context.Context, dst []byte, to dtype.DType, data []byte, scales [][]byte, opts dtype.Options) (dtype.Stats, error) {
+func (w *Weight) dequantize(ctx context.Context, dst []byte, to dtype.DType, data []byte, scales [][]byte, opts dtype.Options, rows *[2]int64) (dtype.Stats, error) {
 	var total dtype.Stats
-	k, err := w.plan(dst, to, data, scales, opts)
-	if err != nil || k.n == 0 {
+	k, err := w.plan(dst, to, data, scales, opts, rows)
+	if err != nil || k.hi == k.base {
 		return total, err
 	}
+	count := k.hi - k.base
 	workers := opts.Workers
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
 	parts := int64(1)
-	if workers > 1 && k.n >= parallelMin {
-		parts = min(int64(workers), k.n/(parallelMin/2))
+	if workers > 1 && count >= parallelMin {
+		parts = min(int64(workers), count/(parallelMin/2))
 	}
-	per := (ceilDiv(k.n, parts) + chunk - 1) / chunk * chunk
+	per := (ceilDiv(count, parts) + chunk - 1) / chunk * chunk
 	stats := make([]dtype.Stats, parts)
 	errs := make([]error, parts)
 	var wg sync.WaitGroup
-	for p := int64(0); p*per < k.n; p++ {
-		lo, hi := p*per, min(k.n, (p+1)*per)
-		if p == parts-1 || hi == k.n {
+	for p := int64(0); p*per < count; p++ {
+		lo, hi := k.base+p*per, min(k.hi, k.base+(p+1)*per)
+		if p == parts-1 || hi == k.hi {
 			errs[p] = k.span(ctx, lo, hi, &stats[p]) // the last part on this goroutine
 			break
 		}
@@ -173,7 +193,7 @@ func (k *kernel) span(ctx context.Context, lo, hi int64, st *dtype.Stats) error 
 		e := min(hi, i+chunk)
 		b := buf[:e-i]
 		k.fill(b, i)
-		s, err := dtype.EncodeFloat64(k.dst[i*k.bits/8:e*k.bits/8], k.to, b, k.enc)
+		s, err := dtype.EncodeFloat64(k.dst[(i-k.base)*k.bits/8:(e-k.base)*k.bits/8], k.to, b, k.enc)
 		if err != nil {
 			panic("quant: rounding a validated chunk failed: " + err.Error()) // plan checked every length
 		}
@@ -310,7 +330,9 @@ func f16(h uint16) float64 {
 }
 
 // plan validates a Dequantize call.
-func (w *Weight) plan(dst []byte, to dtype.DType, data []byte, scales [][]byte, opts dtype.Options) (*kernel, error) {
+// rows, when not nil, limits the call to rows [rows[0], rows[0]+rows[1]) of
+// the [R, C] view, which dst then holds.
+func (w *Weight) plan(dst []byte, to dtype.DType, data []byte, scales [][]byte, opts dtype.Options, rows *[2]int64) (*kernel, error) {
 	invalid := func(msg string) (*kernel, error) { return nil, tensorErr(ErrInvalidWeight, w.Name, msg) }
 	if !to.IsFloat() {
 		return nil, &Error{Kind: ErrTarget, Tensor: w.Name, Msg: "target " + to.String() + " is not a float type"}
@@ -330,13 +352,19 @@ func (w *Weight) plan(dst []byte, to dtype.DType, data []byte, scales [][]byte, 
 		return invalid(err.Error())
 	}
 	r, c, _ := view(w.Shape)
-	k.n, k.c = n, c
+	k.n, k.c, k.hi = n, c, n
+	if rows != nil {
+		if rows[0] < 0 || rows[1] < 0 || rows[0] > r || rows[1] > r-rows[0] {
+			return nil, &Error{Kind: ErrLength, Tensor: w.Name, Msg: "rows [" + strconv.FormatInt(rows[0], 10) + ", +" + strconv.FormatInt(rows[1], 10) + ") outside the " + strconv.FormatInt(r, 10) + " rows of " + shapeString(w.Shape)}
+		}
+		k.base, k.hi = rows[0]*c, (rows[0]+rows[1])*c
+	}
 	if nb, err := w.Elem.ByteLen(n); err != nil {
 		return invalid(err.Error())
 	} else if nb != int64(len(data)) {
 		return nil, lengthErr(w.Data.Name, "data", len(data), nb)
 	}
-	if nb, err := to.ByteLen(n); err != nil {
+	if nb, err := to.ByteLen(k.hi - k.base); err != nil {
 		return nil, &Error{Kind: ErrTarget, Tensor: w.Name, Msg: err.Error()}
 	} else if nb != int64(len(dst)) {
 		return nil, lengthErr(w.Name, "dst", len(dst), nb)

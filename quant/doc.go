@@ -97,4 +97,19 @@
 // For the same reason a reference implementation must not use ml_dtypes'
 // float64 → bfloat16 cast, which rounds through float32 (1+2⁻⁸+2⁻³⁰ becomes
 // 1, not 1+2⁻⁷).
+//
+// Weight.DequantizeRows computes a range of rows only, so that a large
+// weight can be dequantized in bounded pieces.
+//
+// # Quantizing
+//
+// FP8Quantizer is the inverse for the FP8 layouts: it turns a float weight
+// [out, in] into F8_E4M3 or F8_E5M2 codes with F32 scales per tensor ([1]),
+// per output channel ([out, 1]) or per N×N block ([ceil(out/N),
+// ceil(in/N)]), scale = amax / max-finite (1 for an all-zero group), each
+// code the nearest to the exact quotient x / scale, ties to even. It works
+// on pieces of rows (Observe, then Quantize) and reports the rounding's
+// statistics and the largest absolute and relative errors of q × scale
+// against x. Package convert writes its output as compressed-tensors or
+// DeepSeek checkpoints, which Detect reads back.
 package quant
