@@ -258,7 +258,9 @@ func (d *detector) cgroup(selfPath, root string) *level {
 		for _, line := range strings.Split(s, "\n") {
 			id, rest, ok1 := strings.Cut(strings.TrimSpace(line), ":")
 			ctrls, path, ok2 := strings.Cut(rest, ":")
-			if !ok1 || !ok2 || !strings.HasPrefix(path, "/") {
+			// A path with a NUL byte cannot name a file (the kernel never
+			// writes one): ignore the line like any other malformed one.
+			if !ok1 || !ok2 || !strings.HasPrefix(path, "/") || strings.ContainsRune(path, 0) {
 				continue
 			}
 			if id == "0" && ctrls == "" {
