@@ -429,3 +429,28 @@ func TestTargetErrors(t *testing.T) {
 		t.Errorf("ParseRule: %+v %v", r, err)
 	}
 }
+
+func TestModelCheckpointAndScheme(t *testing.T) {
+	dir := ckpttest.Dir(t, ckpttest.Weights{Tensors: ckpttest.Tensors(t, "w.weight:F8_E4M3[4,4] w.weight_scale_inv:F32[1,1] n:F32[4]")})
+	os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"quantization_config":{"quant_method":"fp8","weight_block_size":[128,128]}}`), 0o644)
+	m, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := m.Components()[0]
+	ck, err := m.Checkpoint(name)
+	if err != nil || !ck.Has("w.weight_scale_inv") || len(ck.Names()) != 3 {
+		t.Fatalf("Checkpoint: %v %v", ck, err)
+	}
+	s, err := m.Scheme(name)
+	if err != nil || s.Weight("w.weight") == nil || !s.Consumed("w.weight_scale_inv") {
+		t.Fatalf("Scheme: %+v %v", s, err)
+	}
+	if _, err := m.Scheme("nope"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("unknown component: %v", err)
+	}
+	m.Close()
+	if _, err := m.Checkpoint(name); !errors.Is(err, ErrClosed) {
+		t.Errorf("closed: %v", err)
+	}
+}
