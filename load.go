@@ -367,7 +367,22 @@ func (m *Model) prepareInto(c *Component, e *entry, t *Tensor, alloc func(int64)
 	case actDequantize:
 		t.data = alloc(e.outBytes)
 		t.Location.Owned = true
-		return append(work, piece{c: c, e: e, t: t, st: st, dst: t.data, bytes: e.outBytes, mu: mu}), nil
+		if c.strategy == ReadPread || !st.File().Mapped() || len(e.shape) == 0 {
+			// The stored bytes are read whole into temporary buffers once.
+			return append(work, piece{c: c, e: e, t: t, st: st, dst: t.data, bytes: e.outBytes, mu: mu}), nil
+		}
+		// From the mapping: pieces of rows, so that a large weight is
+		// spread over the workers like a conversion.
+		cols := e.shape[len(e.shape)-1]
+		rows := numElements(e.shape) / max(cols, 1)
+		rowBytes := e.outBytes / max(rows, 1)
+		per := max(chunkBytes/max(rowBytes, 1), 1)
+		for first := int64(0); first < rows; first += per {
+			n := min(per, rows-first)
+			work = append(work, piece{c: c, e: e, t: t, st: st, first: first, n: n,
+				dst: t.data[first*rowBytes : (first+n)*rowBytes], bytes: n * rowBytes, mu: mu})
+		}
+		return work, nil
 	case actQuantized:
 		// Data and scales as stored: views, or reads into owned memory.
 		read := c.strategy == ReadPread || intoCaller
@@ -502,8 +517,15 @@ func (m *Model) doPiece(ctx context.Context, p *piece, opts dtype.Options) (dtyp
 		if err != nil {
 			return st, wrap(err)
 		}
-		// The quantized source pages are no longer needed by this process.
-		p.st.Evict(0, p.st.NumElements())
+		// The quantized source pages are no longer needed by this process
+		// (the data containers are 8-bit: elements are bytes).
+		if p.n > 0 {
+			rows := numElements(p.e.shape) / max(p.e.shape[len(p.e.shape)-1], 1)
+			per := p.st.ByteLen() / max(rows, 1)
+			p.st.Evict(p.first*per, p.n*per)
+		} else {
+			p.st.Evict(0, p.st.NumElements())
+		}
 		return st, nil
 	}
 	st, err := p.st.ConvertElementsTo(p.e.out, p.dst, p.first, opts)
@@ -564,5 +586,8 @@ func (m *Model) dequantize(ctx context.Context, p *piece, opts dtype.Options) (s
 			panic(r)
 		}
 	}()
+	if p.n > 0 {
+		return q.DequantizeRows(ctx, p.dst, p.e.out, data, scales, p.first, p.n, opts)
+	}
 	return q.DequantizeContext(ctx, p.dst, p.e.out, data, scales, opts)
 }

@@ -201,3 +201,42 @@ func TestUnconsumedScalesReported(t *testing.T) {
 		t.Fatalf("unconsumed %v, warnings %v", p.Components[0].Quant.Unconsumed, p.Warnings)
 	}
 }
+
+// A weight larger than one piece is dequantized in pieces of rows by
+// several workers: the bytes equal one whole Dequantize.
+func TestLoadDequantizeInPieces(t *testing.T) {
+	const out, in = 2300, 600 // 5.3 MiB as F32: two pieces
+	codes := make([]byte, out*in)
+	for i := range codes {
+		codes[i] = byte(i*11) & 0xf7 // no NaN codes
+	}
+	sb := make([]byte, 4*18*5)
+	for i := 0; i < len(sb); i += 4 {
+		binary.LittleEndian.PutUint32(sb[i:], math.Float32bits(float32(i+1)/64))
+	}
+	dir := filepath.Join(t.TempDir(), "m")
+	os.Mkdir(dir, 0o755)
+	if err := ckpttest.WriteFile(filepath.Join(dir, "model.safetensors"), []ckpttest.Tensor{
+		{Name: "w.weight", DType: dtype.F8_E4M3, Shape: []int64{out, in}, Data: codes},
+		{Name: "w.weight_scale_inv", DType: dtype.F32, Shape: []int64{18, 5}, Data: sb},
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"quantization_config":{"quant_method":"fp8","weight_block_size":[128,128]}}`), 0o644)
+	m := mustOpen(t, dir, WithDType(To(dtype.F32)), WithWorkers(2))
+	var pieces int
+	m.cfg.progress = func(Progress) { pieces++ }
+	w := mustLoad(t, m)
+	tt, _ := w.Tensor("w.weight")
+	if pieces < 2 {
+		t.Fatalf("%d pieces", pieces)
+	}
+	q := m.comps[0].scheme.Weight("w.weight")
+	want := make([]byte, out*in*4)
+	if _, err := q.Dequantize(want, dtype.F32, codes, [][]byte{sb}, dtype.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(tt.Bytes(), want) {
+		t.Fatal("pieces differ from a whole Dequantize")
+	}
+}
