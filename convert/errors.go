@@ -9,12 +9,13 @@ import (
 // folder or file (Path), the tensor and the option or field, where they
 // apply.
 type Error struct {
-	Kind   ErrorKind
-	Path   string // the target folder or the file concerned
-	Tensor string // the tensor name
-	Field  string // the option or field concerned ("KeepLast", "metadata step", ...)
-	Msg    string // what went wrong, for people
-	Err    error  // the underlying error, if any
+	Kind      ErrorKind
+	Path      string // the target folder or the file concerned
+	Component string // the component of a pipeline, for Run
+	Tensor    string // the tensor name
+	Field     string // the option or field concerned ("KeepLast", "metadata step", ...)
+	Msg       string // what went wrong, for people
+	Err       error  // the underlying error, if any
 }
 
 // Error formats the kind, what the error concerns and the cause.
@@ -24,6 +25,9 @@ func (e *Error) Error() string {
 	b.WriteString(e.Kind.String())
 	if e.Path != "" {
 		fmt.Fprintf(&b, ": %s", e.Path)
+	}
+	if e.Component != "" {
+		fmt.Fprintf(&b, ": component %q", e.Component)
 	}
 	if e.Tensor != "" {
 		fmt.Fprintf(&b, ": tensor %q", e.Tensor)
@@ -100,6 +104,26 @@ const (
 	// ErrCommit: renaming the checkpoint into place failed; earlier
 	// checkpoints are untouched.
 	ErrCommit
+	// ErrSource: Run could not open or read its source (the wrapped error
+	// is the loader's, package shard's or package torch's).
+	ErrSource
+	// ErrCopy: a non-weight file of Run's source folder cannot be copied:
+	// it is not a regular file (a FIFO, a device, a socket), or it is a
+	// symbolic link that leads out of its folder (see
+	// Options.FollowSymlinks). Nothing was written.
+	ErrCopy
+	// ErrCast: a tensor cannot take the target the policy gives it (a
+	// complex tensor to a real dtype, scaled quantization to a dtype
+	// without a scaled layout, a weight already in another scaled layout
+	// next to new FP8 weights, ...). Nothing was written.
+	ErrCast
+	// ErrOverflow: Options.FailOnOverflow is set and a finite value
+	// overflowed its target or became NaN or Inf. Nothing was committed.
+	ErrOverflow
+	// ErrVerify: reading Run's output back found a tensor that differs
+	// from what was written, or a quantized weight that the loader does
+	// not read back as such.
+	ErrVerify
 )
 
 var kindNames = [...]string{
@@ -118,6 +142,11 @@ var kindNames = [...]string{
 	ErrCanceled:   "canceled",
 	ErrWrite:      "write",
 	ErrCommit:     "commit",
+	ErrSource:     "source",
+	ErrCopy:       "copy",
+	ErrCast:       "cast",
+	ErrOverflow:   "overflow",
+	ErrVerify:     "verify",
 }
 
 // String returns the kind's snake_case name, e.g. "no_space".
