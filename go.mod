@@ -7,3 +7,5 @@ require (
 	github.com/klauspost/compress v1.18.0
 	github.com/x448/float16 v0.8.4
 )
+
+require github.com/ebitengine/purego v0.10.2

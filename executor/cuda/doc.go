@@ -1,0 +1,57 @@
+// Package cuda is ckpt's CUDA executor: it runs the ops of package
+// executor on an NVIDIA GPU through the CUDA driver API, with no cgo and no
+// CUDA toolkit at build time.
+//
+// # The driver
+//
+// libcuda.so.1 is loaded at run time with github.com/ebitengine/purego from
+// the dynamic loader's normal search path (never from a CUDA toolkit's
+// compat/ folder), so the package builds with CGO_ENABLED=0 and a program
+// that imports it runs everywhere: without a driver, New returns an error
+// matching ErrNoDriver (no device: ErrNoDevice) and programs fall back to
+// the CPU executor. Entry points are resolved as CUDA 12.0's cuda.h
+// resolves them (cuMemAlloc_v2, cuMemcpyHtoDAsync_v2, ...: a plain
+// dlsym("cuMemAlloc") is the CUDA 2.0 entry point with 32-bit sizes).
+// Every driver call runs on one goroutine locked to one OS thread, on
+// which the device's primary context is current (contexts are per OS
+// thread, goroutines migrate); every result code is checked and turned
+// into an *Error naming the call and the driver's name for the code
+// (cuGetErrorName); a module that fails to load returns the JIT's error
+// log (ErrModule). Asynchronous copies only ever read or write page-locked
+// memory from cuMemHostAlloc, never Go memory. The binding sits behind a
+// small interface (driver) so that everything above it is tested with a
+// fake driver that counts allocations.
+//
+// # Kernels
+//
+// The kernels are CUDA C (kernels/*.cu, kernels/numerics.h) compiled to PTX
+// by kernels/gen.sh (go generate; nvcc from PATH or from the PyPI wheels)
+// and embedded; the generated PTX is committed, so building needs no nvcc.
+// The baseline (kernels/base_sm75.ptx: dequantization, dtype conversion,
+// elementwise ops, NaN/Inf counting, a tiled F32 Linear) targets sm_75 with
+// PTX ISA 8.0, which CUDA 12.0 and later drivers load; the tensor-core
+// Linear (mma.sync BF16/F16 with F32 accumulation) has variants for sm_80,
+// and for sm_89 (ISA 8.1) and sm_90 (ISA 8.0) that decode FP8 weights with
+// the hardware's conversion instructions. The variant is chosen at run time
+// from the device's compute capability and the driver's version.
+//
+// The element arithmetic (numerics.h) is integer and IEEE float64 code that
+// also compiles on the host; the package's tests run it there against
+// packages dtype and quant: dequantization is bit-exact with
+// quant.Weight.Dequantize for every FP8 code and scale layout (the exact
+// product in float64, rounded once, NaN bits included) and conversions
+// with dtype.Convert.
+//
+// # Running the GPU tests
+//
+// Tests that need a GPU skip with a message when no driver or device is
+// found, and fail instead when CKPT_REQUIRE_GPU=1. To run them on a GPU
+// machine of the same architecture, build the test binary here and copy it
+// there:
+//
+//	go test -c -o cuda.test ./executor/cuda/
+//	CKPT_REQUIRE_GPU=1 ./cuda.test -test.v
+//
+// TestPTXAssembles compiles the PTX with ptxas when one is given
+// (CKPT_PTXAS=/path/to/ptxas, or ptxas on PATH).
+package cuda
