@@ -288,6 +288,9 @@ func TestDemo(t *testing.T) {
 		"scale blocks.0.attn.qkv.weight_scale_inv F32 [3, 1] (scale_inv)",
 		"blocks.0.attn.qkv.weight F8_E4M3 [48, 16] -> F32 by dequantize: max |error|",
 		"blocks.1.mlp.fc2.weight  F8_E4M3 [16, 64] -> F32 by dequantize: max |error|",
+		"run the transformer's MLP blocks on an executor",
+		"FP8  12 tensors, 6.6 KiB on the executor ([deepseek-fp8-block])",
+		"max |FP8 − BF16| = ",
 		"done: every step above ran",
 	}
 	if quantDetects(t) {

@@ -39,8 +39,10 @@ block-scaled layout), validation (including two corrupted copies),
 inspection, narrowing casts with overflow statistics, an atomic sharded
 save and a cancelled save that leaves the previous file intact. Then the
 loader: the plan of the fp8 pipeline under a budget that BF16 does not fit
-and FP8 does, the load with the image encoder forced to F32, and the
-dequantization of the FP8 blocks compared with the F32 weights.
+and FP8 does, the load with the image encoder forced to F32, the
+dequantization of the FP8 blocks compared with the F32 weights, and the
+transformer's MLP blocks run on an executor (CUDA when built in and present,
+else the CPU), FP8 weights kept narrow against BF16.
 
 Examples:
   ckpt demo
@@ -111,7 +113,7 @@ func runDemo(e *env, dir string) error {
 	d.printf("ckpt demo on the bundled sample pipeline (extracted to %s)\n", root)
 	steps := []func(*demo, string, string) error{
 		demoDTypes, demoResolve, demoValidate, demoInspect, demoNarrowing, demoSave,
-		demoPlan, demoLoad, demoDequantize,
+		demoPlan, demoLoad, demoDequantize, demoExecutor,
 	}
 	for _, step := range steps {
 		if err := step(d, root, dir); err != nil {

@@ -274,3 +274,16 @@ func hiddenSize(dir string, opts []ckpt.Option) (int, error) {
 	}
 	return 0, fmt.Errorf("%s: no norm_out.weight [D]: not an MLP run-mlp knows", dir)
 }
+
+// demoExecutor is the demo's last step: the sample transformer's MLP
+// blocks on the best executor, FP8 weights kept narrow against BF16.
+func demoExecutor(d *demo, root, _ string) error {
+	d.section("run the transformer's MLP blocks on an executor: FP8 weights kept narrow vs BF16 (ckpt run-mlp)")
+	ex, err := startExecutor(d.e, "auto", nil)
+	if err != nil {
+		return err
+	}
+	defer ex.Close()
+	dir := root + "/transformer"
+	return runMLP(d.e, ex, "BF16", dir, []ckpt.Option{ckpt.WithVariant("bf16")}, "FP8", dir, []ckpt.Option{ckpt.WithVariant("fp8")}, dtype.F32, 8)
+}

@@ -478,3 +478,16 @@ func TestInfo(t *testing.T) {
 		t.Errorf("parseMemInfo %d %d", total, avail)
 	}
 }
+
+// parseMemInfo reads any bytes without panicking and never returns a
+// negative or absurd size.
+func FuzzParseMemInfo(f *testing.F) {
+	f.Add([]byte("MemTotal:       16000 kB\nMemAvailable:    8000 kB\n"))
+	f.Add([]byte("MemTotal: 99999999999999999999 kB\nMemAvailable: -5 kB\n:\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		total, avail := parseMemInfo(b)
+		if total < 0 || avail < 0 || total > 1<<63-1 || avail > 1<<63-1 {
+			t.Fatalf("%d %d", total, avail)
+		}
+	})
+}

@@ -30,7 +30,7 @@ func parseMemInfo(b []byte) (total, avail int64) {
 			continue
 		}
 		v, err := strconv.ParseInt(string(f[0]), 10, 64)
-		if err != nil || v < 0 || v > 1<<53 {
+		if err != nil || v < 0 || v > 1<<43 { // kB: up to 8 EiB
 			continue
 		}
 		if len(f) > 1 && string(f[1]) == "kB" {
