@@ -18,7 +18,8 @@
 // A Buffer is memory owned by one executor: device memory for CUDA, Go memory
 // for the CPU. It has a dtype, a shape and a name: the tensor it was uploaded
 // from, or for an op's output the layer it descends from (Linear's output is
-// named after its weight, an elementwise op's output after its input), so
+// named after its weight, Add's after its second operand — the branch of a
+// residual h + f(h) —, another elementwise op's after its input), so
 // that a NaN report names a layer. Buffers are immutable once made; every op
 // returns a new Buffer that the caller frees with Free. Passing a Buffer to
 // another executor, or using it after Free, is an error (ErrForeign,
@@ -51,7 +52,9 @@
 //     another executor agrees within the error bound of F32 summation
 //     (relative 1e-5 for F32 weights at the sizes tested, 1e-2 for BF16 and
 //     FP8 weights against the F32 CPU result).
-//   - Add(a, b): a + b elementwise; same shape; the output has a's dtype.
+//   - Add(a, b): a + b elementwise, same shapes: the F32 sum of the widened
+//     values rounded once to a's dtype. The output is named after b (after a
+//     when b has no name): call it as Add(residual, branch).
 //   - GELU(x): the exact form 0.5·x·(1 + erf(x/√2)), not the tanh
 //     approximation.
 //   - SiLU(x): x·σ(x) = x / (1 + exp(−x)).

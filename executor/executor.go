@@ -128,7 +128,8 @@ type Executor interface {
 	// Linear returns y = x·Wᵀ + b in dtype out, summed in F32 (bias may be
 	// nil). See the package documentation for the exact semantics.
 	Linear(ctx context.Context, x Buffer, w *Weight, bias Buffer, out dtype.DType) (Buffer, error)
-	// Add returns a + b (same shapes), in a's dtype.
+	// Add returns a + b (same shapes) in a's dtype, named after b (a when
+	// b has no name): Add(residual, branch).
 	Add(ctx context.Context, a, b Buffer) (Buffer, error)
 	// GELU returns 0.5·x·(1 + erf(x/√2)) elementwise, in x's dtype.
 	GELU(ctx context.Context, x Buffer) (Buffer, error)

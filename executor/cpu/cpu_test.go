@@ -217,6 +217,12 @@ func TestElementwiseAgainstFloat64(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if y.Name() != "res" || y.DType() != dt {
+			t.Errorf("Add(h, res): named %q, %s", y.Name(), y.DType())
+		}
+		if anon, err := e.Add(ctx, x, upload(t, e, bb, bdt, "", 4, n/4)); err != nil || anon.Name() != "h" {
+			t.Errorf("Add(h, unnamed): %v", err)
+		}
 		got := download(t, e, y)
 		for i, g := range got {
 			want := xv[i] + bv[i]
@@ -490,4 +496,23 @@ func FuzzParseMemInfo(f *testing.F) {
 			t.Fatalf("%d %d", total, avail)
 		}
 	})
+}
+
+// Empty dimensions: K = 0 gives the bias, M = 0 an empty output.
+func TestLinearEmpty(t *testing.T) {
+	e := newEx(t)
+	b := upload(t, e, dtype.Float32Bytes([]float32{1.5, -2, 3}), dtype.F32, "b", 3)
+	w := &executor.Weight{Data: upload(t, e, nil, dtype.F32, "w", 3, 0)}
+	y, err := e.Linear(ctx, upload(t, e, nil, dtype.BF16, "x", 2, 0), w, b, dtype.F32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := download(t, e, y); fmt.Sprint(got) != "[1.5 -2 3 1.5 -2 3]" {
+		t.Errorf("K=0: %v", got)
+	}
+	w2 := &executor.Weight{Data: upload(t, e, make([]byte, 4*3*2), dtype.F32, "w2", 3, 2)}
+	y, err = e.Linear(ctx, upload(t, e, nil, dtype.F32, "x", 0, 2), w2, nil, dtype.F16)
+	if err != nil || y.Bytes() != 0 || fmt.Sprint(y.Shape()) != "[0 3]" {
+		t.Errorf("M=0: %v %v", y, err)
+	}
 }

@@ -275,7 +275,7 @@ func (e *Executor) unary(ctx context.Context, op string, x executor.Buffer, f fu
 }
 
 // Add returns a + b: the float32 sum of the widened values, rounded once
-// to a's dtype.
+// to a's dtype, named after b (a when b has no name).
 func (e *Executor) Add(ctx context.Context, a, b executor.Buffer) (executor.Buffer, error) {
 	const op = executor.OpAdd
 	if err := e.start(ctx, op); err != nil {
@@ -292,7 +292,11 @@ func (e *Executor) Add(ctx context.Context, a, b executor.Buffer) (executor.Buff
 	if err != nil {
 		return nil, err
 	}
-	return e.elementwise(ctx, op, ab.name, ab.dt, ab.shape, []*buffer{ab, bb}, [][]byte{ad, bd}, func(dst []float64, src [][]float32) {
+	name := bb.name
+	if name == "" {
+		name = ab.name
+	}
+	return e.elementwise(ctx, op, name, ab.dt, ab.shape, []*buffer{ab, bb}, [][]byte{ad, bd}, func(dst []float64, src [][]float32) {
 		y := src[1][:len(src[0])]
 		for i, v := range src[0] {
 			dst[i] = float64(v + y[i])
