@@ -211,7 +211,7 @@ func (m *Model) Load(ctx context.Context, opts ...LoadOption) (*Weights, error) 
 	n := 0
 	for _, c := range m.comps {
 		for _, e := range c.entries {
-			owned += alignUp(e.owned)
+			owned += e.arenaBytes()
 			n++
 		}
 	}
@@ -414,6 +414,25 @@ func (m *Model) prepareInto(c *Component, e *entry, t *Tensor, alloc func(int64)
 		return work, nil
 	}
 	return work, nil
+}
+
+// arenaBytes is what prepare takes from an arena for e: one aligned buffer,
+// or for a quantized weight read with pread one for its data and one per
+// scale.
+func (e *entry) arenaBytes() int64 {
+	if e.owned == 0 {
+		return 0
+	}
+	if e.act != actQuantized {
+		return alignUp(e.owned)
+	}
+	n, _ := e.q.Data.DType.ByteLen(numElements(e.q.Data.Shape))
+	total := alignUp(n)
+	for _, s := range e.q.Scales {
+		b, _ := s.DType.ByteLen(numElements(s.Shape))
+		total += alignUp(b)
+	}
+	return total
 }
 
 // viewBytes returns the zero-copy view of a mapped tensor.

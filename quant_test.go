@@ -111,6 +111,15 @@ func TestLoadDeepSeekBlockFP8(t *testing.T) {
 	if _, err := tt.Float32s(); !errors.Is(err, ErrTarget) {
 		t.Errorf("Float32s of a quantized weight: %v", err)
 	}
+	// With pread the quantized data and its scale are read into owned
+	// memory, each its own buffer.
+	mp := mustOpen(t, dir, WithReadStrategy(ReadPread))
+	wp := mustLoad(t, mp)
+	tp, _ := wp.Tensor("proj.weight")
+	if tp.Action() != "quantized" || !tp.Location.Owned || !bytes.Equal(tp.Bytes(), codes) || !tp.Scales[0].Location.Owned ||
+		!bytes.Equal(tp.Scales[0].Bytes(), tt.Scales[0].Bytes()) {
+		t.Fatalf("pread kept quantized: %s owned=%v", tp.Action(), tp.Location.Owned)
+	}
 	// WithScaleTensors also lists the scale.
 	m2 := mustOpen(t, dir, WithScaleTensors())
 	if w := mustLoad(t, m2); w.Len() != 3 {
