@@ -200,6 +200,15 @@ func (q *FP8Quantizer) Scales() []float32 {
 	return q.scales
 }
 
+// AbsMax returns the largest finite magnitude Observe has seen.
+func (q *FP8Quantizer) AbsMax() float32 {
+	var m float32
+	for _, a := range q.amax {
+		m = max(m, a)
+	}
+	return m
+}
+
 // ScaleFor returns the F32 scale amax / max: 1 when amax is 0 or not
 // finite, and the smallest positive F32 when the quotient rounds to zero.
 func ScaleFor(amax float32, max float64) float32 {

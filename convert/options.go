@@ -1,0 +1,214 @@
+package convert
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/ckpt-go/ckpt"
+	"github.com/ckpt-go/ckpt/quant"
+)
+
+// Options configure Run. The zero Options copy every tensor as stored into
+// the destination's layout.
+type Options struct {
+	// DType is the default target of every tensor (the lowest level of the
+	// policy). A float dtype of 16 bits or more casts every floating tensor
+	// to it (and dequantizes scaled low-precision weights); an 8-bit or
+	// narrower one applies only to the 2-D weights of linear layers (see
+	// LinearWeight), which FP8 targets quantize with scales (Scale), while
+	// norms, biases, embeddings, lm_head and non-float tensors stay as they
+	// are. ckpt.AsStored (or the zero Target) keeps every tensor.
+	DType ckpt.Target
+	// Components sets the target of whole components of a pipeline; it
+	// takes precedence over DType, with the same rules.
+	Components map[string]ckpt.Target
+	// Rules are per-tensor rules tried first, in order, as in the loader
+	// (ckpt.ParseRule reads the CLI's "PATTERN=D"): the first whose pattern
+	// matches decides, whatever the tensor is (a rule may cast an integer
+	// tensor or quantize an embedding).
+	Rules []ckpt.Rule
+
+	// SourceVariant selects the precision variant of a source folder or
+	// pipeline to read ("" for its untagged weights).
+	SourceVariant string
+	// Variant names the output's precision variant: its files are named
+	// PREFIX.V.safetensors, or PREFIX.V-0000k-of-0000n.safetensors with
+	// PREFIX.safetensors.index.V.json, so that package variant (and
+	// transformers and diffusers) resolve them for variant V. With Variant
+	// set and the destination equal to the source folder, the files are
+	// written beside the source's.
+	Variant string
+
+	// Scale is how FP8 targets are quantized: per tensor, per output
+	// channel (the default for compressed-tensors) or per block (the
+	// default, 128×128, and the only choice for DeepSeek's layout); see
+	// ParseScale. Scale.Unscaled casts to FP8 without scales instead.
+	Scale Scale
+	// ScaleFormat says how scales are stored and declared: compressed-tensors
+	// (P.weight_scale, the default) or DeepSeek (P.weight_scale_inv).
+	ScaleFormat ScaleFormat
+	// Saturate makes narrowing casts clamp to ±max instead of overflowing to
+	// Inf or NaN (dtype.Options.Saturate).
+	Saturate bool
+	// FailOnOverflow fails the conversion, before anything is committed,
+	// when a finite value overflows its target (to Inf, to NaN or, with
+	// Saturate, to ±max) or becomes NaN or Inf: the FP16-activation trap.
+	FailOnOverflow bool
+
+	// MaxShardSize is the largest output shard in bytes of tensor data
+	// (shard.DefaultMaxShardSize, 5 GB, when 0); a larger set is sharded
+	// with an index.
+	MaxShardSize int64
+	// Verify reads the output back after the commit and checks it tensor
+	// by tensor (see Report.Verified).
+	Verify bool
+	// FollowSymlinks lets the source's files be symbolic links that leave
+	// their folder (a Hugging Face cache snapshot); without it such links
+	// are refused, as the loader refuses them.
+	FollowSymlinks bool
+	// Workers bounds the goroutines that convert (0: GOMAXPROCS).
+	Workers int
+	// ChunkBytes is the size of the pieces large tensors are converted in
+	// (default 8 MiB of source or staging data). The memory of a
+	// conversion is a few chunks per worker, whatever the model's size.
+	ChunkBytes int64
+	// Progress, when set, is called after each written piece, from one
+	// goroutine at a time, with Done increasing. It must be quick.
+	Progress func(Progress)
+}
+
+// Progress says how far a conversion is.
+type Progress struct {
+	// Phase is "scales" (the pass that finds FP8 scales), "write" or
+	// "verify".
+	Phase string
+	// Done and Total count bytes: of source read for "scales", of output
+	// written for "write" and read back for "verify".
+	Done, Total int64
+	// Component and Tensor name the piece just finished.
+	Component, Tensor string
+}
+
+// Scale says how a weight is quantized to FP8.
+type Scale struct {
+	// Granularity is quant.PerTensor, PerChannel or PerBlock; zero means the
+	// default of the ScaleFormat.
+	Granularity quant.Granularity
+	// Block is the block size N of PerBlock (128 when 0).
+	Block int64
+	// Unscaled casts to FP8 without scales (a plain cast that saturates or
+	// overflows and flushes small values to zero; the report says how
+	// many).
+	Unscaled bool
+}
+
+// DefaultBlock is the default block size of block scales, DeepSeek's.
+const DefaultBlock = 128
+
+// ParseScale reads the CLI's --fp8-scale: "tensor", "channel", "block",
+// "block:N" or "none" (unscaled casts).
+func ParseScale(s string) (Scale, error) {
+	name, arg, hasArg := strings.Cut(strings.ToLower(strings.TrimSpace(s)), ":")
+	var sc Scale
+	switch name {
+	case "tensor":
+		sc.Granularity = quant.PerTensor
+	case "channel":
+		sc.Granularity = quant.PerChannel
+	case "block":
+		sc.Granularity = quant.PerBlock
+		if hasArg {
+			n, err := strconv.ParseInt(arg, 10, 64)
+			if err != nil || n < 1 || n > 1<<20 {
+				return Scale{}, &Error{Kind: ErrOption, Field: "Scale", Msg: fmt.Sprintf("block size %q is not a whole number from 1 to %d", arg, 1<<20)}
+			}
+			sc.Block = n
+		}
+	case "none", "unscaled":
+		sc.Unscaled = true
+	default:
+		return Scale{}, &Error{Kind: ErrOption, Field: "Scale", Msg: fmt.Sprintf("%q is not tensor, channel, block, block:N or none", s)}
+	}
+	if hasArg && name != "block" {
+		return Scale{}, &Error{Kind: ErrOption, Field: "Scale", Msg: fmt.Sprintf("%q: only block takes a size", s)}
+	}
+	return sc, nil
+}
+
+// String returns the scale as ParseScale reads it.
+func (s Scale) String() string {
+	switch {
+	case s.Unscaled:
+		return "none"
+	case s.Granularity == quant.PerBlock:
+		return "block:" + strconv.FormatInt(max(s.Block, 1), 10)
+	case s.Granularity == 0:
+		return "default"
+	}
+	return s.Granularity.String()
+}
+
+// ScaleFormat says how FP8 scales are stored and declared.
+type ScaleFormat int
+
+const (
+	// CompressedTensors writes P.weight_scale (F32) and the config
+	// {"quant_method": "compressed-tensors", "format": "float-quantized",
+	// ...} that transformers, vLLM and ckpt read. Its default granularity is
+	// per channel.
+	CompressedTensors ScaleFormat = iota
+	// DeepSeek writes P.weight_scale_inv (F32, a factor despite its name)
+	// in blocks and the config {"quant_method": "fp8", "fmt": "e4m3",
+	// "activation_scheme": "dynamic", "weight_block_size": [N, N]}.
+	DeepSeek
+)
+
+// ParseScaleFormat reads "compressed-tensors" or "deepseek".
+func ParseScaleFormat(s string) (ScaleFormat, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "compressed-tensors", "compressed_tensors", "ct", "":
+		return CompressedTensors, nil
+	case "deepseek", "fp8", "weight_scale_inv":
+		return DeepSeek, nil
+	}
+	return 0, &Error{Kind: ErrOption, Field: "ScaleFormat", Msg: fmt.Sprintf("%q is not compressed-tensors or deepseek", s)}
+}
+
+// String returns "compressed-tensors" or "deepseek".
+func (f ScaleFormat) String() string {
+	if f == DeepSeek {
+		return "deepseek"
+	}
+	return "compressed-tensors"
+}
+
+// resolved returns the scale with the format's defaults filled in, or an
+// error for a combination the format cannot store.
+func (o *Options) resolvedScale() (Scale, error) {
+	s := o.Scale
+	if s.Unscaled {
+		return s, nil
+	}
+	if s.Granularity == 0 {
+		s.Granularity = quant.PerChannel
+		if o.ScaleFormat == DeepSeek {
+			s.Granularity = quant.PerBlock
+		}
+	}
+	switch s.Granularity {
+	case quant.PerTensor, quant.PerChannel, quant.PerBlock:
+	default:
+		return s, &Error{Kind: ErrOption, Field: "Scale", Msg: "unknown granularity " + s.Granularity.String()}
+	}
+	if s.Granularity == quant.PerBlock && s.Block == 0 {
+		s.Block = DefaultBlock
+	}
+	if s.Block < 0 {
+		return s, &Error{Kind: ErrOption, Field: "Scale", Msg: fmt.Sprintf("block size %d is not positive", s.Block)}
+	}
+	if o.ScaleFormat == DeepSeek && s.Granularity != quant.PerBlock {
+		return s, &Error{Kind: ErrOption, Field: "Scale", Msg: "DeepSeek's weight_scale_inv layout has block scales only, not " + s.Granularity.String()}
+	}
+	return s, nil
+}

@@ -1,0 +1,722 @@
+package convert
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/ckpt-go/ckpt"
+	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/safeopen"
+	"github.com/ckpt-go/ckpt/quant"
+	"github.com/ckpt-go/ckpt/safetensors"
+	"github.com/ckpt-go/ckpt/shard"
+)
+
+// Metadata keys Run adds to every file's __metadata__ (besides the
+// source's, which it keeps, and "format": "pt", which transformers
+// requires, when the source has none).
+const (
+	// MetaSource is the base name of the source Run read.
+	MetaSource = "ckpt.convert.source"
+	// MetaPolicy is the dtype policy, as the CLI's flags spell it.
+	MetaPolicy = "ckpt.convert.policy"
+	// MetaScale is the FP8 quantization ("channel compressed-tensors",
+	// "block:128 deepseek", "none"), when Run quantized.
+	MetaScale = "ckpt.convert.fp8_scale"
+	// MetaQuantizationConfig is the key of the quantization_config JSON text
+	// that makes a bare quantized file self-describing (package quant reads
+	// it when no config.json declares one).
+	MetaQuantizationConfig = "quantization_config"
+)
+
+// maxConfigSize bounds the config.json Run reads and rewrites.
+const maxConfigSize = 16 << 20
+
+// component is one weights set to write.
+type component struct {
+	name    string // "" for the only component of a file or folder
+	label   string // the name rules and Options.Components use
+	srcDir  string
+	ck      *shard.Checkpoint
+	scheme  *quant.Scheme
+	outDir  string
+	prefix  string
+	variant string
+	single  string // an output file whose name no set can have, written alone
+	tasks   []*task
+	byName  map[string]*task
+	meta    map[string]string
+	qconfig json.RawMessage // the quantization config written (new or kept)
+	newQ    bool            // weights were quantized here
+	dropQ   bool            // the source's quantization no longer applies
+	config  string          // the source config.json to rewrite ("" for none)
+}
+
+type runner struct {
+	ctx     context.Context
+	opts    Options
+	scale   Scale
+	src     string
+	dst     string
+	rep     *Report
+	comps   []*component
+	workers int
+	chunk   int64
+	convert dtype.Options
+
+	progMu  sync.Mutex
+	done    int64
+	total   int64
+	phase   string
+	read    atomic.Int64
+	written int64
+}
+
+// Run converts the checkpoint src into dst and reports what it did.
+//
+// src is anything ckpt.Open accepts: a safetensors file, a shard index, a
+// component folder or a pipeline root (Options.SourceVariant picks a
+// precision variant). A file converts to a file: dst is the output file
+// (a name such as "model.safetensors" or "model.bf16.safetensors" is a set
+// that Options.MaxShardSize may shard, any other name a single file), or a
+// folder that receives the source's file name. A folder or pipeline
+// converts to a folder with the same layout: each component's weights
+// named as the source names them (the prefix, sharded when MaxShardSize
+// says so), every other regular file copied (configs, tokenizers,
+// schedulers; weights of other formats and variants are left out and
+// listed in Report.Skipped), config.json rewritten when the quantization
+// changes. With Options.Variant set, the weights are named as that
+// precision variant; when dst is the source folder itself, they are
+// written beside the source's (model.bf16.safetensors,
+// X.V-0000k-of-0000n.safetensors with X.safetensors.index.V.json), config
+// files untouched, so that a later variant resolution finds them.
+//
+// Each tensor's target comes from the policy (Options.DType, Components,
+// Rules), as in the loader, with one difference for narrow targets: an
+// 8-bit or narrower default applies only to the 2-D weights of linear
+// layers (LinearWeight). To F8_E4M3 or F8_E5M2 such a weight is quantized
+// with F32 scales (Options.Scale, Options.ScaleFormat) and the component
+// gets the matching quantization_config, in config.json and in every
+// file's __metadata__; Scale.Unscaled casts plainly instead. A source
+// weight in a scaled layout (DeepSeek FP8, compressed-tensors, ModelOpt,
+// MXFP4, ...) is copied with its scales when its target is its element
+// type or "stored", dequantized (through package quant, one rounding) to a
+// wider float target, and dequantized and quantized anew to an FP8 target
+// with scales; its scales, markers and activation scales go when none of
+// the component's weights stays in the layout.
+//
+// Tensors are converted piece by piece (Options.ChunkBytes) by
+// Options.Workers goroutines, straight from the source's mapping into
+// shard.WriteStream, and the source pages converted are dropped from the
+// resident set, so memory does not grow with the model. Every set is
+// committed atomically by package shard: on any error, or when ctx is
+// canceled, the previous output is intact and no temporary file is left.
+//
+// Errors are *Error values: ErrOption, ErrSource, ErrTarget (the
+// destination), ErrCopy, ErrCast, ErrOverflow (Options.FailOnOverflow),
+// ErrWrite, ErrCanceled, ErrVerify.
+func Run(ctx context.Context, src, dst string, opts Options) (*Report, error) {
+	r := &runner{ctx: ctx, opts: opts, src: src, dst: dst, rep: &Report{Source: src, Dest: dst, Variant: opts.Variant}}
+	if err := r.check(); err != nil {
+		return nil, err
+	}
+	m, err := r.open()
+	if err != nil {
+		return nil, err
+	}
+	defer m.Close()
+	copies, err := r.plan(m)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range r.comps {
+		if err := r.writeComponent(c); err != nil {
+			return r.rep, err
+		}
+	}
+	if err := r.finishFiles(copies); err != nil {
+		return r.rep, err
+	}
+	r.rep.BytesRead = r.read.Load()
+	r.rep.BytesWritten = r.written
+	for _, c := range r.comps {
+		for _, t := range c.tasks {
+			r.rep.Tensors = append(r.rep.Tensors, *t.rep)
+		}
+	}
+	r.rep.summarize()
+	if opts.Verify {
+		if err := r.verify(); err != nil {
+			return r.rep, err
+		}
+		r.rep.Verified = true
+	}
+	return r.rep, nil
+}
+
+// check validates the options.
+func (r *runner) check() error {
+	o := &r.opts
+	bad := func(field, msg string) error { return &Error{Kind: ErrOption, Field: field, Msg: msg} }
+	for _, v := range []struct{ field, v string }{{"Variant", o.Variant}, {"SourceVariant", o.SourceVariant}} {
+		if v.v != "" && !variantRE.MatchString(v.v) {
+			return bad(v.field, fmt.Sprintf("variant %q must match ^[A-Za-z0-9_]+$", v.v))
+		}
+	}
+	if o.MaxShardSize < 0 {
+		return bad("MaxShardSize", fmt.Sprintf("%d is negative", o.MaxShardSize))
+	}
+	if o.Workers < 0 {
+		return bad("Workers", fmt.Sprintf("%d is negative", o.Workers))
+	}
+	if o.ChunkBytes < 0 || (o.ChunkBytes > 0 && o.ChunkBytes < 4096) {
+		return bad("ChunkBytes", fmt.Sprintf("%d: at least 4096 bytes (0 for the default)", o.ChunkBytes))
+	}
+	targets := map[string]ckpt.Target{"DType": o.DType}
+	for k, t := range o.Components {
+		targets["Components["+k+"]"] = t
+	}
+	for i, ru := range o.Rules {
+		targets[fmt.Sprintf("Rules[%d]", i)] = ru.Target
+	}
+	for field, t := range targets {
+		if d, ok := t.DType(); ok && (!d.Valid() || d.Bits() == 0) {
+			return bad(field, fmt.Sprintf("unknown dtype %v", d))
+		}
+	}
+	var err error
+	if r.scale, err = o.resolvedScale(); err != nil {
+		return err
+	}
+	r.workers = o.Workers
+	if r.workers == 0 {
+		r.workers = runtime.GOMAXPROCS(0)
+	}
+	r.chunk = cmp.Or(o.ChunkBytes, 8<<20)
+	r.convert = dtype.Options{Saturate: o.Saturate, Workers: 1}
+	return nil
+}
+
+// open opens the source with the loader.
+func (r *runner) open() (*ckpt.Model, error) {
+	copts := []ckpt.Option{ckpt.WithVariant(r.opts.SourceVariant), ckpt.WithBudget(-1)}
+	if r.opts.FollowSymlinks {
+		copts = append(copts, ckpt.WithFollowSymlinks())
+	}
+	m, err := ckpt.Open(r.src, copts...)
+	if err != nil {
+		return nil, &Error{Kind: ErrSource, Path: r.src, Err: err}
+	}
+	names := m.Components()
+	for k := range r.opts.Components {
+		if !slices.Contains(names, k) {
+			m.Close()
+			return nil, &Error{Kind: ErrOption, Field: "Components", Component: k, Msg: "no such component; the model has " + strings.Join(names, ", ")}
+		}
+	}
+	for _, ru := range r.opts.Rules {
+		if ru.Component != "" && !slices.Contains(names, ru.Component) {
+			m.Close()
+			return nil, &Error{Kind: ErrOption, Field: "Rules", Component: ru.Component, Msg: "rule " + ru.String() + " names no component of the model"}
+		}
+	}
+	return m, nil
+}
+
+// isDirSource mirrors ckpt.Open: a folder, unless named like a file.
+func isDirSource(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir() && !strings.HasSuffix(p, ".safetensors") && !strings.HasSuffix(p, ".json")
+}
+
+// plan resolves the destination of every component, builds the tasks and
+// lists the files to copy, refusing what cannot be done before anything is
+// written.
+func (r *runner) plan(m *ckpt.Model) ([]copyFile, error) {
+	p, err := m.Plan()
+	if err != nil {
+		return nil, &Error{Kind: ErrSource, Path: r.src, Err: err}
+	}
+	dirSrc := isDirSource(r.src)
+	pipeline := false
+	if dirSrc {
+		_, err := os.Stat(filepath.Join(r.src, "model_index.json"))
+		pipeline = err == nil
+	}
+	beside := dirSrc && samePath(r.src, r.dst)
+	if dirSrc && !beside {
+		if st, err := os.Stat(r.dst); err == nil && !st.IsDir() {
+			return nil, &Error{Kind: ErrTarget, Path: r.dst, Msg: "a folder converts to a folder, and this is a file"}
+		}
+		if nested(r.src, r.dst) {
+			return nil, &Error{Kind: ErrTarget, Path: r.dst, Msg: "the destination folder and the source folder " + r.src + " contain one another"}
+		}
+	}
+	for _, cp := range p.Components {
+		ck, err := m.Checkpoint(cp.Name)
+		if err != nil {
+			return nil, &Error{Kind: ErrSource, Path: r.src, Component: cp.Name, Err: err}
+		}
+		scheme, _ := m.Scheme(cp.Name)
+		c := &component{label: cp.Name, srcDir: cp.Dir, ck: ck, scheme: scheme}
+		if pipeline {
+			c.name = cp.Name
+		}
+		if len(cp.Files) == 0 {
+			return nil, &Error{Kind: ErrSource, Path: r.src, Component: cp.Name, Msg: "no weights files"}
+		}
+		// The source's naming: from its index, or its single file.
+		srcName := filepath.Base(cp.Files[0])
+		if ix := ck.Index(); ix != nil && ix.Path != "" {
+			srcName = filepath.Base(ix.Path)
+		}
+		prefix, svariant, ok := weightsName(srcName)
+		if !ok {
+			prefix, svariant = "model", ""
+		}
+		c.prefix, c.variant = prefix, cmp.Or(r.opts.Variant, svariant)
+		switch {
+		case beside:
+			c.outDir = cp.Dir
+		case dirSrc:
+			rel, err := filepath.Rel(r.src, cp.Dir)
+			if err != nil || !pipeline {
+				rel = "."
+			}
+			c.outDir = filepath.Join(r.dst, rel)
+		default:
+			if err := r.fileDest(c, srcName, ok); err != nil {
+				return nil, err
+			}
+		}
+		if dirSrc && !beside {
+			cfg := filepath.Join(cp.Dir, "config.json")
+			if _, err := os.Lstat(cfg); err == nil {
+				c.config = cfg
+			}
+		}
+		if err := r.buildTasks(c); err != nil {
+			return nil, err
+		}
+		if beside {
+			if err := r.besideConfig(c); err != nil {
+				return nil, err
+			}
+		}
+		r.comps = append(r.comps, c)
+	}
+	if !dirSrc || beside {
+		return nil, nil
+	}
+	// Files to copy, checked now: configs that are rewritten and
+	// hf_quant_config.json of quantization that no longer applies are
+	// handled otherwise.
+	special := map[string]string{}
+	for _, c := range r.comps {
+		rel, _ := filepath.Rel(r.src, c.srcDir)
+		if c.config != "" {
+			special[filepath.Join(rel, "config.json")] = ""
+		}
+		if c.newQ || c.dropQ {
+			special[filepath.Join(rel, "hf_quant_config.json")] = "the quantization it declares no longer applies"
+		}
+	}
+	copies, skipped, err := scanCopies(r.src, r.opts.FollowSymlinks, func(rel string) (bool, string) {
+		why, ok := special[rel]
+		return ok, why
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.rep.Skipped = skipped
+	return copies, nil
+}
+
+// fileDest resolves the destination of a file source.
+func (r *runner) fileDest(c *component, srcName string, srcOK bool) error {
+	d := r.dst
+	st, err := os.Stat(d)
+	isDir := (err == nil && st.IsDir()) || strings.HasSuffix(d, string(filepath.Separator)) || strings.HasSuffix(d, "/")
+	switch {
+	case isDir:
+		c.outDir = d
+		if !srcOK {
+			c.single = filepath.Join(d, srcName)
+		}
+	case err == nil && !st.Mode().IsRegular():
+		return &Error{Kind: ErrTarget, Path: d, Msg: "not a regular file or a folder"}
+	default:
+		c.outDir = filepath.Dir(d)
+		base := filepath.Base(d)
+		prefix, variant, ok := weightsName(base)
+		switch {
+		case ok:
+			c.prefix = prefix
+			c.variant = cmp.Or(r.opts.Variant, variant)
+			if r.opts.Variant != "" && variant != "" && variant != r.opts.Variant {
+				return &Error{Kind: ErrTarget, Path: d, Msg: fmt.Sprintf("the file name says variant %q, the options %q", variant, r.opts.Variant)}
+			}
+		case strings.HasSuffix(base, ".json"):
+			return &Error{Kind: ErrTarget, Path: d, Msg: "not an index name PREFIX.safetensors.index[.V].json"}
+		default:
+			if r.opts.Variant != "" {
+				return &Error{Kind: ErrTarget, Path: d, Msg: fmt.Sprintf("a variant needs a file named PREFIX.%s.safetensors", r.opts.Variant)}
+			}
+			c.single = d
+		}
+	}
+	return nil
+}
+
+// besideConfig refuses to write FP8 weights beside a source whose
+// config.json declares a quantization the loader would apply to them.
+func (r *runner) besideConfig(c *component) error {
+	if !c.newQ {
+		return nil
+	}
+	b, err := r.readConfig(filepath.Join(c.srcDir, "config.json"))
+	if err != nil || b == nil {
+		return err
+	}
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(b, &obj) == nil {
+		for _, k := range []string{"quantization_config", "compression_config"} {
+			if _, ok := obj[k]; ok {
+				return &Error{Kind: ErrTarget, Path: c.srcDir, Component: c.name,
+					Msg: "config.json declares a " + k + ", which readers would apply to the new FP8 variant too; convert into another folder"}
+			}
+		}
+	}
+	return nil
+}
+
+// readConfig reads a config file under the folder's symlink rule; nil when
+// it does not exist.
+func (r *runner) readConfig(path string) ([]byte, error) {
+	var sopts []shard.Option
+	if r.opts.FollowSymlinks {
+		sopts = append(sopts, shard.WithFollowSymlinks())
+	}
+	real, err := shard.ResolveFile(path, sopts...)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, &Error{Kind: ErrSource, Path: path, Err: err}
+	}
+	b, err := safeopen.ReadFile(real, maxConfigSize)
+	if err != nil {
+		return nil, &Error{Kind: ErrSource, Path: path, Err: err}
+	}
+	return b, nil
+}
+
+// writeComponent writes one component's set.
+func (r *runner) writeComponent(c *component) error {
+	if err := r.observe(c); err != nil {
+		return err
+	}
+	specs := make([]safetensors.TensorSpec, len(c.tasks))
+	var total int64
+	for i, t := range c.tasks {
+		specs[i] = t.spec
+		total += t.rep.Bytes
+	}
+	r.progMu.Lock()
+	r.phase, r.done, r.total = "write", 0, total
+	r.progMu.Unlock()
+	var pl *pipeline
+	defer func() {
+		if pl != nil {
+			pl.stop()
+		}
+	}()
+	start := func(order []safetensors.TensorSpec) {
+		ts := make([]*task, len(order))
+		for i, s := range order {
+			ts[i] = c.byName[s.Name]
+		}
+		pl = newPipeline(r.ctx, ts, r.workers, max(4*r.chunk, int64(2*r.workers)*r.chunk), r.chunk, r.convert)
+	}
+	write := func(s safetensors.TensorSpec, w io.Writer) error {
+		return r.writeTensor(pl, c, c.byName[s.Name], w)
+	}
+	cr := ComponentReport{Name: c.name, Dir: c.outDir, Quantization: c.qconfig}
+	if c.single != "" {
+		var max int64 = shard.DefaultMaxShardSize
+		if r.opts.MaxShardSize > 0 {
+			max = r.opts.MaxShardSize
+		}
+		if total > max {
+			return &Error{Kind: ErrTarget, Path: c.single, Msg: fmt.Sprintf("%s of tensors is more than the largest shard (%s), and a file of this name cannot be one of a set of shards: name it PREFIX.safetensors", ckpt.FormatSize(total), ckpt.FormatSize(max))}
+		}
+		if err := os.MkdirAll(filepath.Dir(c.single), 0o755); err != nil {
+			return &Error{Kind: ErrWrite, Path: c.single, Err: err}
+		}
+		fw, err := safetensors.Create(r.ctx, c.single, specs, c.meta)
+		if err != nil {
+			return r.writeErr(c.single, c, err)
+		}
+		defer fw.Close()
+		start(fw.Order())
+		for {
+			s, w, err := fw.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return r.writeErr(c.single, c, err)
+			}
+			if err := write(s, w); err != nil {
+				return r.writeErr(c.single, c, err)
+			}
+		}
+		if err := fw.Commit(); err != nil {
+			return r.writeErr(c.single, c, err)
+		}
+		cr.Dir, cr.Files = filepath.Dir(c.single), []string{filepath.Base(c.single)}
+	} else {
+		wopts := []shard.WriteOption{shard.WithOrder(start)}
+		if r.opts.MaxShardSize > 0 {
+			wopts = append(wopts, shard.WithMaxShardSize(r.opts.MaxShardSize))
+		}
+		res, err := shard.WriteStream(r.ctx, c.outDir, c.prefix, c.variant, specs, write, c.meta, wopts...)
+		if err != nil {
+			return r.writeErr(c.outDir, c, err)
+		}
+		cr.Files, cr.Index = res.Files, res.Index
+		r.rep.Warnings = append(r.rep.Warnings, res.Warnings...)
+	}
+	r.rep.Components = append(r.rep.Components, cr)
+	return nil
+}
+
+// writeErr wraps a failure to write a set, keeping this package's errors
+// (an overflow, a source read) as they are.
+func (r *runner) writeErr(path string, c *component, err error) error {
+	var ce *Error
+	if errors.As(err, &ce) {
+		return ce
+	}
+	if r.ctx.Err() != nil {
+		return &Error{Kind: ErrCanceled, Path: path, Component: c.name, Err: err}
+	}
+	return &Error{Kind: ErrWrite, Path: path, Component: c.name, Err: err}
+}
+
+// writeTensor writes one tensor's pieces, in order, from the pipeline.
+func (r *runner) writeTensor(pl *pipeline, c *component, t *task, w io.Writer) error {
+	if t == nil {
+		return &Error{Kind: ErrWrite, Component: c.name, Msg: "the writer asked for a tensor that was not declared"}
+	}
+	rep := t.rep
+	crc := uint32(0)
+	for i, np := int64(0), t.pieces(); i < np; i++ {
+		pc, err := pl.next()
+		if err != nil {
+			if ce := r.ctx.Err(); ce != nil {
+				return &Error{Kind: ErrCanceled, Component: c.name, Tensor: t.spec.Name, Err: ce}
+			}
+			return err
+		}
+		if pc.t != t {
+			pl.release(pc)
+			return &Error{Kind: ErrWrite, Component: c.name, Tensor: t.spec.Name, Msg: "pieces out of order: got " + pc.t.spec.Name}
+		}
+		ps := &pc.ps
+		rep.NaN += ps.nan
+		rep.Inf += ps.inf
+		rep.Overflow += ps.st.Overflow
+		rep.Saturated += ps.st.Saturated
+		rep.Underflow += ps.st.Underflow
+		rep.MaxAbs = max(rep.MaxAbs, ps.st.MaxAbs)
+		rep.MaxAbsErr = max(rep.MaxAbsErr, ps.maxAbsErr)
+		rep.MaxRelErr = max(rep.MaxRelErr, ps.rel)
+		r.read.Add(ps.read)
+		if r.opts.FailOnOverflow && rep.Narrowed && ps.st.Overflow+ps.nan+ps.inf > 0 {
+			pl.release(pc)
+			return &Error{Kind: ErrOverflow, Component: c.name, Tensor: t.spec.Name,
+				Msg: fmt.Sprintf("%s to %s: %d values overflowed, %d became NaN, %d became Inf (FailOnOverflow); nothing was committed", rep.From, rep.To, rep.Overflow, rep.NaN, rep.Inf)}
+		}
+		crc = crc32.Update(crc, crcTable, pc.out)
+		if _, err := w.Write(pc.out); err != nil {
+			pl.release(pc)
+			return err
+		}
+		n := int64(len(pc.out))
+		pl.release(pc)
+		r.written += n
+		r.progress(c, t.spec.Name, n)
+	}
+	rep.crc = crc
+	if t.q != nil && t.kind != kScale {
+		rep.MaxAbs = float64(t.q.AbsMax())
+	}
+	if t.kind == kDequant || t.kind == kRequant {
+		t.data, t.scaleData = nil, nil // copies made for pread files
+	}
+	return nil
+}
+
+// progress reports n more bytes done.
+func (r *runner) progress(c *component, tensor string, n int64) {
+	if r.opts.Progress == nil {
+		return
+	}
+	r.progMu.Lock()
+	defer r.progMu.Unlock()
+	r.done += n
+	r.opts.Progress(Progress{Phase: r.phase, Done: r.done, Total: r.total, Component: c.name, Tensor: tensor})
+}
+
+// observe runs the first pass of FP8 quantization: every row of the
+// weights to quantize, for their scales.
+func (r *runner) observe(c *component) error {
+	var ts []*task
+	var total int64
+	for _, t := range c.tasks {
+		if t.kind == kQuant || t.kind == kRequant {
+			ts = append(ts, t)
+			total += t.rows * t.cols * int64(t.src.DType().Bits()) / 8
+		}
+	}
+	if len(ts) == 0 {
+		return nil
+	}
+	r.progMu.Lock()
+	r.phase, r.done, r.total = "scales", 0, total
+	r.progMu.Unlock()
+	var next atomic.Int64
+	errs := make([]error, r.workers)
+	var wg sync.WaitGroup
+	for wi := range r.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var x []float32
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(len(ts)) || errs[wi] != nil {
+					return
+				}
+				t := ts[i]
+				for first := int64(0); first < t.rows; first += t.per {
+					if err := r.ctx.Err(); err != nil {
+						errs[wi] = &Error{Kind: ErrCanceled, Component: c.name, Tensor: t.spec.Name, Err: err}
+						return
+					}
+					n := min(t.per, t.rows-first)
+					x = grow(x, n*t.cols)
+					var ps pieceStats
+					var err error
+					if t.kind == kQuant {
+						err = t.readRows(first, n, x, &ps)
+					} else if err = t.fetchViews(); err == nil {
+						ps.read = t.storedBytes(first, n)
+						err = t.dequantRows(r.ctx, dtype.Float32Bytes(x), dtype.F32, first, n)
+					}
+					if err == nil {
+						err = t.q.Observe(first, x)
+					}
+					if err != nil {
+						errs[wi] = err
+						return
+					}
+					r.read.Add(ps.read)
+					r.progress(c, t.spec.Name, ps.read)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	for _, t := range ts {
+		t.q.Scales()
+	}
+	return nil
+}
+
+// finishFiles writes the rewritten configs and copies the other files.
+func (r *runner) finishFiles(copies []copyFile) error {
+	for _, c := range r.comps {
+		if c.config == "" {
+			continue
+		}
+		b, err := r.readConfig(c.config)
+		if err != nil {
+			return err
+		}
+		if b == nil {
+			continue
+		}
+		set := map[string]json.RawMessage{}
+		var del []string
+		switch {
+		case c.newQ:
+			set["quantization_config"] = c.qconfig
+			del = append(del, "compression_config")
+		case c.dropQ:
+			del = append(del, "quantization_config", "compression_config")
+		}
+		if d, ok := r.opts.DType.DType(); ok && torchDTypeName(d) != "" {
+			var obj map[string]json.RawMessage
+			if json.Unmarshal(b, &obj) == nil {
+				q, _ := json.Marshal(torchDTypeName(d))
+				for _, k := range []string{"torch_dtype", "dtype"} {
+					if v, ok := obj[k]; ok && len(v) > 0 && v[0] == '"' {
+						set[k] = q
+					}
+				}
+			}
+		}
+		out, err := editConfig(b, set, del)
+		if err != nil {
+			return &Error{Kind: ErrSource, Path: c.config, Msg: "config.json is not a JSON object", Err: err}
+		}
+		path := filepath.Join(c.outDir, "config.json")
+		if err := writeAtomic(r.ctx, path, func(w io.Writer) error { _, err := w.Write(out); return err }); err != nil {
+			return err
+		}
+		for i := range r.rep.Components {
+			if r.rep.Components[i].Dir == c.outDir {
+				r.rep.Components[i].Config = path
+			}
+		}
+		r.rep.Copied = append(r.rep.Copied, relTo(r.dst, path))
+	}
+	for _, f := range copies {
+		if err := r.ctx.Err(); err != nil {
+			return &Error{Kind: ErrCanceled, Path: r.dst, Err: err}
+		}
+		if err := copyInto(r.ctx, f.real, filepath.Join(r.dst, f.rel)); err != nil {
+			return err
+		}
+		r.rep.Copied = append(r.rep.Copied, f.rel)
+	}
+	slices.Sort(r.rep.Copied)
+	return nil
+}
+
+func relTo(root, p string) string {
+	if rel, err := filepath.Rel(root, p); err == nil {
+		return rel
+	}
+	return p
+}

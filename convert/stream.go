@@ -1,0 +1,490 @@
+package convert
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"math"
+	"runtime/debug"
+	"sync"
+
+	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/quant"
+	"github.com/ckpt-go/ckpt/safetensors"
+)
+
+// taskKind says how one output tensor is produced.
+type taskKind int
+
+const (
+	kCopy    taskKind = iota // the stored bytes
+	kCast                    // a plain dtype conversion
+	kQuant                   // a float weight to scaled FP8 (its scales are a kScale task)
+	kScale                   // the scales of a kQuant or kRequant task
+	kDequant                 // a scaled low-precision weight to a float dtype
+	kRequant                 // a scaled weight dequantized and quantized anew
+)
+
+// task produces one output tensor, piece by piece.
+type task struct {
+	kind taskKind
+	comp *component
+	spec safetensors.TensorSpec
+	rep  *TensorReport
+
+	src    *safetensors.Tensor   // the stored tensor read (a weight's data)
+	w      *quant.Weight         // kDequant, kRequant: the source weight
+	scales []*safetensors.Tensor // its stored scales, in w.Scales' order
+	q      *quant.FP8Quantizer   // kQuant, kRequant, kScale
+	narrow bool                  // kCast: measure the errors
+
+	// Pieces: units are elements (kCopy, kCast) or rows of the [rows, cols]
+	// view (the other kinds), per of them at a time.
+	rows, cols int64
+	units, per int64
+	outBits    int64
+
+	views     sync.Once // kDequant, kRequant: the stored bytes, fetched once
+	data      []byte
+	scaleData [][]byte
+	viewErr   error
+}
+
+// pieces returns the number of pieces of t.
+func (t *task) pieces() int64 {
+	if t.kind == kScale {
+		return 1
+	}
+	if t.units == 0 {
+		return 0
+	}
+	return (t.units + t.per - 1) / t.per
+}
+
+// piece returns the units [first, first+n) of piece i and the output bytes
+// they fill.
+func (t *task) piece(i int64) (first, n, outLen int64) {
+	if t.kind == kScale {
+		b, _ := t.spec.ByteLen()
+		return 0, 1, b
+	}
+	first = i * t.per
+	n = min(t.per, t.units-first)
+	unitBits := t.outBits
+	if t.kind != kCopy && t.kind != kCast {
+		unitBits *= t.cols
+	}
+	total, _ := t.spec.ByteLen()
+	start := first * unitBits / 8
+	end := (first + n) * unitBits / 8
+	if first+n == t.units {
+		end = total
+	}
+	return first, n, end - start
+}
+
+// stats of one piece: the rounding's counters and the errors.
+type pieceStats struct {
+	st                 dtype.Stats
+	nan, inf           int64 // produced from finite values
+	maxAbsErr, rel     float64
+	read               int64 // source bytes read
+	evictFirst, evictN int64
+}
+
+func (p *pieceStats) addQuant(s quant.QuantizeStats) {
+	s.Stats.MaxAbs = 0 // of the quotients x / scale; the source's comes from the quantizer
+	p.st.Add(s.Stats)
+	p.nan += s.NonFinite
+	p.maxAbsErr = max(p.maxAbsErr, s.MaxAbsErr)
+	p.rel = max(p.rel, s.MaxRelErr)
+}
+
+// scratch holds one worker's staging buffers, reused from piece to piece.
+type scratch struct {
+	raw []byte
+	f32 []float32
+	f64 []float64
+	y32 []float32
+	y64 []float64
+}
+
+func grow[T any](s []T, n int64) []T {
+	if int64(cap(s)) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
+// testHookPiece, when set (tests only), is called before each piece with
+// the tensor's name; an error fails the piece as a source error would.
+var testHookPiece func(tensor string) error
+
+// run computes one piece into out.
+func (t *task) run(ctx context.Context, first, n int64, out []byte, sc *scratch, opts dtype.Options) (ps pieceStats, err error) {
+	if testHookPiece != nil {
+		if err := testHookPiece(t.spec.Name); err != nil {
+			return ps, &Error{Kind: ErrSource, Component: t.comp.name, Tensor: t.spec.Name, Err: err}
+		}
+	}
+	one := dtype.Options{Saturate: opts.Saturate, Workers: 1}
+	wrap := func(err error) error {
+		if err == nil {
+			return nil
+		}
+		return &Error{Kind: ErrSource, Component: t.comp.name, Tensor: t.spec.Name, Err: err}
+	}
+	switch t.kind {
+	case kCopy:
+		if n == 0 {
+			return ps, nil
+		}
+		ps.read = int64(len(out))
+		_, err = t.src.ConvertElementsTo(t.src.DType(), out, first, one)
+		t.src.Evict(first, n)
+		return ps, wrap(err)
+	case kCast:
+		from, to := t.src.DType(), t.spec.DType
+		if !t.narrow {
+			ps.st, err = t.src.ConvertElementsTo(to, out, first, one)
+			ps.read = n * int64(from.Bits()) / 8
+			t.src.Evict(first, n)
+			return ps, wrap(err)
+		}
+		raw := grow(sc.raw, (n*int64(from.Bits())+7)/8)
+		sc.raw = raw
+		ps.read = int64(len(raw))
+		if _, err := t.src.ConvertElementsTo(from, raw, first, one); err != nil {
+			return ps, wrap(err)
+		}
+		t.src.Evict(first, n)
+		if ps.st, err = dtype.Convert(out, to, raw, from, one); err != nil {
+			return ps, &Error{Kind: ErrCast, Component: t.comp.name, Tensor: t.spec.Name, Err: err}
+		}
+		if from != dtype.F64 && from.Bits() <= 32 && to.Bits() <= 32 {
+			x, y := grow(sc.f32, n), grow(sc.y32, n)
+			sc.f32, sc.y32 = x, y
+			dtype.DecodeFloat32(x, raw, from)
+			dtype.DecodeFloat32(y, out, to)
+			measure(x, y, &ps)
+		} else {
+			x, y := grow(sc.f64, n), grow(sc.y64, n)
+			sc.f64, sc.y64 = x, y
+			dtype.DecodeFloat64(x, raw, from)
+			dtype.DecodeFloat64(y, out, to)
+			measure(x, y, &ps)
+		}
+		return ps, nil
+	case kScale:
+		for i, s := range t.q.Scales() {
+			binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(s))
+		}
+		return ps, nil
+	case kQuant:
+		x := grow(sc.f32, n*t.cols)
+		sc.f32 = x
+		if err := t.readRows(first, n, x, &ps); err != nil {
+			return ps, err
+		}
+		qs, err := t.q.Quantize(out, first, x, one)
+		ps.addQuant(qs)
+		return ps, wrap(err)
+	case kDequant, kRequant:
+		if err := t.fetchViews(); err != nil {
+			return ps, err
+		}
+		ps.read = t.storedBytes(first, n)
+		if t.kind == kRequant {
+			x := grow(sc.f32, n*t.cols)
+			sc.f32 = x
+			if err := t.dequantRows(ctx, dtype.Float32Bytes(x), dtype.F32, first, n); err != nil {
+				return ps, err
+			}
+			qs, err := t.q.Quantize(out, first, x, one)
+			ps.addQuant(qs)
+			return ps, wrap(err)
+		}
+		// Exact values first (a narrow code times its scales is exact in
+		// float64), then one rounding to the target, measured.
+		x := grow(sc.f64, n*t.cols)
+		sc.f64 = x
+		if err := t.dequantRows(ctx, dtype.Float64Bytes(x), dtype.F64, first, n); err != nil {
+			return ps, err
+		}
+		if ps.st, err = dtype.EncodeFloat64(out, t.spec.DType, x, one); err != nil {
+			return ps, &Error{Kind: ErrCast, Component: t.comp.name, Tensor: t.spec.Name, Err: err}
+		}
+		y := grow(sc.y64, n*t.cols)
+		sc.y64 = y
+		dtype.DecodeFloat64(y, out, t.spec.DType)
+		measure(x, y, &ps)
+		return ps, nil
+	}
+	return ps, fmt.Errorf("convert: unknown task kind %d", t.kind)
+}
+
+// readRows reads rows [first, first+n) of a float source as float32 into
+// x (exact for every float type of 32 bits or fewer) and drops the pages
+// read from the resident set.
+func (t *task) readRows(first, n int64, x []float32, ps *pieceStats) error {
+	if n == 0 || t.cols == 0 {
+		return nil
+	}
+	e0 := first * t.cols
+	ps.read += n * t.cols * int64(t.src.DType().Bits()) / 8
+	_, err := t.src.ConvertElementsTo(dtype.F32, dtype.Float32Bytes(x), e0, dtype.Options{Workers: 1})
+	t.src.Evict(e0, n*t.cols)
+	if err != nil {
+		return &Error{Kind: ErrSource, Component: t.comp.name, Tensor: t.spec.Name, Err: err}
+	}
+	return nil
+}
+
+// fetchViews gets the stored data and scales of a scaled weight: views of
+// the mapping (or, for files read with pread, copies of the whole tensors).
+func (t *task) fetchViews() error {
+	t.views.Do(func() {
+		if t.data, t.viewErr = t.src.Bytes(); t.viewErr != nil {
+			return
+		}
+		for _, s := range t.scales {
+			b, err := s.Bytes()
+			if err != nil {
+				t.viewErr = err
+				return
+			}
+			t.scaleData = append(t.scaleData, b)
+		}
+	})
+	if t.viewErr != nil {
+		return &Error{Kind: ErrSource, Component: t.comp.name, Tensor: t.spec.Name, Err: t.viewErr}
+	}
+	return nil
+}
+
+// storedBytes is the stored data that rows [first, first+n) use.
+func (t *task) storedBytes(first, n int64) int64 {
+	return n * t.cols * int64(t.w.Elem.Bits()) / 8
+}
+
+// dequantRows dequantizes rows [first, first+n) of a scaled weight into
+// dst, turning a fault on the mapping (a file truncated meanwhile) into an
+// error, and drops the data pages read from the resident set.
+func (t *task) dequantRows(ctx context.Context, dst []byte, to dtype.DType, first, n int64) error {
+	err := protect(func() error {
+		_, err := t.w.DequantizeRows(ctx, dst, to, t.data, t.scaleData, first, n, dtype.Options{Workers: 1})
+		return err
+	})
+	if err != nil {
+		return &Error{Kind: ErrSource, Component: t.comp.name, Tensor: t.spec.Name, Err: err}
+	}
+	// The stored elements of these rows (one byte holds one FP8 code or two
+	// FP4 codes).
+	eb := int64(t.w.Elem.Bits())
+	sb := int64(t.src.DType().Bits())
+	t.src.Evict(first*t.cols*eb/sb, n*t.cols*eb/sb)
+	return nil
+}
+
+// protect runs f, which reads views of mapped files, turning a memory fault
+// (a file truncated while mapped) into an error.
+func protect(f func() error) (err error) {
+	old := debug.SetPanicOnFault(true)
+	defer func() {
+		debug.SetPanicOnFault(old)
+		if r := recover(); r != nil {
+			if _, ok := r.(interface{ Addr() uintptr }); ok {
+				err = fmt.Errorf("memory fault reading a mapped file: was it truncated or modified while open?")
+				return
+			}
+			panic(r)
+		}
+	}()
+	return f()
+}
+
+// measure compares source values x with output values y.
+func measure[T float32 | float64](x, y []T, ps *pieceStats) {
+	maxAbs, maxRel := ps.maxAbsErr, ps.rel
+	for i := range x {
+		xv, yv := float64(x[i]), float64(y[i])
+		a := math.Abs(xv)
+		if !(a <= math.MaxFloat64) {
+			continue // NaN or infinite source: not an error of the cast
+		}
+		if b := math.Abs(yv); !(b <= math.MaxFloat64) {
+			if yv != yv {
+				ps.nan++
+			} else {
+				ps.inf++
+			}
+			continue
+		}
+		e := math.Abs(xv - yv)
+		if e > maxAbs {
+			maxAbs = e
+		}
+		if e > maxRel*a && a != 0 {
+			maxRel = e / a
+		}
+	}
+	ps.maxAbsErr, ps.rel = maxAbs, maxRel
+}
+
+// piece is one unit of pipeline work.
+type piece struct {
+	t        *task
+	first, n int64
+	out      []byte
+	ps       pieceStats
+	err      error
+	done     chan struct{}
+	cost     int64
+}
+
+// pipeline computes the pieces of a set's tensors ahead of the writer, in
+// the writer's order, with a bounded number of bytes in flight.
+type pipeline struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	work   chan *piece
+	queue  chan *piece
+	wg     sync.WaitGroup
+	opts   dtype.Options
+
+	mu       sync.Mutex
+	cond     *sync.Cond
+	inFlight int64
+	limit    int64
+	stopped  bool
+
+	free  [][]byte // reusable output buffers of cap chunk
+	chunk int64
+}
+
+// newPipeline starts workers that compute the pieces of the tasks of order
+// (output tensor names in write order; byName maps them to tasks) ahead of
+// the consumer, keeping at most limit bytes of output in flight.
+func newPipeline(ctx context.Context, order []*task, workers int, limit, chunk int64, opts dtype.Options) *pipeline {
+	ctx, cancel := context.WithCancel(ctx)
+	p := &pipeline{ctx: ctx, cancel: cancel, work: make(chan *piece, 4*workers), queue: make(chan *piece, 4096),
+		opts: opts, limit: limit, chunk: chunk}
+	p.cond = sync.NewCond(&p.mu)
+	for range workers {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			var sc scratch
+			for pc := range p.work {
+				if p.ctx.Err() != nil {
+					pc.err = p.ctx.Err()
+				} else {
+					pc.ps, pc.err = pc.t.run(p.ctx, pc.first, pc.n, pc.out, &sc, p.opts)
+				}
+				close(pc.done)
+			}
+		}()
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		defer close(p.work)
+		defer close(p.queue)
+		for _, t := range order {
+			for i, np := int64(0), t.pieces(); i < np; i++ {
+				first, n, outLen := t.piece(i)
+				if !p.acquire(outLen) {
+					return
+				}
+				pc := &piece{t: t, first: first, n: n, out: p.buffer(outLen), done: make(chan struct{}), cost: outLen}
+				select {
+				case p.queue <- pc:
+				case <-p.ctx.Done():
+					return
+				}
+				select {
+				case p.work <- pc:
+				case <-p.ctx.Done():
+					pc.err = p.ctx.Err()
+					close(pc.done)
+					return
+				}
+			}
+		}
+	}()
+	return p
+}
+
+// acquire waits until n more bytes may be in flight (a piece larger than
+// the limit goes alone); false when the pipeline stopped.
+func (p *pipeline) acquire(n int64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for !p.stopped && p.inFlight > 0 && p.inFlight+n > p.limit {
+		p.cond.Wait()
+	}
+	if p.stopped {
+		return false
+	}
+	p.inFlight += n
+	return true
+}
+
+func (p *pipeline) release(pc *piece) {
+	p.mu.Lock()
+	p.inFlight -= pc.cost
+	if int64(cap(pc.out)) == p.chunk && len(p.free) < 64 {
+		p.free = append(p.free, pc.out[:0])
+	}
+	pc.out = nil
+	p.mu.Unlock()
+	p.cond.Broadcast()
+}
+
+func (p *pipeline) buffer(n int64) []byte {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n <= p.chunk && len(p.free) > 0 {
+		b := p.free[len(p.free)-1]
+		p.free = p.free[:len(p.free)-1]
+		return b[:n]
+	}
+	if n <= p.chunk && n > p.chunk/2 {
+		return make([]byte, n, p.chunk)
+	}
+	return make([]byte, n)
+}
+
+// stop ends the pipeline and waits for its goroutines.
+func (p *pipeline) stop() {
+	p.cancel()
+	p.mu.Lock()
+	p.stopped = true
+	p.mu.Unlock()
+	p.cond.Broadcast()
+	for range p.queue { // unblock the feeder
+	}
+	p.wg.Wait()
+}
+
+// next returns the next piece in order, computed; the caller releases it.
+func (p *pipeline) next() (*piece, error) {
+	select {
+	case pc, ok := <-p.queue:
+		if !ok {
+			if err := p.ctx.Err(); err != nil {
+				return nil, err
+			}
+			return nil, io.ErrUnexpectedEOF
+		}
+		<-pc.done
+		return pc, pc.err
+	case <-p.ctx.Done():
+		return nil, p.ctx.Err()
+	}
+}
+
+// crcTable is the Castagnoli polynomial's table (hardware-accelerated).
+var crcTable = crc32.MakeTable(crc32.Castagnoli)

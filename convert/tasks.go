@@ -1,0 +1,407 @@
+package convert
+
+import (
+	"cmp"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/quant"
+	"github.com/ckpt-go/ckpt/safetensors"
+)
+
+// storedEntry is one stored tensor of a component, in file order.
+type storedEntry struct {
+	name  string
+	info  safetensors.TensorInfo
+	file  int
+	begin int64
+}
+
+// buildTasks decides every tensor of c and builds the tasks that write
+// them, in the source's order, each FP8 scale right after its weight.
+func (r *runner) buildTasks(c *component) error {
+	o := &r.opts
+	files := c.ck.Files()
+	fileIdx := map[string]int{}
+	for i, f := range files {
+		fileIdx[f] = i
+		fileIdx[filepath.Base(f)] = i
+	}
+	var entries []storedEntry
+	for _, n := range c.ck.Names() {
+		info, f, ok := c.ck.Info(n)
+		if !ok {
+			continue
+		}
+		fi, ok := fileIdx[f]
+		if !ok {
+			fi = fileIdx[filepath.Base(f)]
+		}
+		entries = append(entries, storedEntry{name: n, info: info, file: fi, begin: info.Begin})
+	}
+	slices.SortFunc(entries, func(a, b storedEntry) int {
+		return cmp.Or(cmp.Compare(a.file, b.file), cmp.Compare(a.begin, b.begin), strings.Compare(a.name, b.name))
+	})
+	sch := c.scheme
+	weightOf := map[string]*quant.Weight{} // data tensor -> weight
+	for _, w := range sch.Weights {
+		weightOf[w.Data.Name] = w
+	}
+	unconsumed := map[string]bool{}
+	for _, n := range sch.Unconsumed {
+		unconsumed[n] = true
+	}
+	kept := map[string]bool{}
+	for _, n := range sch.Kept {
+		kept[n] = true
+	}
+	markers := map[string]bool{}
+	for _, n := range sch.Markers {
+		markers[n] = true
+	}
+	tensor := func(name string) (*safetensors.Tensor, error) {
+		t, err := c.ck.Tensor(name)
+		if err != nil {
+			return nil, &Error{Kind: ErrSource, Component: c.name, Tensor: name, Err: err}
+		}
+		return t, nil
+	}
+	newTask := func(kind taskKind, name string, to dtype.DType, shape []int64, src *safetensors.Tensor, dec decision, action string, from dtype.DType) *task {
+		t := &task{kind: kind, comp: c, spec: safetensors.TensorSpec{Name: name, DType: to, Shape: slices.Clone(shape)}, src: src}
+		b, _ := t.spec.ByteLen()
+		t.rep = &TensorReport{Component: c.name, Name: name, Shape: slices.Clone(shape), From: from, To: to, Action: action,
+			Rule: dec.rule, Elements: numElements(shape), Bytes: b}
+		return t
+	}
+	var tasks []*task
+	var keptWeights, goneWeights int
+	var quantTasks []*task
+	castErr := func(name, msg string) error {
+		return &Error{Kind: ErrCast, Component: c.name, Tensor: name, Msg: msg}
+	}
+	scaled := func(d dtype.DType, name string, shape []int64) (bool, error) {
+		if r.scale.Unscaled || !d.IsFloat() || d.Bits() > 8 || len(shape) != 2 || !strings.HasSuffix(name, ".weight") {
+			return false, nil
+		}
+		if d != dtype.F8_E4M3 && d != dtype.F8_E5M2 {
+			return false, castErr(name, fmt.Sprintf("scaled quantization writes F8_E4M3 or F8_E5M2, not %s; Scale.Unscaled (--fp8-scale none) casts to %s without scales", d, d))
+		}
+		return true, nil
+	}
+	addQuant := func(t *task, elem dtype.DType) error {
+		q, err := quant.NewFP8Quantizer(elem, t.spec.Shape, r.scale.Granularity, r.scale.Block)
+		if err != nil {
+			return castErr(t.spec.Name, err.Error())
+		}
+		t.q = q
+		t.rows, t.cols = t.spec.Shape[0], t.spec.Shape[1]
+		role, suffix := quant.RoleScale, "_scale"
+		if o.ScaleFormat == DeepSeek {
+			role, suffix = quant.RoleScaleInv, "_scale_inv"
+		}
+		_ = role
+		sname := t.spec.Name + suffix
+		st := &task{kind: kScale, comp: c, q: q, spec: safetensors.TensorSpec{Name: sname, DType: dtype.F32, Shape: q.ScaleShape()}}
+		b, _ := st.spec.ByteLen()
+		st.rep = &TensorReport{Component: c.name, Name: sname, Shape: q.ScaleShape(), From: dtype.F32, To: dtype.F32, Action: ActionScale,
+			Rule: "scales of " + t.spec.Name, Elements: numElements(q.ScaleShape()), Bytes: b}
+		t.rep.Scale, t.rep.ScaleTensor, t.rep.Narrowed = r.scale.String(), sname, true
+		if r.scale.Granularity != quant.PerBlock {
+			t.rep.Scale = r.scale.Granularity.String()
+		}
+		tasks = append(tasks, t, st)
+		quantTasks = append(quantTasks, t)
+		return nil
+	}
+	// keptStored are stored tensors copied because their weight stays in
+	// its layout; dropped the scales and markers of weights that do not.
+	var dropped []string
+	var later []storedEntry // activation scales and markers, decided last
+	for _, e := range entries {
+		name, info := e.name, e.info
+		if w := weightOf[name]; w != nil {
+			dec := o.decide(c.label, w.Name, w.Elem, true, w.Shape)
+			d, isD := dec.target.DType()
+			src, err := tensor(name)
+			if err != nil {
+				return err
+			}
+			switch {
+			case !isD || d == w.Elem:
+				keptWeights++
+				t := newTask(kCopy, name, info.DType, info.Shape, src, dec, ActionCopy, info.DType)
+				tasks = append(tasks, t)
+				for _, s := range w.Scales {
+					ss, err := tensor(s.Name)
+					if err != nil {
+						return err
+					}
+					tasks = append(tasks, newTask(kCopy, s.Name, s.DType, s.Shape, ss, decision{rule: "scale of " + w.Name}, ActionCopy, s.DType))
+				}
+			case !d.IsFloat():
+				return castErr(w.Name, fmt.Sprintf("a %s weight in layout %s dequantizes to a float dtype, not %s (%s)", w.Elem, w.Layout, d, dec.rule))
+			default:
+				goneWeights++
+				for _, s := range w.Scales {
+					dropped = append(dropped, s.Name)
+				}
+				sc, err := scaled(d, w.Name, w.Shape)
+				if err != nil {
+					return err
+				}
+				kind, action := kDequant, ActionDequantize
+				if sc {
+					kind, action = kRequant, ActionRequantize
+				}
+				t := newTask(kind, w.Name, d, w.Shape, src, dec, action, w.Elem)
+				t.w = w
+				t.rep.Narrowed = true
+				for _, s := range w.Scales {
+					ss, err := tensor(s.Name)
+					if err != nil {
+						return err
+					}
+					t.scales = append(t.scales, ss)
+				}
+				rows, cols := int64(1), int64(1)
+				if len(w.Shape) > 0 {
+					cols = w.Shape[len(w.Shape)-1]
+					rows = numElements(w.Shape[:len(w.Shape)-1])
+				}
+				t.rows, t.cols = rows, cols
+				if sc {
+					if err := addQuant(t, d); err != nil {
+						return err
+					}
+				} else {
+					tasks = append(tasks, t)
+				}
+			}
+			continue
+		}
+		if sch.Consumed(name) {
+			if markers[name] {
+				later = append(later, e)
+			}
+			continue // a scale, with its weight
+		}
+		if kept[name] {
+			later = append(later, e)
+			continue
+		}
+		src, err := tensor(name)
+		if err != nil {
+			return err
+		}
+		if unconsumed[name] {
+			r.rep.Warnings = append(r.rep.Warnings, fmt.Sprintf("%s: %s looks like quantization data of a layout ckpt does not decode: copied as stored", c.label, name))
+			tasks = append(tasks, newTask(kCopy, name, info.DType, info.Shape, src, decision{rule: "unknown layout: as stored"}, ActionCopy, info.DType))
+			continue
+		}
+		dec := o.decide(c.label, name, info.DType, false, info.Shape)
+		d, isD := dec.target.DType()
+		switch {
+		case !isD || d == info.DType:
+			tasks = append(tasks, newTask(kCopy, name, info.DType, info.Shape, src, dec, ActionCopy, info.DType))
+		case info.DType.Kind() == dtype.KindComplex && d.Kind() != dtype.KindComplex:
+			return castErr(name, fmt.Sprintf("complex %s cannot become %s (%s)", info.DType, d, dec.rule))
+		default:
+			sc, err := scaled(d, name, info.Shape)
+			if err != nil {
+				return err
+			}
+			if sc && info.DType.IsFloat() {
+				t := newTask(kQuant, name, d, info.Shape, src, dec, ActionQuantize, info.DType)
+				if err := addQuant(t, d); err != nil {
+					return err
+				}
+				continue
+			}
+			if _, err := d.ByteLen(numElements(info.Shape)); err != nil {
+				return castErr(name, fmt.Sprintf("%d elements do not fill whole bytes of %s (%s)", numElements(info.Shape), d, dec.rule))
+			}
+			t := newTask(kCast, name, d, info.Shape, src, dec, ActionCast, info.DType)
+			t.narrow = !exact(info.DType, d)
+			t.rep.Narrowed = t.narrow
+			tasks = append(tasks, t)
+		}
+	}
+	c.newQ = len(quantTasks) > 0
+	sourceQ := len(sch.Weights) > 0
+	c.dropQ = sourceQ && keptWeights == 0
+	if c.newQ && keptWeights > 0 {
+		return &Error{Kind: ErrCast, Component: c.name, Msg: fmt.Sprintf("%d weights stay in the source's %s layout while others would be quantized anew: one component cannot declare both; dequantize or requantize them all", keptWeights, sch.Layout)}
+	}
+	// Activation scales and markers belong to the layout: copied as
+	// stored while a weight stays in it, dropped when none does.
+	for _, e := range later {
+		if keptWeights == 0 && goneWeights > 0 {
+			dropped = append(dropped, e.name)
+			continue
+		}
+		src, err := tensor(e.name)
+		if err != nil {
+			return err
+		}
+		tasks = append(tasks, newTask(kCopy, e.name, e.info.DType, e.info.Shape, src, decision{rule: "belongs to the " + sch.Layout.String() + " layout: as stored"}, ActionCopy, e.info.DType))
+	}
+	for _, t := range tasks {
+		r.sizeTask(t)
+	}
+	c.tasks = tasks
+	c.byName = make(map[string]*task, len(tasks))
+	for _, t := range tasks {
+		if c.byName[t.spec.Name] != nil {
+			return &Error{Kind: ErrCast, Component: c.name, Tensor: t.spec.Name, Msg: "two output tensors would have this name"}
+		}
+		c.byName[t.spec.Name] = t
+	}
+	if len(tasks) == 0 {
+		return &Error{Kind: ErrSource, Component: c.name, Msg: "no tensors to write"}
+	}
+	for _, d := range dropped {
+		r.rep.Dropped = append(r.rep.Dropped, qualified(c.name, d))
+	}
+	var unscaledNarrow int
+	for _, t := range tasks {
+		if t.kind == kCast && t.spec.DType.Bits() <= 8 && t.spec.DType.IsFloat() {
+			unscaledNarrow++
+		}
+	}
+	if unscaledNarrow > 0 {
+		r.rep.Warnings = append(r.rep.Warnings, fmt.Sprintf("%s: %d tensors cast to 8-bit or narrower floats without scales: values beyond the type's range saturate or overflow and small ones flush to zero (see their numerics)", cmp.Or(c.name, "weights"), unscaledNarrow))
+	}
+
+	// Metadata: the source's, without a quantization that no longer
+	// applies, with the new one and the provenance.
+	meta := c.ck.Metadata()
+	if meta == nil {
+		meta = map[string]string{}
+	}
+	if c.newQ || c.dropQ {
+		delete(meta, MetaQuantizationConfig)
+		delete(meta, "_quantization_metadata")
+	}
+	if _, ok := meta["format"]; !ok {
+		meta["format"] = "pt"
+	}
+	meta[MetaSource] = filepath.Base(filepath.Clean(r.src))
+	meta[MetaPolicy] = r.policyString()
+	if c.newQ {
+		elem := quantTasks[0].spec.DType
+		for _, t := range quantTasks[1:] {
+			if t.spec.DType != elem {
+				return &Error{Kind: ErrCast, Component: c.name, Tensor: t.spec.Name, Msg: fmt.Sprintf("FP8 weights of two element types (%s and %s) in one component: one quantization_config cannot declare both", elem, t.spec.DType)}
+			}
+		}
+		c.qconfig = quantizationConfig(o.ScaleFormat, r.scale, elem, ignoreList(tasks))
+		meta[MetaQuantizationConfig] = string(c.qconfig)
+		meta[MetaScale] = r.scale.String() + " " + o.ScaleFormat.String()
+	} else if q, ok := meta[MetaQuantizationConfig]; ok && !c.dropQ {
+		c.qconfig = []byte(q)
+	}
+	c.meta = meta
+	return nil
+}
+
+// ignoreList returns the linear modules the quantization leaves alone, for
+// the config's ignore list: modules whose 2-D weight is a linear layer's
+// (or an output head's) and is not quantized with scales, modules whose
+// weight is stored in FP8 without scales (a reader would look for them),
+// and lm_head.
+func ignoreList(tasks []*task) []string {
+	set := map[string]bool{"lm_head": true}
+	for _, t := range tasks {
+		name := t.spec.Name
+		if t.kind == kQuant || t.kind == kRequant || t.kind == kScale || !strings.HasSuffix(name, ".weight") {
+			continue
+		}
+		module := strings.TrimSuffix(name, ".weight")
+		last := module[strings.LastIndexByte(module, '.')+1:]
+		fp8 := t.spec.DType.Bits() == 8 && t.spec.DType.IsFloat()
+		if fp8 || (len(t.spec.Shape) == 2 && (LinearWeight(name, t.spec.Shape) || last == "lm_head" || last == "embed_out")) {
+			set[module] = true
+		}
+	}
+	return sortedKeys(set)
+}
+
+// sizeTask sets how a task is cut into pieces: elements for copies and
+// casts (multiples of 8, so that sub-byte dtypes stay on byte boundaries),
+// rows for the others (multiples of 8 and of the quantizer's row
+// alignment), about ChunkBytes of source or staging data each.
+func (r *runner) sizeTask(t *task) {
+	t.outBits = int64(t.spec.DType.Bits())
+	switch t.kind {
+	case kScale:
+		return
+	case kCopy, kCast:
+		t.units = numElements(t.spec.Shape)
+		bits := max(t.outBits, int64(t.src.DType().Bits()))
+		if t.narrow {
+			bits = max(bits, 32) // staging for the error measure
+			if t.src.DType() == dtype.F64 || t.spec.DType.Bits() > 32 {
+				bits = 64
+			}
+			bits *= 2
+		}
+		t.per = max(r.chunk*8/bits/8*8, 8)
+		return
+	}
+	t.units = t.rows
+	align := int64(8)
+	if t.q != nil && t.q.RowAlign() > 1 {
+		align = lcm(8, t.q.RowAlign())
+	}
+	staging := int64(4) // float32 rows
+	if t.kind == kDequant {
+		staging = 16 // float64 values and their decoded rounding
+	}
+	rows := r.chunk / max(t.cols*staging, 1)
+	t.per = max(rows/align*align, align)
+}
+
+func lcm(a, b int64) int64 {
+	x, y := a, b
+	for y != 0 {
+		x, y = y, x%y
+	}
+	return a / x * b
+}
+
+func numElements(shape []int64) int64 {
+	n := int64(1)
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
+
+func qualified(comp, name string) string {
+	if comp == "" {
+		return name
+	}
+	return comp + "/" + name
+}
+
+// policyString writes the policy as the CLI's flags spell it.
+func (r *runner) policyString() string {
+	o := &r.opts
+	var parts []string
+	if o.DType.IsSet() {
+		parts = append(parts, "--dtype "+o.DType.String())
+	}
+	for _, k := range sortedKeys(o.Components) {
+		parts = append(parts, "--component "+k+"="+o.Components[k].String())
+	}
+	for _, ru := range o.Rules {
+		parts = append(parts, "--keep "+ru.String())
+	}
+	if len(parts) == 0 {
+		return "as stored"
+	}
+	return strings.Join(parts, " ")
+}

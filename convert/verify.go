@@ -1,0 +1,165 @@
+package convert
+
+import (
+	"fmt"
+	"hash/crc32"
+	"path/filepath"
+	"slices"
+
+	"github.com/ckpt-go/ckpt"
+	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/quant"
+	"github.com/ckpt-go/ckpt/shard"
+)
+
+// verify reads every written set back as the loader opens it and checks,
+// tensor by tensor: that it is there with the dtype and shape written,
+// that its bytes are those written (a CRC-32C computed while writing), and
+// that every quantized weight is read back as one, with its scale, and
+// dequantizes to values whose largest error against the source is the one
+// reported.
+func (r *runner) verify() error {
+	r.progMu.Lock()
+	r.phase, r.done, r.total = "verify", 0, r.written
+	r.progMu.Unlock()
+	for i, c := range r.comps {
+		cr := r.rep.Components[i]
+		entry := filepath.Join(cr.Dir, cr.Files[0])
+		if cr.Index != "" {
+			entry = filepath.Join(cr.Dir, cr.Index)
+		}
+		var copts []ckpt.Option
+		if r.opts.FollowSymlinks {
+			copts = append(copts, ckpt.WithFollowSymlinks())
+		}
+		m, err := ckpt.Open(entry, append(copts, ckpt.WithBudget(-1))...)
+		if err != nil {
+			return &Error{Kind: ErrVerify, Path: entry, Component: c.name, Msg: "the output does not open", Err: err}
+		}
+		err = r.verifySet(c, m, entry)
+		m.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *runner) verifySet(c *component, m *ckpt.Model, entry string) error {
+	name := m.Components()[0]
+	ck, err := m.Checkpoint(name)
+	if err != nil {
+		return &Error{Kind: ErrVerify, Path: entry, Component: c.name, Err: err}
+	}
+	scheme, _ := m.Scheme(name)
+	fail := func(t *task, msg string, err error) error {
+		return &Error{Kind: ErrVerify, Path: entry, Component: c.name, Tensor: t.spec.Name, Msg: msg, Err: err}
+	}
+	if n := len(ck.Names()); n != len(c.tasks) {
+		return &Error{Kind: ErrVerify, Path: entry, Component: c.name, Msg: fmt.Sprintf("%d tensors read back, %d written", n, len(c.tasks))}
+	}
+	buf := make([]byte, min(r.chunk, 8<<20))
+	for _, t := range c.tasks {
+		if err := r.ctx.Err(); err != nil {
+			return &Error{Kind: ErrCanceled, Path: entry, Component: c.name, Err: err}
+		}
+		info, _, ok := ck.Info(t.spec.Name)
+		if !ok {
+			return fail(t, "missing from the output", nil)
+		}
+		if info.DType != t.spec.DType || !slices.Equal(info.Shape, t.spec.Shape) {
+			return fail(t, fmt.Sprintf("read back as %s%v, written as %s%v", info.DType, info.Shape, t.spec.DType, t.spec.Shape), nil)
+		}
+		st, err := ck.Tensor(t.spec.Name)
+		if err != nil {
+			return fail(t, "unreadable", err)
+		}
+		// The bytes, through a bounded buffer, as raw reads of whole
+		// multiples of 8 elements.
+		n := st.NumElements()
+		bits := int64(st.DType().Bits())
+		per := max(int64(len(buf))*8/bits/8*8, 8)
+		crc := uint32(0)
+		for first := int64(0); first < n; first += per {
+			cnt := min(per, n-first)
+			b := buf[:((first+cnt)*bits+7)/8-first*bits/8]
+			if _, err := st.ConvertElementsTo(st.DType(), b, first, dtype.Options{Workers: 1}); err != nil {
+				return fail(t, "unreadable", err)
+			}
+			st.Evict(first, cnt)
+			crc = crc32.Update(crc, crcTable, b)
+			r.progress(c, t.spec.Name, int64(len(b)))
+		}
+		if crc != t.rep.crc {
+			return fail(t, fmt.Sprintf("its bytes differ from those written (CRC-32C %08x, written %08x)", crc, t.rep.crc), nil)
+		}
+		if t.kind == kQuant || t.kind == kRequant {
+			if err := r.verifyQuant(t, scheme, ck); err != nil {
+				return &Error{Kind: ErrVerify, Path: entry, Component: c.name, Tensor: t.spec.Name, Err: err}
+			}
+		}
+	}
+	return nil
+}
+
+// verifyQuant checks that the loader reads a quantized weight back as one,
+// with the scale written, and that it dequantizes to values whose largest
+// errors against the source are those reported.
+func (r *runner) verifyQuant(t *task, scheme *quant.Scheme, ck *shard.Checkpoint) error {
+	w := scheme.Weight(t.spec.Name)
+	if w == nil {
+		return fmt.Errorf("the loader does not read it back as a quantized weight (layout %s)", scheme.Layout)
+	}
+	if len(w.Scales) != 1 || w.Scales[0].Name != t.rep.ScaleTensor || w.Elem != t.spec.DType || w.Scales[0].Block != t.q.Block() {
+		return fmt.Errorf("the loader reads it back in layout %s with scales %+v, not as written (%s, block %v)", w.Layout, w.Scales, t.rep.ScaleTensor, t.q.Block())
+	}
+	dt, err := ck.Tensor(w.Data.Name)
+	if err != nil {
+		return err
+	}
+	data, err := dt.Bytes()
+	if err != nil {
+		return err
+	}
+	stt, err := ck.Tensor(w.Scales[0].Name)
+	if err != nil {
+		return err
+	}
+	sdata, err := stt.Bytes()
+	if err != nil {
+		return err
+	}
+	var ps pieceStats
+	var x []float32
+	var x64, y []float64
+	for first := int64(0); first < t.rows; first += t.per {
+		n := min(t.per, t.rows-first)
+		x, y = grow(x, n*t.cols), grow(y, n*t.cols)
+		var srcStats pieceStats
+		if t.kind == kQuant {
+			err = t.readRows(first, n, x, &srcStats)
+		} else {
+			err = t.dequantRows(r.ctx, dtype.Float32Bytes(x), dtype.F32, first, n)
+		}
+		if err != nil {
+			return err
+		}
+		if err := protect(func() error {
+			_, err := w.DequantizeRows(r.ctx, dtype.Float64Bytes(y), dtype.F64, data, [][]byte{sdata}, first, n, dtype.Options{Workers: 1})
+			return err
+		}); err != nil {
+			return err
+		}
+		dt.Evict(first*t.cols, n*t.cols)
+		x64 = grow(x64, n*t.cols)
+		for i, v := range x {
+			x64[i] = float64(v)
+		}
+		measure(x64, y, &ps)
+	}
+	if ps.maxAbsErr != t.rep.MaxAbsErr || ps.rel != t.rep.MaxRelErr || ps.nan+ps.inf != t.rep.NaN {
+		return fmt.Errorf("read back through the loader its largest errors are abs %g, rel %g (%d NaN), reported abs %g, rel %g (%d NaN)",
+			ps.maxAbsErr, ps.rel, ps.nan, t.rep.MaxAbsErr, t.rep.MaxRelErr, t.rep.NaN)
+	}
+	return nil
+}
