@@ -2,6 +2,55 @@
 // casting, FP8 quantization with scales, resharding, with a numerics
 // report) and the save path of training programs (Save and Check).
 //
+// # Converting checkpoints
+//
+// Run converts anything ckpt.Open accepts — a safetensors file, a shard
+// index, a component folder, a diffusers pipeline — into a file, a folder
+// with the same layout (component subfolders, configs, tokenizers and
+// other regular files copied, weights named as the source names them and
+// sharded by Options.MaxShardSize), or precision-variant files beside the
+// source (model.bf16.safetensors, X.V-0000k-of-0000n.safetensors with
+// X.safetensors.index.V.json) that variant resolution then picks up.
+//
+// The dtype policy is the loader's (a default, per-component targets,
+// per-tensor rules; ckpt.ParseRule), with one default of its own: a target
+// of 16 bits or more casts every floating tensor, while an 8-bit or
+// narrower target applies only to the 2-D weights of linear layers
+// (LinearWeight) and leaves norms, biases, embeddings, lm_head and
+// non-float tensors as they are. Rules override both.
+//
+// FP8 targets quantize those weights with F32 scales (quant.FP8Quantizer):
+// per tensor ([1]), per output channel ([out, 1]) or per N×N block
+// ([ceil(out/N), ceil(in/N)], partial edge blocks), scale = amax / max
+// finite (1 for an all-zero group), codes rounded to nearest even from the
+// exact quotient. The scales are stored as compressed-tensors
+// P.weight_scale (the default) or DeepSeek P.weight_scale_inv, and the
+// matching quantization_config goes into the component's config.json (the
+// rest of it copied) and into every file's __metadata__, so that ckpt,
+// transformers and vLLM read the result as a quantized model, and a bare
+// file describes itself. Its ignore list names every linear module left
+// unquantized, lm_head included. Scale.Unscaled casts plainly instead, and
+// the report says what that lost. A source already in a scaled layout is
+// copied with its scales, dequantized through package quant (one rounding
+// from the exact product) to a wider target, or dequantized and quantized
+// anew (through F32) to an FP8 target with scales.
+//
+// Memory stays bounded whatever the model's size: tensors are converted in
+// pieces of Options.ChunkBytes by a few workers, straight from the source's
+// mapping into shard.WriteStream, ahead of the writer by a bounded number of
+// bytes, and the source pages converted are dropped from the resident set
+// (safetensors.Tensor.Evict). Every set is committed crash-atomically by
+// package shard; on an error or cancellation the previous output is intact
+// and no temporary file is left.
+//
+// The Report lists, for every narrowed tensor, the values that became NaN
+// or Inf, overflowed, saturated or were flushed to zero, and the largest
+// absolute and relative errors against the source, measured in the pass
+// that writes it; its Summary names the worst tensors.
+// Options.FailOnOverflow stops before the commit when a value overflows,
+// and Options.Verify reads the output back through the loader and checks
+// it tensor by tensor.
+//
 // # Training checkpoints
 //
 // Save writes in-memory tensors (any dtype: FP8/FP6/FP4 weights, F8_E8M0
