@@ -5,4 +5,5 @@ package main
 // ones missing from this build) and `ckpt run-mlp` picks the best.
 import (
 	_ "github.com/ckpt-go/ckpt/executor/cpu"
+	_ "github.com/ckpt-go/ckpt/executor/cuda"
 )

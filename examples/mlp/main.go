@@ -21,7 +21,8 @@ import (
 	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/executor"
-	_ "github.com/ckpt-go/ckpt/executor/cpu" // the "cpu" backend; add executor/cuda's import for "cuda"
+	_ "github.com/ckpt-go/ckpt/executor/cpu"  // the "cpu" backend
+	_ "github.com/ckpt-go/ckpt/executor/cuda" // the "cuda" backend: used when a driver and a device are found
 	"github.com/ckpt-go/ckpt/internal/mlpdemo"
 )
 

@@ -140,7 +140,7 @@ func openLibcuda() (driver, error) {
 		dlLib, dlErr = purego.Dlopen(libName, rtldNow|rtldGlobal)
 	})
 	if dlErr != nil {
-		return nil, &Error{Kind: ErrNoDriver, Msg: "cannot load " + libName + " (no NVIDIA driver installed, or not in the library search path)", Err: dlErr}
+		return nil, &Error{Kind: ErrNoDriver, Msg: "cannot load " + libName, Err: dlErr}
 	}
 	l := &libcuda{path: loadedPath(libName)}
 	bind := []struct {

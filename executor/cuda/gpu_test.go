@@ -1,0 +1,309 @@
+package cuda
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"testing"
+
+	"github.com/ckpt-go/ckpt"
+	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/executor"
+	"github.com/ckpt-go/ckpt/executor/cpu"
+	"github.com/ckpt-go/ckpt/quant"
+)
+
+// The tests below need a GPU. They skip with the reason when the driver or
+// a device is missing, and fail instead when CKPT_REQUIRE_GPU=1 (set it on
+// the GPU machine, see the package documentation).
+
+func gpu(t *testing.T, opts ...executor.Option) *Executor {
+	t.Helper()
+	e, err := New(opts...)
+	if err != nil {
+		if os.Getenv("CKPT_REQUIRE_GPU") == "1" {
+			t.Fatalf("CKPT_REQUIRE_GPU=1 but the CUDA executor cannot start: %v", err)
+		}
+		t.Skipf("no GPU (set CKPT_REQUIRE_GPU=1 to fail instead): %v", err)
+	}
+	t.Cleanup(func() {
+		if n, _ := e.Live(); n != 0 {
+			t.Errorf("%d buffers leaked", n)
+		}
+		e.Close()
+	})
+	t.Logf("device: %+v", e.Info())
+	return e
+}
+
+func refCPU(t *testing.T) *cpu.Executor {
+	c, err := cpu.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func download(t *testing.T, e executor.Executor, b executor.Buffer) []byte {
+	t.Helper()
+	out := make([]byte, b.Bytes())
+	if err := e.Download(ctx, b, out); err != nil {
+		t.Fatal(err)
+	}
+	e.Free(b)
+	return out
+}
+
+// Every FP8 code and scale layout, to F32, BF16 and F16: bit-exact with
+// quant.Weight.Dequantize.
+func TestGPUDequantizeBitExact(t *testing.T) {
+	e := gpu(t)
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, c := range dqCases(rng) {
+		w := &executor.Weight{Quant: c.w}
+		d, err := e.FromHost(ctx, c.data, c.w.Data.DType, c.w.Data.Shape, c.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Data = d
+		for i, s := range c.w.Scales {
+			sb, err := e.FromHost(ctx, c.scales[i], s.DType, s.Shape, s.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w.Scales = append(w.Scales, sb)
+		}
+		for _, to := range kernelTargets {
+			n, _ := executor.Elements(c.w.Shape)
+			want := make([]byte, n*int64(to.Bits())/8)
+			if _, err := c.w.Dequantize(want, to, c.data, c.scales, dtype.Options{}); err != nil {
+				t.Fatal(err)
+			}
+			b, err := e.Dequantize(ctx, w, to)
+			if err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			if got := download(t, e, b); !bytes.Equal(got, want) {
+				t.Errorf("%s to %s: %s", c.name, to, firstDiff(got, want, to, func(i int) string { return fmt.Sprint("element ", i) }))
+			}
+		}
+		executor.FreeWeight(e, w)
+	}
+}
+
+func TestGPUConvertBitExact(t *testing.T) {
+	e := gpu(t)
+	all16 := make([]byte, 2<<16)
+	for i := range 1 << 16 {
+		all16[2*i], all16[2*i+1] = byte(i), byte(i>>8)
+	}
+	for _, from := range []dtype.DType{dtype.BF16, dtype.F16} {
+		x, err := e.FromHost(ctx, all16, from, []int64{1 << 16}, "all")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, to := range kernelTargets {
+			want := make([]byte, (1<<16)*to.Bits()/8)
+			dtype.Convert(want, to, all16, from, dtype.Options{})
+			b, err := e.Dequantize(ctx, &executor.Weight{Data: x}, to)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := download(t, e, b); !bytes.Equal(got, want) {
+				t.Errorf("%s to %s: %s", from, to, firstDiff(got, want, to, func(i int) string { return fmt.Sprint("code ", i) }))
+			}
+		}
+		e.Free(x)
+	}
+}
+
+func randBytes(rng *rand.Rand, dt dtype.DType, n int64, scale float64) []byte {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(rng.NormFloat64() * scale)
+	}
+	out := make([]byte, n*int64(dt.Bits())/8)
+	dtype.EncodeFloat32(out, dt, v, dtype.Options{})
+	return out
+}
+
+// maxRel returns max|got−want| / max|want| over F32 outputs.
+func maxRel(got, want []float32) float64 {
+	var d, m float64
+	for i := range want {
+		d = max(d, math.Abs(float64(got[i]-want[i])))
+		m = max(m, math.Abs(float64(want[i])))
+	}
+	return d / m
+}
+
+// Linear on fresh random inputs against the CPU reference's F32 result:
+// 1e-5 relative for F32 weights, 1e-2 for BF16 and FP8 weights, with the
+// tiled kernel and (sm_80+) the tensor-core one.
+func TestGPULinear(t *testing.T) {
+	e := gpu(t)
+	c := refCPU(t)
+	rng := rand.New(rand.NewPCG(uint64(os.Getpid()), 9))
+	const m, k, n = 67, 300, 130
+	type wcase struct {
+		name string
+		q    *quant.Weight
+		data []byte
+		dt   dtype.DType
+		sc   []byte
+		tol  float64
+	}
+	codes := make([]byte, n*k)
+	for i := range codes {
+		codes[i] = byte(rng.IntN(256))
+		if codes[i]&0x7F == 0x7F {
+			codes[i] = 0x30
+		}
+	}
+	block := &quant.Weight{Name: "w", Shape: []int64{n, k}, Elem: dtype.F8_E4M3, Layout: quant.DeepSeekFP8Block,
+		Data:   quant.Stored{Name: "w", DType: dtype.F8_E4M3, Shape: []int64{n, k}},
+		Scales: []quant.Scale{{Role: quant.RoleScaleInv, Stored: quant.Stored{Name: "s", DType: dtype.F32, Shape: []int64{2, 3}}, Block: [2]int64{128, 128}}}}
+	cases := []wcase{
+		{"F32", nil, randBytes(rng, dtype.F32, n*k, 0.05), dtype.F32, nil, 1e-5},
+		{"BF16", nil, randBytes(rng, dtype.BF16, n*k, 0.05), dtype.BF16, nil, 1e-2},
+		{"FP8 block", block, codes, dtype.F8_E4M3, randBytes(rng, dtype.F32, 6, 0.01), 1e-2},
+	}
+	for _, xdt := range []dtype.DType{dtype.F32, dtype.BF16, dtype.F16} {
+		xb := randBytes(rng, xdt, m*k, 1)
+		for _, wc := range cases {
+			for _, kern := range []string{"tiled", "mma"} {
+				if err := e.SetLinearKernel(kern); err != nil {
+					continue
+				}
+				if kern == "mma" && (xdt == dtype.F32 || (wc.dt != xdt && wc.q == nil)) {
+					continue
+				}
+				var ys [2][]float32
+				for i, ex := range []executor.Executor{c, e} {
+					x, _ := ex.FromHost(ctx, xb, xdt, []int64{m, k}, "x")
+					d, _ := ex.FromHost(ctx, wc.data, wc.dt, []int64{n, k}, "w")
+					w := &executor.Weight{Data: d, Quant: wc.q}
+					if wc.sc != nil {
+						s, _ := ex.FromHost(ctx, wc.sc, dtype.F32, []int64{2, 3}, "s")
+						w.Scales = []executor.Buffer{s}
+					}
+					bias, _ := ex.FromHost(ctx, randBytes(rng, dtype.F32, n, 1), dtype.F32, []int64{n}, "b")
+					y, err := ex.Linear(ctx, x, w, bias, dtype.F32)
+					if err != nil {
+						t.Fatalf("%s %s x %s: %v", kern, wc.name, xdt, err)
+					}
+					out := download(t, ex, y)
+					ys[i] = make([]float32, m*n)
+					dtype.DecodeFloat32(ys[i], out, dtype.F32)
+					ex.Free(x)
+					ex.Free(bias)
+					executor.FreeWeight(ex, w)
+				}
+				if r := maxRel(ys[1], ys[0]); r > wc.tol || math.IsNaN(r) {
+					t.Errorf("%s Linear, %s weight, %s x: relative error %g > %g", kern, wc.name, xdt, r, wc.tol)
+				}
+			}
+		}
+	}
+	e.SetLinearKernel("auto")
+}
+
+func TestGPUElementwise(t *testing.T) {
+	e := gpu(t)
+	c := refCPU(t)
+	rng := rand.New(rand.NewPCG(uint64(os.Getpid()), 10))
+	for _, dt := range kernelTargets {
+		a, b, w := randBytes(rng, dt, 33*257, 2), randBytes(rng, dt, 33*257, 2), randBytes(rng, dt, 257, 1)
+		var outs [2][][]float32
+		for i, ex := range []executor.Executor{c, e} {
+			xa, _ := ex.FromHost(ctx, a, dt, []int64{33, 257}, "a")
+			xb, _ := ex.FromHost(ctx, b, dt, []int64{33, 257}, "b")
+			xw, _ := ex.FromHost(ctx, w, dt, []int64{257}, "w")
+			for _, f := range []func() (executor.Buffer, error){
+				func() (executor.Buffer, error) { return ex.Add(ctx, xa, xb) },
+				func() (executor.Buffer, error) { return ex.GELU(ctx, xa) },
+				func() (executor.Buffer, error) { return ex.SiLU(ctx, xa) },
+				func() (executor.Buffer, error) { return ex.RMSNorm(ctx, xa, xw, 1e-6) },
+			} {
+				y, err := f()
+				if err != nil {
+					t.Fatal(err)
+				}
+				v := make([]float32, 33*257)
+				dtype.DecodeFloat32(v, download(t, ex, y), dt)
+				outs[i] = append(outs[i], v)
+			}
+			ex.Free(xa)
+			ex.Free(xb)
+			ex.Free(xw)
+		}
+		for j, op := range []string{"Add", "GELU", "SiLU", "RMSNorm"} {
+			tol := 1e-6
+			if dt != dtype.F32 {
+				tol = 1e-2
+			}
+			if r := maxRel(outs[1][j], outs[0][j]); r > tol || math.IsNaN(r) {
+				t.Errorf("%s %s: relative error %g", op, dt, r)
+			}
+		}
+	}
+}
+
+func TestGPUCheckFinite(t *testing.T) {
+	e := gpu(t, executor.WithCheckFinite())
+	h := []byte{0x00, 0x7A, 0x00, 0x7A}
+	x, err := e.FromHost(ctx, h, dtype.F16, []int64{2}, "blocks.3.fc2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.Add(ctx, x, x)
+	var nf *executor.NonFiniteError
+	if !asNonFinite(err, &nf) || nf.Op != "Add" || nf.Tensor != "blocks.3.fc2" || nf.Inf != 2 {
+		t.Errorf("report: %v", err)
+	}
+	e.Free(x)
+}
+
+func asNonFinite(err error, nf **executor.NonFiniteError) bool {
+	v, ok := err.(*executor.NonFiniteError)
+	*nf = v
+	return ok
+}
+
+// A whole model: stored tensors byte for byte, BF16 → F32 and the FP8
+// weight dequantized on the device bit-exact with the loader.
+func TestGPUUploadModel(t *testing.T) {
+	e := gpu(t)
+	dir := writeModel(t)
+	for _, to := range []dtype.DType{dtype.F32, dtype.BF16} {
+		m, err := ckpt.Open(dir, ckpt.WithDType(ckpt.To(to)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		um, err := e.UploadModel(ctx, m, executor.WithStaging(4<<20))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, err := m.Load(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, want := range ref.All() {
+			w, err := um.Weight(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make([]byte, w.Data.Bytes())
+			e.Download(ctx, w.Data, got)
+			if !bytes.Equal(got, want.Bytes()) {
+				t.Errorf("%s as %s: the device's bytes differ from the loader's", name, to)
+			}
+		}
+		ref.Close()
+		um.Close()
+		m.Close()
+	}
+}
