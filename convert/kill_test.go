@@ -1,0 +1,274 @@
+//go:build unix
+
+package convert_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ckpt-go/ckpt"
+	"github.com/ckpt-go/ckpt/convert"
+	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/testutil"
+	"github.com/ckpt-go/ckpt/safetensors"
+)
+
+// The environment of the child process of TestSaveKilled.
+const (
+	killDirEnv    = "CKPT_SAVE_KILL_DIR"   // the folder the child saves into
+	killLogEnv    = "CKPT_SAVE_KILL_LOG"   // the child's log of begun and ended saves
+	killStartEnv  = "CKPT_SAVE_KILL_START" // the first save number
+	killSlowEnv   = "CKPT_SAVE_KILL_SLOW"  // a delay at every step of a save
+	killNoSwapEnv = "CKPT_SAVE_KILL_NOSWAP"
+)
+
+// killSave is save number i of the kill test: its tensors carry the number
+// in their names; its layout cycles through a sharded set, a single file
+// and an FP8 set; every third save (i%3 == 2) replaces the checkpoint
+// "latest" (Overwrite), the others write checkpoint-i. KeepLast is 3.
+func killSave(t testing.TB, i int) ([]safetensors.TensorData, convert.SaveOptions) {
+	opts := convert.SaveOptions{Step: int64(i), KeepLast: 3, MaxShardSize: [3]int64{256, 1 << 20, 512}[i%3]}
+	if i%3 == 2 {
+		opts.Name, opts.Overwrite = "latest", true
+	}
+	dt := [3]dtype.DType{dtype.F32, dtype.BF16, dtype.F8_E4M3}[i%3]
+	var ts []safetensors.TensorData
+	for j := range 4 {
+		ts = append(ts, tensor(t, fmt.Sprintf("s%d.t%d", i, j), dt, 8, 16))
+	}
+	return ts, opts
+}
+
+// TestSaveKillChild is the trainer that TestSaveKilled runs and kills: it
+// saves in a loop, logging each save's number before it begins and after
+// it ends, until it is killed.
+func TestSaveKillChild(t *testing.T) {
+	dir := os.Getenv(killDirEnv)
+	if dir == "" {
+		t.Skip("run by TestSaveKilled")
+	}
+	logf, err := os.OpenFile(os.Getenv(killLogEnv), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start, err := strconv.Atoi(os.Getenv(killStartEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := time.ParseDuration(os.Getenv(killSlowEnv)); err == nil && d > 0 {
+		convert.SetHook(func(string) { time.Sleep(d) })
+	}
+	if os.Getenv(killNoSwapEnv) != "" {
+		convert.SetExchange(func(a, b string) error { return convert.ErrExchangeUnsupported })
+	}
+	fmt.Println("ready")
+	for i := start; ; i++ {
+		fmt.Fprintf(logf, "b %d\n", i) // unbuffered: the kernel keeps it when the process dies
+		ts, opts := killSave(t, i)
+		if _, err := convert.Save(context.Background(), dir, ts, opts); err != nil {
+			fmt.Fprintf(logf, "x %d %v\n", i, err)
+			t.Fatal(err)
+		}
+		fmt.Fprintf(logf, "e %d\n", i)
+	}
+}
+
+// loadedSave returns the number of the save that the checkpoint folder
+// holds, failing unless it holds exactly the complete tensors of one save,
+// under the name that save gives it.
+func loadedSave(t *testing.T, folder string) int {
+	t.Helper()
+	m, err := ckpt.Open(folder, ckpt.WithDType(ckpt.AsStored))
+	if err != nil {
+		t.Fatalf("%s: %v\nfolder: %v", folder, err, testutil.Entries(t, folder))
+	}
+	defer m.Close()
+	names := m.Names()
+	num, _, _ := strings.Cut(strings.TrimPrefix(slices.Min(names), "s"), ".")
+	i, err := strconv.Atoi(num)
+	if err != nil {
+		t.Fatalf("%s: tensor %q", folder, names[0])
+	}
+	want, opts := killSave(t, i)
+	if name := cmpOr(opts.Name, "checkpoint-"+strconv.Itoa(i)); name != filepath.Base(folder) {
+		t.Fatalf("%s holds save %d, which is named %s", folder, i, name)
+	}
+	if len(names) != len(want) {
+		t.Fatalf("%s: %d tensors, save %d has %d", folder, len(names), i, len(want))
+	}
+	for _, w := range want {
+		got, err := m.LoadTensor(context.Background(), w.Name)
+		if err != nil || !bytes.Equal(got.Bytes(), w.Data) {
+			t.Fatalf("%s: save %d: tensor %s differs (%v)", folder, i, w.Name, err)
+		}
+	}
+	return i
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// TestSaveKilled kills a trainer that saves in a loop at random instants,
+// hundreds of times (half of them with every step of a save slowed down,
+// so that kills land between the steps; a third of them without the atomic
+// folder swap), and checks after each kill, with no repair run first, that
+// every visible folder is one complete save under its own name, that at
+// most KeepLast+1 are visible, and that the three newest committed saves
+// are (one per name: "latest" holds the newest save that replaced it; only
+// the fallback without the swap may have it moved aside while the killed
+// save was replacing it). A final
+// save must then leave only checkpoints: every leftover is gone.
+func TestSaveKilled(t *testing.T) {
+	kills, budget := 300, 5*time.Second
+	if testing.Short() {
+		kills, budget = 40, time.Second
+	}
+	dir := filepath.Join(t.TempDir(), "run")
+	root := t.TempDir()
+	next := 0                     // the next save's number
+	committed := map[string]int{} // checkpoint name -> the newest save committed under it
+	var midSave, hidden, aside int
+	deadline := time.Now().Add(budget)
+	k := 0
+	for ; k < kills && time.Now().Before(deadline); k++ {
+		slow, noSwap := k%2 == 1, k%3 == 1
+		logPath := filepath.Join(root, fmt.Sprintf("log%d", k))
+		cmd := exec.Command(os.Args[0], "-test.run=^TestSaveKillChild$", "-test.count=1")
+		cmd.Env = append(os.Environ(), killDirEnv+"="+dir, killLogEnv+"="+logPath, killStartEnv+"="+strconv.Itoa(next))
+		if slow {
+			cmd.Env = append(cmd.Env, killSlowEnv+"=200us")
+		}
+		if noSwap {
+			cmd.Env = append(cmd.Env, killNoSwapEnv+"=1")
+		}
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		line, err := bufio.NewReader(out).ReadString('\n')
+		if err != nil || line != "ready\n" {
+			cmd.Wait()
+			t.Fatalf("child: %q, %v; stderr: %s", line, err, stderr.String())
+		}
+		maxDelay := 10 * time.Millisecond
+		if slow {
+			maxDelay = 20 * time.Millisecond
+		}
+		time.Sleep(rand.N(maxDelay))
+		cmd.Process.Kill()
+		go io.Copy(io.Discard, out)
+		cmd.Wait()
+
+		logb, _ := os.ReadFile(logPath)
+		last, ended := -1, false
+		var completed []int
+		for _, l := range strings.Split(strings.TrimSpace(string(logb)), "\n") {
+			var op string
+			var i int
+			if _, err := fmt.Sscanf(l, "%s %d", &op, &i); err != nil {
+				continue
+			}
+			switch op {
+			case "b":
+				last, ended = i, false
+			case "e":
+				ended = true
+				completed = append(completed, i)
+			default:
+				t.Fatalf("kill %d: the child failed: %s\nstderr: %s", k, l, stderr.String())
+			}
+		}
+		if last >= 0 && !ended {
+			midSave++
+		}
+
+		// Every visible folder is one complete save under its name.
+		visible := map[string]int{}
+		for _, e := range testutil.Entries(t, dir) {
+			if strings.HasPrefix(e, ".ckpt-tmp-") || strings.HasPrefix(e, ".ckpt-del-") || strings.HasPrefix(e, ".ckpt-old-") {
+				hidden++
+			}
+			if strings.HasPrefix(e, ".") {
+				if strings.HasPrefix(e, ".ckpt-old-") {
+					aside++
+				}
+				continue
+			}
+			i := loadedSave(t, filepath.Join(dir, e))
+			if i > max(last, next-1) {
+				t.Fatalf("kill %d: %s holds save %d, never begun", k, e, i)
+			}
+			visible[e] = i
+			committed[e] = max(committed[e], i)
+		}
+		for _, i := range completed {
+			_, opts := killSave(t, i)
+			name := cmpOr(opts.Name, "checkpoint-"+strconv.Itoa(i))
+			committed[name] = max(committed[name], i)
+		}
+		if len(visible) > 4 {
+			t.Fatalf("kill %d: %d checkpoints visible with KeepLast 3: %v", k, len(visible), testutil.Entries(t, dir))
+		}
+		// The three newest committed saves (one per name) are visible,
+		// except a "latest" that the fallback has moved aside while the
+		// save killed was replacing it.
+		names := slices.Collect(maps.Keys(committed))
+		slices.SortFunc(names, func(a, b string) int { return committed[b] - committed[a] })
+		for _, name := range names[:min(3, len(names))] {
+			i, ok := visible[name]
+			switch {
+			case ok && i == committed[name]:
+			case !ok && name == "latest" && noSwap && !ended && last%3 == 2:
+			default:
+				cps, _ := convert.Checkpoints(dir)
+				t.Fatalf("kill %d (during save %d, ended %v, swap %v): %s should hold save %d: %v\n%+v\nlog: %s",
+					k, last, ended, !noSwap, name, committed[name], testutil.Entries(t, dir), cps, logb)
+			}
+		}
+		if last >= 0 {
+			next = last + 1
+		}
+	}
+	t.Logf("%d kills: %d during a save, %d hidden folders seen (%d moved aside)", k, midSave, hidden, aside)
+	if k < 20 || midSave < k/2 {
+		t.Errorf("%d kills, %d of them during a save", k, midSave)
+	}
+
+	// One more save removes every leftover of the killed ones.
+	ts, opts := killSave(t, next)
+	p, err := convert.Save(context.Background(), dir, ts, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, _ := p.Wait()
+	for _, e := range testutil.Entries(t, dir) {
+		if strings.HasPrefix(e, ".") {
+			t.Errorf("after a final save the folder holds %s (%v)", e, res.Leftovers)
+		}
+	}
+	if cps, err := convert.Checkpoints(dir); err != nil || len(cps) != 3 || cps[2].Step != int64(next) {
+		t.Errorf("after a final save: %+v, %v", cps, err)
+	}
+}

@@ -1,0 +1,646 @@
+package convert
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ckpt-go/ckpt/internal/atomicfile"
+	"github.com/ckpt-go/ckpt/internal/safeopen"
+	"github.com/ckpt-go/ckpt/safetensors"
+	"github.com/ckpt-go/ckpt/shard"
+)
+
+// IfRunning says what Save does when a save of the same folder is still
+// running in this process.
+type IfRunning int
+
+const (
+	// WaitForPrevious makes Save wait until the running save is done (or
+	// ctx is), then start. This back-pressure keeps a training loop that
+	// saves faster than the disk writes from queueing buffers.
+	WaitForPrevious IfRunning = iota
+	// RefusePrevious makes Save return an *Error of kind ErrBusy at once;
+	// the caller may skip this save and try at a later step.
+	RefusePrevious
+)
+
+// SaveOptions configure Save and Check. The zero value saves
+// synchronously into DIR/checkpoint-0 with the default shard size and keeps
+// every checkpoint.
+type SaveOptions struct {
+	// Name is the checkpoint folder's name inside the target folder;
+	// default "checkpoint-STEP" (Step in decimal), as transformers' Trainer
+	// names them. It must be a bare name: letters, digits and "_" first,
+	// then also ".", "=", "+" and "-", at most 255 bytes.
+	Name string
+	// Step and Epoch go into every shard's __metadata__ as "step" and
+	// "epoch" (MetaStep, MetaEpoch) and into the manifest.
+	Step  int64
+	Epoch float64
+	// Metadata is added to every shard's __metadata__. "format" defaults
+	// to "pt", which transformers requires; "step" and "epoch" are
+	// Save's own (ErrMetadata).
+	Metadata map[string]string
+	// Prefix names the shard files (DefaultPrefix, "model", when empty).
+	Prefix string
+	// MaxShardSize is the largest shard in bytes of tensor data
+	// (shard.DefaultMaxShardSize, 5 GB, when 0); a larger tensor gets a
+	// shard of its own.
+	MaxShardSize int64
+	// KeepLast, when positive, keeps only the newest KeepLast checkpoints
+	// that Save wrote in the target folder (newest by the order of their
+	// saves, recorded in each manifest), removing the others after the new
+	// one is committed; a save also removes, before it writes, those that a
+	// save killed between its commit and its removals left, so the folder
+	// never holds more than KeepLast+1. Folders Save did not write are
+	// never removed.
+	KeepLast int
+	// Overwrite lets a save replace a checkpoint of the same name that
+	// Save wrote (a run resumed from an earlier step). Without it a taken
+	// name is ErrExists. The replacement is atomic on Linux (both folders
+	// swapped in one rename); elsewhere the old folder is moved aside
+	// first, and a kill between the two renames leaves it hidden until the
+	// next save of the folder restores it.
+	Overwrite bool
+	// Background makes Save return as soon as the save has started: the
+	// returned *Pending tells when it is done. The caller hands the
+	// tensors' Data over to the save and must not modify them until then.
+	Background bool
+	// IfRunning chooses between waiting for a save of the same folder that
+	// is still running and refusing (ErrBusy).
+	IfRunning IfRunning
+}
+
+// SaveResult describes a committed checkpoint.
+type SaveResult struct {
+	// Path is the checkpoint folder, DIR/NAME.
+	Path string `json:"path"`
+	// Name is the folder's name.
+	Name string `json:"name"`
+	// Step and Epoch are the options' values.
+	Step  int64   `json:"step"`
+	Epoch float64 `json:"epoch"`
+	// Seq numbers the saves of the target folder: one more than the
+	// highest Seq of the checkpoints it held.
+	Seq int64 `json:"seq"`
+	// Index is the index file's name, "" for a single file.
+	Index string `json:"index,omitempty"`
+	// Files are the safetensors files, in shard order.
+	Files []string `json:"files"`
+	// Tensors is the number of tensors; TotalSize their bytes of data.
+	Tensors   int   `json:"tensors"`
+	TotalSize int64 `json:"total_size"`
+	// Replaced is true when Overwrite replaced a checkpoint of the name.
+	Replaced bool `json:"replaced,omitempty"`
+	// Removed lists the older checkpoints that KeepLast removed.
+	Removed []string `json:"removed,omitempty"`
+	// Leftovers lists what killed saves had left (hidden temporary
+	// folders) and this save removed, or restored.
+	Leftovers []string `json:"leftovers,omitempty"`
+	// Warnings report cleanup that failed after the commit (an old
+	// checkpoint that could not be removed, for instance).
+	Warnings []string `json:"warnings,omitempty"`
+	// Duration is how long the save took, waiting excluded.
+	Duration time.Duration `json:"duration_ns"`
+}
+
+// Pending is a save in progress (or done): Save returns it.
+type Pending struct {
+	done chan struct{}
+	res  *SaveResult
+	err  error
+}
+
+// Done returns a channel that is closed when the save is done, committed
+// or failed. After that the tensors' buffers are the caller's again.
+func (p *Pending) Done() <-chan struct{} { return p.done }
+
+// Wait waits until the save is done and returns its result, or the error
+// that ended it (an *Error: ErrWrite, ErrCommit, ErrCanceled, ErrExists,
+// ErrNoSpace or ErrTarget); on error nothing of the save is left behind and
+// earlier checkpoints are untouched.
+func (p *Pending) Wait() (*SaveResult, error) {
+	<-p.done
+	return p.res, p.err
+}
+
+// manifestName is the manifest file in every checkpoint folder.
+const manifestName = "checkpoint.json"
+
+// manifestFormat marks a manifest as Save's.
+const manifestFormat = "ckpt.checkpoint/v1"
+
+// maxManifest bounds the manifest files read (a hostile one is refused
+// before it is read).
+const maxManifest = 16 << 20
+
+// manifest is checkpoint.json.
+type manifest struct {
+	Format    string            `json:"format"`
+	Name      string            `json:"name"`
+	Step      int64             `json:"step"`
+	Epoch     float64           `json:"epoch"`
+	Seq       int64             `json:"seq"`
+	SavedAt   time.Time         `json:"saved_at"`
+	Index     string            `json:"index,omitempty"`
+	Files     []string          `json:"files"`
+	Tensors   int               `json:"tensors"`
+	TotalSize int64             `json:"total_size"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+}
+
+// Hidden names in the target folder, all starting with ".ckpt-".
+const (
+	lockTarget = "ckpt-save"  // the lock file .ckpt-save.lock
+	tmpPrefix  = ".ckpt-tmp-" // a checkpoint being written
+	delPrefix  = ".ckpt-del-" // a checkpoint being removed
+	oldPrefix  = ".ckpt-old-" // .ckpt-old-TOKEN.NAME: a replaced checkpoint moved aside
+)
+
+// Save writes tensors as one checkpoint folder dir/NAME (see
+// SaveOptions.Name), sharded by SaveOptions.MaxShardSize as
+// huggingface_hub shards (model.safetensors, or
+// model-0000k-of-0000n.safetensors with model.safetensors.index.json), so
+// that ckpt.Open, transformers and safetensors load it as they load any
+// model folder. Every dtype of the format, and dtypes added with
+// dtype.Register, are written as their bytes are; the tensors are checked
+// as Check checks them and every problem is returned at once, before
+// anything is written.
+//
+// The checkpoint is committed atomically as a whole folder:
+//
+//  1. Save takes the target folder's lock, ".ckpt-save.lock" (an
+//     advisory flock; saves of one folder in other processes wait for
+//     it), and removes the hidden folders of killed saves.
+//  2. It writes the shards into a hidden folder dir/.ckpt-tmp-TOKEN with
+//     package shard's writer, then the manifest checkpoint.json (name,
+//     step, epoch, order of the save, files, metadata), fsyncs every file
+//     and the folder.
+//  3. One rename moves the folder to dir/NAME, and dir is fsynced. With
+//     Overwrite, a checkpoint of the same name is swapped out in the same
+//     rename (Linux) and removed.
+//  4. With KeepLast, older checkpoints are each renamed to a hidden
+//     dir/.ckpt-del-TOKEN, then removed (only after the commit: until
+//     then the folder holds the KeepLast previous checkpoints).
+//
+// So if the process is killed at any instant, every checkpoint that was
+// complete stays loadable, the new one is either complete under its name
+// or absent, and no partial checkpoint is ever visible under a final name;
+// what a kill leaves is hidden and the next save removes it. A canceled ctx
+// or a failure before step 3 removes the hidden folder and returns an
+// *Error (ErrCanceled, ErrWrite, ErrCommit); after step 3 the save is
+// committed and cancellation no longer applies.
+//
+// A synchronous save returns a Pending that is already done, or the error.
+// With SaveOptions.Background, Save validates, waits for or refuses a
+// running save of the same folder (SaveOptions.IfRunning), then returns
+// while the save goes on; its outcome comes from Pending.Wait. The tensors'
+// Data is read in place, not copied: the caller must not modify it until
+// the Pending is done. Names, shapes and metadata are copied when Save is
+// called.
+func Save(ctx context.Context, dir string, tensors []safetensors.TensorData, opts SaveOptions) (*Pending, error) {
+	specs := make([]safetensors.TensorSpec, len(tensors))
+	lens := make([]int, len(tensors))
+	data := make(map[string][]byte, len(tensors))
+	for i, t := range tensors {
+		specs[i] = safetensors.TensorSpec{Name: t.Name, DType: t.DType, Shape: t.Shape}
+		lens[i] = len(t.Data)
+		data[t.Name] = t.Data
+	}
+	p, errs := newPlan(dir, specs, lens, &opts)
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	key, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, &Error{Kind: ErrTarget, Path: dir, Err: err}
+	}
+	done, err := acquire(ctx, key, opts.IfRunning)
+	if err != nil {
+		if errors.Is(err, ErrBusy) {
+			return nil, &Error{Kind: ErrBusy, Path: dir, Msg: "a save of this folder is running (SaveOptions.IfRunning is RefusePrevious)"}
+		}
+		return nil, &Error{Kind: ErrCanceled, Path: dir, Msg: "waiting for the running save of this folder", Err: err}
+	}
+	pend := &Pending{done: done}
+	run := func() {
+		pend.res, pend.err = p.save(ctx, func(name string) ([]byte, error) { return data[name], nil })
+		finish(key, done)
+	}
+	if opts.Background {
+		go run()
+		return pend, nil
+	}
+	run()
+	if pend.err != nil {
+		return nil, pend.err
+	}
+	return pend, nil
+}
+
+// running holds, per target folder (absolute path), a channel closed when
+// the save running there ends.
+var running struct {
+	sync.Mutex
+	m map[string]chan struct{}
+}
+
+// acquire marks a save of key as running, waiting for or refusing a
+// running one. It returns the channel that finish closes: the Pending's
+// done channel, so that a save counts as running exactly until its Pending
+// is done.
+func acquire(ctx context.Context, key string, mode IfRunning) (chan struct{}, error) {
+	for {
+		running.Lock()
+		ch, busy := running.m[key]
+		if !busy {
+			if running.m == nil {
+				running.m = map[string]chan struct{}{}
+			}
+			mine := make(chan struct{})
+			running.m[key] = mine
+			running.Unlock()
+			return mine, nil
+		}
+		running.Unlock()
+		if mode == RefusePrevious {
+			return nil, ErrBusy
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// finish ends the running save of key: its Pending is done and another
+// save of the folder may start, in one step.
+func finish(key string, done chan struct{}) {
+	running.Lock()
+	delete(running.m, key)
+	close(done)
+	running.Unlock()
+}
+
+// hook, when set by tests, is called at each step of a save (to slow it
+// down or observe it); step names the point reached.
+var hook func(step string)
+
+func at(step string) {
+	if hook != nil {
+		hook(step)
+	}
+}
+
+// save runs the protocol of Save, holding the folder's lock.
+func (p *plan) save(ctx context.Context, data func(string) ([]byte, error)) (res *SaveResult, err error) {
+	start := time.Now()
+	dir := p.dir
+	if err := ctx.Err(); err != nil {
+		return nil, &Error{Kind: ErrCanceled, Path: dir, Err: err}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, &Error{Kind: ErrTarget, Path: dir, Msg: "creating the folder", Err: err}
+	}
+	lock, err := atomicfile.LockTarget(ctx, dir, lockTarget)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, &Error{Kind: ErrCanceled, Path: dir, Msg: "waiting for another process's save of this folder", Err: ctx.Err()}
+		}
+		return nil, &Error{Kind: ErrTarget, Path: dir, Msg: "taking the lock", Err: err}
+	}
+	defer lock.Unlock()
+	at("locked")
+	res = &SaveResult{Name: p.name, Path: filepath.Join(dir, p.name), Step: p.opts.Step, Epoch: p.opts.Epoch, Tensors: len(p.specs), TotalSize: p.data}
+	if lock.Exclusive() {
+		res.Leftovers, res.Warnings = cleanStale(dir)
+	}
+	if err := p.checkName(); err != nil {
+		return nil, err
+	}
+	if p.opts.KeepLast > 0 {
+		// What a save killed between its commit and its pruning left: the
+		// folder never holds more than KeepLast+1 checkpoints.
+		p.prune(res, "")
+	}
+	if err := p.checkSpace(dir); err != nil {
+		return nil, err
+	}
+	existing, warns := scan(dir)
+	res.Warnings = append(res.Warnings, warns...)
+	for _, c := range existing {
+		res.Seq = max(res.Seq, c.Seq)
+	}
+	res.Seq++
+
+	tok, err := randomToken()
+	if err != nil {
+		return nil, &Error{Kind: ErrWrite, Path: dir, Msg: "naming the temporary folder", Err: err}
+	}
+	tmp := filepath.Join(dir, tmpPrefix+tok)
+	if err := os.Mkdir(tmp, 0o755); err != nil {
+		return nil, &Error{Kind: ErrWrite, Path: dir, Msg: "creating the temporary folder", Err: err}
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			os.RemoveAll(tmp)
+		}
+	}()
+	wres, err := shard.WriteFrom(ctx, tmp, p.prefix, "", p.specs, data, p.metadata, shard.WithMaxShardSize(p.maxShard))
+	if err != nil {
+		if errors.Is(err, shard.ErrCanceled) || ctx.Err() != nil {
+			return nil, &Error{Kind: ErrCanceled, Path: dir, Err: cmp.Or(ctx.Err(), err)}
+		}
+		return nil, &Error{Kind: ErrWrite, Path: dir, Err: err}
+	}
+	res.Files, res.Index = wres.Files, wres.Index
+	at("written")
+	m := manifest{Format: manifestFormat, Name: p.name, Step: p.opts.Step, Epoch: p.opts.Epoch, Seq: res.Seq,
+		SavedAt: time.Now().UTC(), Index: wres.Index, Files: wres.Files, Tensors: len(p.specs), TotalSize: wres.TotalSize, Metadata: p.opts.Metadata}
+	if err := writeManifest(tmp, &m); err != nil {
+		return nil, &Error{Kind: ErrWrite, Path: dir, Msg: "writing " + manifestName, Err: err}
+	}
+	if err := atomicfile.SyncDir(tmp); err != nil {
+		return nil, &Error{Kind: ErrWrite, Path: dir, Msg: "fsync of the temporary folder", Err: err}
+	}
+	at("synced")
+	if err := ctx.Err(); err != nil {
+		return nil, &Error{Kind: ErrCanceled, Path: dir, Err: err}
+	}
+	replaced, err := p.commit(tmp, res)
+	if err != nil {
+		return nil, err
+	}
+	committed = true
+	res.Replaced = replaced
+	at("committed")
+	if p.opts.KeepLast > 0 {
+		p.prune(res, res.Name)
+	}
+	res.Duration = time.Since(start)
+	return res, nil
+}
+
+// writeManifest writes checkpoint.json into folder and fsyncs it.
+func writeManifest(folder string, m *manifest) error {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(filepath.Join(folder, manifestName), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// commit renames the written folder tmp to its name, swapping out a
+// checkpoint of that name when Overwrite allowed it, and fsyncs the
+// target folder.
+func (p *plan) commit(tmp string, res *SaveResult) (replaced bool, err error) {
+	final := res.Path
+	_, err = os.Lstat(final)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if err := os.Rename(tmp, final); err != nil {
+			return false, &Error{Kind: ErrCommit, Path: final, Msg: "renaming the new checkpoint into place", Err: err}
+		}
+	case err != nil:
+		return false, &Error{Kind: ErrCommit, Path: final, Err: err}
+	default:
+		// checkName allowed it: Overwrite, and final is Save's.
+		replaced = true
+		if err := exchangeFunc(tmp, final); err == nil {
+			// tmp now holds the old checkpoint: removed below, or by the
+			// next save when this one is killed first.
+			if err := atomicfile.SyncDir(p.dir); err != nil {
+				return true, notDurable(final, err)
+			}
+			if err := os.RemoveAll(tmp); err != nil {
+				res.Warnings = append(res.Warnings, fmt.Sprintf("removing the replaced checkpoint (now %s): %v", tmp, err))
+			}
+			return true, nil
+		} else if !errors.Is(err, errExchangeUnsupported) {
+			return false, &Error{Kind: ErrCommit, Path: final, Msg: "swapping the new checkpoint with the old one", Err: err}
+		}
+		tok, err := randomToken()
+		if err != nil {
+			return false, &Error{Kind: ErrCommit, Path: final, Err: err}
+		}
+		aside := filepath.Join(p.dir, oldPrefix+tok+"."+p.name)
+		if err := os.Rename(final, aside); err != nil {
+			return false, &Error{Kind: ErrCommit, Path: final, Msg: "moving the old checkpoint aside", Err: err}
+		}
+		at("aside")
+		if err := os.Rename(tmp, final); err != nil {
+			if rerr := os.Rename(aside, final); rerr != nil {
+				return false, &Error{Kind: ErrCommit, Path: final, Msg: fmt.Sprintf("renaming the new checkpoint into place failed and the old one stays at %s (the next save restores it)", aside), Err: errors.Join(err, rerr)}
+			}
+			return false, &Error{Kind: ErrCommit, Path: final, Msg: "renaming the new checkpoint into place", Err: err}
+		}
+		if err := atomicfile.SyncDir(p.dir); err != nil {
+			return true, notDurable(final, err)
+		}
+		if err := os.RemoveAll(aside); err != nil {
+			res.Warnings = append(res.Warnings, fmt.Sprintf("removing the replaced checkpoint (now %s): %v", aside, err))
+		}
+		return true, nil
+	}
+	if err := atomicfile.SyncDir(p.dir); err != nil {
+		return false, notDurable(final, err)
+	}
+	return replaced, nil
+}
+
+// notDurable reports a checkpoint renamed into place whose folder could
+// not be fsynced.
+func notDurable(final string, err error) error {
+	return &Error{Kind: ErrCommit, Path: final, Msg: "the checkpoint is in place but syncing its parent folder failed (a power loss may undo it)", Err: err}
+}
+
+var errExchangeUnsupported = errors.New("atomic exchange of folders unsupported")
+
+// exchangeFunc is exchange; tests replace it to exercise the fallback.
+var exchangeFunc = exchange
+
+// prune removes the oldest checkpoints beyond KeepLast, never current
+// (the one just written): each is renamed to a hidden name first, so that
+// no partly removed checkpoint is visible, then removed.
+func (p *plan) prune(res *SaveResult, current string) {
+	cps, warns := scan(p.dir)
+	res.Warnings = append(res.Warnings, warns...)
+	if len(cps) <= p.opts.KeepLast {
+		return
+	}
+	var trash []string
+	for _, c := range cps[:len(cps)-p.opts.KeepLast] {
+		if c.Name == current {
+			continue
+		}
+		tok, err := randomToken()
+		if err != nil {
+			res.Warnings = append(res.Warnings, fmt.Sprintf("keeping %s: %v", c.Name, err))
+			continue
+		}
+		t := filepath.Join(p.dir, delPrefix+tok)
+		if err := os.Rename(c.Path, t); err != nil {
+			res.Warnings = append(res.Warnings, fmt.Sprintf("removing old checkpoint %s: %v", c.Name, err))
+			continue
+		}
+		at("pruning")
+		trash = append(trash, t)
+		res.Removed = append(res.Removed, c.Name)
+	}
+	if err := atomicfile.SyncDir(p.dir); err != nil {
+		res.Warnings = append(res.Warnings, fmt.Sprintf("fsync of %s after removing old checkpoints: %v", p.dir, err))
+	}
+	for _, t := range trash {
+		if err := os.RemoveAll(t); err != nil {
+			res.Warnings = append(res.Warnings, fmt.Sprintf("removing %s: %v (the next save retries)", t, err))
+		}
+	}
+}
+
+// cleanStale removes the hidden folders that killed saves left in dir
+// (the caller holds the folder's lock, so no live save owns any) and
+// restores a checkpoint moved aside by an Overwrite that was killed before
+// the new one took its name.
+func cleanStale(dir string) (done, warnings []string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, []string{fmt.Sprintf("listing %s for leftovers: %v", dir, err)}
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if !e.IsDir() || !strings.HasPrefix(name, ".ckpt-") {
+			continue
+		}
+		path := filepath.Join(dir, name)
+		switch {
+		case strings.HasPrefix(name, tmpPrefix), strings.HasPrefix(name, delPrefix), strings.HasPrefix(name, ".ckpt-probe-"):
+		case strings.HasPrefix(name, oldPrefix):
+			_, orig, ok := strings.Cut(strings.TrimPrefix(name, oldPrefix), ".")
+			if ok && checkpointNameRE.MatchString(orig) {
+				target := filepath.Join(dir, orig)
+				if _, err := os.Lstat(target); errors.Is(err, fs.ErrNotExist) {
+					if err := os.Rename(path, target); err == nil {
+						done = append(done, name+" (restored as "+orig+")")
+						continue
+					}
+				}
+			}
+		default:
+			continue
+		}
+		if err := os.RemoveAll(path); err != nil {
+			warnings = append(warnings, fmt.Sprintf("removing leftover %s: %v", name, err))
+			continue
+		}
+		done = append(done, name)
+	}
+	return done, warnings
+}
+
+// CheckpointInfo describes a checkpoint that Save wrote, from its
+// manifest.
+type CheckpointInfo struct {
+	// Path is the checkpoint folder; Name its name.
+	Path string `json:"path"`
+	Name string `json:"name"`
+	// Step, Epoch and Seq are the manifest's (Seq orders the saves).
+	Step    int64     `json:"step"`
+	Epoch   float64   `json:"epoch"`
+	Seq     int64     `json:"seq"`
+	SavedAt time.Time `json:"saved_at"`
+	// Files and TotalSize describe the safetensors files.
+	Files     []string `json:"files"`
+	TotalSize int64    `json:"total_size"`
+	// Metadata is the caller's metadata.
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// Checkpoints lists the checkpoints that Save wrote in dir, oldest save
+// first (by Seq): the last one is where a resumed run starts. Folders
+// without a manifest (not Save's) are not listed; a folder whose manifest
+// cannot be read or parsed is not listed either, and is named in the
+// error, which is then an errors.Join of one error per such folder next to
+// the checkpoints that were read.
+func Checkpoints(dir string) ([]CheckpointInfo, error) {
+	if _, err := os.ReadDir(dir); err != nil {
+		return nil, &Error{Kind: ErrTarget, Path: dir, Err: err}
+	}
+	cps, warns := scan(dir)
+	var errs []error
+	for _, w := range warns {
+		errs = append(errs, &Error{Kind: ErrTarget, Path: dir, Msg: w})
+	}
+	return cps, errors.Join(errs...)
+}
+
+// scan reads the manifests of the visible folders of dir, sorted by Seq
+// (then name). Unreadable manifests are reported as warnings.
+func scan(dir string) ([]CheckpointInfo, []string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, []string{fmt.Sprintf("listing %s: %v", dir, err)}
+	}
+	var out []CheckpointInfo
+	var warns []string
+	for _, e := range entries {
+		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		path := filepath.Join(dir, e.Name())
+		m, err := readManifest(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			warns = append(warns, fmt.Sprintf("%s: not counted as a checkpoint: %v", path, err))
+			continue
+		}
+		out = append(out, CheckpointInfo{Path: path, Name: e.Name(), Step: m.Step, Epoch: m.Epoch, Seq: m.Seq, SavedAt: m.SavedAt,
+			Files: m.Files, TotalSize: m.TotalSize, Metadata: m.Metadata})
+	}
+	slices.SortFunc(out, func(a, b CheckpointInfo) int {
+		return cmp.Or(cmp.Compare(a.Seq, b.Seq), strings.Compare(a.Name, b.Name))
+	})
+	return out, warns
+}
+
+// readManifest reads and checks folder/checkpoint.json. A missing file
+// gives an error matching fs.ErrNotExist.
+func readManifest(folder string) (*manifest, error) {
+	b, err := safeopen.ReadFile(filepath.Join(folder, manifestName), maxManifest)
+	if err != nil {
+		return nil, err
+	}
+	var m manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("%s: %w", manifestName, err)
+	}
+	if m.Format != manifestFormat {
+		return nil, fmt.Errorf("%s: format %q, want %q", manifestName, m.Format, manifestFormat)
+	}
+	return &m, nil
+}
