@@ -519,3 +519,69 @@ func (e *Executor) Free(b executor.Buffer) error {
 	}
 	return e.devErr(executor.OpFree, cb.name, e.th.do(func() error { return e.drv.MemFree(ptr) }))
 }
+
+// Pinned is page-locked host memory from the driver (cuMemHostAlloc), for
+// programs that stage their own copies or measure the host's read rate
+// into such memory (bench/gpu). Free it before closing the executor.
+type Pinned struct {
+	e *Executor
+	h hostMem
+}
+
+// AllocPinned allocates n bytes of page-locked host memory.
+func (e *Executor) AllocPinned(n int64) (*Pinned, error) {
+	if n <= 0 {
+		return nil, errorf(executor.ErrArgument, "AllocPinned", "", "%d bytes", n)
+	}
+	var h hostMem
+	err := e.th.do(func() error {
+		var err error
+		h, err = e.drv.MemHostAlloc(n)
+		return err
+	})
+	if err != nil {
+		return nil, e.devErr("AllocPinned", "", err)
+	}
+	return &Pinned{e: e, h: h}, nil
+}
+
+// Bytes returns the memory (valid until Free).
+func (p *Pinned) Bytes() []byte { return p.h.bytes() }
+
+// Free releases the memory; a second Free does nothing.
+func (p *Pinned) Free() error {
+	if p.h.p == nil {
+		return nil
+	}
+	h := p.h
+	p.h = hostMem{}
+	return p.e.devErr("FreePinned", "", p.e.th.do(func() error { return p.e.drv.MemFreeHost(h) }))
+}
+
+// Copy returns a device-to-device copy of b (the baseline a dequantizing
+// kernel's bandwidth is measured against).
+func (e *Executor) Copy(ctx context.Context, b executor.Buffer) (executor.Buffer, error) {
+	const op = "Copy"
+	if err := e.start(ctx, op); err != nil {
+		return nil, err
+	}
+	src, err := e.own(op, b)
+	if err != nil {
+		return nil, err
+	}
+	out, err := e.newBuffer(op, src.dt, src.shape, src.name)
+	if err != nil {
+		return nil, err
+	}
+	err = e.exec(func() error {
+		if err := e.drv.MemcpyDtoDAsync(out.ptr, src.ptr, src.size, e.stream); err != nil {
+			return err
+		}
+		return e.drv.StreamSynchronize(e.stream)
+	})
+	if err != nil {
+		_ = e.Free(out)
+		return nil, e.devErr(op, src.name, err)
+	}
+	return out, nil
+}

@@ -402,3 +402,26 @@ func TestUploadModelFailuresFreeEverything(t *testing.T) {
 		checkReleased(t, f)
 	}
 }
+
+func TestPinnedAndCopyOnFake(t *testing.T) {
+	f := newFake()
+	e := fakeEx(t, f)
+	p, err := e.AllocPinned(1 << 20)
+	if err != nil || len(p.Bytes()) != 1<<20 {
+		t.Fatal(err)
+	}
+	if err := p.Free(); err != nil || p.Free() != nil {
+		t.Fatal(err)
+	}
+	x, _ := e.FromHost(ctx, []byte{1, 2, 3, 4}, dtype.U8, []int64{4}, "x")
+	y, err := e.Copy(ctx, x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := download(t, e, y); !bytes.Equal(got, []byte{1, 2, 3, 4}) {
+		t.Errorf("copy %v", got)
+	}
+	e.Free(x)
+	e.Close()
+	checkReleased(t, f)
+}
