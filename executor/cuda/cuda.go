@@ -144,8 +144,8 @@ func newExecutor(d driver, o executor.Options) (*Executor, error) {
 		e.info = executor.DeviceInfo{Kind: Name, Name: name, TotalBytes: total,
 			ComputeCapability: fmt.Sprintf("%d.%d", maj, mnr),
 			Driver:            fmt.Sprintf("CUDA %d.%d", e.drvVer/1000, e.drvVer%1000/10)}
-		if l, ok := d.(*libcuda); ok && l.path != "" {
-			e.info.Driver += " (" + l.path + ")"
+		if l, ok := d.(interface{ location() string }); ok && l.location() != "" {
+			e.info.Driver += " (" + l.location() + ")"
 		}
 		mods, err := modulesFor(e.cc, e.drvVer)
 		if err != nil {

@@ -5,7 +5,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 )
 
@@ -68,7 +67,7 @@ func TestThreadRunsOnOneOSThread(t *testing.T) {
 				th.do(func() error {
 					runtime.Gosched()
 					mu.Lock()
-					tids[syscall.Gettid()] = true
+					tids[gettid()] = true
 					mu.Unlock()
 					return nil
 				})

@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"unsafe"
 
 	"github.com/ckpt-go/ckpt/dtype"
@@ -56,7 +55,7 @@ func newFake() *fakeDriver {
 // call records a call of an entry point and returns its injected failure.
 func (f *fakeDriver) call(name string) error {
 	if runtime.GOOS == "linux" {
-		f.tids[syscall.Gettid()] = true
+		f.tids[gettid()] = true
 	}
 	f.calls[name]++
 	if n, ok := f.fail[name]; ok {

@@ -191,6 +191,9 @@ func loadedPath(lib string) string {
 	return ""
 }
 
+// location returns the file the library was loaded from.
+func (l *libcuda) location() string { return l.path }
+
 // check turns a CUresult into nil or a *Error naming the call and the
 // driver's name for the code.
 func (l *libcuda) check(call string, r int32) error {
