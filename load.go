@@ -344,7 +344,7 @@ func (m *Model) prepareInto(c *Component, e *entry, t *Tensor, alloc func(int64)
 	dataName := e.name
 	if e.q != nil {
 		dataName = e.q.Data.Name
-		t.Layout = c.scheme.Layout.String()
+		t.Layout = e.q.Layout.String() // the weight's own (a scheme may be "mixed")
 	}
 	st, err := c.tensor(dataName)
 	if err != nil {

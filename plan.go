@@ -165,7 +165,7 @@ func (m *Model) Plan() (*Plan, error) {
 			tp := TensorPlan{Name: e.name, Stored: e.stored.String(), Shape: slices.Clone(e.shape), DType: e.out.String(),
 				Action: e.act.String(), Rule: e.dec.Rule, Bytes: e.outBytes}
 			if e.q != nil {
-				tp.Stored = e.q.Elem.String() + " (" + c.scheme.Layout.String() + ")"
+				tp.Stored = e.q.Elem.String() + " (" + e.q.Layout.String() + ")"
 				for _, s := range e.q.Scales {
 					tp.Scales = append(tp.Scales, s.Name)
 				}
