@@ -114,8 +114,10 @@ func exact(from, to dtype.DType) bool {
 	f, ok1 := numerics[from]
 	t, ok2 := numerics[to]
 	if ok1 && ok2 {
-		// E8M0 has no zero and no sign; the others have both.
-		if to == dtype.F8_E8M0 {
+		// E8M0 has no zero and no sign; the FNUZ types no -0 and no
+		// infinity; F4 and F6 no infinity and no NaN.
+		fi, ti := from.Info(), to.Info()
+		if to == dtype.F8_E8M0 || (fi.HasNegZero && !ti.HasNegZero) || (fi.HasInf && !ti.HasInf) || (fi.HasNaN && !ti.HasNaN) {
 			return false
 		}
 		return t.p >= f.p && t.min <= f.min && t.max >= f.max

@@ -3,7 +3,6 @@ package convert
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -255,5 +254,3 @@ func sortedKeys[V any](m map[string]V) []string {
 	slices.Sort(out)
 	return out
 }
-
-func describePath(p string) string { return fmt.Sprintf("%q", p) }

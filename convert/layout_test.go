@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -386,5 +385,3 @@ func TestRunRefusesSpecialFiles(t *testing.T) {
 		t.Errorf("link inside: %q %v", b, err)
 	}
 }
-
-var _ = io.EOF

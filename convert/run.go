@@ -74,6 +74,7 @@ type runner struct {
 	rep     *Report
 	comps   []*component
 	workers int
+	scratch []*scratch // one per worker, reused by every pass
 	chunk   int64
 	convert dtype.Options
 
@@ -206,6 +207,10 @@ func (r *runner) check() error {
 		r.workers = runtime.GOMAXPROCS(0)
 	}
 	r.chunk = cmp.Or(o.ChunkBytes, 8<<20)
+	r.scratch = make([]*scratch, r.workers)
+	for i := range r.scratch {
+		r.scratch[i] = new(scratch)
+	}
 	r.convert = dtype.Options{Saturate: o.Saturate, Workers: 1}
 	return nil
 }
@@ -449,7 +454,7 @@ func (r *runner) writeComponent(c *component) error {
 		for i, s := range order {
 			ts[i] = c.byName[s.Name]
 		}
-		pl = newPipeline(r.ctx, ts, r.workers, max(4*r.chunk, int64(2*r.workers)*r.chunk), r.chunk, r.convert)
+		pl = newPipeline(r.ctx, ts, r.scratch, max(4*r.chunk, int64(2*r.workers)*r.chunk), r.chunk, r.convert)
 	}
 	write := func(s safetensors.TensorSpec, w io.Writer) error {
 		return r.writeTensor(pl, c, c.byName[s.Name], w)
@@ -562,11 +567,15 @@ func (r *runner) writeTensor(pl *pipeline, c *component, t *task, w io.Writer) e
 		r.progress(c, t.spec.Name, n)
 	}
 	rep.crc = crc
+	if t.src != nil {
+		// Pages that fault-around mapped next to pieces already dropped.
+		t.src.Evict(0, t.src.NumElements())
+	}
 	if t.q != nil && t.kind != kScale {
 		rep.MaxAbs = float64(t.q.AbsMax())
 	}
 	if t.kind == kDequant || t.kind == kRequant {
-		t.data, t.scaleData = nil, nil // copies made for pread files
+		t.dropViews() // copies made for pread files
 	}
 	return nil
 }
@@ -606,7 +615,7 @@ func (r *runner) observe(c *component) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var x []float32
+			sc := r.scratch[wi]
 			for {
 				i := next.Add(1) - 1
 				if i >= int64(len(ts)) || errs[wi] != nil {
@@ -619,7 +628,8 @@ func (r *runner) observe(c *component) error {
 						return
 					}
 					n := min(t.per, t.rows-first)
-					x = grow(x, n*t.cols)
+					x := grow(sc.f32, n*t.cols)
+					sc.f32 = x
 					var ps pieceStats
 					var err error
 					if t.kind == kQuant {
@@ -638,6 +648,7 @@ func (r *runner) observe(c *component) error {
 					r.read.Add(ps.read)
 					r.progress(c, t.spec.Name, ps.read)
 				}
+				t.src.Evict(0, t.src.NumElements()) // what fault-around mapped beside the pieces
 			}
 		}()
 	}

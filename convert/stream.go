@@ -46,7 +46,7 @@ type task struct {
 	units, per int64
 	outBits    int64
 
-	views     sync.Once // kDequant, kRequant: the stored bytes, fetched once
+	views     sync.Mutex // kDequant, kRequant: the stored bytes, fetched once
 	data      []byte
 	scaleData [][]byte
 	viewErr   error
@@ -245,23 +245,32 @@ func (t *task) readRows(first, n int64, x []float32, ps *pieceStats) error {
 // fetchViews gets the stored data and scales of a scaled weight: views of
 // the mapping (or, for files read with pread, copies of the whole tensors).
 func (t *task) fetchViews() error {
-	t.views.Do(func() {
-		if t.data, t.viewErr = t.src.Bytes(); t.viewErr != nil {
-			return
-		}
-		for _, s := range t.scales {
-			b, err := s.Bytes()
-			if err != nil {
-				t.viewErr = err
-				return
+	t.views.Lock()
+	defer t.views.Unlock()
+	if t.data == nil && t.viewErr == nil {
+		t.scaleData = nil
+		if t.data, t.viewErr = t.src.Bytes(); t.viewErr == nil {
+			for _, s := range t.scales {
+				b, err := s.Bytes()
+				if err != nil {
+					t.viewErr = err
+					break
+				}
+				t.scaleData = append(t.scaleData, b)
 			}
-			t.scaleData = append(t.scaleData, b)
 		}
-	})
+	}
 	if t.viewErr != nil {
 		return &Error{Kind: ErrSource, Component: t.comp.name, Tensor: t.spec.Name, Err: t.viewErr}
 	}
 	return nil
+}
+
+// dropViews forgets the stored bytes (copies, for files read with pread).
+func (t *task) dropViews() {
+	t.views.Lock()
+	t.data, t.scaleData = nil, nil
+	t.views.Unlock()
 }
 
 // storedBytes is the stored data that rows [first, first+n) use.
@@ -360,28 +369,29 @@ type pipeline struct {
 	limit    int64
 	stopped  bool
 
-	free  [][]byte // reusable output buffers of cap chunk
-	chunk int64
+	free      map[int][][]byte // reusable output buffers by capacity (powers of two)
+	freeBytes int64
+	chunk     int64
 }
 
 // newPipeline starts workers that compute the pieces of the tasks of order
 // (output tensor names in write order; byName maps them to tasks) ahead of
 // the consumer, keeping at most limit bytes of output in flight.
-func newPipeline(ctx context.Context, order []*task, workers int, limit, chunk int64, opts dtype.Options) *pipeline {
+func newPipeline(ctx context.Context, order []*task, scratches []*scratch, limit, chunk int64, opts dtype.Options) *pipeline {
+	workers := len(scratches)
 	ctx, cancel := context.WithCancel(ctx)
 	p := &pipeline{ctx: ctx, cancel: cancel, work: make(chan *piece, 4*workers), queue: make(chan *piece, 4096),
-		opts: opts, limit: limit, chunk: chunk}
+		opts: opts, limit: limit, chunk: chunk, free: map[int][][]byte{}}
 	p.cond = sync.NewCond(&p.mu)
-	for range workers {
+	for _, sc := range scratches {
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
-			var sc scratch
 			for pc := range p.work {
 				if p.ctx.Err() != nil {
 					pc.err = p.ctx.Err()
 				} else {
-					pc.ps, pc.err = pc.t.run(p.ctx, pc.first, pc.n, pc.out, &sc, p.opts)
+					pc.ps, pc.err = pc.t.run(p.ctx, pc.first, pc.n, pc.out, sc, p.opts)
 				}
 				close(pc.done)
 			}
@@ -435,26 +445,38 @@ func (p *pipeline) acquire(n int64) bool {
 func (p *pipeline) release(pc *piece) {
 	p.mu.Lock()
 	p.inFlight -= pc.cost
-	if int64(cap(pc.out)) == p.chunk && len(p.free) < 64 {
-		p.free = append(p.free, pc.out[:0])
+	// Buffers kept and buffers in flight stay within the limit together.
+	if c := cap(pc.out); c >= minClass && c&(c-1) == 0 && p.freeBytes+p.inFlight+int64(c) <= p.limit {
+		p.free[c] = append(p.free[c], pc.out[:0])
+		p.freeBytes += int64(c)
 	}
 	pc.out = nil
 	p.mu.Unlock()
 	p.cond.Broadcast()
 }
 
+// minClass is the smallest buffer kept for reuse; buffers come in powers
+// of two from there, so that pieces of every size reuse memory instead of
+// leaving garbage behind (which the collector would let grow).
+const minClass = 64 << 10
+
 func (p *pipeline) buffer(n int64) []byte {
+	if n < minClass/2 {
+		return make([]byte, n)
+	}
+	c := minClass
+	for int64(c) < n {
+		c *= 2
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if n <= p.chunk && len(p.free) > 0 {
-		b := p.free[len(p.free)-1]
-		p.free = p.free[:len(p.free)-1]
+	if l := p.free[c]; len(l) > 0 {
+		b := l[len(l)-1]
+		p.free[c] = l[:len(l)-1]
+		p.freeBytes -= int64(c)
 		return b[:n]
 	}
-	if n <= p.chunk && n > p.chunk/2 {
-		return make([]byte, n, p.chunk)
-	}
-	return make([]byte, n)
+	return make([]byte, n, c)
 }
 
 // stop ends the pipeline and waits for its goroutines.

@@ -138,7 +138,7 @@ func (r *runner) verifyQuant(t *task, scheme *quant.Scheme, ck *shard.Checkpoint
 		var srcStats pieceStats
 		if t.kind == kQuant {
 			err = t.readRows(first, n, x, &srcStats)
-		} else {
+		} else if err = t.fetchViews(); err == nil {
 			err = t.dequantRows(r.ctx, dtype.Float32Bytes(x), dtype.F32, first, n)
 		}
 		if err != nil {
@@ -156,6 +156,9 @@ func (r *runner) verifyQuant(t *task, scheme *quant.Scheme, ck *shard.Checkpoint
 			x64[i] = float64(v)
 		}
 		measure(x64, y, &ps)
+	}
+	if t.kind == kRequant {
+		t.dropViews()
 	}
 	if ps.maxAbsErr != t.rep.MaxAbsErr || ps.rel != t.rep.MaxRelErr || ps.nan+ps.inf != t.rep.NaN {
 		return fmt.Errorf("read back through the loader its largest errors are abs %g, rel %g (%d NaN), reported abs %g, rel %g (%d NaN)",
