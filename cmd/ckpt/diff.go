@@ -1,0 +1,641 @@
+package main
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/ckpt-go/ckpt"
+	"github.com/ckpt-go/ckpt/dtype"
+)
+
+func diffCommand() *command {
+	c := &command{
+		name:    "diff",
+		args:    "A B",
+		summary: "compare two checkpoints tensor by tensor (names, shapes, dtypes, values)",
+		help: `Compares A and B — each a file, an index, a component folder or a pipeline
+(anything the loader opens; pipelines are compared component by component,
+names being COMPONENT/NAME) — tensor by tensor, as stored (scaled
+low-precision weights as their narrow data, their scales as tensors of
+their own). It reports the names present on one side only, shapes and
+dtypes that differ, and for tensors of the same shape the largest absolute
+error max|a−b| and relative error max|a−b|/|b|, the values of both sides
+widened to F64 (exactly, for every dtype but 64-bit integers compared with
+another dtype; two I64 or two U64 tensors are compared exactly).
+
+A tensor's values differ when any element has |a − b| > atol + rtol·|b|, the
+rule of NumPy's allclose (b is B's value); the defaults 0 and 0 ask for equal
+values. Equal infinities are equal, -0 equals +0. NaN equals nothing, as
+with allclose's default equal_nan=False, so a checkpoint holding NaNs
+differs from itself; --equal-nan makes a NaN equal to a NaN (and nothing
+else). A dtype difference alone (F32 values that BF16 holds exactly) counts
+only with --strict-dtype. Complex (C64) tensors are compared component by
+component; a complex tensor and a real one differ.
+
+Memory stays small whatever the size of the checkpoints: one tensor of
+each side at a time, compared in chunks straight from the file mappings,
+whose pages are dropped from the resident set as the comparison passes
+them (on a network file system, where the loader reads with pread, one
+tensor of each side is in memory at a time).
+
+The report lists the tensors that differ, the worst first (missing names
+and shapes, then values by largest absolute error, then dtypes), up to
+--top of them; --json prints every tensor's comparison.
+
+Exit status: 0 when nothing differs, 1 when something does, 2 for usage
+errors and when a checkpoint cannot be opened or read.
+
+Examples:
+  ckpt diff model.safetensors converted.safetensors
+  ckpt diff ./pipeline-f32 ./pipeline-bf16 --rtol 1e-2 --atol 1e-3
+  ckpt diff ./run/checkpoint-100 ./run/checkpoint-200 --json`,
+	}
+	c.run = func(e *env, args []string) error {
+		fs := newFlags(e, c)
+		var o diffOptions
+		fs.Float64Var(&o.atol, "atol", 0, "absolute tolerance `X`")
+		fs.Float64Var(&o.rtol, "rtol", 0, "relative tolerance `Y` (of B's value)")
+		fs.BoolVar(&o.strictDType, "strict-dtype", false, "count a dtype difference alone as a difference")
+		fs.BoolVar(&o.equalNaN, "equal-nan", false, "a NaN equals a NaN (default: NaN equals nothing, as NumPy's allclose)")
+		jsonOut := fs.Bool("json", false, "print the comparison as JSON")
+		top := fs.Int("top", 20, "list at most `N` differing tensors (0: all)")
+		variantName := fs.String("variant", "", "precision variant `V` of folders and pipelines, on both sides")
+		follow := followFlag(fs)
+		pos, err := parseFlags(e, c, fs, args)
+		if err != nil {
+			return err
+		}
+		if len(pos) != 2 {
+			return usageError{msg: "diff takes two checkpoints, A and B"}
+		}
+		for _, f := range []struct {
+			name string
+			v    float64
+		}{{"--atol", o.atol}, {"--rtol", o.rtol}} {
+			if !(f.v >= 0) || math.IsInf(f.v, 0) {
+				return usageError{msg: fmt.Sprintf("%s %v: want a finite number ≥ 0", f.name, f.v)}
+			}
+		}
+		if *top < 0 {
+			return usageError{msg: fmt.Sprintf("--top %d: want 0 (all) or more", *top)}
+		}
+		opts := []ckpt.Option{ckpt.WithVariant(*variantName), ckpt.WithDType(ckpt.AsStored), ckpt.WithScaleTensors()}
+		if *follow {
+			opts = append(opts, ckpt.WithFollowSymlinks())
+		}
+		trouble := func(err error) error {
+			fmt.Fprintf(e.stderr, "ckpt diff: %v\n", withHint(err))
+			return exitError{2}
+		}
+		ma, err := ckpt.Open(pos[0], opts...)
+		if err != nil {
+			return trouble(err)
+		}
+		defer ma.Close()
+		mb, err := ckpt.Open(pos[1], opts...)
+		if err != nil {
+			return trouble(err)
+		}
+		defer mb.Close()
+		rep, err := diffModels(context.Background(), ma, mb, o)
+		if err != nil {
+			return trouble(err)
+		}
+		rep.A, rep.B = pos[0], pos[1]
+		if *jsonOut {
+			b, err := json.MarshalIndent(rep, "", "  ")
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "%s\n", b)
+		} else {
+			rep.print(e.stdout, *top)
+		}
+		if rep.Differ {
+			return exitError{1}
+		}
+		return nil
+	}
+	return c
+}
+
+// diffOptions are the comparison rule.
+type diffOptions struct {
+	atol, rtol            float64
+	strictDType, equalNaN bool
+}
+
+// diffReport is the comparison of two checkpoints (the --json output).
+type diffReport struct {
+	A           string  `json:"a"`
+	B           string  `json:"b"`
+	ATol        float64 `json:"atol"`
+	RTol        float64 `json:"rtol"`
+	EqualNaN    bool    `json:"equal_nan"`
+	StrictDType bool    `json:"strict_dtype"`
+	// Differ is whether anything differs (the exit status is 1).
+	Differ bool `json:"differ"`
+	// Counts of tensors by outcome.
+	Compared     int `json:"compared"`
+	Equal        int `json:"equal"`
+	OnlyInA      int `json:"only_in_a"`
+	OnlyInB      int `json:"only_in_b"`
+	ShapeDiffers int `json:"shape_differs"`
+	ValuesDiffer int `json:"values_differ"`
+	DTypeDiffers int `json:"dtype_differs"` // counted as differences only with strict_dtype
+	// Worst names the differing tensors, the worst first.
+	Worst   []string      `json:"worst"`
+	Tensors []*tensorDiff `json:"tensors"`
+}
+
+// tensorDiff is the comparison of one tensor.
+type tensorDiff struct {
+	Name string `json:"name"`
+	// Status is "equal", "differs", "only_in_a" or "only_in_b".
+	Status string `json:"status"`
+	// Reasons say what differs: "shape", "dtype", "values",
+	// "incomparable" (a complex tensor and a real one).
+	Reasons []string `json:"reasons,omitempty"`
+	DTypeA  string   `json:"dtype_a,omitempty"`
+	DTypeB  string   `json:"dtype_b,omitempty"`
+	ShapeA  []int64  `json:"shape_a,omitempty"`
+	ShapeB  []int64  `json:"shape_b,omitempty"`
+	// Elements compared, and how many break the rule.
+	Elements  int64 `json:"elements"`
+	Differing int64 `json:"differing"`
+	// NaNMismatch counts elements where one side is NaN and the other is
+	// not (or both are, without --equal-nan); InfMismatch those where an
+	// infinity meets another value.
+	NaNMismatch int64 `json:"nan_mismatch,omitempty"`
+	InfMismatch int64 `json:"inf_mismatch,omitempty"`
+	// MaxAbs is max|a−b| and MaxRel max|a−b|/|b| over the elements where
+	// both are finite ("inf" when b is 0 and a is not).
+	MaxAbs jsonFloat `json:"max_abs"`
+	MaxRel jsonFloat `json:"max_rel"`
+	// Worst is the element with the largest |a−b| (or the first NaN or
+	// infinity mismatch when no finite element differs) and both values.
+	Worst  []int64    `json:"worst_index,omitempty"`
+	WorstA *jsonFloat `json:"worst_a,omitempty"`
+	WorstB *jsonFloat `json:"worst_b,omitempty"`
+
+	differs bool
+}
+
+// jsonFloat is a float64 that JSON holds even when infinite or NaN (as
+// the strings "inf", "-inf", "nan").
+type jsonFloat float64
+
+func (f jsonFloat) MarshalJSON() ([]byte, error) {
+	v := float64(f)
+	switch {
+	case math.IsNaN(v):
+		return []byte(`"nan"`), nil
+	case math.IsInf(v, 1):
+		return []byte(`"inf"`), nil
+	case math.IsInf(v, -1):
+		return []byte(`"-inf"`), nil
+	}
+	return strconv.AppendFloat(nil, v, 'g', -1, 64), nil
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (f *jsonFloat) UnmarshalJSON(b []byte) error {
+	switch string(b) {
+	case `"nan"`:
+		*f = jsonFloat(math.NaN())
+	case `"inf"`:
+		*f = jsonFloat(math.Inf(1))
+	case `"-inf"`:
+		*f = jsonFloat(math.Inf(-1))
+	default:
+		v, err := strconv.ParseFloat(string(b), 64)
+		if err != nil {
+			return fmt.Errorf("not a number: %s", b)
+		}
+		*f = jsonFloat(v)
+	}
+	return nil
+}
+
+// diffModels compares every tensor of a and b: names in A's order, then
+// those only B has.
+func diffModels(ctx context.Context, a, b *ckpt.Model, o diffOptions) (*diffReport, error) {
+	rep := &diffReport{ATol: o.atol, RTol: o.rtol, EqualNaN: o.equalNaN, StrictDType: o.strictDType, Tensors: []*tensorDiff{}}
+	namesA, namesB := a.Names(), b.Names()
+	inA := make(map[string]bool, len(namesA))
+	for _, n := range namesA {
+		inA[n] = true
+	}
+	inB := make(map[string]bool, len(namesB))
+	for _, n := range namesB {
+		inB[n] = true
+	}
+	for _, n := range namesA {
+		if !inB[n] {
+			t, err := a.LoadTensor(ctx, n)
+			if err != nil {
+				return nil, err
+			}
+			rep.add(&tensorDiff{Name: n, Status: "only_in_a", DTypeA: t.DType.String(), ShapeA: t.Shape, differs: true})
+			continue
+		}
+		d, err := diffTensor(ctx, a, b, n, o)
+		if err != nil {
+			return nil, err
+		}
+		rep.add(d)
+	}
+	for _, n := range namesB {
+		if !inA[n] {
+			t, err := b.LoadTensor(ctx, n)
+			if err != nil {
+				return nil, err
+			}
+			rep.add(&tensorDiff{Name: n, Status: "only_in_b", DTypeB: t.DType.String(), ShapeB: t.Shape, differs: true})
+		}
+	}
+	var worst []*tensorDiff
+	for _, d := range rep.Tensors {
+		if d.differs {
+			worst = append(worst, d)
+		}
+	}
+	slices.SortStableFunc(worst, func(x, y *tensorDiff) int {
+		if c := cmp.Compare(severity(x), severity(y)); c != 0 {
+			return c
+		}
+		return -cmp.Compare(badness(x), badness(y))
+	})
+	rep.Worst = []string{}
+	for _, d := range worst {
+		rep.Worst = append(rep.Worst, d.Name)
+	}
+	rep.Differ = len(worst) > 0
+	return rep, nil
+}
+
+// severity ranks what differs: missing names and shapes first, then
+// values, then dtypes alone.
+func severity(d *tensorDiff) int {
+	switch {
+	case d.Status != "equal" && d.Status != "differs":
+		return 0
+	case slices.Contains(d.Reasons, "shape"), slices.Contains(d.Reasons, "incomparable"):
+		return 0
+	case slices.Contains(d.Reasons, "values"):
+		return 1
+	}
+	return 2
+}
+
+// badness orders tensors of one severity: NaN and infinity mismatches
+// first, then by largest absolute error.
+func badness(d *tensorDiff) float64 {
+	if d.NaNMismatch+d.InfMismatch > 0 {
+		return math.Inf(1)
+	}
+	return float64(d.MaxAbs)
+}
+
+func (r *diffReport) add(d *tensorDiff) {
+	r.Tensors = append(r.Tensors, d)
+	switch d.Status {
+	case "only_in_a":
+		r.OnlyInA++
+		return
+	case "only_in_b":
+		r.OnlyInB++
+		return
+	}
+	r.Compared++
+	if slices.Contains(d.Reasons, "shape") || slices.Contains(d.Reasons, "incomparable") {
+		r.ShapeDiffers++
+	}
+	if slices.Contains(d.Reasons, "values") {
+		r.ValuesDiffer++
+	}
+	if slices.Contains(d.Reasons, "dtype") {
+		r.DTypeDiffers++
+	}
+	if !d.differs {
+		r.Equal++
+	}
+}
+
+// diffTensor compares tensor name of both sides.
+func diffTensor(ctx context.Context, a, b *ckpt.Model, name string, o diffOptions) (*tensorDiff, error) {
+	ta, err := a.LoadTensor(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("A: %w", err)
+	}
+	tb, err := b.LoadTensor(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("B: %w", err)
+	}
+	d := &tensorDiff{Name: name, Status: "equal", DTypeA: ta.DType.String(), DTypeB: tb.DType.String(), ShapeA: ta.Shape, ShapeB: tb.Shape}
+	if ta.DType != tb.DType {
+		d.Reasons = append(d.Reasons, "dtype")
+		if o.strictDType {
+			d.differs = true
+		}
+	}
+	if !slices.Equal(ta.Shape, tb.Shape) {
+		d.Reasons = append(d.Reasons, "shape")
+		d.differs = true
+	} else if (ta.DType == dtype.C64) != (tb.DType == dtype.C64) {
+		d.Reasons = append(d.Reasons, "incomparable")
+		d.differs = true
+	} else {
+		if err := compareValues(ctx, d, ta, tb, o); err != nil {
+			return nil, err
+		}
+		if d.Differing > 0 {
+			d.Reasons = append(d.Reasons, "values")
+			d.differs = true
+		}
+	}
+	if d.differs {
+		d.Status = "differs"
+	}
+	return d, nil
+}
+
+// diffChunk is the number of elements compared at a time (a multiple of
+// 4, so that every chunk of F4 and F6 data starts on a byte).
+const diffChunk = 1 << 16
+
+// compareValues compares the elements of two tensors of the same shape,
+// chunk by chunk.
+func compareValues(ctx context.Context, d *tensorDiff, ta, tb *ckpt.Tensor, o diffOptions) error {
+	ba, bb := ta.Bytes(), tb.Bytes()
+	da, db := ta.DType, tb.DType
+	n := ta.NumElements()
+	if da == dtype.C64 { // both complex: compare the float32 components
+		da, db, n = dtype.F32, dtype.F32, 2*n
+	}
+	d.Elements = n
+	if n == 0 {
+		return nil
+	}
+	exactInts := da == db && (da == dtype.I64 || da == dtype.U64)
+	c := &comparer{d: d, o: o, worst: -1}
+	var fa, fb []float64
+	if !exactInts {
+		fa, fb = make([]float64, min(n, diffChunk)), make([]float64, min(n, diffChunk))
+	}
+	for first := int64(0); first < n; first += diffChunk {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		k := min(int64(diffChunk), n-first)
+		sa := ba[first*int64(da.Bits())/8 : (first+k)*int64(da.Bits())/8]
+		sb := bb[first*int64(db.Bits())/8 : (first+k)*int64(db.Bits())/8]
+		switch {
+		case da == db && bytes.Equal(sa, sb) && (o.equalNaN || !da.Info().HasNaN):
+			// Equal bytes are equal values, unless NaN must differ from NaN.
+		case exactInts:
+			c.ints(first, sa, sb, da == dtype.I64)
+		default:
+			if err := widen(fa[:k], sa, da); err != nil {
+				return fmt.Errorf("%s (A): %w", d.Name, err)
+			}
+			if err := widen(fb[:k], sb, db); err != nil {
+				return fmt.Errorf("%s (B): %w", d.Name, err)
+			}
+			c.floats(first, fa[:k], fb[:k])
+		}
+		if !ta.Location.Owned {
+			dropPages(sa)
+		}
+		if !tb.Location.Owned {
+			dropPages(sb)
+		}
+	}
+	if c.worst >= 0 {
+		d.Worst = unravel(c.worst, ta.Shape, ta.DType == dtype.C64)
+		wa, wb := jsonFloat(c.worstA), jsonFloat(c.worstB)
+		d.WorstA, d.WorstB = &wa, &wb
+	}
+	return nil
+}
+
+// widen converts src (dtype dt) to float64s exactly (64-bit integers
+// round to the nearest float64).
+func widen(dst []float64, src []byte, dt dtype.DType) error {
+	_, err := dtype.Convert(dtype.Float64Bytes(dst), dtype.F64, src, dt, dtype.Options{Workers: 1})
+	return err
+}
+
+// comparer accumulates one tensor's comparison.
+type comparer struct {
+	d              *tensorDiff
+	o              diffOptions
+	worst          int64 // flat index of the worst element, -1 when none
+	worstD         float64
+	worstA, worstB float64
+	started        bool
+}
+
+func (c *comparer) note(i int64, dist, a, b float64) {
+	if !c.started || dist > c.worstD {
+		c.started, c.worst, c.worstD, c.worstA, c.worstB = true, i, dist, a, b
+	}
+}
+
+// floats applies the allclose rule to a chunk that starts at element first.
+func (c *comparer) floats(first int64, fa, fb []float64) {
+	d, o := c.d, c.o
+	for i, a := range fa {
+		b := fb[i]
+		if a == b {
+			continue
+		}
+		switch {
+		case math.IsNaN(a) || math.IsNaN(b):
+			if o.equalNaN && math.IsNaN(a) && math.IsNaN(b) {
+				continue
+			}
+			d.NaNMismatch++
+			d.Differing++
+			if !c.started {
+				c.note(first+int64(i), -1, a, b)
+			}
+			continue
+		case math.IsInf(a, 0) || math.IsInf(b, 0):
+			d.InfMismatch++
+			d.Differing++
+			if !c.started {
+				c.note(first+int64(i), -1, a, b)
+			}
+			continue
+		}
+		dist := math.Abs(a - b)
+		if dist > float64(d.MaxAbs) {
+			d.MaxAbs = jsonFloat(dist)
+		}
+		rel := math.Inf(1)
+		if b != 0 {
+			rel = dist / math.Abs(b)
+		}
+		if rel > float64(d.MaxRel) {
+			d.MaxRel = jsonFloat(rel)
+		}
+		c.note(first+int64(i), dist, a, b)
+		if dist > o.atol+o.rtol*math.Abs(b) {
+			d.Differing++
+		}
+	}
+}
+
+// ints compares a chunk of two I64 (signed) or two U64 tensors exactly:
+// |a−b| is computed in integers and only then rounded to float64, so no
+// difference is lost, however large the values.
+func (c *comparer) ints(first int64, sa, sb []byte, signed bool) {
+	d, o := c.d, c.o
+	for i := 0; i+8 <= len(sa); i += 8 {
+		ua, ub := binary.LittleEndian.Uint64(sa[i:]), binary.LittleEndian.Uint64(sb[i:])
+		if ua == ub {
+			continue
+		}
+		var dist, a, b float64
+		if signed {
+			x, y := int64(ua), int64(ub)
+			if x > y {
+				dist = float64(uint64(x) - uint64(y)) // exact modulo 2^64, and x−y < 2^64
+			} else {
+				dist = float64(uint64(y) - uint64(x))
+			}
+			a, b = float64(x), float64(y)
+		} else {
+			dist = float64(max(ua, ub) - min(ua, ub))
+			a, b = float64(ua), float64(ub)
+		}
+		if dist > float64(d.MaxAbs) {
+			d.MaxAbs = jsonFloat(dist)
+		}
+		rel := math.Inf(1)
+		if b != 0 {
+			rel = dist / math.Abs(b)
+		}
+		if rel > float64(d.MaxRel) {
+			d.MaxRel = jsonFloat(rel)
+		}
+		c.note(first+int64(i/8), dist, a, b)
+		if dist > o.atol+o.rtol*math.Abs(b) {
+			d.Differing++
+		}
+	}
+}
+
+// unravel turns a flat element index into a multi-index of shape (for a
+// complex tensor, whose components were compared, the element's index
+// followed by 0 for the real part, 1 for the imaginary).
+func unravel(i int64, shape []int64, complexParts bool) []int64 {
+	part := int64(-1)
+	if complexParts {
+		i, part = i/2, i%2
+	}
+	idx := make([]int64, len(shape))
+	for k := len(shape) - 1; k >= 0; k-- {
+		if shape[k] > 0 {
+			idx[k] = i % shape[k]
+			i /= shape[k]
+		}
+	}
+	if part >= 0 {
+		idx = append(idx, part)
+	}
+	return idx
+}
+
+// print writes the report for people.
+func (r *diffReport) print(w io.Writer, top int) {
+	fmt.Fprintf(w, "A: %s\nB: %s\n", r.A, r.B)
+	nan := "NaN equals nothing (--equal-nan: NaN equals NaN)"
+	if r.EqualNaN {
+		nan = "NaN equals NaN"
+	}
+	fmt.Fprintf(w, "rule: |a-b| <= %g + %g*|b|; %s\n", r.ATol, r.RTol, nan)
+	fmt.Fprintf(w, "%d tensors compared: %d equal, %d with different values, %d with different shapes",
+		r.Compared, r.Equal, r.ValuesDiffer, r.ShapeDiffers)
+	if r.StrictDType {
+		fmt.Fprintf(w, ", %d with different dtypes", r.DTypeDiffers)
+	}
+	fmt.Fprintf(w, "; %d only in A, %d only in B\n", r.OnlyInA, r.OnlyInB)
+	if !r.StrictDType && r.DTypeDiffers > 0 {
+		fmt.Fprintf(w, "%d tensors have different dtypes, not counted as differences (--strict-dtype counts them)\n", r.DTypeDiffers)
+	}
+	if !r.Differ {
+		fmt.Fprintln(w, "no differences")
+		return
+	}
+	byName := make(map[string]*tensorDiff, len(r.Tensors))
+	for _, d := range r.Tensors {
+		byName[d.Name] = d
+	}
+	list := r.Worst
+	if top > 0 && len(list) > top {
+		list = list[:top]
+	}
+	fmt.Fprintf(w, "\n%d tensors differ, the worst first:\n", len(r.Worst))
+	for _, name := range list {
+		fmt.Fprintf(w, "  %s: %s\n", name, byName[name].describe())
+	}
+	if len(list) < len(r.Worst) {
+		fmt.Fprintf(w, "  ... and %d more (--top 0 lists them all)\n", len(r.Worst)-len(list))
+	}
+}
+
+// describe says in one line how a tensor differs.
+func (d *tensorDiff) describe() string {
+	shape := func(dt string, s []int64) string {
+		parts := make([]string, len(s))
+		for i, v := range s {
+			parts[i] = strconv.FormatInt(v, 10)
+		}
+		return dt + "[" + strings.Join(parts, ",") + "]"
+	}
+	switch d.Status {
+	case "only_in_a":
+		return "only in A, " + shape(d.DTypeA, d.ShapeA)
+	case "only_in_b":
+		return "only in B, " + shape(d.DTypeB, d.ShapeB)
+	}
+	var parts []string
+	sa, sb := shape(d.DTypeA, d.ShapeA), shape(d.DTypeB, d.ShapeB)
+	if sa == sb {
+		parts = append(parts, sa)
+	} else {
+		parts = append(parts, sa+" vs "+sb)
+	}
+	switch {
+	case slices.Contains(d.Reasons, "shape"):
+		parts = append(parts, "shapes differ")
+	case slices.Contains(d.Reasons, "incomparable"):
+		parts = append(parts, "a complex and a real tensor")
+	case slices.Contains(d.Reasons, "values"):
+		parts = append(parts, fmt.Sprintf("%d of %d elements differ", d.Differing, d.Elements))
+		if d.NaNMismatch > 0 {
+			parts = append(parts, fmt.Sprintf("%d NaN mismatches", d.NaNMismatch))
+		}
+		if d.InfMismatch > 0 {
+			parts = append(parts, fmt.Sprintf("%d Inf mismatches", d.InfMismatch))
+		}
+		parts = append(parts, fmt.Sprintf("max abs %.4g, max rel %.4g", float64(d.MaxAbs), float64(d.MaxRel)))
+		if d.WorstA != nil {
+			parts = append(parts, fmt.Sprintf("worst at %v: %g vs %g", d.Worst, float64(*d.WorstA), float64(*d.WorstB)))
+		}
+	default:
+		parts = append(parts, "dtypes differ, values equal")
+	}
+	return strings.Join(parts, ", ")
+}
