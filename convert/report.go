@@ -229,6 +229,12 @@ func (r *Report) String() string {
 	if len(r.Copied) > 0 {
 		fmt.Fprintf(&b, "copied %d other files\n", len(r.Copied))
 	}
+	if len(r.Skipped) > 0 {
+		fmt.Fprintf(&b, "left out %d files (weights of other variants or formats; see the JSON report)\n", len(r.Skipped))
+	}
+	if len(r.Dropped) > 0 {
+		fmt.Fprintf(&b, "dropped %d scale or marker tensors of weights no longer quantized\n", len(r.Dropped))
+	}
 	actions := map[string]int{}
 	for _, t := range r.Tensors {
 		actions[t.Action]++

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+
+	"github.com/ckpt-go/ckpt"
+	"github.com/ckpt-go/ckpt/convert"
+)
+
+func convertCommand() *command {
+	c := &command{
+		name:    "convert",
+		args:    "SRC DST",
+		summary: "convert a checkpoint: cast, quantize to FP8 with scales, reshard, write variants",
+		help: `Converts SRC into DST tensor by tensor, with bounded memory, and reports what
+each narrowing did to the values. SRC is a .safetensors file, an index, a
+component folder or a pipeline root (with model_index.json); --source-variant
+reads one of its precision variants. A file converts to a file (DST is the
+output file, or a folder that receives the source's file name); a folder or
+a pipeline converts to a folder with the same layout: weights named as the
+source names them (sharded when --max-shard-size says so), every other
+regular file copied (configs, tokenizers, schedulers), config.json rewritten
+when the quantization changes. --variant V names the output as precision
+variant V (model.V.safetensors, X.V-0000k-of-0000n.safetensors with
+X.safetensors.index.V.json); with DST the source folder itself, the variant
+files are written beside the source's, for a later --variant V to load.
+
+--dtype D of 16 bits or more casts every floating tensor to D. When D is
+8 bits or fewer, only the 2-D weights of linear layers are converted, and
+norms, biases, embeddings, lm_head and non-float tensors stay as they are;
+to F8_E4M3 or F8_E5M2 those weights are quantized with F32 scales
+(--fp8-scale: per tensor, per output channel, or per NxN block, 128 by
+default; "none" casts without scales and the report says what that lost),
+stored as compressed-tensors weight_scale (--scale-format, the default) or
+DeepSeek weight_scale_inv, with the matching quantization_config in
+config.json and in the files' metadata, so that ckpt, transformers and vLLM
+read the result as a quantized model. --keep rules override everything. A
+weight stored in a scaled layout (DeepSeek FP8, compressed-tensors, ...) is
+copied with its scales when its target is its element type or "stored",
+dequantized to a wider float, and requantized to an FP8 target.
+
+Every output set is committed atomically: on an error or Ctrl-C the
+previous output is intact and no temporary file is left. At the end the
+numerics summary lists, for the narrowed tensors, the values that became NaN
+or Inf, overflowed, saturated or were flushed to zero, the largest errors
+against the source, and the worst tensors. --fail-on-overflow stops before
+the commit when a value overflows its target; --verify reads the output
+back and checks it tensor by tensor. On a terminal a progress bar shows
+bytes, rate and time left; it is quiet otherwise.
+
+` + policyHelp + `
+
+Exit status: 0 when the conversion is done, 1 when it failed (nothing of a
+failed set was committed), 2 for usage errors.
+
+Examples:
+  ckpt convert ./llama ./llama-bf16 --dtype bf16
+  ckpt convert ./llama ./llama-fp8 --dtype F8_E4M3 --fp8-scale block:128 --verify
+  ckpt convert ./flux-dev ./flux-dev --variant bf16 --dtype bf16
+  ckpt convert ./model.safetensors ./out --dtype F8_E4M3 --scale-format deepseek --max-shard-size 2GB
+  ckpt convert ./model.safetensors ./model.fp16.safetensors --dtype f16 --fail-on-overflow --json`,
+	}
+	c.run = func(e *env, args []string) error {
+		fs := newFlags(e, c)
+		var (
+			dtype      targetFlag
+			components componentFlags
+			rules      ruleFlags
+			shardSize  sizeFlag
+		)
+		fs.Var(&dtype, "dtype", "default target `D`: a dtype, or \"stored\"; 8-bit and narrower targets apply to linear layers' 2-D weights only")
+		fs.Var(&components, "component", "target of one component, `NAME=D` (repeatable)")
+		fs.Var(&rules, "keep", "per-tensor rule `PATTERN=D` or COMPONENT/PATTERN=D, tried in order before everything else (repeatable)")
+		preset := fs.String("preset", "", "add the rules of preset `NAME` after the --keep rules: keep-norms-f32 (norms and biases stay F32)")
+		variant := fs.String("variant", "", "write the output as precision variant `V` (beside the source when DST is the source folder)")
+		srcVariant := fs.String("source-variant", "", "read the source folder's precision variant `V` (empty: its untagged weights)")
+		scale := fs.String("fp8-scale", "", "FP8 scales `S`: tensor, channel, block or block:N, or none for casts without scales (default: channel for compressed-tensors, block:128 for deepseek)")
+		format := fs.String("scale-format", "compressed-tensors", "how FP8 scales are stored, `F`: compressed-tensors (P.weight_scale) or deepseek (P.weight_scale_inv)")
+		saturate := fs.Bool("saturate", false, "narrowing casts clamp to ±max instead of overflowing to Inf/NaN")
+		fs.Var(&shardSize, "max-shard-size", "largest output shard `SIZE` (5GB, 2GiB, bytes); default 5GB")
+		failOverflow := fs.Bool("fail-on-overflow", false, "fail, committing nothing, when a value overflows its target or becomes NaN or Inf")
+		verify := fs.Bool("verify", false, "read the output back and check it tensor by tensor")
+		asJSON := fs.Bool("json", false, "print the report as JSON")
+		workers := fs.Int("workers", 0, "the `N` goroutines that convert (0: one per CPU)")
+		follow := followFlag(fs)
+		pos, err := parseFlags(e, c, fs, args)
+		if err != nil {
+			return err
+		}
+		if len(pos) != 2 {
+			return usageError{msg: "convert takes SRC and DST"}
+		}
+		opts := convert.Options{
+			DType: dtype.t, Rules: rules, Variant: *variant, SourceVariant: *srcVariant,
+			Saturate: *saturate, FailOnOverflow: *failOverflow, Verify: *verify,
+			Workers: *workers, FollowSymlinks: *follow,
+		}
+		if len(components) > 0 {
+			opts.Components = map[string]ckpt.Target{}
+			for _, ct := range components {
+				opts.Components[ct.name] = ct.t
+			}
+		}
+		switch *preset {
+		case "":
+		case "keep-norms-f32":
+			opts.Rules = append(opts.Rules, ckpt.KeepNormsAndBiasesF32()...)
+		default:
+			return usageError{msg: fmt.Sprintf("--preset %q: the presets are keep-norms-f32", *preset)}
+		}
+		if *scale != "" {
+			if opts.Scale, err = convert.ParseScale(*scale); err != nil {
+				return usageError{msg: "--fp8-scale: " + err.Error()}
+			}
+		}
+		if opts.ScaleFormat, err = convert.ParseScaleFormat(*format); err != nil {
+			return usageError{msg: "--scale-format: " + err.Error()}
+		}
+		if shardSize.set {
+			opts.MaxShardSize = shardSize.n
+		}
+		if *workers < 0 {
+			return usageError{msg: fmt.Sprintf("--workers %d: must be 0 (one per CPU) or more", *workers)}
+		}
+		var bar *progressBar
+		if isTerminal(e.stderr) {
+			bar = newProgressBar(e.stderr)
+			opts.Progress = func(p convert.Progress) { bar.update(p.Phase, p.Done, p.Total, false) }
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+		defer stop()
+		rep, err := convert.Run(ctx, pos[0], pos[1], opts)
+		if bar != nil {
+			bar.finish()
+		}
+		if err != nil {
+			if errors.Is(err, convert.ErrOption) {
+				return usageError{msg: err.Error()}
+			}
+			return err
+		}
+		if *asJSON {
+			b, err := json.MarshalIndent(rep, "", "  ")
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "%s\n", b)
+			return nil
+		}
+		fmt.Fprint(e.stdout, rep.String())
+		return nil
+	}
+	return c
+}

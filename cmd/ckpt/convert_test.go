@@ -1,0 +1,152 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ckpt-go/ckpt"
+	"github.com/ckpt-go/ckpt/ckpttest"
+	"github.com/ckpt-go/ckpt/dtype"
+)
+
+func TestConvertCommand(t *testing.T) {
+	root := testPipeline(t)
+	dst := filepath.Join(t.TempDir(), "out")
+	stdout, stderr, code := runCLI(t, "convert", root, dst, "--dtype", "bf16", "--component", "vae=F32", "--keep", "**.bias=F32", "--verify")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"transformer: diffusion_pytorch_model.safetensors", "numerics:", "worst tensors:", "verified"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, stdout)
+		}
+	}
+	if stderr != "" {
+		t.Errorf("a progress bar or noise on a non-terminal: %q", stderr)
+	}
+	m, err := ckpt.Open(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := m.Plan()
+	m.Close()
+	for _, c := range p.Components {
+		for _, tp := range c.Tensors {
+			want := "BF16"
+			switch {
+			case c.Name == "vae":
+				want = "F32"
+			case strings.HasSuffix(tp.Name, ".bias"):
+				want = "F32"
+			case tp.Name == "ids":
+				want = "I64"
+			}
+			if tp.Stored != want {
+				t.Errorf("%s/%s: %s, want %s", c.Name, tp.Name, tp.Stored, want)
+			}
+		}
+	}
+
+	// FP8 with block scales as JSON; the bias rule keeps its F32.
+	dst2 := filepath.Join(t.TempDir(), "fp8")
+	stdout, stderr, code = runCLI(t, "convert", root, dst2, "--dtype", "F8_E4M3", "--fp8-scale", "block:16", "--json", "--max-shard-size", "1KB")
+	if code != 0 {
+		t.Fatalf("fp8: exit %d: %s", code, stderr)
+	}
+	var rep struct {
+		Components []struct {
+			Name  string   `json:"name"`
+			Files []string `json:"files"`
+			Index string   `json:"index"`
+		} `json:"components"`
+		Tensors []struct {
+			Component, Name, Action, Scale string
+		} `json:"tensors"`
+		Summary struct {
+			Quantized int `json:"quantized"`
+		} `json:"summary"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, stdout)
+	}
+	var quantized []string
+	for _, tr := range rep.Tensors {
+		if tr.Action == "quantize" {
+			quantized = append(quantized, tr.Component+"/"+tr.Name+" "+tr.Scale)
+		}
+	}
+	if len(quantized) != 2 || rep.Summary.Quantized != 2 {
+		t.Errorf("quantized %v (%d)", quantized, rep.Summary.Quantized)
+	}
+	for _, c := range rep.Components {
+		if c.Name == "transformer" && c.Index == "" {
+			t.Errorf("--max-shard-size 1KB: transformer not sharded: %+v", c)
+		}
+	}
+}
+
+func TestConvertCommandErrors(t *testing.T) {
+	src := ckpttest.File(t, ckpttest.Tensor{Name: "x", DType: dtype.F32, Shape: []int64{2}, Data: f32le(1, 1e30)})
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{src}, 2, "SRC and DST"},
+		{[]string{src, dir, "--fp8-scale", "rows"}, 2, "--fp8-scale"},
+		{[]string{src, dir, "--scale-format", "gguf"}, 2, "--scale-format"},
+		{[]string{src, dir, "--dtype", "F8_E4M3", "--scale-format", "deepseek", "--fp8-scale", "channel"}, 2, "block scales only"},
+		{[]string{src, dir, "--variant", "a.b"}, 2, "variant"},
+		{[]string{src, dir, "--component", "vae=F32"}, 2, "no such component"},
+		{[]string{src, filepath.Join(dir, "o.safetensors"), "--dtype", "f16", "--fail-on-overflow"}, 1, "overflow"},
+		{[]string{filepath.Join(dir, "missing"), dir}, 1, "source"},
+	} {
+		_, stderr, code := runCLI(t, append([]string{"convert"}, tc.args...)...)
+		if code != tc.code || !strings.Contains(stderr, tc.msg) {
+			t.Errorf("convert %v: exit %d (want %d), stderr %q (want %q)", tc.args, code, tc.code, stderr, tc.msg)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "o.safetensors")); err == nil {
+		t.Errorf("--fail-on-overflow committed the output")
+	}
+}
+
+func f32le(v ...float32) []byte {
+	b := make([]byte, 4*len(v))
+	dtype.EncodeFloat32(b, dtype.F32, v, dtype.Options{})
+	return b
+}
+
+func TestProgressBar(t *testing.T) {
+	var buf bytes.Buffer
+	now := time.Unix(0, 0)
+	p := newProgressBar(&buf)
+	p.now = func() time.Time { return now }
+	p.update("write", 0, 4<<30, false)
+	now = now.Add(2 * time.Second)
+	p.update("write", 1<<30, 4<<30, false)
+	now = now.Add(10 * time.Millisecond)
+	p.update("write", 1<<30+1, 4<<30, false) // within the interval: not drawn
+	now = now.Add(time.Second)
+	p.update("verify", 1<<30, 1<<30, false)
+	p.finish()
+	lines := strings.Split(buf.String(), "\r")
+	if len(lines) != 4 {
+		t.Fatalf("%d redraws: %q", len(lines)-1, buf.String())
+	}
+	if l := lines[2]; !strings.Contains(l, "[======>") || !strings.Contains(l, " 25% 1.0 GiB / 4.0 GiB  512.0 MiB/s  0:06") {
+		t.Errorf("line %q", l)
+	}
+	if l := lines[3]; !strings.HasPrefix(l, "\nverify") && !strings.Contains(lines[2], "\n") {
+		t.Errorf("a new phase does not start a new line: %q", buf.String())
+	}
+	if !strings.HasSuffix(buf.String(), "0:00\n") {
+		t.Errorf("finish: %q", buf.String())
+	}
+}
