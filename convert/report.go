@@ -123,8 +123,13 @@ type TensorReport struct {
 	MaxAbs    float64 `json:"max_abs"`
 	MaxAbsErr float64 `json:"max_abs_err"`
 	MaxRelErr float64 `json:"max_rel_err"`
+	// RMSRelErr is the relative RMS error sqrt(Σ(x − y)² / Σx²) over the
+	// same elements: what the rounding does to the tensor as a whole (a
+	// few values flushed to zero make MaxRelErr 100% but barely move it).
+	RMSRelErr float64 `json:"rms_rel_err"`
 
-	crc uint32 // of the bytes written, for Verify
+	crc      uint32  // of the bytes written, for Verify
+	sse, ssq float64 // Σ(x − y)², Σx²
 }
 
 // Lossy reports whether some value overflowed, saturated, was flushed to
@@ -151,12 +156,14 @@ type Summary struct {
 	Overflow  int64 `json:"overflow"`
 	Saturated int64 `json:"saturated"`
 	Underflow int64 `json:"underflow"`
-	// MaxAbsErr and MaxRelErr are the largest over all narrowed tensors.
-	MaxAbsErr float64 `json:"max_abs_err"`
-	MaxRelErr float64 `json:"max_rel_err"`
-	// Worst names the narrowed tensors with the largest relative errors
-	// (at most 5), then every tensor where a value overflowed or became
-	// NaN or Inf, by key.
+	// MaxAbsErr, MaxRelErr and MaxRMSRelErr are the largest over all
+	// narrowed tensors.
+	MaxAbsErr    float64 `json:"max_abs_err"`
+	MaxRelErr    float64 `json:"max_rel_err"`
+	MaxRMSRelErr float64 `json:"max_rms_rel_err"`
+	// Worst names the narrowed tensors with the largest relative RMS
+	// errors (at most 5), then every tensor where a value overflowed or
+	// became NaN or Inf, by key.
 	Worst []string `json:"worst,omitempty"`
 }
 
@@ -179,6 +186,7 @@ func (r *Report) summarize() {
 		s.Underflow += t.Underflow
 		s.MaxAbsErr = max(s.MaxAbsErr, t.MaxAbsErr)
 		s.MaxRelErr = max(s.MaxRelErr, t.MaxRelErr)
+		s.MaxRMSRelErr = max(s.MaxRMSRelErr, t.RMSRelErr)
 	}
 	seen := map[string]bool{}
 	for _, t := range r.Worst(5) {
@@ -195,9 +203,9 @@ func (r *Report) summarize() {
 	r.Summary = s
 }
 
-// Worst returns the n narrowed tensors with the largest relative errors
-// (then absolute errors), worst first, leaving out those that lost
-// nothing.
+// Worst returns the n narrowed tensors with the largest relative RMS
+// errors (then largest relative errors), worst first, leaving out those
+// that lost nothing.
 func (r *Report) Worst(n int) []TensorReport {
 	var out []TensorReport
 	for _, t := range r.Tensors {
@@ -206,7 +214,7 @@ func (r *Report) Worst(n int) []TensorReport {
 		}
 	}
 	slices.SortStableFunc(out, func(a, b TensorReport) int {
-		return cmp.Or(cmp.Compare(b.MaxRelErr, a.MaxRelErr), cmp.Compare(b.MaxAbsErr, a.MaxAbsErr))
+		return cmp.Or(cmp.Compare(b.RMSRelErr, a.RMSRelErr), cmp.Compare(b.MaxRelErr, a.MaxRelErr), cmp.Compare(b.MaxAbsErr, a.MaxAbsErr))
 	})
 	return out[:min(n, len(out))]
 }
@@ -251,7 +259,7 @@ func (r *Report) String() string {
 	if s.Narrowed == 0 {
 		b.WriteString("numerics: nothing narrowed: every value is exact\n")
 	} else {
-		fmt.Fprintf(&b, "numerics: %d narrowed tensors: max abs error %s, max rel error %s", s.Narrowed, fmtFloat(s.MaxAbsErr), fmtPercent(s.MaxRelErr))
+		fmt.Fprintf(&b, "numerics: %d narrowed tensors: rms rel error up to %s, max rel error %s, max abs error %s", s.Narrowed, fmtPercent(s.MaxRMSRelErr), fmtPercent(s.MaxRelErr), fmtFloat(s.MaxAbsErr))
 		var lost []string
 		for _, c := range []struct {
 			n    int64
@@ -270,7 +278,7 @@ func (r *Report) String() string {
 			b.WriteString("worst tensors:\n")
 		}
 		for _, t := range worst {
-			fmt.Fprintf(&b, "  %-48s %s -> %s %-10s rel %-9s abs %-10s", t.Key(), t.From, t.To, t.Action, fmtPercent(t.MaxRelErr), fmtFloat(t.MaxAbsErr))
+			fmt.Fprintf(&b, "  %s: %s -> %s %s, rms rel %s, max rel %s, max abs %s", t.Key(), t.From, t.To, t.Action, fmtPercent(t.RMSRelErr), fmtPercent(t.MaxRelErr), fmtFloat(t.MaxAbsErr))
 			if t.Lossy() {
 				fmt.Fprintf(&b, " (%s)", lossString(&t))
 			}

@@ -9,6 +9,7 @@ import (
 	"hash/crc32"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -550,6 +551,8 @@ func (r *runner) writeTensor(pl *pipeline, c *component, t *task, w io.Writer) e
 		rep.MaxAbs = max(rep.MaxAbs, ps.st.MaxAbs)
 		rep.MaxAbsErr = max(rep.MaxAbsErr, ps.maxAbsErr)
 		rep.MaxRelErr = max(rep.MaxRelErr, ps.rel)
+		rep.sse += ps.sse
+		rep.ssq += ps.ss
 		r.read.Add(ps.read)
 		if r.opts.FailOnOverflow && rep.Narrowed && ps.st.Overflow+ps.nan+ps.inf > 0 {
 			pl.release(pc)
@@ -567,6 +570,9 @@ func (r *runner) writeTensor(pl *pipeline, c *component, t *task, w io.Writer) e
 		r.progress(c, t.spec.Name, n)
 	}
 	rep.crc = crc
+	if rep.ssq > 0 {
+		rep.RMSRelErr = math.Sqrt(rep.sse / rep.ssq)
+	}
 	if t.src != nil {
 		// Pages that fault-around mapped next to pieces already dropped.
 		t.src.Evict(0, t.src.NumElements())

@@ -87,11 +87,11 @@ func (t *task) piece(i int64) (first, n, outLen int64) {
 
 // stats of one piece: the rounding's counters and the errors.
 type pieceStats struct {
-	st                 dtype.Stats
-	nan, inf           int64 // produced from finite values
-	maxAbsErr, rel     float64
-	read               int64 // source bytes read
-	evictFirst, evictN int64
+	st             dtype.Stats
+	nan, inf       int64 // produced from finite values
+	maxAbsErr, rel float64
+	sse, ss        float64 // sums of squared errors and of squared source values
+	read           int64   // source bytes read
 }
 
 func (p *pieceStats) addQuant(s quant.QuantizeStats) {
@@ -100,6 +100,8 @@ func (p *pieceStats) addQuant(s quant.QuantizeStats) {
 	p.nan += s.NonFinite
 	p.maxAbsErr = max(p.maxAbsErr, s.MaxAbsErr)
 	p.rel = max(p.rel, s.MaxRelErr)
+	p.sse += s.SumSqErr
+	p.ss += s.SumSq
 }
 
 // scratch holds one worker's staging buffers, reused from piece to piece.
@@ -317,6 +319,7 @@ func protect(f func() error) (err error) {
 // measure compares source values x with output values y.
 func measure[T float32 | float64](x, y []T, ps *pieceStats) {
 	maxAbs, maxRel := ps.maxAbsErr, ps.rel
+	var sse, ss float64
 	for i := range x {
 		xv, yv := float64(x[i]), float64(y[i])
 		a := math.Abs(xv)
@@ -332,6 +335,8 @@ func measure[T float32 | float64](x, y []T, ps *pieceStats) {
 			continue
 		}
 		e := math.Abs(xv - yv)
+		sse += e * e
+		ss += xv * xv
 		if e > maxAbs {
 			maxAbs = e
 		}
@@ -340,6 +345,8 @@ func measure[T float32 | float64](x, y []T, ps *pieceStats) {
 		}
 	}
 	ps.maxAbsErr, ps.rel = maxAbs, maxRel
+	ps.sse += sse
+	ps.ss += ss
 }
 
 // piece is one unit of pipeline work.

@@ -234,6 +234,9 @@ type QuantizeStats struct {
 	// code is finite; MaxRelErr the largest |x − q×scale| / |x| among them
 	// (x ≠ 0).
 	MaxAbsErr, MaxRelErr float64
+	// SumSqErr and SumSq add up (x − q×scale)² and x² over the same
+	// elements: sqrt(SumSqErr/SumSq) is the relative RMS error.
+	SumSqErr, SumSq float64
 }
 
 // Add merges o into s.
@@ -242,6 +245,8 @@ func (s *QuantizeStats) Add(o QuantizeStats) {
 	s.NonFinite += o.NonFinite
 	s.MaxAbsErr = max(s.MaxAbsErr, o.MaxAbsErr)
 	s.MaxRelErr = max(s.MaxRelErr, o.MaxRelErr)
+	s.SumSqErr += o.SumSqErr
+	s.SumSq += o.SumSq
 }
 
 // qchunk is the number of elements Quantize rounds at a time.
@@ -339,6 +344,7 @@ func (q *FP8Quantizer) quantizeRun(dst []byte, x []float32, s float32, buf []flo
 	st.Stats.Add(es)
 	tab := q.tab
 	maxAbs, maxRel := st.MaxAbsErr, st.MaxRelErr
+	var sse, ss float64
 	for j, v := range x {
 		xv := float64(v)
 		a := math.Abs(xv)
@@ -351,6 +357,8 @@ func (q *FP8Quantizer) quantizeRun(dst []byte, x []float32, s float32, buf []flo
 			continue
 		}
 		e := math.Abs(xv - d)
+		sse += e * e
+		ss += xv * xv
 		if e > maxAbs {
 			maxAbs = e
 		}
@@ -359,6 +367,8 @@ func (q *FP8Quantizer) quantizeRun(dst []byte, x []float32, s float32, buf []flo
 		}
 	}
 	st.MaxAbsErr, st.MaxRelErr = maxAbs, maxRel
+	st.SumSqErr += sse
+	st.SumSq += ss
 }
 
 // Weight returns the Weight that describes the quantized tensor for
