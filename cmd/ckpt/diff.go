@@ -399,9 +399,12 @@ func compareValues(ctx context.Context, d *tensorDiff, ta, tb *ckpt.Tensor, o di
 		k := min(int64(diffChunk), n-first)
 		sa := ba[first*int64(da.Bits())/8 : (first+k)*int64(da.Bits())/8]
 		sb := bb[first*int64(db.Bits())/8 : (first+k)*int64(db.Bits())/8]
+		same := da == db && bytes.Equal(sa, sb)
 		switch {
-		case da == db && bytes.Equal(sa, sb) && (o.equalNaN || !da.Info().HasNaN):
+		case same && (o.equalNaN || !da.Info().HasNaN):
 			// Equal bytes are equal values, unless NaN must differ from NaN.
+		case same && c.equalNaNs(first, sa, da):
+			// Equal bytes whose NaNs were counted without widening.
 		case exactInts:
 			c.ints(first, sa, sb, da == dtype.I64)
 		default:
@@ -449,6 +452,36 @@ func (c *comparer) note(i int64, dist, a, b float64) {
 	if !c.started || dist > c.worstD {
 		c.started, c.worst, c.worstD, c.worstA, c.worstB = true, i, dist, a, b
 	}
+}
+
+// equalNaNs counts the NaNs of a chunk whose bytes are the same on both
+// sides (each differs, NaN equalling nothing), for the dtypes whose NaNs
+// it can tell from their bits; false for the others, to be widened.
+func (c *comparer) equalNaNs(first int64, b []byte, dt dtype.DType) bool {
+	var width int
+	var isNaN func(b []byte) bool
+	switch dt {
+	case dtype.F32:
+		width, isNaN = 4, func(b []byte) bool { return binary.LittleEndian.Uint32(b)&0x7fffffff > 0x7f800000 }
+	case dtype.F64:
+		width, isNaN = 8, func(b []byte) bool { return binary.LittleEndian.Uint64(b)&(1<<63-1) > 0x7ff0000000000000 }
+	case dtype.BF16:
+		width, isNaN = 2, func(b []byte) bool { return binary.LittleEndian.Uint16(b)&0x7fff > 0x7f80 }
+	case dtype.F16:
+		width, isNaN = 2, func(b []byte) bool { return binary.LittleEndian.Uint16(b)&0x7fff > 0x7c00 }
+	default:
+		return false
+	}
+	for i := 0; i+width <= len(b); i += width {
+		if isNaN(b[i:]) {
+			c.d.NaNMismatch++
+			c.d.Differing++
+			if !c.started {
+				c.note(first+int64(i/width), -1, math.NaN(), math.NaN())
+			}
+		}
+	}
+	return true
 }
 
 // floats applies the allclose rule to a chunk that starts at element first.
