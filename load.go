@@ -466,6 +466,9 @@ func (m *Model) run(ctx context.Context, work []piece) error {
 	if len(work) == 0 {
 		return ctx.Err()
 	}
+	if rfs := m.rangeFS(); rfs != nil {
+		return m.runRanged(ctx, rfs, work) // load_ranged.go
+	}
 	workers := min(m.workers(), len(work))
 	if lim := int(m.cfg.staging / chunkBytes); workers > lim {
 		workers = max(lim, 1)

@@ -6,14 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 
 	"github.com/ckpt-go/ckpt/dtype"
-	"github.com/ckpt-go/ckpt/internal/safeopen"
+	"github.com/ckpt-go/ckpt/internal/srcfs"
 	"github.com/ckpt-go/ckpt/quant"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
@@ -28,6 +26,9 @@ import (
 // LoadInto. A Model is safe for concurrent use; Close releases the files.
 type Model struct {
 	path     string
+	name     string   // path as a name of src
+	src      srcfs.FS // where the files are: the operating system or an fs.FS
+	ownsFS   bool     // src was opened for a location: Close closes it
 	cfg      config
 	pipeline *variant.PipelinePlan // nil for a file
 	comps    []*Component
@@ -86,7 +87,10 @@ type entry struct {
 // maxConfigSize bounds config.json and hf_quant_config.json.
 const maxConfigSize = 16 << 20
 
-// Open opens path for loading. path is a single safetensors file, a shard
+// Open opens path for loading. path is a path of the operating system, a
+// name of the fs.FS given with WithFS, or a location SCHEME://... of a
+// registered source (RegisterSource; importing package remote registers
+// s3:// and https://). It is a single safetensors file, a shard
 // index (*.safetensors.index*.json), a component folder (resolved with
 // package variant: current and legacy naming, sharded or single, the
 // variant chosen by WithVariant) or a pipeline root holding
@@ -95,7 +99,8 @@ const maxConfigSize = 16 << 20
 //
 // Open applies the policy to every tensor (see Plan) and detects scaled
 // low-precision layouts from tensor names and configs (package quant).
-// Errors: *Error of kind ErrResolve (wrapping the variant or shard error),
+// Errors: *Error of kind ErrResolve (wrapping the variant, shard or
+// source error),
 // ErrConfig, ErrQuant, ErrTarget or ErrOption.
 func Open(path string, opts ...Option) (*Model, error) {
 	m := &Model{path: path, cfg: config{staging: defaultStaging}}
@@ -107,11 +112,14 @@ func Open(path string, opts ...Option) (*Model, error) {
 	if m.cfg.variant != "" && !variant.ValidName(m.cfg.variant) {
 		return nil, &Error{Kind: ErrOption, Msg: fmt.Sprintf("variant %q must match ^[A-Za-z0-9_]+$", m.cfg.variant)}
 	}
+	if err := m.openSource(); err != nil {
+		return nil, err
+	}
 	// A name ending in .safetensors or .json is a file (shard.Open says
 	// what is wrong when it is not); anything else that is a folder is
 	// resolved with package variant. Errors come typed from those packages.
 	var err error
-	if st, serr := os.Stat(path); serr == nil && st.IsDir() && !strings.HasSuffix(path, ".safetensors") && !strings.HasSuffix(path, ".json") {
+	if st, serr := m.src.Stat(m.name); serr == nil && st.IsDir() && !strings.HasSuffix(m.name, ".safetensors") && !strings.HasSuffix(m.name, ".json") {
 		err = m.openDir()
 	} else {
 		err = m.openFile()
@@ -142,14 +150,14 @@ func Open(path string, opts ...Option) (*Model, error) {
 }
 
 func (m *Model) openFile() error {
-	ck, err := shard.Open(m.path, m.cfg.shardOptions...)
+	ck, err := shard.Open(m.name, m.cfg.shardOptions...)
 	if err != nil {
 		return &Error{Kind: ErrResolve, Path: m.path, Err: err}
 	}
-	dir := filepath.Dir(m.path)
-	name := filepath.Base(dir)
-	if abs, err := filepath.Abs(dir); err == nil {
-		name = filepath.Base(abs)
+	dir := m.src.Dir(m.name)
+	name := m.src.Base(dir)
+	if abs, err := m.src.Abs(dir); err == nil {
+		name = m.src.Base(abs)
 	}
 	c := &Component{name: name, dir: dir, ck: ck}
 	m.comps = []*Component{c}
@@ -158,7 +166,10 @@ func (m *Model) openFile() error {
 
 func (m *Model) openDir() error {
 	vopts := []variant.Option{variant.WithShardOptions(m.cfg.shardOptions...)}
-	pp, err := variant.Resolve(m.path, m.cfg.variant, vopts...)
+	if fsys := m.src.FS(); fsys != nil {
+		vopts = append(vopts, variant.WithFS(fsys))
+	}
+	pp, err := variant.Resolve(m.name, m.cfg.variant, vopts...)
 	if err != nil {
 		return &Error{Kind: ErrResolve, Path: m.path, Err: err}
 	}
@@ -189,7 +200,7 @@ func (m *Model) setup(c *Component) error {
 	fileIdx := make(map[string]int, len(c.files))
 	for i, f := range c.files {
 		fileIdx[f] = i
-		fileIdx[filepath.Base(f)] = i
+		fileIdx[m.src.Base(f)] = i
 	}
 	src := quant.Sources{Metadata: c.ck.Metadata(), ReadTensor: func(name string) ([]byte, error) {
 		// Small marker tensors (ComfyUI's P.comfy_quant JSON) only.
@@ -208,10 +219,10 @@ func (m *Model) setup(c *Component) error {
 		return b, t.ReadTo(b)
 	}}
 	var err error
-	if src.ConfigJSON, err = m.readConfig(filepath.Join(c.dir, "config.json")); err != nil {
+	if src.ConfigJSON, err = m.readConfig(m.src.Join(c.dir, "config.json")); err != nil {
 		return &Error{Kind: ErrConfig, Component: c.name, Err: err}
 	}
-	if src.HFQuantConfig, err = m.readConfig(filepath.Join(c.dir, "hf_quant_config.json")); err != nil {
+	if src.HFQuantConfig, err = m.readConfig(m.src.Join(c.dir, "hf_quant_config.json")); err != nil {
 		return &Error{Kind: ErrConfig, Component: c.name, Err: err}
 	}
 	names := c.ck.Names()
@@ -229,7 +240,7 @@ func (m *Model) setup(c *Component) error {
 		stored = append(stored, quant.Stored{Name: n, DType: info.DType, Shape: info.Shape})
 		fi, ok := fileIdx[file]
 		if !ok {
-			fi = fileIdx[filepath.Base(file)]
+			fi = fileIdx[m.src.Base(file)]
 		}
 		loc[n] = where{fi, info.Begin}
 	}
@@ -276,7 +287,7 @@ func (m *Model) setup(c *Component) error {
 	slices.SortFunc(c.entries, func(a, b *entry) int {
 		return cmp.Or(cmp.Compare(a.fileIdx, b.fileIdx), cmp.Compare(a.begin, b.begin), strings.Compare(a.name, b.name))
 	})
-	c.strategy, c.why = chooseStrategy(m.cfg.strategy, c.dir)
+	c.strategy, c.why = m.chooseStrategy(c.dir)
 	return nil
 }
 
@@ -361,7 +372,7 @@ func (m *Model) readConfig(path string) ([]byte, error) {
 		}
 		return nil, err
 	}
-	b, err := safeopen.ReadFile(real, maxConfigSize)
+	b, err := m.src.ReadFile(real, maxConfigSize)
 	if err != nil {
 		return nil, err
 	}
@@ -458,6 +469,9 @@ func (m *Model) Close() error {
 				first = err
 			}
 		}
+	}
+	if err := m.closeSource(); err != nil && first == nil {
+		first = err
 	}
 	return first
 }

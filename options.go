@@ -2,6 +2,7 @@ package ckpt
 
 import (
 	"fmt"
+	"io/fs"
 
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/shard"
@@ -22,6 +23,7 @@ type config struct {
 	keepScales   bool
 	staging      int64
 	shardOptions []shard.Option
+	fsys         fs.FS // WithFS
 	// memRoots, when set (tests only), are the proc and cgroup folders the
 	// default budget is read from instead of this machine's.
 	memRoots *[2]string

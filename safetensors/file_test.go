@@ -522,3 +522,41 @@ func TestConcurrentReads(t *testing.T) {
 		})
 	}
 }
+
+// ReadHeaderFS reads the header through ReadAt, or in order from a plain
+// fs.File, refusing folders and broken files like ReadHeaderFile.
+func TestReadHeaderFS(t *testing.T) {
+	path := saveTemp(t, []TensorData{{Name: "w", DType: dtype.I32, Shape: []int64{3}, Data: i32Data(3)}}, map[string]string{"k": "v"})
+	raw, _ := os.ReadFile(path)
+	want, err := ReadHeaderFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapFS := fstest.MapFS{"m.safetensors": &fstest.MapFile{Data: raw}, "bad": &fstest.MapFile{Data: raw[:20]},
+		"d/x": &fstest.MapFile{Data: raw}}
+	for name, fsys := range map[string]fs.FS{"dirfs": os.DirFS(filepath.Dir(path)), "mapfs": mapFS, "plain": plainFS{mapFS}} {
+		file := "m.safetensors"
+		if name == "dirfs" {
+			file = filepath.Base(path)
+		}
+		h, err := ReadHeaderFS(fsys, file)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if h.HeaderLen != want.HeaderLen || h.DataLen != want.DataLen || h.Metadata["k"] != "v" || len(h.Tensors) != 1 {
+			t.Errorf("%s: header %+v", name, h)
+		}
+	}
+	_, err = ReadHeaderFS(mapFS, "bad")
+	if e := wantKind(t, err, ErrInvalidHeaderLength); e.File != "bad" {
+		t.Errorf("error names %q", e.File)
+	}
+	_, err = ReadHeaderFS(plainFS{mapFS}, "bad")
+	wantKind(t, err, ErrInvalidHeaderLength)
+	_, err = ReadHeaderFS(mapFS, "d")
+	wantKind(t, err, ErrNotRegular)
+	_, err = ReadHeaderFS(mapFS, "missing")
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing: %v", err)
+	}
+}

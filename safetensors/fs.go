@@ -1,6 +1,7 @@
 package safetensors
 
 import (
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -60,4 +61,58 @@ func OpenFS(fsys fs.FS, name string, opts ...OpenOption) (*File, error) {
 	}
 	f.path = name
 	return f, nil
+}
+
+// ReadHeaderFS is ReadHeaderFile for the file name of fsys: it reads the
+// length field and the header, and no tensor data, through the file's
+// ReadAt when it has one and sequentially otherwise. What is not a regular
+// file is refused with ErrNotRegular (checked with Stat before the open
+// when fsys implements fs.StatFS, as in OpenFS). Errors name the file.
+func ReadHeaderFS(fsys fs.FS, name string) (*Header, error) {
+	if sfs, ok := fsys.(fs.StatFS); ok {
+		st, err := sfs.Stat(name)
+		if err != nil {
+			return nil, &Error{Kind: ErrIO, File: name, Msg: "stat", Err: err}
+		}
+		if !st.Mode().IsRegular() {
+			return nil, notRegular(name, st.Mode().Type())
+		}
+	}
+	fh, err := fsys.Open(name)
+	if err != nil {
+		return nil, &Error{Kind: ErrIO, File: name, Msg: "open", Err: err}
+	}
+	size, err := regularSize(fh, name)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	ra, ok := fh.(io.ReaderAt)
+	if !ok {
+		ra = &sequentialReaderAt{r: fh}
+	}
+	h, err := ReadHeader(ra, size)
+	if err != nil {
+		return nil, withFile(err, name)
+	}
+	return h, nil
+}
+
+// sequentialReaderAt serves ReadAt calls that ask for the bytes right after
+// the previous call's (as ReadHeader does) from a plain reader.
+type sequentialReaderAt struct {
+	r   io.Reader
+	pos int64
+}
+
+func (s *sequentialReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	if off != s.pos {
+		return 0, fmt.Errorf("read at %d: the file can only be read in order (at %d)", off, s.pos)
+	}
+	n, err := io.ReadFull(s.r, p)
+	s.pos += int64(n)
+	if err == io.ErrUnexpectedEOF {
+		err = io.EOF
+	}
+	return n, err
 }

@@ -6,13 +6,11 @@ import (
 	"io/fs"
 	"iter"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 
-	"github.com/ckpt-go/ckpt/internal/pathutil"
+	"github.com/ckpt-go/ckpt/internal/srcfs"
 	"github.com/ckpt-go/ckpt/safetensors"
 )
 
@@ -22,6 +20,7 @@ type Option func(*openConfig)
 type openConfig struct {
 	follow   bool
 	openOpts []safetensors.OpenOption
+	src      srcfs.FS
 }
 
 func buildConfig(opts []Option) openConfig {
@@ -49,6 +48,18 @@ func WithFollowSymlinks() Option {
 	return func(c *openConfig) { c.follow = true }
 }
 
+// WithFS makes Open, ResolveFile and ReadIndexFS read the files of fsys
+// instead of the operating system's: paths are then fs.FS names
+// (slash-separated, unrooted; see fs.ValidPath), an index's shards are
+// looked up beside it in fsys, and shards are opened with
+// safetensors.OpenFS (a file that implements io.ReaderAt, as package
+// remote's do, is read on demand; see OpenFS). An fs.FS has no symbolic
+// links: WithFollowSymlinks has nothing to allow there. A nil fsys is the
+// operating system's.
+func WithFS(fsys fs.FS) Option {
+	return func(c *openConfig) { c.src = srcfs.Of(fsys) }
+}
+
 // ResolveFile applies the symlink rule of WithFollowSymlinks to the file or
 // folder at path, a name inside the folder filepath.Dir(path): it returns
 // path with its symbolic links evaluated, or an *Error of kind
@@ -65,8 +76,8 @@ func ResolveFile(path string, opts ...Option) (string, error) {
 // resolve is ResolveFile; the error names shard when it is set, path
 // otherwise.
 func (cfg *openConfig) resolve(path, shard string) (string, error) {
-	dir := filepath.Dir(path)
-	real, inside, err := pathutil.Resolve(dir, path)
+	dir := cfg.src.Dir(path)
+	real, inside, err := cfg.src.Resolve(path)
 	if err != nil {
 		return "", err
 	}
@@ -154,7 +165,7 @@ func Open(path string, opts ...Option) (*Checkpoint, error) {
 		}
 		return c, nil
 	}
-	st, err := os.Stat(path) // stat never blocks; the open below checks again
+	st, err := c.cfg.src.Stat(path) // stat never blocks; the open below checks again
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, &Error{Kind: ErrMissingShard, Path: path, Err: err}
@@ -164,33 +175,33 @@ func Open(path string, opts ...Option) (*Checkpoint, error) {
 	if st.IsDir() {
 		return nil, &Error{Kind: ErrUnsupportedPath, Path: path, Msg: "a folder, not an index or safetensors file (resolve folders with package variant)"}
 	}
-	h, err := safetensors.ReadHeaderFile(path)
+	h, err := c.cfg.readHeader(path)
 	if err != nil {
 		return nil, shardErr(path, "", err)
 	}
-	c.shards = []*shardFile{{name: filepath.Base(path), path: path, header: h}}
+	c.shards = []*shardFile{{name: c.cfg.src.Base(path), path: path, header: h}}
 	c.single = h
 	c.meta = maps.Clone(h.Metadata)
 	return c, nil
 }
 
 func (c *Checkpoint) openIndex() error {
-	ix, err := ReadIndex(c.path)
+	ix, err := readIndex(c.cfg.src, c.path)
 	if err != nil {
 		return err
 	}
 	c.index = ix
 	c.warnings = append(c.warnings, ix.Warnings...)
-	dir := filepath.Dir(c.path)
+	dir := c.cfg.src.Dir(c.path)
 	shardNames := ix.Shards()
 	pos := make(map[string]int, len(shardNames))
 	for i, name := range shardNames {
-		p := filepath.Join(dir, name)
+		p := c.cfg.src.Join(dir, name)
 		real, err := c.resolveShard(name, p)
 		if err != nil {
 			return err
 		}
-		h, err := safetensors.ReadHeaderFile(real)
+		h, err := c.cfg.readHeader(real)
 		if err != nil {
 			return shardErr(c.path, name, err)
 		}
@@ -283,10 +294,10 @@ func (c *Checkpoint) openIndex() error {
 // exists and that its links stay in the index's folder (unless
 // WithFollowSymlinks), and returns the path its links lead to.
 func (c *Checkpoint) resolveShard(name, p string) (string, error) {
-	if _, err := os.Lstat(p); err != nil {
+	if _, err := c.cfg.src.Lstat(p); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return "", &Error{Kind: ErrMissingShard, Path: c.path, Shard: name,
-				Msg: fmt.Sprintf("not found in %s", filepath.Dir(p))}
+				Msg: fmt.Sprintf("not found in %s", c.cfg.src.Dir(p))}
 		}
 		return "", &Error{Kind: ErrInvalidShard, Path: c.path, Shard: name, Err: err}
 	}
@@ -303,6 +314,14 @@ func (c *Checkpoint) resolveShard(name, p string) (string, error) {
 		return "", &Error{Kind: ErrInvalidShard, Path: c.path, Shard: name, Err: err}
 	}
 	return real, nil
+}
+
+// readHeader reads the header of the safetensors file at path.
+func (cfg *openConfig) readHeader(path string) (*safetensors.Header, error) {
+	if fsys := cfg.src.FS(); fsys != nil {
+		return safetensors.ReadHeaderFS(fsys, path)
+	}
+	return safetensors.ReadHeaderFile(path)
 }
 
 // shardErr wraps an error of package safetensors about the file of shard
@@ -448,7 +467,14 @@ func (c *Checkpoint) open(s *shardFile) (*safetensors.File, error) {
 	}
 	// Reuse the header parsed by Open: safetensors compares the file's
 	// size and header bytes with it instead of parsing them again.
-	f, err := safetensors.Open(path, append(slices.Clip(c.cfg.openOpts), safetensors.WithHeader(s.header))...)
+	opts := append(slices.Clip(c.cfg.openOpts), safetensors.WithHeader(s.header))
+	var f *safetensors.File
+	var err error
+	if fsys := c.cfg.src.FS(); fsys != nil {
+		f, err = safetensors.OpenFS(fsys, path, opts...)
+	} else {
+		f, err = safetensors.Open(path, opts...)
+	}
 	if errors.Is(err, safetensors.ErrFileChanged) {
 		return nil, &Error{Kind: ErrInvalidShard, Path: c.path, Shard: s.name, Msg: "the file changed since the checkpoint was opened", Err: err}
 	}

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"slices"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/ckpt-go/ckpt/internal/safeopen"
+	"github.com/ckpt-go/ckpt/internal/srcfs"
 )
 
 // MaxIndexSize is the largest index file ReadIndex accepts (64 MiB). Real
@@ -64,7 +66,16 @@ func (ix *Index) Shards() []string {
 // before any byte is read) of at most MaxIndexSize bytes (ErrIndexTooLarge,
 // checked before reading).
 func ReadIndex(path string) (*Index, error) {
-	data, err := safeopen.ReadFile(path, MaxIndexSize)
+	return readIndex(srcfs.FS{}, path)
+}
+
+// ReadIndexFS is ReadIndex for the file name of fsys.
+func ReadIndexFS(fsys fs.FS, name string) (*Index, error) {
+	return readIndex(srcfs.Of(fsys), name)
+}
+
+func readIndex(src srcfs.FS, path string) (*Index, error) {
+	data, err := src.ReadFile(path, MaxIndexSize)
 	if err != nil {
 		var nr *safeopen.NotRegularError
 		var tl *safeopen.TooLargeError

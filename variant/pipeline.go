@@ -6,12 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/ckpt-go/ckpt/internal/safeopen"
+	"github.com/ckpt-go/ckpt/internal/srcfs"
 	"github.com/ckpt-go/ckpt/shard"
 )
 
@@ -98,7 +97,7 @@ func ResolvePipeline(root, variant string, opts ...Option) (*PipelinePlan, error
 	if variant != "" && !ValidName(variant) {
 		return pp.fail(&Error{Kind: ErrInvalidVariant, Dir: root, Msg: fmt.Sprintf("%q does not match ^[A-Za-z0-9_]+$", variant)})
 	}
-	names, libs, err := readModelIndex(root, cfg.shardOpts)
+	names, libs, err := readModelIndex(cfg.src, root, cfg.shardOpts)
 	if err != nil {
 		return pp.fail(err)
 	}
@@ -106,7 +105,7 @@ func ResolvePipeline(root, variant string, opts ...Option) (*PipelinePlan, error
 	for _, n := range names {
 		listed[n] = true
 	}
-	entries, err := os.ReadDir(root)
+	entries, err := cfg.src.ReadDir(root)
 	if err != nil {
 		return pp.fail(&Error{Kind: ErrReadDir, Dir: root, Err: err})
 	}
@@ -136,15 +135,15 @@ func ResolvePipeline(root, variant string, opts ...Option) (*PipelinePlan, error
 		errs = append(errs, err)
 	}
 	for _, n := range names {
-		dir := filepath.Join(root, n)
+		dir := cfg.src.Join(root, n)
 		p := newPlan(n, dir, variant)
-		p.opts = cfg.shardOpts
+		p.opts, p.src = cfg.shardOpts, cfg.src
 		if err := checkComponentName(n); err != nil {
 			err.Dir = root
 			failed(p, err)
 			continue
 		}
-		st, err := os.Stat(dir)
+		st, err := cfg.src.Stat(dir)
 		if err != nil || !st.IsDir() {
 			e := &Error{Kind: ErrComponentMissing, Dir: root, File: n, Msg: "listed in " + ModelIndex + " but there is no such folder"}
 			if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -161,7 +160,7 @@ func ResolvePipeline(root, variant string, opts ...Option) (*PipelinePlan, error
 			failed(p, e)
 			continue
 		}
-		f, err := scan(dir)
+		f, err := scan(cfg.src, dir)
 		if err != nil {
 			failed(p, err)
 			continue
@@ -224,7 +223,8 @@ func ResolvePipeline(root, variant string, opts ...Option) (*PipelinePlan, error
 // Resolve resolves path as a pipeline when it holds a model_index.json, and
 // as a single component otherwise (the PipelinePlan then has one component).
 func Resolve(path, variant string, opts ...Option) (*PipelinePlan, error) {
-	if _, err := os.Stat(filepath.Join(path, ModelIndex)); err == nil {
+	src := buildConfig(opts).src
+	if _, err := src.Stat(src.Join(path, ModelIndex)); err == nil {
 		return ResolvePipeline(path, variant, opts...)
 	}
 	p, err := ResolveComponent(path, variant, opts...)
@@ -242,8 +242,8 @@ func isCandidate(name string) bool {
 // it is a string). model_index.json keeps to the symlink rule
 // (shard.ResolveFile with opts) and must be a regular file of at most
 // maxModelIndex bytes, checked before it is read.
-func readModelIndex(root string, opts []shard.Option) ([]string, map[string]string, error) {
-	path := filepath.Join(root, ModelIndex)
+func readModelIndex(src srcfs.FS, root string, opts []shard.Option) ([]string, map[string]string, error) {
+	path := src.Join(root, ModelIndex)
 	real, err := shard.ResolveFile(path, opts...)
 	if err != nil {
 		switch {
@@ -254,7 +254,7 @@ func readModelIndex(root string, opts []shard.Option) ([]string, map[string]stri
 		}
 		return nil, nil, &Error{Kind: ErrModelIndexInvalid, Dir: root, File: ModelIndex, Err: err}
 	}
-	data, err := safeopen.ReadFile(real, maxModelIndex)
+	data, err := src.ReadFile(real, maxModelIndex)
 	if err != nil {
 		var nr *safeopen.NotRegularError
 		var tl *safeopen.TooLargeError

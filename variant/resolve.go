@@ -3,12 +3,12 @@ package variant
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
+	"github.com/ckpt-go/ckpt/internal/srcfs"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
 )
@@ -50,6 +50,7 @@ type Plan struct {
 
 	err  error
 	opts []shard.Option
+	src  srcfs.FS
 }
 
 // Option configures ResolveComponent and ResolvePipeline.
@@ -57,6 +58,20 @@ type Option func(*config)
 
 type config struct {
 	shardOpts []shard.Option
+	src       srcfs.FS
+}
+
+// WithFS resolves folders of fsys instead of the operating system's: paths
+// are then fs.FS names (slash-separated, unrooted; see fs.ValidPath), and
+// the plans' files are opened from fsys (shard.WithFS is added to the shard
+// options). Folders are listed with fs.ReadDir, so fsys must be able to list
+// them (package remote's S3 file system can; plain HTTP cannot). A nil fsys
+// is the operating system's.
+func WithFS(fsys fs.FS) Option {
+	return func(c *config) {
+		c.src = srcfs.Of(fsys)
+		c.shardOpts = append(c.shardOpts, shard.WithFS(fsys))
+	}
 }
 
 // WithShardOptions passes options to shard.Open, both when resolution
@@ -96,7 +111,7 @@ func (p *Plan) Err() error { return p.err }
 func (p *Plan) Paths() []string {
 	out := make([]string, len(p.Files))
 	for i, f := range p.Files {
-		out[i] = filepath.Join(p.Dir, f)
+		out[i] = p.src.Join(p.Dir, f)
 	}
 	return out
 }
@@ -117,7 +132,7 @@ func (p *Plan) Open(opts ...shard.Option) (*shard.Checkpoint, error) {
 	if p.Index != "" {
 		file = p.Index
 	}
-	path := filepath.Join(p.Dir, file)
+	path := p.src.Join(p.Dir, file)
 	// The folder may have changed since resolution: the index or single
 	// file must still keep to the symlink rule.
 	if _, err := shard.ResolveFile(path, opts...); err != nil {
@@ -129,7 +144,7 @@ func (p *Plan) Open(opts ...shard.Option) (*shard.Checkpoint, error) {
 	}
 	got := make([]string, 0, len(c.Files()))
 	for _, f := range c.Files() {
-		got = append(got, filepath.Base(f))
+		got = append(got, p.src.Base(f))
 	}
 	slices.Sort(got)
 	if !slices.Equal(got, p.Files) {
@@ -170,6 +185,7 @@ type folder struct {
 	other []string // weights-like files with unrecognized names
 
 	shardOpts []shard.Option
+	src       srcfs.FS
 	library   string // the component's library in model_index.json ("" outside a pipeline)
 }
 
@@ -185,17 +201,17 @@ func (f *folder) libPrefix() string {
 	return ""
 }
 
-func scan(dir string) (*folder, error) {
-	entries, err := os.ReadDir(dir)
+func scan(src srcfs.FS, dir string) (*folder, error) {
+	entries, err := src.ReadDir(dir)
 	if err != nil {
 		return nil, &Error{Kind: ErrReadDir, Dir: dir, Err: err}
 	}
-	f := &folder{dir: dir}
+	f := &folder{dir: dir, src: src}
 	for _, e := range entries {
 		name := e.Name()
 		isDir := e.IsDir()
-		if e.Type()&os.ModeSymlink != 0 {
-			st, err := os.Stat(filepath.Join(dir, name))
+		if e.Type()&fs.ModeSymlink != 0 {
+			st, err := src.Stat(src.Join(dir, name))
 			isDir = err == nil && st.IsDir()
 		}
 		// Folders are not weights, unless they have a weights file's
@@ -266,12 +282,12 @@ func (f *folder) variants() []string {
 // report the ignored files; the error is also returned.
 func ResolveComponent(dir, variant string, opts ...Option) (*Plan, error) {
 	cfg := buildConfig(opts)
-	p := newPlan(filepath.Base(filepath.Clean(dir)), dir, variant)
-	p.opts = cfg.shardOpts
+	p := newPlan(cfg.src.Base(cfg.src.Clean(dir)), dir, variant)
+	p.opts, p.src = cfg.shardOpts, cfg.src
 	if variant != "" && !ValidName(variant) {
 		return p.fail(&Error{Kind: ErrInvalidVariant, Dir: dir, Msg: fmt.Sprintf("%q does not match ^[A-Za-z0-9_]+$", variant)})
 	}
-	f, err := scan(dir)
+	f, err := scan(cfg.src, dir)
 	if err != nil {
 		return p.fail(err)
 	}
@@ -522,11 +538,11 @@ func (f *folder) notFound(v string) error {
 // checkSingle reports whether a single file is complete: it keeps to the
 // symlink rule, is a regular file, and its header parses.
 func (f *folder) checkSingle(name string) error {
-	real, err := shard.ResolveFile(filepath.Join(f.dir, name), f.shardOpts...)
+	real, err := shard.ResolveFile(f.src.Join(f.dir, name), f.shardOpts...)
 	if err != nil {
 		return fromShard(f.dir, name, err)
 	}
-	if _, err := safetensors.ReadHeaderFile(real); err != nil {
+	if err := f.readHeader(real); err != nil {
 		kind := ErrInvalidWeights
 		if errors.Is(err, safetensors.ErrNotRegular) {
 			kind = ErrNotRegular
@@ -540,7 +556,7 @@ func (f *folder) checkSingle(name string) error {
 // never tolerated) and its completeness (recorded in checked.err).
 func (f *folder) checkIndex(c candidate, prefix, v string) (*checked, error) {
 	ch := &checked{c: c}
-	path := filepath.Join(f.dir, c.name)
+	path := f.src.Join(f.dir, c.name)
 	if _, err := shard.ResolveFile(path, f.shardOpts...); err != nil {
 		ch.err = fromShard(f.dir, c.name, err)
 		return ch, nil
@@ -554,7 +570,7 @@ func (f *folder) checkIndex(c candidate, prefix, v string) (*checked, error) {
 		ix = ck.Index()
 	} else {
 		var err error
-		if ix, err = shard.ReadIndex(path); err != nil {
+		if ix, err = f.readIndex(path); err != nil {
 			ch.err = fromShard(f.dir, c.name, err)
 			return ch, nil
 		}
@@ -589,6 +605,25 @@ func (f *folder) checkIndex(c candidate, prefix, v string) (*checked, error) {
 		ch.warns = append(ch.warns, c.name+": "+w)
 	}
 	return ch, nil
+}
+
+// readHeader reads the header of the safetensors file at path.
+func (f *folder) readHeader(path string) error {
+	var err error
+	if fsys := f.src.FS(); fsys != nil {
+		_, err = safetensors.ReadHeaderFS(fsys, path)
+	} else {
+		_, err = safetensors.ReadHeaderFile(path)
+	}
+	return err
+}
+
+// readIndex reads the index at path.
+func (f *folder) readIndex(path string) (*shard.Index, error) {
+	if fsys := f.src.FS(); fsys != nil {
+		return shard.ReadIndexFS(fsys, path)
+	}
+	return shard.ReadIndex(path)
 }
 
 // fromShard maps a shard error (or shard.ResolveFile's) to this package's

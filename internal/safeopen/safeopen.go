@@ -147,3 +147,34 @@ func readAll(r io.Reader, data []byte) ([]byte, error) {
 		}
 	}
 }
+
+// ReadFileFS is ReadFile for the file name of fsys: it must be a regular
+// file (NotRegularError) of at most max bytes (TooLargeError), both checked
+// with Stat before any byte is read; a file that turns out longer while it
+// is read is refused too. Errors name name.
+func ReadFileFS(fsys fs.FS, name string, max int64) ([]byte, error) {
+	st, err := fs.Stat(fsys, name)
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, &NotRegularError{Path: name, Mode: st.Mode().Type()}
+	}
+	if st.Size() > max {
+		return nil, &TooLargeError{Path: name, Size: st.Size(), Max: max}
+	}
+	f, err := fsys.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data := make([]byte, 0, st.Size()+1)
+	data, err = readAll(io.LimitReader(f, max+1), data)
+	if err != nil {
+		return nil, &fs.PathError{Op: "read", Path: name, Err: err}
+	}
+	if int64(len(data)) > max {
+		return nil, &TooLargeError{Path: name, Size: int64(len(data)), Max: max}
+	}
+	return data, nil
+}

@@ -1,0 +1,125 @@
+// Package srcfs is where the packages that read checkpoints (shard, variant
+// and the loader) find their files: the operating system's paths, or the
+// names of an fs.FS (an object store through package remote, an os.DirFS,
+// a test's fstest.MapFS). The zero FS is the operating system's, and every
+// method then does exactly what those packages did before fs.FS sources
+// existed (package pathutil's symlink rule, package safeopen's checks), so
+// that local paths keep their behaviour.
+//
+// Names of an fs.FS are slash-separated and unrooted (fs.ValidPath); an
+// fs.FS has no symbolic links to leave a folder by, so every name resolves
+// to itself.
+package srcfs
+
+import (
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+
+	"github.com/ckpt-go/ckpt/internal/pathutil"
+	"github.com/ckpt-go/ckpt/internal/safeopen"
+)
+
+// FS is the operating system (the zero value) or an fs.FS.
+type FS struct {
+	fsys fs.FS
+}
+
+// Of returns the FS for fsys; nil gives the operating system's.
+func Of(fsys fs.FS) FS { return FS{fsys: fsys} }
+
+// FS returns the fs.FS, or nil for the operating system.
+func (s FS) FS() fs.FS { return s.fsys }
+
+// IsOS reports whether s is the operating system's file system.
+func (s FS) IsOS() bool { return s.fsys == nil }
+
+// Join joins names with the separator of s.
+func (s FS) Join(elem ...string) string {
+	if s.fsys == nil {
+		return filepath.Join(elem...)
+	}
+	return path.Join(elem...)
+}
+
+// Dir returns all but the last element of name.
+func (s FS) Dir(name string) string {
+	if s.fsys == nil {
+		return filepath.Dir(name)
+	}
+	return path.Dir(name)
+}
+
+// Base returns the last element of name.
+func (s FS) Base(name string) string {
+	if s.fsys == nil {
+		return filepath.Base(name)
+	}
+	return path.Base(name)
+}
+
+// Clean returns the shortest equivalent name.
+func (s FS) Clean(name string) string {
+	if s.fsys == nil {
+		return filepath.Clean(name)
+	}
+	return path.Clean(name)
+}
+
+// Abs returns an absolute path for a path of the operating system, and
+// name itself for an fs.FS (whose names are all relative to its root).
+func (s FS) Abs(name string) (string, error) {
+	if s.fsys == nil {
+		return filepath.Abs(name)
+	}
+	return name, nil
+}
+
+// ReadDir lists the folder dir, sorted by name.
+func (s FS) ReadDir(dir string) ([]fs.DirEntry, error) {
+	if s.fsys == nil {
+		return os.ReadDir(dir)
+	}
+	return fs.ReadDir(s.fsys, dir)
+}
+
+// Stat describes name, following symbolic links.
+func (s FS) Stat(name string) (fs.FileInfo, error) {
+	if s.fsys == nil {
+		return os.Stat(name)
+	}
+	return fs.Stat(s.fsys, name)
+}
+
+// Lstat describes name without following a final symbolic link (an fs.FS
+// has none: Stat).
+func (s FS) Lstat(name string) (fs.FileInfo, error) {
+	if s.fsys == nil {
+		return os.Lstat(name)
+	}
+	return fs.Stat(s.fsys, name)
+}
+
+// Resolve applies package pathutil's rule to name, a file or folder inside
+// the folder Dir(name): the name its links lead to, and whether that is
+// still inside the folder. In an fs.FS a name is what it names: Resolve
+// only checks that it exists (an error matching fs.ErrNotExist otherwise).
+func (s FS) Resolve(name string) (real string, inside bool, err error) {
+	if s.fsys == nil {
+		return pathutil.Resolve(filepath.Dir(name), name)
+	}
+	if _, err := fs.Stat(s.fsys, name); err != nil {
+		return "", false, err
+	}
+	return name, true, nil
+}
+
+// ReadFile reads the whole regular file name of at most max bytes, with
+// package safeopen's checks and errors (NotRegularError, TooLargeError).
+func (s FS) ReadFile(name string, max int64) ([]byte, error) {
+	if s.fsys == nil {
+		return safeopen.ReadFile(name, max)
+	}
+	return safeopen.ReadFileFS(s.fsys, name, max)
+}

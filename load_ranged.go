@@ -1,0 +1,228 @@
+package ckpt
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/ckpt-go/ckpt/dtype"
+)
+
+// rangedRequest is one request of a ranged load: spans of one file read
+// together, and the pieces of work they complete.
+type rangedRequest struct {
+	file   string
+	spans  []Span
+	items  []*rangedItem
+	stage  int64 // staging bytes its conversions need
+	direct bool  // only raw reads: nothing to stage
+}
+
+// rangedItem is one piece's read: raw (its bytes are the destination's)
+// or a conversion from staged bytes.
+type rangedItem struct {
+	p       *piece
+	off     int64
+	n       int64 // stored bytes
+	convert bool
+	src     []byte // staged bytes of a conversion
+}
+
+// runRanged does the pieces of a load from a RangeFS: raw reads straight
+// into their destinations and conversions from staged bytes, neighbouring
+// pieces of a file coalesced into one request of up to the source's chunk,
+// its concurrency of requests in flight in file order; pieces it cannot
+// read that way (dequantization) go through doPiece. Progress is reported
+// per piece as in run; the first error or ctx's end stops every request.
+func (m *Model) runRanged(ctx context.Context, rfs RangeFS, work []piece) error {
+	rc := rfs.RangeConfig()
+	conc := max(rc.Concurrency, 1)
+	chunk := max(rc.Chunk, 1)
+	gap := max(rc.MaxGap, 0)
+
+	var items []*rangedItem
+	var other []*piece
+	for i := range work {
+		p := &work[i]
+		fb := int64(p.st.DType().Bits())
+		switch {
+		case p.first < 0:
+			items = append(items, &rangedItem{p: p, off: p.st.Offset(), n: int64(len(p.dst))})
+		case p.e.act == actRead && p.t.act != actDequantize && p.e.out == p.st.DType():
+			items = append(items, &rangedItem{p: p, off: p.st.Offset() + p.first*fb/8, n: int64(len(p.dst))})
+		case p.e.act == actConvert:
+			items = append(items, &rangedItem{p: p, off: p.st.Offset() + p.first*fb/8, n: (p.n*fb + 7) / 8, convert: true})
+		default:
+			other = append(other, p)
+		}
+	}
+	// Requests in file order: items sorted by file and offset, coalesced.
+	slices.SortStableFunc(items, func(a, b *rangedItem) int {
+		return cmp.Or(cmp.Compare(a.p.st.File().Path(), b.p.st.File().Path()), cmp.Compare(a.off, b.off))
+	})
+	var reqs []*rangedRequest
+	var cur *rangedRequest
+	var curStart, curEnd int64
+	for _, it := range items {
+		file := it.p.st.File().Path()
+		if cur == nil || cur.file != file || it.off < curEnd || it.off-curEnd > gap || it.off+it.n-curStart > chunk {
+			cur = &rangedRequest{file: file, direct: true}
+			reqs = append(reqs, cur)
+			curStart = it.off
+		}
+		curEnd = it.off + it.n
+		cur.items = append(cur.items, it)
+		if it.convert {
+			cur.stage += it.n
+			cur.direct = false
+		}
+	}
+	var total int64
+	for _, p := range work {
+		total += p.bytes
+	}
+
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stage := newByteSem(m.cfg.staging)
+	opts := m.cfg.convertOptions()
+	var progMu sync.Mutex
+	var done int64
+	finish := func(p *piece, st dtype.Stats) {
+		p.mu.Lock()
+		p.t.Stats.Add(st)
+		p.mu.Unlock()
+		progMu.Lock()
+		done += p.bytes
+		if m.cfg.progress != nil {
+			m.cfg.progress(Progress{Done: done, Total: total, Tensor: p.t.Name})
+		}
+		progMu.Unlock()
+	}
+	fail := func(p *piece, err error) {
+		var le *Error
+		if !errors.As(err, &le) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+			err = &Error{Kind: ErrRead, Component: p.c.name, Tensor: p.t.Name, Err: err}
+		}
+		cancel(err)
+	}
+	doRequest := func(r *rangedRequest) bool {
+		if !r.direct {
+			if !stage.acquire(ctx, r.stage) {
+				return false
+			}
+			defer stage.release(r.stage)
+		}
+		spans := r.spans[:0]
+		for _, it := range r.items {
+			dst := it.p.dst
+			if it.convert {
+				it.src = make([]byte, it.n)
+				dst = it.src
+			}
+			spans = append(spans, Span{Off: it.off, Dst: dst})
+		}
+		r.spans = spans
+		if err := rfs.ReadRanges(ctx, r.file, spans); err != nil {
+			fail(r.items[0].p, err)
+			return false
+		}
+		for _, it := range r.items {
+			var st dtype.Stats
+			if it.convert {
+				var err error
+				st, err = dtype.Convert(it.p.dst, it.p.e.out, it.src, it.p.st.DType(), opts)
+				it.src = nil
+				if err != nil {
+					fail(it.p, err)
+					return false
+				}
+			}
+			finish(it.p, st)
+		}
+		return true
+	}
+
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(conc, max(len(reqs), 1)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				i := next.Add(1) - 1
+				if i >= int64(len(reqs)) {
+					return
+				}
+				if !doRequest(reqs[i]) {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// What ranged reads cannot do (dequantization) uses the file's ReadAt.
+	if context.Cause(ctx) == nil && len(other) > 0 {
+		for _, p := range other {
+			if ctx.Err() != nil {
+				break
+			}
+			st, err := m.doPiece(ctx, p, opts)
+			if err != nil {
+				fail(p, err)
+				break
+			}
+			finish(p, st)
+		}
+	}
+	return context.Cause(ctx)
+}
+
+// byteSem bounds the bytes held at once (a request larger than the bound
+// waits until it is alone).
+type byteSem struct {
+	mu    sync.Mutex
+	cond  *sync.Cond
+	limit int64
+	used  int64
+}
+
+func newByteSem(limit int64) *byteSem {
+	s := &byteSem{limit: limit}
+	s.cond = sync.NewCond(&s.mu)
+	return s
+}
+
+// acquire takes n bytes, waiting while they do not fit; false when ctx
+// ended first.
+func (s *byteSem) acquire(ctx context.Context, n int64) bool {
+	stop := context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		s.cond.Broadcast()
+		s.mu.Unlock()
+	})
+	defer stop()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.used > 0 && s.used+n > s.limit {
+		if ctx.Err() != nil {
+			return false
+		}
+		s.cond.Wait()
+	}
+	if ctx.Err() != nil {
+		return false
+	}
+	s.used += n
+	return true
+}
+
+func (s *byteSem) release(n int64) {
+	s.mu.Lock()
+	s.used -= n
+	s.cond.Broadcast()
+	s.mu.Unlock()
+}
