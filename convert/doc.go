@@ -65,7 +65,9 @@
 // save of the folder removes what killed saves left.
 //
 // SaveOptions.KeepLast keeps only the newest N checkpoints, removing the
-// older ones after the new one is committed. SaveOptions.Background returns
+// older ones after the new one is committed (a checkpoint copied or renamed
+// by the user is theirs and stays); Checkpoints lists them, oldest first,
+// for a run to resume from the last. SaveOptions.Background returns
 // at once with a *Pending while the save goes on: the caller hands over the
 // tensors' buffers and must not modify them until the Pending is done. A
 // save of a folder whose previous save is still running waits for it

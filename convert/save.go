@@ -62,8 +62,9 @@ type SaveOptions struct {
 	// saves, recorded in each manifest), removing the others after the new
 	// one is committed; a save also removes, before it writes, those that a
 	// save killed between its commit and its removals left, so the folder
-	// never holds more than KeepLast+1. Folders Save did not write are
-	// never removed.
+	// never holds more than KeepLast+1. Folders Save did not write, and
+	// checkpoints copied or renamed to another name (cp -r checkpoint-300
+	// best), are neither counted nor removed.
 	KeepLast int
 	// Overwrite lets a save replace a checkpoint of the same name that
 	// Save wrote (a run resumed from an earlier step). Without it a taken
@@ -337,12 +338,9 @@ func (p *plan) save(ctx context.Context, data func(string) ([]byte, error)) (res
 	if err := p.checkSpace(dir); err != nil {
 		return nil, err
 	}
-	existing, warns := scan(dir)
+	_, maxSeq, warns := scan(dir)
 	res.Warnings = append(res.Warnings, warns...)
-	for _, c := range existing {
-		res.Seq = max(res.Seq, c.Seq)
-	}
-	res.Seq++
+	res.Seq = maxSeq + 1
 
 	tok, err := randomToken()
 	if err != nil {
@@ -487,8 +485,7 @@ var exchangeFunc = exchange
 // (the one just written): each is renamed to a hidden name first, so that
 // no partly removed checkpoint is visible, then removed.
 func (p *plan) prune(res *SaveResult, current string) {
-	cps, warns := scan(p.dir)
-	res.Warnings = append(res.Warnings, warns...)
+	cps, _, _ := scan(p.dir) // save reports unreadable manifests once
 	if len(cps) <= p.opts.KeepLast {
 		return
 	}
@@ -581,7 +578,10 @@ type CheckpointInfo struct {
 
 // Checkpoints lists the checkpoints that Save wrote in dir, oldest save
 // first (by Seq): the last one is where a resumed run starts. Folders
-// without a manifest (not Save's) are not listed; a folder whose manifest
+// without a manifest (not Save's) are not listed, nor are checkpoints
+// copied or renamed to another name than Save gave them (the manifest
+// records it): those are the user's, and KeepLast never removes them
+// either. A folder whose manifest
 // cannot be read or parsed is not listed either, and is named in the
 // error, which is then an errors.Join of one error per such folder next to
 // the checkpoints that were read.
@@ -589,7 +589,7 @@ func Checkpoints(dir string) ([]CheckpointInfo, error) {
 	if _, err := os.ReadDir(dir); err != nil {
 		return nil, &Error{Kind: ErrTarget, Path: dir, Err: err}
 	}
-	cps, warns := scan(dir)
+	cps, _, warns := scan(dir)
 	var errs []error
 	for _, w := range warns {
 		errs = append(errs, &Error{Kind: ErrTarget, Path: dir, Msg: w})
@@ -597,12 +597,14 @@ func Checkpoints(dir string) ([]CheckpointInfo, error) {
 	return cps, errors.Join(errs...)
 }
 
-// scan reads the manifests of the visible folders of dir, sorted by Seq
-// (then name). Unreadable manifests are reported as warnings.
-func scan(dir string) ([]CheckpointInfo, []string) {
+// scan reads the manifests of the visible folders of dir and returns the
+// checkpoints still under the name Save gave them, sorted by Seq (then
+// name), and the highest Seq of all manifests. Unreadable manifests are
+// reported as warnings.
+func scan(dir string) (cps []CheckpointInfo, maxSeq int64, warnings []string) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, []string{fmt.Sprintf("listing %s: %v", dir, err)}
+		return nil, 0, []string{fmt.Sprintf("listing %s: %v", dir, err)}
 	}
 	var out []CheckpointInfo
 	var warns []string
@@ -619,13 +621,17 @@ func scan(dir string) ([]CheckpointInfo, []string) {
 			warns = append(warns, fmt.Sprintf("%s: not counted as a checkpoint: %v", path, err))
 			continue
 		}
+		maxSeq = max(maxSeq, m.Seq)
+		if m.Name != e.Name() {
+			continue // a copy or a renamed checkpoint ("best"): the user's now
+		}
 		out = append(out, CheckpointInfo{Path: path, Name: e.Name(), Step: m.Step, Epoch: m.Epoch, Seq: m.Seq, SavedAt: m.SavedAt,
 			Files: m.Files, TotalSize: m.TotalSize, Metadata: m.Metadata})
 	}
 	slices.SortFunc(out, func(a, b CheckpointInfo) int {
 		return cmp.Or(cmp.Compare(a.Seq, b.Seq), strings.Compare(a.Name, b.Name))
 	})
-	return out, warns
+	return out, maxSeq, warns
 }
 
 // readManifest reads and checks folder/checkpoint.json. A missing file

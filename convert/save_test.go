@@ -165,6 +165,13 @@ func TestSaveKeepLast(t *testing.T) {
 	}
 	var removed []string
 	for step := int64(1); step <= 5; step++ {
+		if step == 2 {
+			// The user keeps the first checkpoint under another name: it is
+			// theirs now, neither counted nor removed.
+			if err := os.Rename(filepath.Join(dir, "checkpoint-10"), filepath.Join(dir, "best")); err != nil {
+				t.Fatal(err)
+			}
+		}
 		ts := []safetensors.TensorData{tensor(t, fmt.Sprintf("w%d", step), dtype.BF16, 4, 4)}
 		p, err := convert.Save(context.Background(), dir, ts, convert.SaveOptions{Step: step * 10, KeepLast: 2})
 		if err != nil {
@@ -179,10 +186,10 @@ func TestSaveKeepLast(t *testing.T) {
 			t.Errorf("warnings: %v", res.Warnings)
 		}
 	}
-	if got, want := testutil.Entries(t, dir), []string{"checkpoint-40", "checkpoint-50", "notes"}; !slices.Equal(got, want) {
+	if got, want := testutil.Entries(t, dir), []string{"best", "checkpoint-40", "checkpoint-50", "notes"}; !slices.Equal(got, want) {
 		t.Errorf("folder holds %v, want %v", got, want)
 	}
-	if want := []string{"checkpoint-10", "checkpoint-20", "checkpoint-30"}; !slices.Equal(removed, want) {
+	if want := []string{"checkpoint-20", "checkpoint-30"}; !slices.Equal(removed, want) {
 		t.Errorf("removed %v, want %v", removed, want)
 	}
 	checkLoaded(t, filepath.Join(dir, "checkpoint-50"), []safetensors.TensorData{tensor(t, "w5", dtype.BF16, 4, 4)})
@@ -473,5 +480,36 @@ func TestSaveRefusesBadTensors(t *testing.T) {
 	}
 	if _, serr := os.Stat(dir); !errors.Is(serr, os.ErrNotExist) {
 		t.Errorf("the target folder was created: %v", serr)
+	}
+}
+
+// TestSaveForeignManifests: folders with an unreadable or foreign manifest
+// are never removed, and a save says so once.
+func TestSaveForeignManifests(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{"junk": "{", "other-tool": `{"format": "something-else"}`} {
+		if err := os.MkdirAll(filepath.Join(dir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name, "checkpoint.json"), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for step := int64(1); step <= 3; step++ {
+		p, err := convert.Save(context.Background(), dir, []safetensors.TensorData{tensor(t, "w", dtype.F32, 4)}, convert.SaveOptions{Step: step, KeepLast: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, _ := p.Wait()
+		if len(res.Warnings) != 2 {
+			t.Errorf("step %d: warnings %q, want one per foreign manifest", step, res.Warnings)
+		}
+	}
+	if got := testutil.Entries(t, dir); !slices.Equal(got, []string{"checkpoint-3", "junk", "other-tool"}) {
+		t.Errorf("folder holds %v", got)
+	}
+	cps, err := convert.Checkpoints(dir)
+	if len(cps) != 1 || cps[0].Name != "checkpoint-3" || !errors.Is(err, convert.ErrTarget) || !strings.Contains(err.Error(), "junk") {
+		t.Errorf("Checkpoints: %+v, %v", cps, err)
 	}
 }
