@@ -49,6 +49,11 @@ const (
 	ErrRead
 	// ErrClosed: the model or the loaded weights were closed.
 	ErrClosed
+	// ErrSplit: a tensor cannot be split as the rank option asks (see
+	// WithRank): sub-byte elements whose part would not start and end on
+	// whole bytes, or a quantized weight whose part would not fall on its
+	// scale's blocks.
+	ErrSplit
 )
 
 var kindNames = [...]string{
@@ -64,6 +69,7 @@ var kindNames = [...]string{
 	ErrBuffer:    "buffer",
 	ErrRead:      "read",
 	ErrClosed:    "closed",
+	ErrSplit:     "split",
 }
 
 // String returns the kind's snake_case name.

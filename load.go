@@ -44,6 +44,10 @@ type Tensor struct {
 	Scales []*Tensor
 	// Location says where the bytes live.
 	Location Location
+	// Split is the part of the stored tensor this rank loaded (WithRank):
+	// Shape and Bytes are the part's, Location the whole stored tensor's.
+	// It is nil for a tensor no split matched.
+	Split *SliceInfo
 
 	data []byte
 	act  action
@@ -330,6 +334,7 @@ type piece struct {
 	dst   []byte
 	bytes int64 // output bytes, for progress
 	mu    *sync.Mutex
+	sj    *sliceJob // a part of a split tensor (first and n are then in its units)
 }
 
 func (m *Model) prepare(c *Component, e *entry, t *Tensor, alloc func(int64) []byte, work []piece) ([]piece, error) {
@@ -351,6 +356,14 @@ func (m *Model) prepareInto(c *Component, e *entry, t *Tensor, alloc func(int64)
 		return nil, &Error{Kind: ErrRead, Component: c.name, Tensor: e.name, Err: err}
 	}
 	t.Location = Location{File: st.File().Path(), Offset: st.Offset(), Length: st.ByteLen()}
+	if e.sl != nil {
+		if !e.sl.whole {
+			return m.prepareSlice(c, e, t, st, alloc, work, intoCaller)
+		}
+		info := e.sl.info
+		info.Shape = slices.Clone(info.Shape)
+		t.Split = &info
+	}
 	mu := new(sync.Mutex)
 	switch e.act {
 	case actView:
@@ -423,7 +436,8 @@ func (e *entry) arenaBytes() int64 {
 	if e.owned == 0 {
 		return 0
 	}
-	if e.act != actQuantized {
+	if e.act != actQuantized || e.sl != nil && !e.sl.whole {
+		// A split part's owned bytes are aligned part by part already.
 		return alignUp(e.owned)
 	}
 	n, _ := e.q.Data.DType.ByteLen(numElements(e.q.Data.Shape))
@@ -531,6 +545,9 @@ func (m *Model) doPiece(ctx context.Context, p *piece, opts dtype.Options) (dtyp
 		return &Error{Kind: ErrRead, Component: p.c.name, Tensor: p.t.Name, Err: err}
 	}
 	switch {
+	case p.sj != nil:
+		st, err := m.doSlicePiece(ctx, p, opts)
+		return st, wrapNil(wrap, err)
 	case p.first < 0:
 		// A raw read of a whole stored tensor (quantized data or scale).
 		return dtype.Stats{}, wrapNil(wrap, p.st.ReadTo(p.dst))

@@ -76,6 +76,7 @@ type entry struct {
 	begin    int64 // data offset in its file, for ordering
 	inBytes  int64 // stored bytes read (data plus scales for quantized weights)
 	q        *quant.Weight
+	sl       *slice // the rank's part (WithRank); nil when not split
 	dec      Decision
 	out      dtype.DType
 	act      action
@@ -293,9 +294,16 @@ func (m *Model) setup(c *Component) error {
 
 // decide applies the policy to every tensor of c.
 func (m *Model) decide(c *Component) error {
+	if err := m.split(c); err != nil {
+		return err
+	}
 	for _, e := range c.entries {
 		e.dec = m.cfg.policy.decide(c.name, e.name, e.stored, e.q != nil)
-		if err := e.resolve(c.strategy); err != nil {
+		err := e.resolve(c.strategy)
+		if err == nil {
+			err = e.resolveSlice(c.strategy)
+		}
+		if err != nil {
 			var le *Error
 			if errors.As(err, &le) {
 				le.Component = c.name

@@ -24,6 +24,7 @@ type config struct {
 	staging      int64
 	shardOptions []shard.Option
 	fsys         fs.FS // WithFS
+	rank         rankConfig
 	// memRoots, when set (tests only), are the proc and cgroup folders the
 	// default budget is read from instead of this machine's.
 	memRoots *[2]string

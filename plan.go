@@ -53,6 +53,19 @@ type Plan struct {
 	Workers int    `json:"workers"`
 	// Warnings gathers the resolution's warnings and the components'.
 	Warnings []string `json:"warnings,omitempty"`
+	// TotalStoredBytes adds up the components' stored bytes, and
+	// TotalReadBytes the bytes this rank reads of them (see ReadBytes).
+	TotalStoredBytes int64 `json:"total_stored_bytes"`
+	TotalReadBytes   int64 `json:"total_read_bytes"`
+	// Rank is the rank option (WithRank), nil without one.
+	Rank *RankPlan `json:"rank,omitempty"`
+}
+
+// RankPlan is the rank option a plan was made under.
+type RankPlan struct {
+	Rank   int      `json:"rank"`
+	World  int      `json:"world"`
+	Splits []string `json:"splits"`
 }
 
 // ComponentPlan is the plan of one component.
@@ -73,6 +86,10 @@ type ComponentPlan struct {
 	ResidentBytes      int64  `json:"resident_bytes"`
 	// StoredBytes is the size of the component's tensor data as stored.
 	StoredBytes int64 `json:"stored_bytes"`
+	// ReadBytes is what a load reads of it: the stored bytes, or with a
+	// rank option (WithRank) this rank's parts of the split tensors and
+	// the replicated tensors whole. Views count as read.
+	ReadBytes int64 `json:"read_bytes"`
 	// Alternatives gives the resident bytes the component would need under
 	// other uniform targets ("F32", "BF16", "F8_E4M3", "stored"), for the
 	// refusal message and for choosing a policy.
@@ -118,6 +135,16 @@ type TensorPlan struct {
 	Bytes  int64  `json:"bytes"`
 	// Scales names the scale tensors of a quantized weight.
 	Scales []string `json:"scales,omitempty"`
+	// ReadBytes is the stored bytes a load reads for the tensor: its part
+	// of them when a rank option splits it (data plus scales for a
+	// quantized weight).
+	ReadBytes int64 `json:"read_bytes"`
+	// Split is the part of the tensor this rank loads (WithRank); nil when
+	// no split matches it (it is replicated). Shape is then the part's.
+	Split *SliceInfo `json:"split,omitempty"`
+	// Ranges are the byte ranges of the files read for the tensor, listed
+	// with a rank option only.
+	Ranges []TensorRead `json:"ranges,omitempty"`
 }
 
 // Plan computes the plan. It reads nothing beyond what Open read.
@@ -170,20 +197,38 @@ func (m *Model) Plan() (*Plan, error) {
 					tp.Scales = append(tp.Scales, s.Name)
 				}
 			}
+			tp.ReadBytes = e.inBytes
+			if e.sl != nil {
+				info := e.sl.info
+				info.Shape = slices.Clone(info.Shape)
+				tp.Split = &info
+			}
+			if m.cfg.rank.set {
+				tp.Ranges = c.reads(e)
+			}
 			cp.Tensors = append(cp.Tensors, tp)
 			cp.MappedBytes += e.mapped
 			cp.OwnedBytes += e.owned
-			cp.StoredBytes += e.inBytes
+			cp.StoredBytes += e.storedBytes()
+			cp.ReadBytes += e.inBytes
 		}
 		cp.ResidentBytes = cp.MappedBytes + cp.OwnedBytes
 		cp.Alternatives = m.alternatives(c)
 		p.Components = append(p.Components, cp)
 		p.TotalMappedBytes += cp.MappedBytes
 		p.TotalOwnedBytes += cp.OwnedBytes
+		p.TotalStoredBytes += cp.StoredBytes
+		p.TotalReadBytes += cp.ReadBytes
 		for _, w := range cp.Warnings {
 			if !slices.Contains(p.Warnings, w) {
 				p.Warnings = append(p.Warnings, c.name+": "+w)
 			}
+		}
+	}
+	if rc := m.cfg.rank; rc.set {
+		p.Rank = &RankPlan{Rank: rc.rank, World: rc.world, Splits: []string{}}
+		for _, s := range rc.splits {
+			p.Rank.Splits = append(p.Rank.Splits, s.String())
 		}
 	}
 	p.TotalResidentBytes = p.TotalMappedBytes + p.TotalOwnedBytes
@@ -227,7 +272,7 @@ func (m *Model) peak() (resident, peak int64) {
 			if e.act != actView && e.act != actQuantized || c.strategy == ReadPread {
 				staging = true
 			}
-			if e.act == actDequantize && c.strategy == ReadPread {
+			if e.act == actDequantize && c.strategy == ReadPread && (e.sl == nil || e.sl.whole) {
 				dequantIn = max(dequantIn, e.inBytes)
 			}
 		}
@@ -237,8 +282,9 @@ func (m *Model) peak() (resident, peak int64) {
 		peak += m.stagingBytes()
 	}
 	// With pread, a dequantized weight's data and scales are read whole
-	// into temporary buffers, one per worker at most.
-	return resident, peak + dequantIn*int64(m.workers())
+	// into temporary buffers, one per worker at most; a rank's part of one
+	// is read piece by piece (sliceStaging).
+	return resident, peak + (dequantIn+m.sliceStaging())*int64(m.workers())
 }
 
 // workers is the number of load goroutines.
@@ -270,9 +316,9 @@ func (m *Model) alternatives(c *Component) []Alternative {
 		pol := Policy{Default: t, Rules: m.cfg.policy.Rules}
 		var total int64
 		for _, e := range c.entries {
-			x := &entry{name: e.name, stored: e.stored, shape: e.shape, inBytes: e.inBytes, q: e.q}
+			x := &entry{name: e.name, stored: e.stored, shape: e.shape, inBytes: e.inBytes, q: e.q, sl: e.sl}
 			x.dec = pol.decide(c.name, e.name, e.stored, e.q != nil)
-			if x.resolve(c.strategy) != nil {
+			if x.resolve(c.strategy) != nil || x.resolveSlice(c.strategy) != nil {
 				total = -1
 				break
 			}
@@ -358,6 +404,9 @@ func (p *Plan) String() string {
 		fmt.Fprintf(&b, "%s: %d tensors, %s stored, %s resident (%s mapped, %s owned), read by %s (%s)\n",
 			c.Name, len(c.Tensors), FormatSize(c.StoredBytes), FormatSize(c.ResidentBytes), FormatSize(c.MappedBytes), FormatSize(c.OwnedBytes),
 			c.ReadStrategy, c.ReadStrategyReason)
+		if p.Rank != nil {
+			fmt.Fprintf(&b, "  rank %d of %d reads %s of %s stored\n", p.Rank.Rank, p.Rank.World, FormatSize(c.ReadBytes), FormatSize(c.StoredBytes))
+		}
 		if c.Quant.Layout != "none" && c.Quant.Layout != "" {
 			fmt.Fprintf(&b, "  quantization: %s (%s), %d weights\n", c.Quant.Layout, c.Quant.Source, c.Quant.Weights)
 		}

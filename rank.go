@@ -1,0 +1,1016 @@
+package ckpt
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/quant"
+	"github.com/ckpt-go/ckpt/safetensors"
+)
+
+// Split makes the tensors whose names match Pattern (in the component
+// named Component; "" for every component) split along dimension Dim
+// across the ranks of WithRank: dimension 0 for column-parallel weights
+// (q/k/v, gate and up projections, whose output features are rows),
+// dimension 1 for row-parallel ones (o_proj, down_proj, whose input
+// features are columns). Dim counts from 0 over the tensor's shape as the
+// loader shows it (a quantized weight's logical shape).
+type Split struct {
+	Component string
+	Pattern   Pattern
+	Dim       int
+}
+
+// String returns the split as the CLI's --split flag spells it:
+// "PATTERN=DIM" or "COMPONENT/PATTERN=DIM".
+func (s Split) String() string {
+	str := s.Pattern.String() + "=" + strconv.Itoa(s.Dim)
+	if s.Component != "" {
+		str = s.Component + "/" + str
+	}
+	return str
+}
+
+// ParseSplit parses "PATTERN=DIM" or "COMPONENT/PATTERN=DIM", as the CLI's
+// --split flag takes it.
+func ParseSplit(s string) (Split, error) {
+	lhs, rhs, ok := strings.Cut(s, "=")
+	if !ok {
+		return Split{}, &Error{Kind: ErrOption, Msg: fmt.Sprintf("split %q is not PATTERN=DIM", s)}
+	}
+	var comp string
+	if c, p, ok := strings.Cut(lhs, "/"); ok {
+		comp, lhs = c, p
+	}
+	p, err := ParsePattern(lhs)
+	if err != nil {
+		return Split{}, err
+	}
+	d, err := strconv.Atoi(strings.TrimSpace(rhs))
+	if err != nil || d < 0 {
+		return Split{}, &Error{Kind: ErrOption, Pattern: lhs, Msg: fmt.Sprintf("split dimension %q is not a number ≥ 0", rhs)}
+	}
+	return Split{Component: comp, Pattern: p, Dim: d}, nil
+}
+
+// rankConfig is what WithRank set.
+type rankConfig struct {
+	set         bool
+	rank, world int
+	splits      []Split
+	// onRead, when set (tests only), is told every range a rank-sliced
+	// read asks its file for, and every view of a slice it hands out.
+	onRead func(st *safetensors.Tensor, off, n int64)
+}
+
+// WithRank makes this process rank (0 ≤ rank < world) of world processes
+// that load one model together with tensor parallelism: every tensor
+// matched by a Split (the first that matches decides) is loaded as this
+// rank's part of it along the split's dimension, and only that part's
+// bytes are read; a tensor no Split matches is replicated (loaded whole).
+//
+// A dimension of size n is split as numpy.array_split and
+// torch.tensor_split do: the first n mod world ranks get ⌈n/world⌉
+// indices, the others ⌊n/world⌋ (SplitBounds), so sizes that world does not
+// divide are fine and the ranks' parts differ by at most one index. (That
+// is not torch.chunk, which gives every rank ⌈n/world⌉ and leaves the last
+// ranks short or empty — 5 rows over 4 ranks are 2, 2, 1, 0 — so that the
+// bytes per rank are less balanced; frameworks that require divisible
+// sizes get the same parts either way.)
+//
+// The tensor's Shape becomes its part's shape, the policy applies to the
+// part (conversions and dequantization produce only the part), and the
+// Plan counts the part's bytes: resident and peak bytes, ReadBytes, and
+// the byte ranges read (TensorPlan.Ranges). A part is read as the byte
+// ranges that hold it, computed from the shape and row-major strides and
+// coalesced: a split of dimension 0 is one contiguous range (a zero-copy
+// view when the tensor loads as stored from a mapping); a split of
+// dimension k > 0 is one range per index of the dimensions before k.
+//
+// Scaled low-precision weights (package quant) split along any dimension
+// but the last are read as the rows of their [rows, columns] view that the
+// part needs, plus the rows of their scales that those rows use; along the
+// last dimension, as those columns and the scale columns that cover them.
+// A dequantized weight can be split anywhere along dimension 0 (a
+// dimension-0 part that starts inside a scale block reads that block's
+// scale row); every other split of a quantized weight — and any split of
+// a weight kept quantized, whose scales are returned sliced with its data
+// — must fall on the scale's block boundaries, or Open fails with ErrSplit
+// naming the tensor. A split of sub-byte elements (F4, F6) must start and
+// end on whole bytes. A Dim beyond a matched tensor's dimensions is
+// ErrOption naming the tensor.
+func WithRank(rank, world int, splits ...Split) Option {
+	return func(c *config) error {
+		if world < 1 {
+			return &Error{Kind: ErrOption, Msg: fmt.Sprintf("world %d < 1", world)}
+		}
+		if rank < 0 || rank >= world {
+			return &Error{Kind: ErrOption, Msg: fmt.Sprintf("rank %d is not in [0, %d)", rank, world)}
+		}
+		for _, s := range splits {
+			if len(s.Pattern.parts) == 0 {
+				return &Error{Kind: ErrOption, Msg: "split with an empty pattern"}
+			}
+			if s.Dim < 0 {
+				return &Error{Kind: ErrOption, Pattern: s.Pattern.String(), Msg: fmt.Sprintf("split dimension %d < 0", s.Dim)}
+			}
+		}
+		hook := c.rank.onRead
+		c.rank = rankConfig{set: true, rank: rank, world: world, splits: slices.Clone(splits), onRead: hook}
+		return nil
+	}
+}
+
+// SplitBounds returns the indices [start, stop) of a dimension of size n
+// that rank gets out of world (numpy.array_split): the first n mod world
+// ranks get one index more than the others. Arguments outside 0 ≤ rank <
+// world, n ≥ 0 give (0, 0).
+func SplitBounds(n int64, rank, world int) (start, stop int64) {
+	if world < 1 || rank < 0 || rank >= world || n < 0 {
+		return 0, 0
+	}
+	w, r := int64(world), int64(rank)
+	q, rem := n/w, n%w
+	start = r*q + min(r, rem)
+	stop = start + q
+	if r < rem {
+		stop++
+	}
+	return start, stop
+}
+
+// ByteRange is a regular set of byte ranges: Count ranges of Length bytes,
+// the first at Offset and each next one Stride bytes after the previous
+// (Stride is 0 when Count ≤ 1). It is how the part of a row-major tensor
+// that one index range of one dimension selects lies in the tensor's data.
+type ByteRange struct {
+	Offset int64 `json:"offset"`
+	Length int64 `json:"length"`
+	Count  int64 `json:"count"`
+	Stride int64 `json:"stride,omitempty"`
+}
+
+// Bytes returns the bytes of all the ranges, Length × Count.
+func (r ByteRange) Bytes() int64 { return r.Length * r.Count }
+
+// Contiguous reports whether the ranges are one range (or none).
+func (r ByteRange) Contiguous() bool { return r.Count <= 1 }
+
+// Extents iterates over the ranges in order, as (offset, length) pairs.
+func (r ByteRange) Extents() iter.Seq2[int64, int64] {
+	return func(yield func(int64, int64) bool) {
+		if r.Length <= 0 {
+			return
+		}
+		for i := int64(0); i < r.Count; i++ {
+			if !yield(r.Offset+i*r.Stride, r.Length) {
+				return
+			}
+		}
+	}
+}
+
+// String writes the ranges as "OFFSET+LENGTH", or
+// "OFFSET+LENGTH×COUNT/STRIDE" for several.
+func (r ByteRange) String() string {
+	if r.Count <= 1 {
+		return fmt.Sprintf("%d+%d", r.Offset, r.Bytes())
+	}
+	return fmt.Sprintf("%d+%d×%d/%d", r.Offset, r.Length, r.Count, r.Stride)
+}
+
+// SliceRanges returns where, in the data of a row-major tensor of dtype d
+// and shape, the elements whose index along dim lies in [start, stop) are:
+// byte ranges relative to the tensor's first byte, coalesced (one range
+// when the selection is contiguous: always for dim 0, and whenever the
+// dimensions before dim have size 1 or the selection is the whole
+// dimension). It is the computation behind WithRank, for readers that
+// fetch the ranges themselves (ranged GETs); use it with SplitBounds.
+// Errors are *Error values: ErrOption for a dim or bounds outside the
+// shape, ErrSplit when sub-byte elements would not start and end on whole
+// bytes.
+func SliceRanges(d dtype.DType, shape []int64, dim int, start, stop int64) (ByteRange, error) {
+	if dim < 0 || dim >= len(shape) {
+		return ByteRange{}, &Error{Kind: ErrOption, Msg: fmt.Sprintf("dimension %d of a shape %v", dim, shape)}
+	}
+	for _, n := range shape {
+		if n < 0 {
+			return ByteRange{}, &Error{Kind: ErrOption, Msg: fmt.Sprintf("negative dimension in shape %v", shape)}
+		}
+	}
+	if start < 0 || stop < start || stop > shape[dim] {
+		return ByteRange{}, &Error{Kind: ErrOption, Msg: fmt.Sprintf("indices [%d:%d) outside dimension %d of size %d", start, stop, dim, shape[dim])}
+	}
+	bits := int64(d.Bits())
+	if bits <= 0 {
+		return ByteRange{}, &Error{Kind: ErrOption, Msg: fmt.Sprintf("dtype %v has no size", d)}
+	}
+	b, ok := sliceElems(shape, dim, start, stop).bytes(bits)
+	if !ok {
+		return ByteRange{}, &Error{Kind: ErrSplit, Msg: fmt.Sprintf("indices [%d:%d) of dimension %d of %s %v do not start and end on whole bytes", start, stop, dim, d, shape)}
+	}
+	return b.byteRange(0), nil
+}
+
+// Extent is one contiguous range of bytes.
+type Extent struct {
+	Offset, Length int64
+}
+
+// Coalesce returns the extents sorted by offset with those that overlap,
+// touch or lie at most gap bytes apart merged, and the empty ones dropped:
+// the requests a reader that pays per request (ranged GETs) would make for
+// the ranges of several tensors of one file.
+func Coalesce(extents []Extent, gap int64) []Extent {
+	var out []Extent
+	for _, e := range extents {
+		if e.Length > 0 {
+			out = append(out, e)
+		}
+	}
+	slices.SortFunc(out, func(a, b Extent) int { return cmpInt64(a.Offset, b.Offset) })
+	n := 0
+	for _, e := range out {
+		if n > 0 {
+			last := &out[n-1]
+			if e.Offset <= last.Offset+last.Length+max(gap, 0) {
+				last.Length = max(last.Offset+last.Length, e.Offset+e.Length) - last.Offset
+				continue
+			}
+		}
+		out[n] = e
+		n++
+	}
+	return out[:n]
+}
+
+func cmpInt64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// SliceInfo says which part of a split tensor a rank loads: indices
+// [Start, Stop) of dimension Dim of the tensor's full Shape, by the split
+// Rule.
+type SliceInfo struct {
+	Dim   int     `json:"dim"`
+	Start int64   `json:"start"`
+	Stop  int64   `json:"stop"`
+	Shape []int64 `json:"full_shape"`
+	// Rule is the split that matched: `split 1 **.q_proj.weight=0`.
+	Rule string `json:"rule"`
+}
+
+// String writes the part as "dim 0 [4:8) of [16 32]".
+func (s *SliceInfo) String() string {
+	return fmt.Sprintf("dim %d [%d:%d) of %v", s.Dim, s.Start, s.Stop, s.Shape)
+}
+
+// TensorRead is the part of one stored tensor a rank reads: byte ranges
+// in absolute offsets of File. A quantized weight has one for its data and
+// one per scale.
+type TensorRead struct {
+	Tensor string `json:"tensor"` // the stored name
+	File   string `json:"file"`
+	ByteRange
+}
+
+// strided is a regular selection of a flat array of units (elements,
+// rows or bytes): count runs of n units, the first at first, each stride
+// units after the previous. Normalized (norm), a contiguous selection has
+// count 1 and an empty one is the zero value.
+type strided struct{ first, n, count, stride int64 }
+
+func (s strided) total() int64 { return s.n * s.count }
+
+func (s strided) norm() strided {
+	if s.n <= 0 || s.count <= 0 {
+		return strided{}
+	}
+	if s.count == 1 || s.n == s.stride {
+		return strided{first: s.first, n: s.n * s.count, count: 1}
+	}
+	return s
+}
+
+func (s strided) scale(k int64) strided {
+	return strided{first: s.first * k, n: s.n * k, count: s.count, stride: s.stride * k}
+}
+
+// bytes converts a selection of elements of bits each into bytes; ok is
+// false when a run would not start or end on a whole byte.
+func (s strided) bytes(bits int64) (strided, bool) {
+	if s.total() == 0 {
+		return strided{}, true
+	}
+	ok := s.first*bits%8 == 0 && s.n*bits%8 == 0 && (s.count <= 1 || s.stride*bits%8 == 0)
+	return strided{first: s.first * bits / 8, n: s.n * bits / 8, count: s.count, stride: s.stride * bits / 8}, ok
+}
+
+func (s strided) byteRange(base int64) ByteRange {
+	r := ByteRange{Offset: base + s.first, Length: s.n, Count: s.count}
+	if s.count > 1 {
+		r.Stride = s.stride
+	}
+	return r
+}
+
+// segments calls f for the runs of source units that hold the compact
+// units [from, to) of the selection: src is the source position, pos the
+// compact one, n the length.
+func (s strided) segments(from, to int64, f func(src, pos, n int64) error) error {
+	if s.n <= 0 {
+		return nil
+	}
+	l, within := from/s.n, from%s.n
+	for pos := from; pos < to; {
+		cnt := min(s.n-within, to-pos)
+		if err := f(s.first+l*s.stride+within, pos, cnt); err != nil {
+			return err
+		}
+		pos += cnt
+		l++
+		within = 0
+	}
+	return nil
+}
+
+// sliceElems selects the elements of indices [start, stop) along dim of a
+// row-major shape.
+func sliceElems(shape []int64, dim int, start, stop int64) strided {
+	inner := numElements(shape[dim+1:])
+	outer := numElements(shape[:dim])
+	return strided{first: start * inner, n: (stop - start) * inner, count: outer, stride: shape[dim] * inner}.norm()
+}
+
+// slice is the rank's part of one logical tensor.
+type slice struct {
+	info   SliceInfo
+	whole  bool    // the part is the whole tensor (world 1): loaded as unsplit
+	stored int64   // stored bytes of the whole tensor (data plus scales)
+	elems  strided // a plain tensor's elements
+	data   strided // bytes of the stored (data) tensor
+	q      *qslice // a quantized weight's part
+}
+
+// qslice is the part of a quantized weight in the [R, C] view of its
+// logical shape: rows × columns [c0, c1).
+type qslice struct {
+	rows   strided // rows of the view (all of them for a column split)
+	c0, c1 int64
+	colB   int64 // data bytes of one row of the part
+	// pad is the number of rows before the first selected one that a
+	// dequantized part's first scale block covers (a dimension-0 split
+	// inside a block): they are neither read nor returned. Non-zero pad
+	// forbids keeping the weight quantized (padWhy says why).
+	pad    int64
+	padWhy string
+	br     int64 // pieces start on multiples of br rows of the part (the varying scale's block rows; 1)
+	scales []qscale
+	keep   *quant.Weight // the part's layout when kept quantized (shapes of the part)
+}
+
+// qscale is the part of one scale of a quantized weight.
+type qscale struct {
+	sel    strided // bytes of the stored scale
+	shape  []int64 // shape of the part
+	perRow bool    // varies by row: each piece reads the grid rows its rows use
+	br     int64   // block rows
+	gC     int64   // grid columns of the part
+	sb     int64   // bytes per element
+}
+
+// split computes the rank's slices of c's tensors, once, before decide.
+func (m *Model) split(c *Component) error {
+	rc := &m.cfg.rank
+	if !rc.set {
+		return nil
+	}
+	for _, s := range rc.splits {
+		if s.Component != "" && m.component(s.Component) == nil {
+			return &Error{Kind: ErrOption, Component: s.Component, Pattern: s.Pattern.String(), Msg: "split names no component of the model"}
+		}
+	}
+	for _, e := range c.entries {
+		for i, s := range rc.splits {
+			if s.Component != "" && s.Component != c.name || !s.Pattern.Match(e.name) {
+				continue
+			}
+			if err := e.split(s, fmt.Sprintf("split %d %s", i+1, s), rc.rank, rc.world); err != nil {
+				if le, ok := err.(*Error); ok {
+					le.Component = c.name
+				}
+				return err
+			}
+			break
+		}
+	}
+	return nil
+}
+
+// split makes e the rank's part of itself.
+func (e *entry) split(s Split, rule string, rank, world int) error {
+	if s.Dim >= len(e.shape) {
+		return &Error{Kind: ErrOption, Tensor: e.name, Pattern: s.Pattern.String(),
+			Msg: fmt.Sprintf("split dimension %d, but the tensor's shape %v has %d dimensions", s.Dim, e.shape, len(e.shape))}
+	}
+	n := e.shape[s.Dim]
+	start, stop := SplitBounds(n, rank, world)
+	sl := &slice{info: SliceInfo{Dim: s.Dim, Start: start, Stop: stop, Shape: slices.Clone(e.shape), Rule: rule},
+		whole: start == 0 && stop == n, stored: e.inBytes}
+	e.sl = sl
+	if sl.whole {
+		return nil
+	}
+	if e.q == nil {
+		sl.elems = sliceElems(e.shape, s.Dim, start, stop)
+		d, ok := sl.elems.bytes(int64(e.stored.Bits()))
+		if !ok {
+			return &Error{Kind: ErrSplit, Tensor: e.name, Pattern: s.Pattern.String(),
+				Msg: fmt.Sprintf("rank %d's part, %s, of %s elements does not start and end on whole bytes", rank, sl.info.String(), e.stored)}
+		}
+		sl.data = d
+		e.inBytes = d.total()
+	} else {
+		q, err := sliceQuant(e.q, s.Dim, start, stop)
+		if err != nil {
+			if le, ok := err.(*Error); ok {
+				le.Pattern = s.Pattern.String()
+			}
+			return err
+		}
+		sl.q, sl.data = q, q.rowsData(e.q)
+		e.inBytes = sl.data.total()
+		for _, qs := range q.scales {
+			e.inBytes += qs.sel.total()
+		}
+	}
+	e.shape = slices.Clone(e.shape)
+	e.shape[s.Dim] = stop - start
+	return nil
+}
+
+// rowsData is the part's data bytes.
+func (q *qslice) rowsData(w *quant.Weight) strided {
+	_, c := viewRC(w.Shape)
+	eb := int64(w.Elem.Bits())
+	if q.c1-q.c0 == c {
+		return q.rows.scale(c * eb / 8)
+	}
+	r := q.rows.total()
+	return strided{first: q.c0 * eb / 8, n: q.colB, count: r, stride: c * eb / 8}.norm()
+}
+
+// viewRC is the [R, C] view of a shape: C its last dimension, R the
+// product of the others.
+func viewRC(shape []int64) (r, c int64) {
+	if len(shape) == 0 {
+		return 1, 1
+	}
+	return numElements(shape[:len(shape)-1]), shape[len(shape)-1]
+}
+
+func ceilDiv(n, b int64) int64 { return (n + b - 1) / b }
+
+// sliceQuant computes the part [start, stop) along dim of a quantized
+// weight: the rows and columns of its [R, C] view, and the scale elements
+// they use.
+func sliceQuant(w *quant.Weight, dim int, start, stop int64) (*qslice, error) {
+	fail := func(format string, a ...any) error {
+		return &Error{Kind: ErrSplit, Tensor: w.Name, Msg: fmt.Sprintf(format, a...)}
+	}
+	L := w.Shape
+	nd := len(L)
+	R, C := viewRC(L)
+	eb := int64(w.Elem.Bits())
+	if eb <= 0 || C*eb%8 != 0 {
+		return nil, fail("rows of %d %s elements are not whole bytes", C, w.Elem)
+	}
+	q := &qslice{c0: 0, c1: C, br: 1}
+	rowSplit := dim < nd-1
+	if rowSplit {
+		rpi := numElements(L[dim+1 : nd-1])
+		q.rows = strided{first: start * rpi, n: (stop - start) * rpi, count: numElements(L[:dim]), stride: L[dim] * rpi}.norm()
+	} else {
+		q.rows = strided{first: 0, n: R, count: 1}.norm()
+		q.c0, q.c1 = start, stop
+		if start*eb%8 != 0 || stop*eb%8 != 0 {
+			return nil, fail("columns [%d:%d) of %s elements do not start and end on whole bytes", start, stop, w.Elem)
+		}
+	}
+	cols := q.c1 - q.c0
+	q.colB = cols * eb / 8
+	f, n, cnt, st := q.rows.first, q.rows.n, max(q.rows.count, 1), q.rows.stride
+	for _, s := range w.Scales {
+		sbits := int64(s.DType.Bits())
+		br, bc := s.Block[0], s.Block[1]
+		if sbits <= 0 || sbits%8 != 0 || br < 1 || bc < 1 {
+			return nil, fail("scale %q (%s, block %v) cannot be sliced", s.Name, s.DType, s.Block)
+		}
+		sb := sbits / 8
+		gR, gC := ceilDiv(R, br), ceilDiv(C, bc)
+		qs := qscale{br: br, gC: gC, sb: sb, sel: strided{n: gR * gC * sb, count: 1}.norm()}
+		nR, nC := gR, gC
+		varies := br < R || bc < C
+		switch {
+		case !varies, rowSplit && gR == 1, !rowSplit && gC == 1:
+			// The whole scale applies to the part.
+		case rowSplit:
+			qs.perRow, q.br = true, br
+			aligned := n == 0 || f%br == 0 && (n%br == 0 || cnt == 1 && f+n == R) && (cnt == 1 || st%br == 0)
+			switch {
+			case aligned:
+				qs.sel = strided{first: f / br, n: ceilDiv(n, br), count: cnt, stride: st / br}.norm().scale(gC * sb)
+				nR = cnt * ceilDiv(n, br)
+				if n == 0 {
+					nR = 0
+				}
+			case cnt == 1:
+				a := f / br * br
+				q.pad = f - a
+				g1 := ceilDiv(f+n, br)
+				qs.sel = strided{first: a / br, n: g1 - a/br, count: 1}.scale(gC * sb)
+				nR = g1 - a/br
+				q.padWhy = fmt.Sprintf("its rows [%d:%d) (of a [%d, %d] view) start inside a %d-row block of scale %q", f, f+n, R, C, br, s.Name)
+			default:
+				return nil, fail("rows [%d:%d) of every %d (of a [%d, %d] view) are not on the %d-row blocks of scale %q: a quantized weight splits along a middle dimension only on scale block boundaries",
+					f, f+n, st, R, C, br, s.Name)
+			}
+		default: // a column split
+			if cols > 0 && (q.c0%bc != 0 || q.c1%bc != 0 && q.c1 != C) {
+				return nil, fail("columns [%d:%d) are not on the %d-column blocks of scale %q: a quantized weight splits along its last dimension only on scale block boundaries",
+					q.c0, q.c1, bc, s.Name)
+			}
+			g0, g1 := q.c0/bc, ceilDiv(q.c1, bc)
+			qs.sel = strided{first: g0 * sb, n: (g1 - g0) * sb, count: gR, stride: gC * sb}.norm()
+			nC = g1 - g0
+			if gR > 1 {
+				qs.perRow, q.br = true, br
+			}
+		}
+		qs.gC = nC
+		qs.shape = sliceScaleShape(s.Shape, nd, dim, rowSplit, gR, gC, nR, nC)
+		q.scales = append(q.scales, qs)
+	}
+	if q.pad == 0 {
+		kw := *w
+		kw.Shape = slices.Clone(L)
+		kw.Shape[dim] = stop - start
+		dataBytes := q.rows.total() * q.colB
+		ds, ok := sliceDataShape(w.Data, L, dim, stop-start, cols, dataBytes)
+		if !ok {
+			return nil, fail("the part's %d data bytes do not fit a shape of %s", dataBytes, w.Data.DType)
+		}
+		kw.Data.Shape = ds
+		kw.Scales = slices.Clone(w.Scales)
+		for i := range kw.Scales {
+			kw.Scales[i].Shape = q.scales[i].shape
+		}
+		q.keep = &kw
+	}
+	return q, nil
+}
+
+// sliceScaleShape gives a scale's part a shape: the stored shape with the
+// split dimension (or the last, for a column split) scaled to the part's
+// grid when the scale has the logical tensor's rank, else its grid [nR,
+// nC] (or [nR·nC] for a one-dimensional scale).
+func sliceScaleShape(s []int64, nd, dim int, rowSplit bool, gR, gC, nR, nC int64) []int64 {
+	if nR == gR && nC == gC {
+		return slices.Clone(s)
+	}
+	if len(s) == nd {
+		idx, old, now := dim, gR, nR
+		if !rowSplit {
+			idx, old, now = nd-1, gC, nC
+		}
+		if old > 0 && s[idx]*now%old == 0 {
+			out := slices.Clone(s)
+			out[idx] = s[idx] * now / old
+			if numElements(out) == nR*nC {
+				return out
+			}
+		}
+	}
+	if len(s) == 1 {
+		return []int64{nR * nC}
+	}
+	return []int64{nR, nC}
+}
+
+// sliceDataShape gives a quantized weight's stored data tensor the shape
+// of the part: the split dimension (or the last, scaled by the columns
+// kept) of its stored shape when its leading dimensions are the logical
+// ones, else one dimension.
+func sliceDataShape(d quant.Stored, logical []int64, dim int, now, cols, bytes int64) ([]int64, bool) {
+	bits := int64(d.DType.Bits())
+	if bits <= 0 {
+		return nil, false
+	}
+	nd := len(logical)
+	if len(d.Shape) >= nd {
+		out := slices.Clone(d.Shape)
+		ok := true
+		switch {
+		case dim < nd-1 && out[dim] == logical[dim]:
+			out[dim] = now
+		case dim == nd-1 && logical[dim] > 0 && out[dim]*cols%logical[dim] == 0:
+			out[dim] = out[dim] * cols / logical[dim]
+		default:
+			ok = false
+		}
+		if ok && numElements(out)*bits == bytes*8 {
+			return out, true
+		}
+	}
+	if bytes*8%bits != 0 {
+		return nil, false
+	}
+	return []int64{bytes * 8 / bits}, true
+}
+
+// resolveSlice adjusts what resolve decided for a tensor split by the rank
+// option: a part that is not contiguous cannot be a view; a kept
+// quantized weight's bytes are its part's; and it checks what only the
+// decision can tell (a quantized part starting inside a scale block kept
+// quantized, sub-byte targets).
+func (e *entry) resolveSlice(strategy ReadStrategy) error {
+	sl := e.sl
+	if sl == nil || sl.whole {
+		return nil
+	}
+	fail := func(format string, a ...any) error {
+		return &Error{Kind: ErrSplit, Tensor: e.name, Msg: fmt.Sprintf(format, a...)}
+	}
+	switch e.act {
+	case actView:
+		if !sl.data.isContiguous() {
+			e.act = actRead
+			e.mapped, e.owned = 0, e.inBytes
+		}
+	case actConvert:
+		if ob := int64(e.out.Bits()); sl.elems.count > 1 && sl.elems.n*ob%8 != 0 {
+			return fail("rank's part %s does not start and end on whole bytes of %s (%s)", sl.info.String(), e.out, e.dec.Rule)
+		}
+	case actDequantize:
+		if cols := sl.q.c1 - sl.q.c0; cols*int64(e.out.Bits())%8 != 0 {
+			return fail("rows of %d %s elements are not whole bytes (%s)", cols, e.out, e.dec.Rule)
+		}
+	case actQuantized:
+		q := sl.q
+		if q.keep == nil {
+			return fail("kept quantized (%s), a part must start on its scale's blocks, but %s; load it dequantized, or split where blocks begin", e.dec.Rule, q.padWhy)
+		}
+		e.outBytes = sl.data.total()
+		e.mapped, e.owned = 0, 0
+		part := func(s strided) {
+			switch {
+			case strategy == ReadPread || !s.isContiguous():
+				e.owned += alignUp(s.total())
+			default:
+				e.mapped += s.total()
+			}
+		}
+		part(sl.data)
+		for _, qs := range q.scales {
+			part(qs.sel)
+		}
+	}
+	return nil
+}
+
+func (s strided) isContiguous() bool { return s.count <= 1 }
+
+// storedBytes is the size of the whole stored tensor (data plus scales),
+// whatever part of it a rank reads.
+func (e *entry) storedBytes() int64 {
+	if e.sl != nil {
+		return e.sl.stored
+	}
+	return e.inBytes
+}
+
+// sliceStaging is the transient memory one worker holds for a dequantized
+// part beyond the shared staging allowance: the data rows and scale rows
+// of its largest piece, and the scales read once per tensor.
+func (m *Model) sliceStaging() int64 {
+	var most int64
+	for _, c := range m.comps {
+		for _, e := range c.entries {
+			if e.act != actDequantize || e.sl == nil || e.sl.whole {
+				continue
+			}
+			q := e.sl.q
+			per := q.pieceRows(e.out)
+			b := per * q.colB
+			for _, qs := range q.scales {
+				if qs.perRow {
+					b += (ceilDiv(per, qs.br) + 1) * qs.gC * qs.sb
+				} else {
+					b += qs.sel.total()
+				}
+			}
+			most = max(most, b)
+		}
+	}
+	return most
+}
+
+// pieceRows is the number of rows of one piece of a dequantized part: a
+// multiple of the scale's block rows, about chunkBytes of output.
+func (q *qslice) pieceRows(out dtype.DType) int64 {
+	outRow := (q.c1 - q.c0) * int64(out.Bits()) / 8
+	per := max(chunkBytes/max(outRow, 1), 1)
+	return ceilDiv(per, q.br) * q.br
+}
+
+// reads returns the byte ranges e reads (absolute offsets): its part, or
+// the whole stored tensors.
+func (c *Component) reads(e *entry) []TensorRead {
+	var out []TensorRead
+	add := func(name string, sel strided) {
+		st, err := c.tensor(name)
+		if err != nil {
+			return
+		}
+		out = append(out, TensorRead{Tensor: name, File: st.File().Path(), ByteRange: sel.byteRange(st.Offset())})
+	}
+	whole := func(name string) {
+		if st, err := c.tensor(name); err == nil {
+			add(name, strided{n: st.ByteLen(), count: 1}.norm())
+		}
+	}
+	sliced := e.sl != nil && !e.sl.whole
+	switch {
+	case e.q == nil && sliced:
+		add(e.name, e.sl.data)
+	case e.q == nil:
+		whole(e.name)
+	case sliced:
+		add(e.q.Data.Name, e.sl.data)
+		for i, s := range e.q.Scales {
+			add(s.Name, e.sl.q.scales[i].sel)
+		}
+	default:
+		whole(e.q.Data.Name)
+		for _, s := range e.q.Scales {
+			whole(s.Name)
+		}
+	}
+	return out
+}
+
+// Loading parts.
+
+type sliceKind uint8
+
+const (
+	sliceRaw     sliceKind = iota // bytes of a selection into dst
+	slicePlain                    // a plain tensor's elements, converted when its target differs
+	sliceDequant                  // rows of a dequantized weight
+)
+
+// sliceJob is what the pieces of one part share.
+type sliceJob struct {
+	kind  sliceKind
+	st    *safetensors.Tensor // the stored (data) tensor
+	sel   strided             // sliceRaw: the bytes of st read
+	evict bool                // drop the source pages from this process after reading
+	// sliceDequant: the scales' stored tensors, and those read once for
+	// the whole part (not per piece).
+	scaleT []*safetensors.Tensor
+	once   sync.Once
+	shared [][]byte
+	err    error
+}
+
+// prepareSlice is prepareInto for a split tensor's part.
+func (m *Model) prepareSlice(c *Component, e *entry, t *Tensor, st *safetensors.Tensor, alloc func(int64) []byte, work []piece, intoCaller bool) ([]piece, error) {
+	sl := e.sl
+	info := sl.info
+	info.Shape = slices.Clone(info.Shape)
+	t.Split = &info
+	mu := new(sync.Mutex)
+	view := func(st *safetensors.Tensor, sel strided) ([]byte, error) {
+		b, err := st.Bytes()
+		if err != nil {
+			return nil, &Error{Kind: ErrRead, Component: c.name, Tensor: e.name, Err: err}
+		}
+		if h := m.cfg.rank.onRead; h != nil {
+			h(st, sel.first, sel.total())
+		}
+		end := sel.first + sel.total()
+		return b[sel.first:end:end], nil
+	}
+	// raw appends pieces that read a selection of st into dst.
+	raw := func(t *Tensor, st *safetensors.Tensor, sel strided, dst []byte) {
+		sj := &sliceJob{kind: sliceRaw, st: st, sel: sel}
+		total := sel.total()
+		for first := int64(0); first < total; first += chunkBytes {
+			n := min(chunkBytes, total-first)
+			work = append(work, piece{c: c, e: e, t: t, st: st, first: first, n: n, dst: dst[first : first+n], bytes: n, mu: mu, sj: sj})
+		}
+	}
+	mapped := st.File().Mapped()
+	switch e.act {
+	case actView:
+		if mapped {
+			b, err := view(st, sl.data)
+			t.data = b
+			return work, err
+		}
+		t.data = make([]byte, sl.data.total())
+		raw(t, st, sl.data, t.data)
+	case actRead, actConvert:
+		t.data = alloc(e.outBytes)
+		t.Location.Owned = true
+		sj := &sliceJob{kind: slicePlain, st: st, evict: e.act == actConvert && mapped}
+		fb, ob := int64(e.stored.Bits()), int64(e.out.Bits())
+		per := max(chunkBytes*8/max(fb, ob)/8*8, 8)
+		n := sl.elems.total()
+		for first := int64(0); first < n; first += per {
+			cnt := min(per, n-first)
+			d0, d1 := first*ob/8, (first+cnt)*ob/8
+			work = append(work, piece{c: c, e: e, t: t, st: st, first: first, n: cnt, dst: t.data[d0:d1], bytes: d1 - d0, mu: mu, sj: sj})
+		}
+	case actDequantize:
+		t.data = alloc(e.outBytes)
+		t.Location.Owned = true
+		q := sl.q
+		sj := &sliceJob{kind: sliceDequant, st: st, evict: mapped}
+		for _, s := range e.q.Scales {
+			sst, err := c.tensor(s.Name)
+			if err != nil {
+				return nil, &Error{Kind: ErrRead, Component: c.name, Tensor: s.Name, Err: err}
+			}
+			sj.scaleT = append(sj.scaleT, sst)
+		}
+		outRow := (q.c1 - q.c0) * int64(e.out.Bits()) / 8
+		rows := q.pad + q.rows.total()
+		if q.c1 == q.c0 {
+			rows = 0
+		}
+		per := q.pieceRows(e.out)
+		for p0 := int64(0); p0 < rows; p0 += per {
+			p1 := min(rows, p0+per)
+			r0 := max(p0, q.pad)
+			dst := t.data[(r0-q.pad)*outRow : (p1-q.pad)*outRow]
+			work = append(work, piece{c: c, e: e, t: t, st: st, first: p0, n: p1 - p0, dst: dst, bytes: int64(len(dst)), mu: mu, sj: sj})
+		}
+	case actQuantized:
+		q := sl.q
+		t.q = q.keep
+		switch {
+		case c.strategy != ReadPread && !intoCaller && mapped && sl.data.isContiguous():
+			b, err := view(st, sl.data)
+			if err != nil {
+				return nil, err
+			}
+			t.data = b
+		case c.strategy != ReadPread && !intoCaller && sl.data.isContiguous():
+			// Planned as mapped, but the file has no mapping: a copy.
+			t.data = make([]byte, sl.data.total())
+			raw(t, st, sl.data, t.data)
+		default:
+			t.data = alloc(sl.data.total())
+			t.Location.Owned = true
+			raw(t, st, sl.data, t.data)
+		}
+		for i, s := range e.q.Scales {
+			sst, err := c.tensor(s.Name)
+			if err != nil {
+				return nil, &Error{Kind: ErrRead, Component: c.name, Tensor: s.Name, Err: err}
+			}
+			qs := q.scales[i]
+			sc := &Tensor{Component: c.name, Name: s.Name, DType: s.DType, Shape: slices.Clone(qs.shape), Stored: s.DType,
+				Decision: e.dec, Role: s.Role, act: actView,
+				Location: Location{File: sst.File().Path(), Offset: sst.Offset(), Length: sst.ByteLen()}}
+			switch {
+			case c.strategy != ReadPread && qs.sel.isContiguous() && sst.File().Mapped():
+				if sc.data, err = view(sst, qs.sel); err != nil {
+					return nil, err
+				}
+			case c.strategy != ReadPread && qs.sel.isContiguous():
+				sc.data = make([]byte, qs.sel.total())
+				raw(sc, sst, qs.sel, sc.data)
+			default:
+				sc.act, sc.Location.Owned = actRead, true
+				sc.data = alloc(qs.sel.total())
+				raw(sc, sst, qs.sel, sc.data)
+			}
+			t.Scales = append(t.Scales, sc)
+		}
+	}
+	return work, nil
+}
+
+// stagePool holds the buffers that converting reads of parts read into.
+var stagePool sync.Pool
+
+// doSlicePiece does one piece of a split tensor's part.
+func (m *Model) doSlicePiece(ctx context.Context, p *piece, opts dtype.Options) (dtype.Stats, error) {
+	sj, e := p.sj, p.e
+	switch sj.kind {
+	case sliceRaw:
+		return dtype.Stats{}, m.readSel(ctx, sj.st, sj.sel, p.first, p.dst, false)
+	case slicePlain:
+		fb := int64(e.stored.Bits())
+		from, n := p.first*fb/8, p.n*fb/8
+		if e.act == actRead {
+			return dtype.Stats{}, m.readSel(ctx, sj.st, e.sl.data, from, p.dst, false)
+		}
+		bp, _ := stagePool.Get().(*[]byte)
+		if bp == nil || int64(cap(*bp)) < n {
+			b := make([]byte, n)
+			bp = &b
+		}
+		defer stagePool.Put(bp)
+		buf := (*bp)[:n]
+		if err := m.readSel(ctx, sj.st, e.sl.data, from, buf, sj.evict); err != nil {
+			return dtype.Stats{}, err
+		}
+		return dtype.Convert(p.dst, e.out, buf, e.stored, opts)
+	}
+	return m.dequantSlice(ctx, p, opts)
+}
+
+// readSel reads the compact bytes [from, from+len(dst)) of a selection of
+// st's bytes into dst, one ReadAt per run.
+func (m *Model) readSel(ctx context.Context, st *safetensors.Tensor, sel strided, from int64, dst []byte, evict bool) error {
+	return sel.segments(from, from+int64(len(dst)), func(src, pos, n int64) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if h := m.cfg.rank.onRead; h != nil {
+			h(st, src, n)
+		}
+		if _, err := st.ReadAt(dst[pos-from:pos-from+n], src); err != nil {
+			return err
+		}
+		if evict {
+			fb := int64(st.DType().Bits())
+			st.Evict(src*8/fb, n*8/fb)
+		}
+		return nil
+	})
+}
+
+// dequantSlice dequantizes the rows [p.first, p.first+p.n) of a part (in
+// rows of the part, counting its pad): it reads those data rows and the
+// scale rows they use, and dequantizes them as a weight of their own.
+func (m *Model) dequantSlice(ctx context.Context, p *piece, opts dtype.Options) (dtype.Stats, error) {
+	sj, e := p.sj, p.e
+	q := e.sl.q
+	p0, p1 := p.first, p.first+p.n
+	r0 := max(p0, q.pad)
+	data := make([]byte, (p1-p0)*q.colB)
+	if err := m.readSel(ctx, sj.st, e.sl.data, (r0-q.pad)*q.colB, data[(r0-p0)*q.colB:], sj.evict); err != nil {
+		return dtype.Stats{}, err
+	}
+	sj.once.Do(func() {
+		sj.shared = make([][]byte, len(q.scales))
+		for i, qs := range q.scales {
+			if qs.perRow {
+				continue
+			}
+			b := make([]byte, qs.sel.total())
+			if sj.err = m.readSel(ctx, sj.scaleT[i], qs.sel, 0, b, false); sj.err != nil {
+				return
+			}
+			sj.shared[i] = b
+		}
+	})
+	if sj.err != nil {
+		return dtype.Stats{}, sj.err
+	}
+	w := *e.q
+	w.Shape = []int64{p1 - p0, q.c1 - q.c0}
+	w.Scales = slices.Clone(e.q.Scales)
+	scales := make([][]byte, len(q.scales))
+	for i, qs := range q.scales {
+		if !qs.perRow {
+			scales[i] = sj.shared[i]
+			w.Scales[i].Shape = qs.shape
+			continue
+		}
+		g0, g1 := p0/qs.br, ceilDiv(p1, qs.br)
+		b := make([]byte, (g1-g0)*qs.gC*qs.sb)
+		if err := m.readSel(ctx, sj.scaleT[i], qs.sel, g0*qs.gC*qs.sb, b, false); err != nil {
+			return dtype.Stats{}, err
+		}
+		scales[i] = b
+		w.Scales[i].Shape = []int64{g1 - g0, qs.gC}
+	}
+	return w.DequantizeRows(ctx, p.dst, e.out, data, scales, r0-p0, p1-r0, opts)
+}
