@@ -135,10 +135,11 @@ type TensorPlan struct {
 	Bytes  int64  `json:"bytes"`
 	// Scales names the scale tensors of a quantized weight.
 	Scales []string `json:"scales,omitempty"`
-	// ReadBytes is the stored bytes a load reads for the tensor: its part
-	// of them when a rank option splits it (data plus scales for a
-	// quantized weight).
-	ReadBytes int64 `json:"read_bytes"`
+	// StoredBytes is the size of the whole tensor as stored (data plus
+	// scales for a quantized weight), and ReadBytes what a load reads of
+	// it: all of it, or this rank's part when a rank option splits it.
+	StoredBytes int64 `json:"stored_bytes"`
+	ReadBytes   int64 `json:"read_bytes"`
 	// Split is the part of the tensor this rank loads (WithRank); nil when
 	// no split matches it (it is replicated). Shape is then the part's.
 	Split *SliceInfo `json:"split,omitempty"`
@@ -197,7 +198,7 @@ func (m *Model) Plan() (*Plan, error) {
 					tp.Scales = append(tp.Scales, s.Name)
 				}
 			}
-			tp.ReadBytes = e.inBytes
+			tp.StoredBytes, tp.ReadBytes = e.storedBytes(), e.inBytes
 			if e.sl != nil {
 				info := e.sl.info
 				info.Shape = slices.Clone(info.Shape)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"iter"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -423,7 +424,7 @@ func (m *Model) split(c *Component) error {
 func (e *entry) split(s Split, rule string, rank, world int) error {
 	if s.Dim >= len(e.shape) {
 		return &Error{Kind: ErrOption, Tensor: e.name, Pattern: s.Pattern.String(),
-			Msg: fmt.Sprintf("split dimension %d, but the tensor's shape %v has %d dimensions", s.Dim, e.shape, len(e.shape))}
+			Msg: fmt.Sprintf("split dimension %d is beyond the tensor's shape %v", s.Dim, e.shape)}
 	}
 	n := e.shape[s.Dim]
 	start, stop := SplitBounds(n, rank, world)
@@ -783,10 +784,11 @@ const (
 
 // sliceJob is what the pieces of one part share.
 type sliceJob struct {
-	kind  sliceKind
-	st    *safetensors.Tensor // the stored (data) tensor
-	sel   strided             // sliceRaw: the bytes of st read
-	evict bool                // drop the source pages from this process after reading
+	kind   sliceKind
+	st     *safetensors.Tensor // the stored (data) tensor
+	sel    strided             // sliceRaw: the bytes of st read
+	evict  bool                // drop the source pages from this process after reading
+	mapped bool                // read from the mapping (mmap strategy, mapped file), else ReadAt
 	// sliceDequant: the scales' stored tensors, and those read once for
 	// the whole part (not per piece).
 	scaleT []*safetensors.Tensor
@@ -815,7 +817,7 @@ func (m *Model) prepareSlice(c *Component, e *entry, t *Tensor, st *safetensors.
 	}
 	// raw appends pieces that read a selection of st into dst.
 	raw := func(t *Tensor, st *safetensors.Tensor, sel strided, dst []byte) {
-		sj := &sliceJob{kind: sliceRaw, st: st, sel: sel}
+		sj := &sliceJob{kind: sliceRaw, st: st, sel: sel, mapped: c.strategy != ReadPread && st.File().Mapped()}
 		total := sel.total()
 		for first := int64(0); first < total; first += chunkBytes {
 			n := min(chunkBytes, total-first)
@@ -835,7 +837,7 @@ func (m *Model) prepareSlice(c *Component, e *entry, t *Tensor, st *safetensors.
 	case actRead, actConvert:
 		t.data = alloc(e.outBytes)
 		t.Location.Owned = true
-		sj := &sliceJob{kind: slicePlain, st: st, evict: e.act == actConvert && mapped}
+		sj := &sliceJob{kind: slicePlain, st: st, evict: e.act == actConvert && mapped, mapped: c.strategy != ReadPread && mapped}
 		fb, ob := int64(e.stored.Bits()), int64(e.out.Bits())
 		per := max(chunkBytes*8/max(fb, ob)/8*8, 8)
 		n := sl.elems.total()
@@ -848,7 +850,7 @@ func (m *Model) prepareSlice(c *Component, e *entry, t *Tensor, st *safetensors.
 		t.data = alloc(e.outBytes)
 		t.Location.Owned = true
 		q := sl.q
-		sj := &sliceJob{kind: sliceDequant, st: st, evict: mapped}
+		sj := &sliceJob{kind: sliceDequant, st: st, evict: mapped, mapped: c.strategy != ReadPread && mapped}
 		for _, s := range e.q.Scales {
 			sst, err := c.tensor(s.Name)
 			if err != nil {
@@ -915,6 +917,13 @@ func (m *Model) prepareSlice(c *Component, e *entry, t *Tensor, st *safetensors.
 	return work, nil
 }
 
+// directRun is the run length from which a part is converted straight
+// from the mapping, run by run; shorter runs (the rows of a split of
+// dimension 1) are first gathered into a staging buffer and converted in
+// one call, as a conversion call costs about as much as a few KiB of
+// copying.
+const directRun = 64 << 10
+
 // stagePool holds the buffers that converting reads of parts read into.
 var stagePool sync.Pool
 
@@ -923,12 +932,23 @@ func (m *Model) doSlicePiece(ctx context.Context, p *piece, opts dtype.Options) 
 	sj, e := p.sj, p.e
 	switch sj.kind {
 	case sliceRaw:
-		return dtype.Stats{}, m.readSel(ctx, sj.st, sj.sel, p.first, p.dst, false)
+		return dtype.Stats{}, m.readSel(ctx, sj, sj.st, sj.sel, p.first, p.dst, false)
 	case slicePlain:
-		fb := int64(e.stored.Bits())
+		fb, ob := int64(e.stored.Bits()), int64(e.out.Bits())
 		from, n := p.first*fb/8, p.n*fb/8
 		if e.act == actRead {
-			return dtype.Stats{}, m.readSel(ctx, sj.st, e.sl.data, from, p.dst, false)
+			return dtype.Stats{}, m.readSel(ctx, sj, sj.st, e.sl.data, from, p.dst, false)
+		}
+		var stats dtype.Stats
+		if sj.mapped && e.sl.data.n >= directRun {
+			// Long runs are converted straight from the mapping.
+			err := m.mappedSel(ctx, sj.st, e.sl.data, from, from+n, sj.evict, func(src []byte, pos int64) error {
+				d0 := (pos - from) * 8 / fb * ob / 8
+				st, err := dtype.Convert(p.dst[d0:d0+int64(len(src))*8/fb*ob/8], e.out, src, e.stored, opts)
+				stats.Add(st)
+				return err
+			})
+			return stats, err
 		}
 		bp, _ := stagePool.Get().(*[]byte)
 		if bp == nil || int64(cap(*bp)) < n {
@@ -937,7 +957,7 @@ func (m *Model) doSlicePiece(ctx context.Context, p *piece, opts dtype.Options) 
 		}
 		defer stagePool.Put(bp)
 		buf := (*bp)[:n]
-		if err := m.readSel(ctx, sj.st, e.sl.data, from, buf, sj.evict); err != nil {
+		if err := m.readSel(ctx, sj, sj.st, e.sl.data, from, buf, sj.evict); err != nil {
 			return dtype.Stats{}, err
 		}
 		return dtype.Convert(p.dst, e.out, buf, e.stored, opts)
@@ -946,8 +966,15 @@ func (m *Model) doSlicePiece(ctx context.Context, p *piece, opts dtype.Options) 
 }
 
 // readSel reads the compact bytes [from, from+len(dst)) of a selection of
-// st's bytes into dst, one ReadAt per run.
-func (m *Model) readSel(ctx context.Context, st *safetensors.Tensor, sel strided, from int64, dst []byte, evict bool) error {
+// st's bytes into dst: copied from the mapping when the load reads mapped
+// files, else with one ReadAt per run.
+func (m *Model) readSel(ctx context.Context, sj *sliceJob, st *safetensors.Tensor, sel strided, from int64, dst []byte, evict bool) error {
+	if sj.mapped && st.File().Mapped() {
+		return m.mappedSel(ctx, st, sel, from, from+int64(len(dst)), evict, func(src []byte, pos int64) error {
+			copy(dst[pos-from:], src)
+			return nil
+		})
+	}
 	return sel.segments(from, from+int64(len(dst)), func(src, pos, n int64) error {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -955,15 +982,57 @@ func (m *Model) readSel(ctx context.Context, st *safetensors.Tensor, sel strided
 		if h := m.cfg.rank.onRead; h != nil {
 			h(st, src, n)
 		}
-		if _, err := st.ReadAt(dst[pos-from:pos-from+n], src); err != nil {
-			return err
-		}
-		if evict {
-			fb := int64(st.DType().Bits())
-			st.Evict(src*8/fb, n*8/fb)
-		}
-		return nil
+		_, err := st.ReadAt(dst[pos-from:pos-from+n], src)
+		return err
 	})
+}
+
+// mappedSel calls fn with the mapped bytes of each run of the compact
+// bytes [from, to) of a selection of st, under one fault protection, and
+// then (evict) drops the pages the runs span from this process.
+func (m *Model) mappedSel(ctx context.Context, st *safetensors.Tensor, sel strided, from, to int64, evict bool, fn func(src []byte, pos int64) error) error {
+	view, err := st.Bytes()
+	if err != nil {
+		return err
+	}
+	lo, hi := int64(-1), int64(0)
+	err = protectFault(func() error {
+		return sel.segments(from, to, func(src, pos, n int64) error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if h := m.cfg.rank.onRead; h != nil {
+				h(st, src, n)
+			}
+			if lo < 0 {
+				lo = src
+			}
+			hi = src + n
+			return fn(view[src:src+n:src+n], pos)
+		})
+	})
+	if evict && lo >= 0 {
+		fb := int64(st.DType().Bits())
+		st.Evict(lo*8/fb, (hi-lo)*8/fb)
+	}
+	return err
+}
+
+// protectFault runs fn, turning a memory fault on a mapping (SIGBUS: the
+// file was truncated while mapped) into an error.
+func protectFault(fn func() error) (err error) {
+	old := debug.SetPanicOnFault(true)
+	defer func() {
+		debug.SetPanicOnFault(old)
+		if r := recover(); r != nil {
+			if _, ok := r.(interface{ Addr() uintptr }); ok {
+				err = fmt.Errorf("memory fault reading the mapped file: was it truncated or modified while open?")
+				return
+			}
+			panic(r)
+		}
+	}()
+	return fn()
 }
 
 // dequantSlice dequantizes the rows [p.first, p.first+p.n) of a part (in
@@ -975,7 +1044,7 @@ func (m *Model) dequantSlice(ctx context.Context, p *piece, opts dtype.Options) 
 	p0, p1 := p.first, p.first+p.n
 	r0 := max(p0, q.pad)
 	data := make([]byte, (p1-p0)*q.colB)
-	if err := m.readSel(ctx, sj.st, e.sl.data, (r0-q.pad)*q.colB, data[(r0-p0)*q.colB:], sj.evict); err != nil {
+	if err := m.readSel(ctx, sj, sj.st, e.sl.data, (r0-q.pad)*q.colB, data[(r0-p0)*q.colB:], sj.evict); err != nil {
 		return dtype.Stats{}, err
 	}
 	sj.once.Do(func() {
@@ -985,7 +1054,7 @@ func (m *Model) dequantSlice(ctx context.Context, p *piece, opts dtype.Options) 
 				continue
 			}
 			b := make([]byte, qs.sel.total())
-			if sj.err = m.readSel(ctx, sj.scaleT[i], qs.sel, 0, b, false); sj.err != nil {
+			if sj.err = m.readSel(ctx, sj, sj.scaleT[i], qs.sel, 0, b, false); sj.err != nil {
 				return
 			}
 			sj.shared[i] = b
@@ -1006,7 +1075,7 @@ func (m *Model) dequantSlice(ctx context.Context, p *piece, opts dtype.Options) 
 		}
 		g0, g1 := p0/qs.br, ceilDiv(p1, qs.br)
 		b := make([]byte, (g1-g0)*qs.gC*qs.sb)
-		if err := m.readSel(ctx, sj.scaleT[i], qs.sel, g0*qs.gC*qs.sb, b, false); err != nil {
+		if err := m.readSel(ctx, sj, sj.scaleT[i], qs.sel, g0*qs.gC*qs.sb, b, false); err != nil {
 			return dtype.Stats{}, err
 		}
 		scales[i] = b

@@ -743,29 +743,44 @@ func TestLoadPreadKeptQuantized(t *testing.T) {
 }
 
 // BenchmarkRankLoad loads rank 0 of 4 of a model whose weights are all
-// split and reports the fraction of the checkpoint's bytes it read.
+// split (BF16 to F32, pread), and the whole model as the baseline, and
+// reports the fraction of the checkpoint's bytes each read.
 func BenchmarkRankLoad(b *testing.B) {
 	var ts []ckpttest.Tensor
 	for i := range 4 {
-		ts = append(ts, ckpttest.T(fmt.Sprintf("l.%d.up.weight", i), dtype.BF16, 1024, 512), ckpttest.T(fmt.Sprintf("l.%d.down.weight", i), dtype.BF16, 512, 1024))
+		ts = append(ts, ckpttest.T(fmt.Sprintf("l.%d.up.weight", i), dtype.BF16, 2048, 1024), ckpttest.T(fmt.Sprintf("l.%d.down.weight", i), dtype.BF16, 1024, 2048))
 	}
 	dir := ckpttest.Dir(b, ckpttest.Weights{Shards: 2, Tensors: ts})
 	splits := []Split{{Pattern: MustParsePattern("**.up.weight"), Dim: 0}, {Pattern: MustParsePattern("**.down.weight"), Dim: 1}}
-	m, err := Open(dir, WithDType(To(dtype.F32)), WithRank(0, 4, splits...), WithReadStrategy(ReadPread))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer m.Close()
-	p, _ := m.Plan()
-	b.SetBytes(p.TotalReadBytes)
-	b.ReportMetric(float64(p.TotalReadBytes)/float64(p.TotalStoredBytes), "read/stored")
-	b.ResetTimer()
-	for range b.N {
-		w, err := m.Load(context.Background())
-		if err != nil {
-			b.Fatal(err)
-		}
-		w.Close()
+	for _, c := range []struct {
+		name string
+		opts []Option
+	}{
+		{"mmap/whole", []Option{WithReadStrategy(ReadMmap)}},
+		{"mmap/rank0of4", []Option{WithReadStrategy(ReadMmap), WithRank(0, 4, splits...)}},
+		{"pread/whole", []Option{WithReadStrategy(ReadPread)}},
+		{"pread/rank0of4", []Option{WithReadStrategy(ReadPread), WithRank(0, 4, splits...)}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			m, err := Open(dir, append([]Option{WithDType(To(dtype.F32)), WithBudget(-1), WithWorkers(1)}, c.opts...)...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			p, _ := m.Plan()
+			a := NewArena()
+			defer a.Free()
+			b.SetBytes(p.TotalReadBytes)
+			b.ResetTimer()
+			for range b.N {
+				w, err := m.Load(context.Background(), IntoArena(a))
+				if err != nil {
+					b.Fatal(err)
+				}
+				w.Close()
+			}
+			b.ReportMetric(float64(p.TotalReadBytes)/float64(p.TotalStoredBytes), "read/stored")
+		})
 	}
 }
 

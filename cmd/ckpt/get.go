@@ -48,6 +48,11 @@ such arrays as anonymous '<V2'/'<V1' void data, and float8_e5m2 as '<f1',
 which np.load cannot read.) A dtype added with dtype.Register has no .npy
 type and is refused.
 
+With --rank R --world N and a --split rule that matches TENSOR, get writes
+rank R's part of it (its shape in the .npy header), reading only that
+part's bytes; concatenating the N ranks' parts along the split dimension
+gives the whole tensor.
+
 A weight kept quantized (target "stored" or "quantized") is written as its
 narrow data alone; --scale-tensors makes its scales gettable by their
 stored names. A malformed scaled layout (a scale of the wrong shape or
@@ -62,7 +67,8 @@ Examples:
   ckpt get model.safetensors lm_head.weight -o lm_head.npy
   ckpt get ./pipeline transformer/blocks.0.attn.qkv.weight --dtype F32 --format npy -o qkv.npy
   ckpt get ./deepseek-fp8 model.layers.0.mlp.down_proj.weight --dtype bf16 -o w.npy
-  ckpt get ./pipeline --variant bf16 text_encoder/final_layer_norm.weight > w.bin`,
+  ckpt get ./pipeline --variant bf16 text_encoder/final_layer_norm.weight > w.bin
+  ckpt get ./llama model.layers.0.self_attn.o_proj.weight --rank 1 --world 4 --split '**.o_proj.weight=1' -o part1.npy`,
 	}
 	c.run = func(e *env, args []string) error {
 		fs := newFlags(e, c)
@@ -154,6 +160,9 @@ func describeLoaded(m *ckpt.Model, t *ckpt.Tensor, format, dest string) string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %s %s", name, t.Stored, formatShape(t.Shape))
+	if t.Split != nil {
+		fmt.Fprintf(&b, " (part %s, %s)", formatPart(t.Split), t.Split.Rule)
+	}
 	if t.Layout != "" {
 		fmt.Fprintf(&b, " (%s)", t.Layout)
 	}

@@ -30,6 +30,12 @@ smaller of MemAvailable and the cgroup's limit minus its usage); "none"
 disables the check. Sizes are bytes, or a number with KiB, MiB, GiB, TiB
 (binary) or KB, MB, GB, TB (decimal): 24GiB, 1.5GB.
 
+With --rank R --world N and --split rules the plan is rank R's: the
+shapes, bytes and peak of its parts, the bytes it reads of each component
+and in total (per split rule, and with --tensors per tensor with its part
+and the byte ranges of the files it reads: OFFSET+LENGTH, or
+OFFSET+LENGTH×COUNT/STRIDE for COUNT ranges STRIDE bytes apart).
+
 ` + policyHelp + `
 
 Exit status: 0 when the load fits, 1 when it does not (the plan, and with
@@ -41,7 +47,8 @@ Examples:
   ckpt plan ./flux-dev --variant bf16 --budget 24GiB
   ckpt plan ./flux-dev --dtype bf16 --component vae=F32 --keep '**.bias=F32'
   ckpt plan ./model.safetensors --dtype F8_E4M3 --preset keep-norms-f32 --tensors
-  ckpt plan ./pipeline --budget 16GB --json | jq '.components[] | {name, resident_bytes}'`,
+  ckpt plan ./pipeline --budget 16GB --json | jq '.components[] | {name, resident_bytes}'
+  ckpt plan ./llama --rank 1 --world 4 --split '**.q_proj.weight=0' --split '**.o_proj.weight=1' --tensors`,
 	}
 	c.run = func(e *env, args []string) error {
 		fs := newFlags(e, c)
@@ -153,6 +160,11 @@ func printLoadPlan(w io.Writer, p *ckpt.Plan, allTensors bool) {
 		fmt.Fprintf(w, "  read     %s (%s)\n", c.ReadStrategy, c.ReadStrategyReason)
 		fmt.Fprintf(w, "  bytes    %s resident = %s mapped + %s owned (%s stored)\n",
 			ckpt.FormatSize(c.ResidentBytes), ckpt.FormatSize(c.MappedBytes), ckpt.FormatSize(c.OwnedBytes), ckpt.FormatSize(c.StoredBytes))
+		if p.Rank != nil {
+			fmt.Fprintf(w, "  rank     %d of %d reads %s of %s stored (%s)\n", p.Rank.Rank, p.Rank.World,
+				ckpt.FormatSize(c.ReadBytes), ckpt.FormatSize(c.StoredBytes), percent(c.ReadBytes, c.StoredBytes))
+			printSplits(w, c)
+		}
 		if len(c.Alternatives) > 0 {
 			alts := make([]string, len(c.Alternatives))
 			for i, a := range c.Alternatives {
@@ -160,7 +172,7 @@ func printLoadPlan(w io.Writer, p *ckpt.Plan, allTensors bool) {
 			}
 			fmt.Fprintf(w, "  as       %s\n", strings.Join(alts, ", "))
 		}
-		printDecisions(w, c, allTensors)
+		printDecisions(w, c, allTensors, p.Rank != nil)
 		for _, warn := range c.Warnings {
 			fmt.Fprintf(w, "  warning  %s\n", warn)
 		}
@@ -168,6 +180,10 @@ func printLoadPlan(w io.Writer, p *ckpt.Plan, allTensors bool) {
 	fmt.Fprintf(w, "\ntotal: %s resident (%s mapped + %s owned) + %s staging = %s peak (%d bytes)\n",
 		ckpt.FormatSize(p.TotalResidentBytes), ckpt.FormatSize(p.TotalMappedBytes), ckpt.FormatSize(p.TotalOwnedBytes),
 		ckpt.FormatSize(p.StagingBytes), ckpt.FormatSize(p.PeakBytes), p.PeakBytes)
+	if p.Rank != nil {
+		fmt.Fprintf(w, "read: rank %d of %d reads %s of %s stored (%d of %d bytes, %s)\n", p.Rank.Rank, p.Rank.World,
+			ckpt.FormatSize(p.TotalReadBytes), ckpt.FormatSize(p.TotalStoredBytes), p.TotalReadBytes, p.TotalStoredBytes, percent(p.TotalReadBytes, p.TotalStoredBytes))
+	}
 	if p.BudgetBytes >= 0 {
 		fmt.Fprintf(w, "budget: %s (%d bytes, %s): ", ckpt.FormatSize(p.BudgetBytes), p.BudgetBytes, p.BudgetSource)
 	} else {
@@ -183,12 +199,29 @@ func printLoadPlan(w io.Writer, p *ckpt.Plan, allTensors bool) {
 // printDecisions writes a component's dtype decisions: one line per
 // distinct (stored, dtype, action, rule) with the count and bytes, or with
 // all every tensor.
-func printDecisions(w io.Writer, c *ckpt.ComponentPlan, all bool) {
+func printDecisions(w io.Writer, c *ckpt.ComponentPlan, all, ranked bool) {
 	if len(c.Tensors) == 0 {
 		fmt.Fprintln(w, "  tensors  none")
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if all && ranked {
+		fmt.Fprintln(tw, "  TENSOR\tSTORED\tSHAPE\tAS\tACTION\tBYTES\tREAD\tPART\tRANGES\tRULE")
+		for _, t := range c.Tensors {
+			part := "replicated"
+			if t.Split != nil {
+				part = formatPart(t.Split)
+			}
+			ranges := make([]string, len(t.Ranges))
+			for i, r := range t.Ranges {
+				ranges[i] = relTo(c.Dir, r.File) + "@" + r.ByteRange.String()
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", t.Name, t.Stored, formatShape(t.Shape), t.DType, t.Action, t.Bytes,
+				t.ReadBytes, part, strings.Join(ranges, " "), t.Rule)
+		}
+		tw.Flush()
+		return
+	}
 	if all {
 		fmt.Fprintln(tw, "  TENSOR\tSTORED\tSHAPE\tAS\tACTION\tBYTES\tRULE")
 		for _, t := range c.Tensors {
@@ -222,6 +255,58 @@ func printDecisions(w io.Writer, c *ckpt.ComponentPlan, all bool) {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\t%s\t%s\n", k.stored, k.dtype, k.action, g.n, ckpt.FormatSize(g.bytes), k.rule, g.first)
 	}
 	tw.Flush()
+}
+
+// printSplits writes one line per split rule of a component: the tensors
+// it matched and the bytes the rank reads of them.
+func printSplits(w io.Writer, c *ckpt.ComponentPlan) {
+	type group struct {
+		n            int
+		read, stored int64
+	}
+	var order []string
+	groups := map[string]*group{}
+	rep := &group{}
+	for _, t := range c.Tensors {
+		g := rep
+		if t.Split != nil {
+			if g = groups[t.Split.Rule]; g == nil {
+				g = &group{}
+				groups[t.Split.Rule] = g
+				order = append(order, t.Split.Rule)
+			}
+		}
+		g.n++
+		g.read += t.ReadBytes
+		g.stored += t.StoredBytes
+	}
+	for _, rule := range order {
+		g := groups[rule]
+		fmt.Fprintf(w, "  split    %s: %s, reads %s of %s (%s)\n", rule, tensorCount(g.n), ckpt.FormatSize(g.read), ckpt.FormatSize(g.stored), percent(g.read, g.stored))
+	}
+	if rep.n > 0 {
+		fmt.Fprintf(w, "  split    none: %s replicated, %s read whole\n", tensorCount(rep.n), ckpt.FormatSize(rep.read))
+	}
+}
+
+func tensorCount(n int) string {
+	if n == 1 {
+		return "1 tensor"
+	}
+	return fmt.Sprintf("%d tensors", n)
+}
+
+// formatPart writes a split tensor's part: "dim 0 [4:8) of [16, 32]".
+func formatPart(s *ckpt.SliceInfo) string {
+	return fmt.Sprintf("dim %d [%d:%d) of %s", s.Dim, s.Start, s.Stop, formatShape(s.Shape))
+}
+
+// percent writes part/whole as a percentage.
+func percent(part, whole int64) string {
+	if whole <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100*float64(part)/float64(whole))
 }
 
 func firstOf(s []string, n int) []string {

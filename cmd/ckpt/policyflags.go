@@ -28,7 +28,17 @@ Patterns match dotted names part by part: "norm" is that part anywhere
 ("blocks.0.norm.weight", not "layernorm.weight"), "*" is one part, "**" any
 number of parts, "ln_*" or "norm[0-9]" match within one part:
 "blocks.*.attn.**=BF16", "**.bias=F32". "COMPONENT/PATTERN=D" limits a rule
-to one component of a pipeline.`
+to one component of a pipeline.
+
+Tensor parallelism: --rank R --world N makes this process rank R of N, and
+each --split PATTERN=DIM (repeatable; the first that matches decides)
+splits the matching tensors along dimension DIM, 0 for column-parallel
+weights (q/k/v, gate and up projections), 1 for row-parallel ones (o_proj,
+down_proj); the others are replicated. A rank gets its part of every split
+tensor and reads only that part's bytes: a dimension of size n gives the
+first n mod N ranks one index more (numpy.array_split). A quantized
+weight's part must fall on its scale blocks unless it is dequantized and
+split along dimension 0.`
 
 // policyFlags are the flags that choose what a load produces: the variant
 // and the dtype policy, and how files are read.
@@ -44,6 +54,9 @@ type policyFlags struct {
 	scales     bool
 	staging    sizeFlag
 	follow     *bool
+	rank       int
+	world      int
+	splits     splitFlags
 }
 
 func (p *policyFlags) register(fs *flag.FlagSet) {
@@ -58,6 +71,9 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 	fs.Var(&p.staging, "staging", "transient memory `SIZE` a load may use above the resident bytes for staging and worker buffers (default 64MiB, at least 1MiB)")
 	p.follow = followFlag(fs)
 	fs.BoolVar(&p.scales, "scale-tensors", false, "also list the scale tensors that scaled layouts consume, under their stored names")
+	fs.IntVar(&p.rank, "rank", -1, "load as rank `R` of --world (tensor parallelism; with --split)")
+	fs.IntVar(&p.world, "world", 0, "the `N` ranks that split the tensors --split names")
+	fs.Var(&p.splits, "split", "split the tensors that match, `PATTERN=DIM` or COMPONENT/PATTERN=DIM, along dimension DIM across the ranks (repeatable)")
 }
 
 // options turns the flags into loader options; a bad value is a usage
@@ -102,7 +118,40 @@ func (p *policyFlags) options() ([]ckpt.Option, error) {
 		}
 		opts = append(opts, ckpt.WithStaging(p.staging.n))
 	}
+	switch {
+	case p.world == 0 && (p.rank >= 0 || len(p.splits) > 0):
+		return nil, usageError{msg: "--rank and --split need --world N"}
+	case p.world == 0:
+	case p.world < 0:
+		return nil, usageError{msg: fmt.Sprintf("--world %d: must be 1 or more", p.world)}
+	case p.rank < 0:
+		return nil, usageError{msg: "--world needs --rank R (0 ≤ R < N)"}
+	case p.rank >= p.world:
+		return nil, usageError{msg: fmt.Sprintf("--rank %d: must be less than --world %d", p.rank, p.world)}
+	default:
+		opts = append(opts, ckpt.WithRank(p.rank, p.world, p.splits...))
+	}
 	return opts, nil
+}
+
+// splitFlags collects repeated --split PATTERN=DIM flags, in order.
+type splitFlags []ckpt.Split
+
+func (f *splitFlags) String() string {
+	parts := make([]string, len(*f))
+	for i, s := range *f {
+		parts[i] = s.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+func (f *splitFlags) Set(s string) error {
+	sp, err := ckpt.ParseSplit(s)
+	if err != nil {
+		return err
+	}
+	*f = append(*f, sp)
+	return nil
 }
 
 // openModel opens path with the options; an option the model rejects (a
@@ -110,7 +159,7 @@ func (p *policyFlags) options() ([]ckpt.Option, error) {
 func openModel(path string, opts []ckpt.Option) (*ckpt.Model, error) {
 	m, err := ckpt.Open(path, opts...)
 	if err != nil {
-		if errors.Is(err, ckpt.ErrOption) || errors.Is(err, ckpt.ErrPattern) {
+		if errors.Is(err, ckpt.ErrOption) || errors.Is(err, ckpt.ErrPattern) || errors.Is(err, ckpt.ErrSplit) {
 			return nil, usageError{msg: err.Error()}
 		}
 		return nil, err
