@@ -29,6 +29,11 @@ type rangedItem struct {
 	n       int64 // stored bytes
 	convert bool
 	src     []byte // staged bytes of a conversion
+	// A piece of a rank's part (rank.go) is read as one item per run of
+	// its byte ranges: dst is the run's destination, part counts the
+	// piece's items still to come.
+	dst  []byte
+	part *rangedPart
 }
 
 // runRanged does the pieces of a load from a RangeFS: raw reads straight
@@ -48,6 +53,14 @@ func (m *Model) runRanged(ctx context.Context, rfs RangeFS, work []piece) error 
 	for i := range work {
 		p := &work[i]
 		fb := int64(p.st.DType().Bits())
+		if p.sj != nil {
+			if its := sliceItems(p); its != nil {
+				items = append(items, its...)
+			} else {
+				other = append(other, p)
+			}
+			continue
+		}
 		switch {
 		case p.first < 0:
 			items = append(items, &rangedItem{p: p, off: p.st.Offset(), n: int64(len(p.dst))})
@@ -118,7 +131,7 @@ func (m *Model) runRanged(ctx context.Context, rfs RangeFS, work []piece) error 
 		}
 		spans := r.spans[:0]
 		for _, it := range r.items {
-			dst := it.p.dst
+			dst := it.target()
 			if it.convert {
 				it.src = make([]byte, it.n)
 				dst = it.src
@@ -134,14 +147,18 @@ func (m *Model) runRanged(ctx context.Context, rfs RangeFS, work []piece) error 
 			var st dtype.Stats
 			if it.convert {
 				var err error
-				st, err = dtype.Convert(it.p.dst, it.p.e.out, it.src, it.p.st.DType(), opts)
+				st, err = dtype.Convert(it.target(), it.p.e.out, it.src, it.p.st.DType(), opts)
 				it.src = nil
 				if err != nil {
 					fail(it.p, err)
 					return false
 				}
 			}
-			finish(it.p, st)
+			if it.part == nil {
+				finish(it.p, st)
+			} else if st, last := it.part.done(st); last {
+				finish(it.p, st)
+			}
 		}
 		return true
 	}

@@ -1083,3 +1083,66 @@ func (m *Model) dequantSlice(ctx context.Context, p *piece, opts dtype.Options) 
 	}
 	return w.DequantizeRows(ctx, p.dst, e.out, data, scales, r0-p0, p1-r0, opts)
 }
+
+// rangedPart gathers the items of one piece of a part read from a RangeFS.
+type rangedPart struct {
+	mu    sync.Mutex
+	left  int
+	stats dtype.Stats
+}
+
+// done records one item's stats; last reports that the piece is complete
+// (with all its items' stats).
+func (r *rangedPart) done(st dtype.Stats) (dtype.Stats, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stats.Add(st)
+	r.left--
+	return r.stats, r.left == 0
+}
+
+// target is where an item's bytes (or its conversion) go.
+func (it *rangedItem) target() []byte {
+	if it.dst != nil {
+		return it.dst
+	}
+	return it.p.dst
+}
+
+// sliceItems turns a piece of a rank's part into ranged-read items, one
+// per run of its byte ranges (raw reads straight into the destination,
+// conversions run by run); nil for pieces that need the whole rows of a
+// quantized weight (dequantization), which read through the file's ReadAt.
+func sliceItems(p *piece) []*rangedItem {
+	sj, e := p.sj, p.e
+	var sel strided
+	var from, n int64
+	convert := false
+	fb, ob := int64(e.stored.Bits()), int64(e.out.Bits())
+	switch sj.kind {
+	case sliceRaw:
+		sel, from, n = sj.sel, p.first, int64(len(p.dst))
+		fb, ob = 8, 8
+	case slicePlain:
+		sel, from, n = e.sl.data, p.first*fb/8, p.n*fb/8
+		convert = e.act == actConvert
+		if !convert {
+			fb, ob = 8, 8
+		}
+	default:
+		return nil
+	}
+	part := &rangedPart{}
+	var items []*rangedItem
+	base := p.st.Offset()
+	_ = sel.segments(from, from+n, func(src, pos, cnt int64) error {
+		d0, d1 := (pos-from)*8/fb*ob/8, (pos-from+cnt)*8/fb*ob/8
+		items = append(items, &rangedItem{p: p, off: base + src, n: cnt, convert: convert, dst: p.dst[d0:d1:d1], part: part})
+		return nil
+	})
+	if len(items) == 0 {
+		return nil
+	}
+	part.left = len(items)
+	return items
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -730,18 +731,6 @@ func TestRankMXFP4Parts(t *testing.T) {
 	}
 }
 
-// A weight kept quantized loads with pread into owned memory (its data and
-// scale each carved from the arena on their own alignment).
-func TestLoadPreadKeptQuantized(t *testing.T) {
-	dir, codes, _ := deepseekFolder(t, []int64{2, 3})
-	m := mustOpen(t, dir, WithReadStrategy(ReadPread))
-	w := mustLoad(t, m)
-	tt, _ := w.Tensor("proj.weight")
-	if tt.Action() != "quantized" || !tt.Location.Owned || !bytes.Equal(tt.Bytes(), codes) || len(tt.Scales[0].Bytes()) != 24 {
-		t.Fatalf("%s owned=%v", tt.Action(), tt.Location.Owned)
-	}
-}
-
 // BenchmarkRankLoad loads rank 0 of 4 of a model whose weights are all
 // split (BF16 to F32, pread), and the whole model as the baseline, and
 // reports the fraction of the checkpoint's bytes each read.
@@ -820,6 +809,51 @@ func TestRankLargePartsInPieces(t *testing.T) {
 			}
 			if !bytes.Equal(concat(bs, shapes, c.dim, 4), wt.Bytes()) {
 				t.Errorf("%s %s dim %d: parts differ from the whole", mode.name, c.name, c.dim)
+			}
+		}
+	}
+}
+
+// A checkpoint read through an fs.FS (os.DirFS, a RangeFS) gives every
+// rank the parts a local load gives, quantized weights included.
+func TestRankThroughFS(t *testing.T) {
+	plain := writeRankFixture(t)
+	quant := deepseekAligned(t, 300, 256)
+	for _, c := range []struct {
+		dir    string
+		splits []Split
+	}{
+		{plain, rankSplits},
+		{quant, []Split{{Pattern: MustParsePattern("w.weight"), Dim: 1}}},
+		{quant, []Split{{Pattern: MustParsePattern("w.weight"), Dim: 0}}},
+	} {
+		parent, base := filepath.Dir(c.dir), filepath.Base(c.dir)
+		for _, target := range []Target{AsStored, To(dtype.F32)} {
+			if c.dir == quant && c.splits[0].Dim == 0 && target == AsStored {
+				continue // 150 rows of blocks of 128: dequantized only
+			}
+			for rank := range 2 {
+				opts := []Option{WithDType(target), WithRank(rank, 2, c.splits...)}
+				want := loadBytes(t, mustOpen(t, c.dir, opts...))
+				for name, fsys := range map[string]fs.FS{
+					"dirfs": os.DirFS(parent),
+					"range": &fakeRangeFS{FS: os.DirFS(parent), t: t, cfg: RangeConfig{Concurrency: 3, Chunk: 1 << 20, MaxGap: 64}},
+				} {
+					m := mustOpen(t, base, append(slices.Clone(opts), WithFS(fsys))...)
+					sameBytes(t, fmt.Sprintf("%s %s %s rank %d", name, base, target, rank), loadBytes(t, m), want)
+				}
+				if c.dir != plain {
+					continue
+				}
+				// Without gaps allowed, the ranged requests cover exactly the
+				// rank's bytes.
+				fsys := &fakeRangeFS{FS: os.DirFS(parent), t: t, cfg: RangeConfig{Concurrency: 2, Chunk: 1 << 20}}
+				m := mustOpen(t, base, append(slices.Clone(opts), WithFS(fsys))...)
+				p, _ := m.Plan()
+				loadBytes(t, m)
+				if fsys.bytes.Load() != p.TotalReadBytes {
+					t.Errorf("%s rank %d: requests covered %d bytes, the plan reads %d", target, rank, fsys.bytes.Load(), p.TotalReadBytes)
+				}
 			}
 		}
 	}
