@@ -145,6 +145,10 @@ const manifestFormat = "ckpt.checkpoint/v1"
 // before it is read).
 const maxManifest = 16 << 20
 
+// maxSeq bounds the save numbers a manifest may hold, so that the next
+// one never overflows.
+const maxSeq = 1 << 62
+
 // manifest is checkpoint.json.
 type manifest struct {
 	Format    string            `json:"format"`
@@ -338,9 +342,9 @@ func (p *plan) save(ctx context.Context, data func(string) ([]byte, error)) (res
 	if err := p.checkSpace(dir); err != nil {
 		return nil, err
 	}
-	_, maxSeq, warns := scan(dir)
+	_, highest, warns := scan(dir)
 	res.Warnings = append(res.Warnings, warns...)
-	res.Seq = maxSeq + 1
+	res.Seq = highest + 1
 
 	tok, err := randomToken()
 	if err != nil {
@@ -601,7 +605,7 @@ func Checkpoints(dir string) ([]CheckpointInfo, error) {
 // checkpoints still under the name Save gave them, sorted by Seq (then
 // name), and the highest Seq of all manifests. Unreadable manifests are
 // reported as warnings.
-func scan(dir string) (cps []CheckpointInfo, maxSeq int64, warnings []string) {
+func scan(dir string) (cps []CheckpointInfo, highest int64, warnings []string) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, 0, []string{fmt.Sprintf("listing %s: %v", dir, err)}
@@ -621,7 +625,7 @@ func scan(dir string) (cps []CheckpointInfo, maxSeq int64, warnings []string) {
 			warns = append(warns, fmt.Sprintf("%s: not counted as a checkpoint: %v", path, err))
 			continue
 		}
-		maxSeq = max(maxSeq, m.Seq)
+		highest = max(highest, m.Seq)
 		if m.Name != e.Name() {
 			continue // a copy or a renamed checkpoint ("best"): the user's now
 		}
@@ -631,7 +635,7 @@ func scan(dir string) (cps []CheckpointInfo, maxSeq int64, warnings []string) {
 	slices.SortFunc(out, func(a, b CheckpointInfo) int {
 		return cmp.Or(cmp.Compare(a.Seq, b.Seq), strings.Compare(a.Name, b.Name))
 	})
-	return out, maxSeq, warns
+	return out, highest, warns
 }
 
 // readManifest reads and checks folder/checkpoint.json. A missing file
@@ -647,6 +651,9 @@ func readManifest(folder string) (*manifest, error) {
 	}
 	if m.Format != manifestFormat {
 		return nil, fmt.Errorf("%s: format %q, want %q", manifestName, m.Format, manifestFormat)
+	}
+	if m.Seq < 1 || m.Seq > maxSeq {
+		return nil, fmt.Errorf("%s: seq %d out of range [1, %d]", manifestName, m.Seq, int64(maxSeq))
 	}
 	return &m, nil
 }
