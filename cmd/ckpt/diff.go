@@ -41,11 +41,17 @@ else). A dtype difference alone (F32 values that BF16 holds exactly) counts
 only with --strict-dtype. Complex (C64) tensors are compared component by
 component; a complex tensor and a real one differ.
 
+--dtype D loads both sides under that target instead (the loader's policy:
+float tensors cast to D, integers and bool left alone), so that a model
+quantized to FP8 with scales compares with its F32 source: with a float D
+its scaled weights are dequantized and their scale tensors consumed.
+
 Memory stays small whatever the size of the checkpoints: one tensor of
 each side at a time, compared in chunks straight from the file mappings,
 whose pages are dropped from the resident set as the comparison passes
-them (on a network file system, where the loader reads with pread, one
-tensor of each side is in memory at a time).
+them (on a network file system, where the loader reads with pread, and for
+tensors that --dtype converts, one tensor of each side is in memory at a
+time).
 
 The report lists the tensors that differ, the worst first (missing names
 and shapes, then values by largest absolute error, then dtypes), up to
@@ -57,7 +63,8 @@ errors and when a checkpoint cannot be opened or read.
 Examples:
   ckpt diff model.safetensors converted.safetensors
   ckpt diff ./pipeline-f32 ./pipeline-bf16 --rtol 1e-2 --atol 1e-3
-  ckpt diff ./run/checkpoint-100 ./run/checkpoint-200 --json`,
+  ckpt diff ./run/checkpoint-100 ./run/checkpoint-200 --json
+  ckpt diff ./model-f32 ./model-fp8 --dtype F32 --rtol 0.07`,
 	}
 	c.run = func(e *env, args []string) error {
 		fs := newFlags(e, c)
@@ -69,6 +76,8 @@ Examples:
 		jsonOut := fs.Bool("json", false, "print the comparison as JSON")
 		top := fs.Int("top", 20, "list at most `N` differing tensors (0: all)")
 		variantName := fs.String("variant", "", "precision variant `V` of folders and pipelines, on both sides")
+		var target targetFlag
+		fs.Var(&target, "dtype", "load both sides with target `D` (F32: scaled FP8/FP4 weights dequantized, their scales consumed) instead of as stored")
 		follow := followFlag(fs)
 		pos, err := parseFlags(e, c, fs, args)
 		if err != nil {
@@ -89,6 +98,9 @@ Examples:
 			return usageError{msg: fmt.Sprintf("--top %d: want 0 (all) or more", *top)}
 		}
 		opts := []ckpt.Option{ckpt.WithVariant(*variantName), ckpt.WithDType(ckpt.AsStored), ckpt.WithScaleTensors()}
+		if target.set && target.t != ckpt.AsStored {
+			opts = []ckpt.Option{ckpt.WithVariant(*variantName), ckpt.WithDType(target.t)}
+		}
 		if *follow {
 			opts = append(opts, ckpt.WithFollowSymlinks())
 		}
@@ -665,7 +677,11 @@ func (d *tensorDiff) describe() string {
 		}
 		parts = append(parts, fmt.Sprintf("max abs %.4g, max rel %.4g", float64(d.MaxAbs), float64(d.MaxRel)))
 		if d.WorstA != nil {
-			parts = append(parts, fmt.Sprintf("worst at %v: %g vs %g", d.Worst, float64(*d.WorstA), float64(*d.WorstB)))
+			idx := make([]string, len(d.Worst))
+			for i, v := range d.Worst {
+				idx[i] = strconv.FormatInt(v, 10)
+			}
+			parts = append(parts, fmt.Sprintf("worst at [%s]: %.9g vs %.9g", strings.Join(idx, ","), float64(*d.WorstA), float64(*d.WorstB)))
 		}
 	default:
 		parts = append(parts, "dtypes differ, values equal")
