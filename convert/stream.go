@@ -155,6 +155,23 @@ func (t *task) run(ctx context.Context, first, n int64, out []byte, sc *scratch,
 			t.src.Evict(first, n)
 			return ps, wrap(err)
 		}
+		if from == dtype.F32 && to.Bits() <= 32 {
+			// Read straight into the float32 staging, convert from it.
+			x, y := grow(sc.f32, n), grow(sc.y32, n)
+			sc.f32, sc.y32 = x, y
+			xb := dtype.Float32Bytes(x)
+			ps.read = int64(len(xb))
+			if _, err := t.src.ConvertElementsTo(from, xb, first, one); err != nil {
+				return ps, wrap(err)
+			}
+			t.src.Evict(first, n)
+			if ps.st, err = dtype.Convert(out, to, xb, from, one); err != nil {
+				return ps, &Error{Kind: ErrCast, Component: t.comp.name, Tensor: t.spec.Name, Err: err}
+			}
+			dtype.DecodeFloat32(y, out, to)
+			measure(x, y, &ps)
+			return ps, nil
+		}
 		raw := grow(sc.raw, (n*int64(from.Bits())+7)/8)
 		sc.raw = raw
 		ps.read = int64(len(raw))
