@@ -51,7 +51,7 @@ type component struct {
 	name    string // "" for the only component of a file or folder
 	label   string // the name rules and Options.Components use
 	srcDir  string
-	ck      *shard.Checkpoint
+	store   srcStore
 	scheme  *quant.Scheme
 	outDir  string
 	prefix  string
@@ -91,7 +91,14 @@ type runner struct {
 //
 // src is anything ckpt.Open accepts: a safetensors file, a shard index, a
 // component folder or a pipeline root (Options.SourceVariant picks a
-// precision variant). A file converts to a file: dst is the output file
+// precision variant). It may also be a PyTorch checkpoint: a .bin, .pt,
+// .pth or .ckpt file, a pytorch_model.bin.index.json, or a component folder
+// holding only such weights; package torch reads it without executing
+// anything (a forbidden pickle global fails before anything is written),
+// each tensor is read whole before its pieces are converted, tied names are
+// written once and recorded under torch.AliasesKey, and the output is named
+// model.safetensors (diffusion_pytorch_model.safetensors, X.safetensors
+// for X.pt). A file converts to a file: dst is the output file
 // (a name such as "model.safetensors" or "model.bf16.safetensors" is a set
 // that Options.MaxShardSize may shard, any other name a single file), or a
 // folder that receives the source's file name. A folder or pipeline
@@ -135,12 +142,12 @@ func Run(ctx context.Context, src, dst string, opts Options) (*Report, error) {
 	if err := r.check(); err != nil {
 		return nil, err
 	}
-	m, err := r.open()
+	srcs, closeSrc, err := r.openSource()
 	if err != nil {
 		return nil, err
 	}
-	defer m.Close()
-	copies, err := r.plan(m)
+	defer closeSrc()
+	copies, err := r.plan(srcs)
 	if err != nil {
 		return nil, err
 	}
@@ -216,30 +223,83 @@ func (r *runner) check() error {
 	return nil
 }
 
-// open opens the source with the loader.
-func (r *runner) open() (*ckpt.Model, error) {
+// source is one component of the source: its stored tensors, its
+// detected scaled layout, and the file name its weights are named after.
+type source struct {
+	label  string // the component's name, for rules and Options.Components
+	dir    string
+	naming string // the source's index or single file name
+	store  srcStore
+	scheme *quant.Scheme
+}
+
+// openSource opens the source: with the loader, or as a PyTorch
+// checkpoint (torch.go). It checks the options that name components.
+func (r *runner) openSource() ([]source, func(), error) {
+	srcs, closer, err := r.openTorch()
+	if err != nil {
+		return nil, nil, err
+	}
+	if srcs == nil {
+		if srcs, closer, err = r.openLoader(); err != nil {
+			return nil, nil, err
+		}
+	}
+	var names []string
+	for _, s := range srcs {
+		names = append(names, s.label)
+	}
+	for k := range r.opts.Components {
+		if !slices.Contains(names, k) {
+			closer()
+			return nil, nil, &Error{Kind: ErrOption, Field: "Components", Component: k, Msg: "no such component; the model has " + strings.Join(names, ", ")}
+		}
+	}
+	for _, ru := range r.opts.Rules {
+		if ru.Component != "" && !slices.Contains(names, ru.Component) {
+			closer()
+			return nil, nil, &Error{Kind: ErrOption, Field: "Rules", Component: ru.Component, Msg: "rule " + ru.String() + " names no component of the model"}
+		}
+	}
+	return srcs, closer, nil
+}
+
+// openLoader opens a safetensors source with the loader.
+func (r *runner) openLoader() ([]source, func(), error) {
 	copts := []ckpt.Option{ckpt.WithVariant(r.opts.SourceVariant), ckpt.WithBudget(-1)}
 	if r.opts.FollowSymlinks {
 		copts = append(copts, ckpt.WithFollowSymlinks())
 	}
 	m, err := ckpt.Open(r.src, copts...)
 	if err != nil {
-		return nil, &Error{Kind: ErrSource, Path: r.src, Err: err}
+		return nil, nil, &Error{Kind: ErrSource, Path: r.src, Err: err}
 	}
-	names := m.Components()
-	for k := range r.opts.Components {
-		if !slices.Contains(names, k) {
-			m.Close()
-			return nil, &Error{Kind: ErrOption, Field: "Components", Component: k, Msg: "no such component; the model has " + strings.Join(names, ", ")}
+	closer := func() { m.Close() }
+	p, err := m.Plan()
+	if err != nil {
+		closer()
+		return nil, nil, &Error{Kind: ErrSource, Path: r.src, Err: err}
+	}
+	var srcs []source
+	for _, cp := range p.Components {
+		ck, err := m.Checkpoint(cp.Name)
+		if err != nil {
+			closer()
+			return nil, nil, &Error{Kind: ErrSource, Path: r.src, Component: cp.Name, Err: err}
 		}
-	}
-	for _, ru := range r.opts.Rules {
-		if ru.Component != "" && !slices.Contains(names, ru.Component) {
-			m.Close()
-			return nil, &Error{Kind: ErrOption, Field: "Rules", Component: ru.Component, Msg: "rule " + ru.String() + " names no component of the model"}
+		if len(cp.Files) == 0 {
+			closer()
+			return nil, nil, &Error{Kind: ErrSource, Path: r.src, Component: cp.Name, Msg: "no weights files"}
 		}
+		scheme, _ := m.Scheme(cp.Name)
+		// The source's naming: from its index, or its single file.
+		naming := filepath.Base(cp.Files[0])
+		if ix := ck.Index(); ix != nil && ix.Path != "" {
+			naming = filepath.Base(ix.Path)
+		}
+		srcs = append(srcs, source{label: cp.Name, dir: cp.Dir, naming: naming, store: shardStore{ck}, scheme: scheme})
 	}
-	return m, nil
+	return srcs, closer, nil
 }
 
 // isDirSource mirrors ckpt.Open: a folder, unless named like a file.
@@ -251,11 +311,7 @@ func isDirSource(p string) bool {
 // plan resolves the destination of every component, builds the tasks and
 // lists the files to copy, refusing what cannot be done before anything is
 // written.
-func (r *runner) plan(m *ckpt.Model) ([]copyFile, error) {
-	p, err := m.Plan()
-	if err != nil {
-		return nil, &Error{Kind: ErrSource, Path: r.src, Err: err}
-	}
+func (r *runner) plan(srcs []source) ([]copyFile, error) {
 	dirSrc := isDirSource(r.src)
 	pipeline := false
 	if dirSrc {
@@ -271,24 +327,12 @@ func (r *runner) plan(m *ckpt.Model) ([]copyFile, error) {
 			return nil, &Error{Kind: ErrTarget, Path: r.dst, Msg: "the destination folder and the source folder " + r.src + " contain one another"}
 		}
 	}
-	for _, cp := range p.Components {
-		ck, err := m.Checkpoint(cp.Name)
-		if err != nil {
-			return nil, &Error{Kind: ErrSource, Path: r.src, Component: cp.Name, Err: err}
-		}
-		scheme, _ := m.Scheme(cp.Name)
-		c := &component{label: cp.Name, srcDir: cp.Dir, ck: ck, scheme: scheme}
+	for _, cp := range srcs {
+		c := &component{label: cp.label, srcDir: cp.dir, store: cp.store, scheme: cp.scheme}
 		if pipeline {
-			c.name = cp.Name
+			c.name = cp.label
 		}
-		if len(cp.Files) == 0 {
-			return nil, &Error{Kind: ErrSource, Path: r.src, Component: cp.Name, Msg: "no weights files"}
-		}
-		// The source's naming: from its index, or its single file.
-		srcName := filepath.Base(cp.Files[0])
-		if ix := ck.Index(); ix != nil && ix.Path != "" {
-			srcName = filepath.Base(ix.Path)
-		}
+		srcName := cp.naming
 		prefix, svariant, ok := weightsName(srcName)
 		if !ok {
 			prefix, svariant = "model", ""
@@ -296,9 +340,9 @@ func (r *runner) plan(m *ckpt.Model) ([]copyFile, error) {
 		c.prefix, c.variant = prefix, cmp.Or(r.opts.Variant, svariant)
 		switch {
 		case beside:
-			c.outDir = cp.Dir
+			c.outDir = cp.dir
 		case dirSrc:
-			rel, err := filepath.Rel(r.src, cp.Dir)
+			rel, err := filepath.Rel(r.src, cp.dir)
 			if err != nil || !pipeline {
 				rel = "."
 			}
@@ -309,7 +353,7 @@ func (r *runner) plan(m *ckpt.Model) ([]copyFile, error) {
 			}
 		}
 		if dirSrc && !beside {
-			cfg := filepath.Join(cp.Dir, "config.json")
+			cfg := filepath.Join(cp.dir, "config.json")
 			if _, err := os.Lstat(cfg); err == nil {
 				c.config = cfg
 			}

@@ -34,9 +34,9 @@ type task struct {
 	spec safetensors.TensorSpec
 	rep  *TensorReport
 
-	src    *safetensors.Tensor   // the stored tensor read (a weight's data)
+	src    srcTensor             // the stored tensor read (a weight's data)
 	w      *quant.Weight         // kDequant, kRequant: the source weight
-	scales []*safetensors.Tensor // its stored scales, in w.Scales' order
+	scales []srcTensor           // its stored scales, in w.Scales' order
 	q      *quant.FP8Quantizer   // kQuant, kRequant, kScale
 	narrow bool                  // kCast: measure the errors
 

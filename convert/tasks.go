@@ -12,39 +12,11 @@ import (
 	"github.com/ckpt-go/ckpt/safetensors"
 )
 
-// storedEntry is one stored tensor of a component, in file order.
-type storedEntry struct {
-	name  string
-	info  safetensors.TensorInfo
-	file  int
-	begin int64
-}
-
 // buildTasks decides every tensor of c and builds the tasks that write
 // them, in the source's order, each FP8 scale right after its weight.
 func (r *runner) buildTasks(c *component) error {
 	o := &r.opts
-	files := c.ck.Files()
-	fileIdx := map[string]int{}
-	for i, f := range files {
-		fileIdx[f] = i
-		fileIdx[filepath.Base(f)] = i
-	}
-	var entries []storedEntry
-	for _, n := range c.ck.Names() {
-		info, f, ok := c.ck.Info(n)
-		if !ok {
-			continue
-		}
-		fi, ok := fileIdx[f]
-		if !ok {
-			fi = fileIdx[filepath.Base(f)]
-		}
-		entries = append(entries, storedEntry{name: n, info: info, file: fi, begin: info.Begin})
-	}
-	slices.SortFunc(entries, func(a, b storedEntry) int {
-		return cmp.Or(cmp.Compare(a.file, b.file), cmp.Compare(a.begin, b.begin), strings.Compare(a.name, b.name))
-	})
+	entries := c.store.entries()
 	sch := c.scheme
 	weightOf := map[string]*quant.Weight{} // data tensor -> weight
 	for _, w := range sch.Weights {
@@ -62,14 +34,14 @@ func (r *runner) buildTasks(c *component) error {
 	for _, n := range sch.Markers {
 		markers[n] = true
 	}
-	tensor := func(name string) (*safetensors.Tensor, error) {
-		t, err := c.ck.Tensor(name)
+	tensor := func(name string) (srcTensor, error) {
+		t, err := c.store.tensor(name)
 		if err != nil {
 			return nil, &Error{Kind: ErrSource, Component: c.name, Tensor: name, Err: err}
 		}
 		return t, nil
 	}
-	newTask := func(kind taskKind, name string, to dtype.DType, shape []int64, src *safetensors.Tensor, dec decision, action string, from dtype.DType) *task {
+	newTask := func(kind taskKind, name string, to dtype.DType, shape []int64, src srcTensor, dec decision, action string, from dtype.DType) *task {
 		t := &task{kind: kind, comp: c, spec: safetensors.TensorSpec{Name: name, DType: to, Shape: slices.Clone(shape)}, src: src}
 		b, _ := t.spec.ByteLen()
 		t.rep = &TensorReport{Component: c.name, Name: name, Shape: slices.Clone(shape), From: from, To: to, Action: action,
@@ -121,7 +93,7 @@ func (r *runner) buildTasks(c *component) error {
 	var dropped []string
 	var later []storedEntry // activation scales and markers, decided last
 	for _, e := range entries {
-		name, info := e.name, e.info
+		name, info := e.name, e
 		if w := weightOf[name]; w != nil {
 			dec := o.decide(c.label, w.Name, w.Elem, true, w.Shape)
 			d, isD := dec.target.DType()
@@ -132,7 +104,7 @@ func (r *runner) buildTasks(c *component) error {
 			switch {
 			case !isD || d == w.Elem:
 				keptWeights++
-				t := newTask(kCopy, name, info.DType, info.Shape, src, dec, ActionCopy, info.DType)
+				t := newTask(kCopy, name, info.dtype, info.shape, src, dec, ActionCopy, info.dtype)
 				tasks = append(tasks, t)
 				for _, s := range w.Scales {
 					ss, err := tensor(s.Name)
@@ -198,33 +170,33 @@ func (r *runner) buildTasks(c *component) error {
 		}
 		if unconsumed[name] {
 			r.rep.Warnings = append(r.rep.Warnings, fmt.Sprintf("%s: %s looks like quantization data of a layout ckpt does not decode: copied as stored", c.label, name))
-			tasks = append(tasks, newTask(kCopy, name, info.DType, info.Shape, src, decision{rule: "unknown layout: as stored"}, ActionCopy, info.DType))
+			tasks = append(tasks, newTask(kCopy, name, info.dtype, info.shape, src, decision{rule: "unknown layout: as stored"}, ActionCopy, info.dtype))
 			continue
 		}
-		dec := o.decide(c.label, name, info.DType, false, info.Shape)
+		dec := o.decide(c.label, name, info.dtype, false, info.shape)
 		d, isD := dec.target.DType()
 		switch {
-		case !isD || d == info.DType:
-			tasks = append(tasks, newTask(kCopy, name, info.DType, info.Shape, src, dec, ActionCopy, info.DType))
-		case info.DType.Kind() == dtype.KindComplex && d.Kind() != dtype.KindComplex:
-			return castErr(name, fmt.Sprintf("complex %s cannot become %s (%s)", info.DType, d, dec.rule))
+		case !isD || d == info.dtype:
+			tasks = append(tasks, newTask(kCopy, name, info.dtype, info.shape, src, dec, ActionCopy, info.dtype))
+		case info.dtype.Kind() == dtype.KindComplex && d.Kind() != dtype.KindComplex:
+			return castErr(name, fmt.Sprintf("complex %s cannot become %s (%s)", info.dtype, d, dec.rule))
 		default:
-			sc, err := scaled(d, name, info.Shape)
+			sc, err := scaled(d, name, info.shape)
 			if err != nil {
 				return err
 			}
-			if sc && info.DType.IsFloat() {
-				t := newTask(kQuant, name, d, info.Shape, src, dec, ActionQuantize, info.DType)
+			if sc && info.dtype.IsFloat() {
+				t := newTask(kQuant, name, d, info.shape, src, dec, ActionQuantize, info.dtype)
 				if err := addQuant(t, d); err != nil {
 					return err
 				}
 				continue
 			}
-			if _, err := d.ByteLen(numElements(info.Shape)); err != nil {
-				return castErr(name, fmt.Sprintf("%d elements do not fill whole bytes of %s (%s)", numElements(info.Shape), d, dec.rule))
+			if _, err := d.ByteLen(numElements(info.shape)); err != nil {
+				return castErr(name, fmt.Sprintf("%d elements do not fill whole bytes of %s (%s)", numElements(info.shape), d, dec.rule))
 			}
-			t := newTask(kCast, name, d, info.Shape, src, dec, ActionCast, info.DType)
-			t.narrow = !exact(info.DType, d)
+			t := newTask(kCast, name, d, info.shape, src, dec, ActionCast, info.dtype)
+			t.narrow = !exact(info.dtype, d)
 			t.rep.Narrowed = t.narrow
 			tasks = append(tasks, t)
 		}
@@ -246,7 +218,7 @@ func (r *runner) buildTasks(c *component) error {
 		if err != nil {
 			return err
 		}
-		tasks = append(tasks, newTask(kCopy, e.name, e.info.DType, e.info.Shape, src, decision{rule: "belongs to the " + sch.Layout.String() + " layout: as stored"}, ActionCopy, e.info.DType))
+		tasks = append(tasks, newTask(kCopy, e.name, e.dtype, e.shape, src, decision{rule: "belongs to the " + sch.Layout.String() + " layout: as stored"}, ActionCopy, e.dtype))
 	}
 	for _, t := range tasks {
 		r.sizeTask(t)
@@ -277,7 +249,7 @@ func (r *runner) buildTasks(c *component) error {
 
 	// Metadata: the source's, without a quantization that no longer
 	// applies, with the new one and the provenance.
-	meta := c.ck.Metadata()
+	meta := c.store.metadata()
 	if meta == nil {
 		meta = map[string]string{}
 	}

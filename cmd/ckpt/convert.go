@@ -20,7 +20,10 @@ func convertCommand() *command {
 		help: `Converts SRC into DST tensor by tensor, with bounded memory, and reports what
 each narrowing did to the values. SRC is a .safetensors file, an index, a
 component folder or a pipeline root (with model_index.json); --source-variant
-reads one of its precision variants. A file converts to a file (DST is the
+reads one of its precision variants. SRC may also be a PyTorch checkpoint
+(.bin, .pt, .pth, pytorch_model.bin.index.json, or a folder of them), read
+without executing anything of its pickle: a checkpoint that names any other
+global is refused before anything is written. A file converts to a file (DST is the
 output file, or a folder that receives the source's file name); a folder or
 a pipeline converts to a folder with the same layout: weights named as the
 source names them (sharded when --max-shard-size says so), every other

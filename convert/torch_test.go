@@ -1,0 +1,160 @@
+package convert
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/testutil"
+	"github.com/ckpt-go/ckpt/safetensors"
+	"github.com/ckpt-go/ckpt/torch"
+)
+
+// torchFixtures locates the checkpoints PyTorch itself wrote
+// (../shared/fixtures/torch next to the module root); tests skip without.
+func torchFixtures(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Skip(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			break
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Skip("module root not found")
+		}
+		dir = parent
+	}
+	d := filepath.Join(dir, "..", "shared", "fixtures", "torch")
+	if _, err := os.Stat(filepath.Join(d, "cases.json")); err != nil {
+		t.Skipf("PyTorch fixtures not available: %v", err)
+	}
+	return d
+}
+
+// TestRunTorchFixtures converts every checkpoint PyTorch wrote and
+// compares each tensor with the file safetensors.torch wrote beside it;
+// tied names are recorded as aliases of a kept tensor with their bytes.
+func TestRunTorchFixtures(t *testing.T) {
+	dir := torchFixtures(t)
+	for _, c := range []struct{ src, expected string }{
+		{"mlp_f32.bin", "mlp_f32.expected.safetensors"},
+		{"tied_bf16.pt", "tied_bf16.expected.safetensors"},
+		{"dtypes.pt", "dtypes.expected.safetensors"},
+		{"train_state.pt", "train_state.expected.safetensors"},
+		{"sharded/pytorch_model.bin.index.json", "sharded.expected.safetensors"},
+	} {
+		out := t.TempDir() + string(filepath.Separator)
+		rep := run(t, filepath.Join(dir, c.src), out, Options{Verify: true})
+		if len(rep.Components) != 1 || len(rep.Components[0].Files) != 1 {
+			t.Fatalf("%s: wrote %+v", c.src, rep.Components)
+		}
+		got, err := safetensors.Open(filepath.Join(out, rep.Components[0].Files[0]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := safetensors.Open(filepath.Join(dir, c.expected))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var aliases map[string]string
+		if a := got.Metadata()[torch.AliasesKey]; a != "" {
+			if err := json.Unmarshal([]byte(a), &aliases); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, n := range want.Names() {
+			wt, _ := want.Tensor(n)
+			name := n
+			if k, ok := aliases[n]; ok {
+				name = k
+			}
+			gt, err := got.Tensor(name)
+			if err != nil {
+				t.Errorf("%s: %s: %v", c.src, n, err)
+				continue
+			}
+			wb, _ := wt.Bytes()
+			gb, _ := gt.Bytes()
+			if gt.DType() != wt.DType() || !bytes.Equal(gb, wb) {
+				t.Errorf("%s: %s differs (%s vs %s)", c.src, n, gt.DType(), wt.DType())
+			}
+		}
+		if got.Metadata()["format"] != "pt" {
+			t.Errorf("%s: metadata %v", c.src, got.Metadata())
+		}
+		got.Close()
+		want.Close()
+	}
+	if n := torchNaming("pytorch_model-00001-of-00002.bin"); n != "model.safetensors" {
+		t.Errorf("naming %s", n)
+	}
+}
+
+func TestRunTorchCastAndFolder(t *testing.T) {
+	dir := torchFixtures(t)
+	// A component folder with only PyTorch weights converts to a folder
+	// with model.safetensors, its other files copied.
+	src := t.TempDir()
+	b, err := os.ReadFile(filepath.Join(dir, "mlp_f32.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(src, "pytorch_model.bin"), b, 0o644)
+	os.WriteFile(filepath.Join(src, "config.json"), []byte(`{"torch_dtype": "float32"}`), 0o644)
+	dst := filepath.Join(t.TempDir(), "out")
+	rep := run(t, src, dst, Options{DType: target(t, "bf16")})
+	if files := testutil.Entries(t, dst); len(files) != 2 || files[1] != "model.safetensors" {
+		t.Errorf("folder: %v", files)
+	}
+	f, err := safetensors.Open(filepath.Join(dst, "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	want, _ := safetensors.Open(filepath.Join(dir, "mlp_f32.expected.safetensors"))
+	defer want.Close()
+	for _, n := range want.Names() {
+		wt, _ := want.Tensor(n)
+		wb, _ := wt.Bytes()
+		conv := make([]byte, len(wb)/2)
+		dtype.Convert(conv, dtype.BF16, wb, dtype.F32, dtype.Options{})
+		gt, err := f.Tensor(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gb, _ := gt.Bytes()
+		if !bytes.Equal(gb, conv) {
+			t.Errorf("%s: not the BF16 of the source", n)
+		}
+	}
+	if rep.Summary.Narrowed == 0 {
+		t.Errorf("summary %+v", rep.Summary)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dst, "config.json")); string(b) != "{\n  \"torch_dtype\": \"bfloat16\"\n}\n" {
+		t.Errorf("config.json: %q", b)
+	}
+
+	// Hostile and legacy files are refused before anything is written.
+	for _, tc := range []struct {
+		file string
+		kind error
+	}{{"evil.pt", torch.ErrForbiddenGlobal}, {"legacy.bin", torch.ErrLegacyFormat}} {
+		out := filepath.Join(t.TempDir(), "o")
+		_, err := Run(context.Background(), filepath.Join(dir, tc.file), out+string(filepath.Separator), Options{})
+		if !errors.Is(err, ErrSource) || !errors.Is(err, tc.kind) {
+			t.Errorf("%s: %v", tc.file, err)
+		}
+		if _, err := os.Stat(out); err == nil {
+			t.Errorf("%s: output written", tc.file)
+		}
+	}
+}
