@@ -78,4 +78,4 @@ func (s shardStore) entries() []storedEntry {
 }
 
 func (s shardStore) tensor(name string) (srcTensor, error) { return s.ck.Tensor(name) }
-func (s shardStore) metadata() map[string]string          { return s.ck.Metadata() }
+func (s shardStore) metadata() map[string]string           { return s.ck.Metadata() }

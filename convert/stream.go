@@ -34,11 +34,11 @@ type task struct {
 	spec safetensors.TensorSpec
 	rep  *TensorReport
 
-	src    srcTensor             // the stored tensor read (a weight's data)
-	w      *quant.Weight         // kDequant, kRequant: the source weight
-	scales []srcTensor           // its stored scales, in w.Scales' order
-	q      *quant.FP8Quantizer   // kQuant, kRequant, kScale
-	narrow bool                  // kCast: measure the errors
+	src    srcTensor           // the stored tensor read (a weight's data)
+	w      *quant.Weight       // kDequant, kRequant: the source weight
+	scales []srcTensor         // its stored scales, in w.Scales' order
+	q      *quant.FP8Quantizer // kQuant, kRequant, kScale
+	narrow bool                // kCast: measure the errors
 
 	// Pieces: units are elements (kCopy, kCast) or rows of the [rows, cols]
 	// view (the other kinds), per of them at a time.
