@@ -115,6 +115,9 @@ func TestLoadConvertsFloatsNotIntegers(t *testing.T) {
 				if strategy == ReadPread && !tt.Location.Owned {
 					t.Errorf("%s: pread strategy gave a view", name)
 				}
+				if st, err := m.comps[0].ck.Tensor(name); err != nil || st.File().Mapped() != (strategy == ReadMmap) {
+					t.Errorf("%s: strategy %s but the file is mapped=%v (%v)", name, strategy, st.File().Mapped(), err)
+				}
 				if !isInt && tt.Stats.Elements != tt.NumElements() {
 					t.Errorf("%s: stats count %d elements of %d", name, tt.Stats.Elements, tt.NumElements())
 				}

@@ -151,16 +151,17 @@ func Open(path string, opts ...Option) (*Model, error) {
 }
 
 func (m *Model) openFile() error {
-	ck, err := shard.Open(m.name, m.cfg.shardOptions...)
+	dir := m.src.Dir(m.name)
+	strategy, why := m.chooseStrategy(dir)
+	ck, err := shard.Open(m.name, m.shardOptions(strategy)...)
 	if err != nil {
 		return &Error{Kind: ErrResolve, Path: m.path, Err: err}
 	}
-	dir := m.src.Dir(m.name)
 	name := m.src.Base(dir)
 	if abs, err := m.src.Abs(dir); err == nil {
 		name = m.src.Base(abs)
 	}
-	c := &Component{name: name, dir: dir, ck: ck}
+	c := &Component{name: name, dir: dir, ck: ck, strategy: strategy, why: why}
 	m.comps = []*Component{c}
 	return m.setup(c)
 }
@@ -181,17 +182,29 @@ func (m *Model) openDir() error {
 		}
 	}
 	for _, p := range pp.Components {
-		ck, err := p.Open(m.cfg.shardOptions...)
+		strategy, why := m.chooseStrategy(p.Dir)
+		ck, err := p.Open(m.shardOptions(strategy)...)
 		if err != nil {
 			return &Error{Kind: ErrResolve, Path: p.Dir, Component: p.Component, Err: err}
 		}
-		c := &Component{name: p.Component, dir: p.Dir, vplan: p, ck: ck}
+		c := &Component{name: p.Component, dir: p.Dir, vplan: p, ck: ck, strategy: strategy, why: why}
 		m.comps = append(m.comps, c)
 		if err := m.setup(c); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// shardOptions are the options the component's files are opened with: with
+// the pread strategy, local files are not mapped at all (reads go through
+// pread, never through page faults on a mapping).
+func (m *Model) shardOptions(strategy ReadStrategy) []shard.Option {
+	opts := slices.Clone(m.cfg.shardOptions)
+	if strategy == ReadPread && m.src.FS() == nil {
+		opts = append(opts, shard.WithOpenOptions(safetensors.WithReadAt()))
+	}
+	return opts
 }
 
 // setup reads the component's configs, detects its quantization layout and
@@ -288,7 +301,9 @@ func (m *Model) setup(c *Component) error {
 	slices.SortFunc(c.entries, func(a, b *entry) int {
 		return cmp.Or(cmp.Compare(a.fileIdx, b.fileIdx), cmp.Compare(a.begin, b.begin), strings.Compare(a.name, b.name))
 	})
-	c.strategy, c.why = m.chooseStrategy(c.dir)
+	if c.why == "" {
+		c.strategy, c.why = m.chooseStrategy(c.dir)
+	}
 	return nil
 }
 
