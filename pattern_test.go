@@ -107,3 +107,26 @@ func FuzzPattern(f *testing.F) {
 		_ = p.Match(name)
 	})
 }
+
+// FuzzParseRule: the CLI's --keep and --split values never panic, and a
+// value that parses prints back to one that parses the same.
+func FuzzParseRule(f *testing.F) {
+	f.Add("text_encoder/**.norm=F32")
+	f.Add("norm=stored")
+	f.Add("a.*.b=quantized")
+	f.Fuzz(func(t *testing.T, s string) {
+		if len(s) > 128 {
+			return
+		}
+		r, err := ParseRule(s)
+		if err == nil {
+			r2, err := ParseRule(r.String())
+			if err != nil || r2.String() != r.String() {
+				t.Fatalf("%q -> %q -> %v %v", s, r.String(), r2, err)
+			}
+		}
+		if sp, err := ParseSplit(s); err == nil && sp.Dim < 0 {
+			t.Fatalf("%q: negative dim %d", s, sp.Dim)
+		}
+	})
+}
