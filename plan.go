@@ -120,6 +120,8 @@ type QuantizationReport struct {
 type Alternative struct {
 	Target        string `json:"target"`
 	ResidentBytes int64  `json:"resident_bytes"`
+
+	use usage // for the advice's peak
 }
 
 // TensorPlan is the decision for one logical tensor.
@@ -265,28 +267,72 @@ func (m *Model) budget() (int64, string) {
 // peak returns the resident bytes and the peak of a load, as Plan computes
 // them, without building the plan.
 func (m *Model) peak() (resident, peak int64) {
-	staging := false
-	var dequantIn int64 // largest stored input of a weight dequantized from pread buffers
-	for _, c := range m.comps {
-		for _, e := range c.entries {
-			resident += e.mapped + e.owned
-			if e.act != actView && e.act != actQuantized || c.strategy == ReadPread {
-				staging = true
-			}
-			if e.act == actDequantize && c.strategy == ReadPread && (e.sl == nil || e.sl.whole) {
-				dequantIn = max(dequantIn, e.inBytes)
-			}
+	us := make([]usage, len(m.comps))
+	for i, c := range m.comps {
+		us[i] = m.usageOf(c, c.entries)
+	}
+	return m.peakOf(us)
+}
+
+// usage is what one component's load needs: resident bytes, and what its
+// pieces of work need in transient memory.
+type usage struct {
+	resident  int64
+	perWorker int64 // the largest scratch one worker needs for it
+	pieces    int64 // pieces of work
+	dequantIn int64 // largest stored input of a weight dequantized from pread buffers
+}
+
+// usageOf computes a component's usage for entries (its own, or the
+// alternative decisions of a refusal's advice).
+func (m *Model) usageOf(c *Component, entries []*entry) usage {
+	var u usage
+	for _, e := range entries {
+		u.resident += e.mapped + e.owned
+		switch {
+		case e.act == actView || e.act == actQuantized && c.strategy != ReadPread:
+			continue // nothing to read or convert
+		case c.strategy == ReadPread:
+			// A pread piece is read into a scratch buffer of its size.
+			u.perWorker = max(u.perWorker, min(e.inBytes, chunkBytes))
+		case e.act == actDequantize:
+			u.perWorker = max(u.perWorker, dequantScratch)
+		}
+		u.pieces += max((e.outBytes+chunkBytes-1)/chunkBytes, 1)
+		if e.act == actDequantize && c.strategy == ReadPread && (e.sl == nil || e.sl.whole) {
+			u.dequantIn = max(u.dequantIn, e.inBytes)
 		}
 	}
-	peak = resident
-	if staging {
-		peak += m.stagingBytes()
+	return u
+}
+
+// peakOf adds up the components' usages: resident bytes, plus the staging
+// of the workers, plus whole pread buffers of dequantized weights.
+func (m *Model) peakOf(us []usage) (resident, peak int64) {
+	var all usage
+	for _, u := range us {
+		all.resident += u.resident
+		all.perWorker = max(all.perWorker, u.perWorker)
+		all.pieces += u.pieces
+		all.dequantIn = max(all.dequantIn, u.dequantIn)
+	}
+	peak = all.resident
+	if all.pieces > 0 {
+		peak += m.stagingBytes(all.perWorker, all.pieces)
 	}
 	// With pread, a dequantized weight's data and scales are read whole
 	// into temporary buffers, one per worker at most; a rank's part of one
 	// is read piece by piece (sliceStaging).
-	return resident, peak + (dequantIn+m.sliceStaging())*int64(m.workers())
+	return all.resident, peak + (all.dequantIn+m.sliceStaging())*int64(m.workers())
 }
+
+// dequantScratch bounds the scratch one worker's dequantization uses
+// (package quant computes 2048 float64 values at a time).
+const dequantScratch = 2048 * 8
+
+// workerOverhead is what a load goroutine costs beyond its scratch: its
+// stack and bookkeeping.
+const workerOverhead = 64 << 10
 
 // workers is the number of load goroutines.
 func (m *Model) workers() int {
@@ -299,11 +345,18 @@ func (m *Model) workers() int {
 // chunkBytes is the unit of work of a load: a piece of one tensor's output.
 const chunkBytes = 4 << 20
 
-// stagingBytes is the transient memory of a load: one chunk-sized buffer
-// per worker for pread and dequantization scratch, capped by the staging
-// allowance (the load runs fewer workers rather than exceed it).
-func (m *Model) stagingBytes() int64 {
-	return min(int64(m.workers())*chunkBytes, m.cfg.staging)
+// stagingBytes is the transient memory of a load: per worker that has a
+// piece to do, its scratch (a chunk-sized pread buffer, dequantization
+// scratch; nothing when converting straight from a mapping) and its
+// overhead, capped by the staging allowance (the load runs fewer workers
+// rather than exceed it). A remote source's ranged reads may use the whole
+// allowance.
+func (m *Model) stagingBytes(perWorker, pieces int64) int64 {
+	if m.rangeFS() != nil {
+		return m.cfg.staging
+	}
+	w := min(int64(m.workers()), pieces)
+	return min(w*(perWorker+workerOverhead), m.cfg.staging)
 }
 
 // uniformTargets are the targets a refusal message compares.
@@ -315,18 +368,20 @@ func (m *Model) alternatives(c *Component) []Alternative {
 	var out []Alternative
 	for _, t := range uniformTargets {
 		pol := Policy{Default: t, Rules: m.cfg.policy.Rules}
-		var total int64
+		xs := make([]*entry, 0, len(c.entries))
+		ok := true
 		for _, e := range c.entries {
 			x := &entry{name: e.name, stored: e.stored, shape: e.shape, inBytes: e.inBytes, q: e.q, sl: e.sl}
 			x.dec = pol.decide(c.name, e.name, e.stored, e.q != nil)
 			if x.resolve(c.strategy) != nil || x.resolveSlice(c.strategy) != nil {
-				total = -1
+				ok = false
 				break
 			}
-			total += x.mapped + x.owned
+			xs = append(xs, x)
 		}
-		if total >= 0 {
-			out = append(out, Alternative{Target: t.String(), ResidentBytes: total})
+		if ok {
+			u := m.usageOf(c, xs)
+			out = append(out, Alternative{Target: t.String(), ResidentBytes: u.resident, use: u})
 		}
 	}
 	return out
@@ -364,7 +419,7 @@ func (m *Model) advice(p *Plan) string {
 			if a.ResidentBytes >= cp.ResidentBytes {
 				continue
 			}
-			if p.PeakBytes-cp.ResidentBytes+a.ResidentBytes <= p.BudgetBytes {
+			if m.peakWith(cp.Name, a.use) <= p.BudgetBytes {
 				fixes = append(fixes, fmt.Sprintf("%s as %s", cp.Name, describeTarget(a.Target, cp)))
 			}
 		}
@@ -375,6 +430,20 @@ func (m *Model) advice(p *Plan) string {
 		msg += "; no single component target fits: choose smaller targets for several components, a narrower variant, or a larger budget"
 	}
 	return msg
+}
+
+// peakWith is the load's peak with one component's usage replaced.
+func (m *Model) peakWith(component string, u usage) int64 {
+	us := make([]usage, len(m.comps))
+	for i, c := range m.comps {
+		if c.name == component {
+			us[i] = u
+		} else {
+			us[i] = m.usageOf(c, c.entries)
+		}
+	}
+	_, peak := m.peakOf(us)
+	return peak
 }
 
 // describeTarget names a target for messages: "stored" becomes the stored

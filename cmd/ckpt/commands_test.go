@@ -270,10 +270,10 @@ func TestDemo(t *testing.T) {
 		"previous file intact: true",
 		"temp files left: 0",
 		// The loader: BF16 does not fit the budget, FP8 does.
-		"(1072128 bytes, budget option): does NOT fit",
+		"(174080 bytes, budget option): does NOT fit",
 		"errors.Is(err, ckpt.ErrBudget) = true",
 		"would fit: ", "transformer as stored (F32, F8_E4M3)",
-		"budget 1.0 MiB (budget option): fits",
+		"budget 170.0 KiB (budget option): fits",
 		"text_encoder   7 tensors BF16     convert    (default BF16)",
 	}
 	// The image encoder stays F32: zero-copy views, or pread copies where

@@ -12,12 +12,14 @@ import (
 	"github.com/ckpt-go/ckpt/dtype"
 )
 
-// The demo's loads: the sample's fp8 variant under a budget of the staging
-// allowance plus 23 KiB, which the weights fit with the transformer kept
-// FP8 (about 20 KiB) and not with it widened to BF16 (about 26 KiB).
+// The demo's loads: the sample's fp8 variant with two workers under a
+// budget of 170 KiB, which the load fits with the transformer kept FP8
+// (about 20 KiB resident plus the workers' 128 KiB) and not with it
+// dequantized to BF16 (about 26 KiB plus 160 KiB: dequantizing workers
+// need scratch).
 const (
-	demoStaging  = 1 << 20 // WithStaging's minimum, so that the weights' bytes matter
-	demoBudget   = "1047KiB"
+	demoWorkers  = 2 // the staging the plan counts depends on the workers
+	demoBudget   = "170KiB"
 	demoLayout   = "deepseek-fp8-block"
 	demoVariant  = "fp8"
 	demoFP8Shape = "16×16"
@@ -32,15 +34,15 @@ func demoOpen(root string, opts ...ckpt.Option) (*ckpt.Model, error) {
 		ckpt.WithDType(ckpt.To(dtype.BF16)),
 		ckpt.WithComponentDType("image_encoder", ckpt.To(dtype.F32)),
 		ckpt.WithBudgetString(demoBudget),
-		ckpt.WithStaging(demoStaging),
+		ckpt.WithWorkers(demoWorkers),
 	}
 	return ckpt.Open(root, append(base, opts...)...)
 }
 
 func demoPlan(d *demo, root, _ string) error {
 	d.section(fmt.Sprintf("plan the %s pipeline under a %s budget: BF16 does not fit", demoVariant, demoBudget))
-	d.printf("policy: variant %s, default BF16, image_encoder F32 (convolutions); budget %s = the 1 MiB\n", demoVariant, demoBudget)
-	d.printf("staging allowance (WithStaging) + 23 KiB for the weights. Only headers are read.\n\n")
+	d.printf("policy: variant %s, default BF16, image_encoder F32 (convolutions), %d workers; budget %s\n", demoVariant, demoWorkers, demoBudget)
+	d.printf("for the weights and the workers' scratch. Only headers are read.\n\n")
 	m, err := demoOpen(root)
 	if err != nil {
 		return err
