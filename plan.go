@@ -223,8 +223,11 @@ func (m *Model) Plan() (*Plan, error) {
 		p.TotalStoredBytes += cp.StoredBytes
 		p.TotalReadBytes += cp.ReadBytes
 		for _, w := range cp.Warnings {
+			if !strings.Contains(w, c.name) {
+				w = c.name + ": " + w // say which component
+			}
 			if !slices.Contains(p.Warnings, w) {
-				p.Warnings = append(p.Warnings, c.name+": "+w)
+				p.Warnings = append(p.Warnings, w)
 			}
 		}
 	}
