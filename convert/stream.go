@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/fpkern"
 	"github.com/ckpt-go/ckpt/quant"
 	"github.com/ckpt-go/ckpt/safetensors"
 )
@@ -335,35 +336,18 @@ func protect(f func() error) (err error) {
 
 // measure compares source values x with output values y.
 func measure[T float32 | float64](x, y []T, ps *pieceStats) {
-	maxAbs, maxRel := ps.maxAbsErr, ps.rel
-	var sse, ss float64
-	for i := range x {
-		xv, yv := float64(x[i]), float64(y[i])
-		a := math.Abs(xv)
-		if !(a <= math.MaxFloat64) {
-			continue // NaN or infinite source: not an error of the cast
-		}
-		if b := math.Abs(yv); !(b <= math.MaxFloat64) {
-			if yv != yv {
-				ps.nan++
-			} else {
-				ps.inf++
-			}
-			continue
-		}
-		e := math.Abs(xv - yv)
-		sse += e * e
-		ss += xv * xv
-		if e > maxAbs {
-			maxAbs = e
-		}
-		if e > maxRel*a && a != 0 {
-			maxRel = e / a
-		}
+	a := fpkern.Acc{MaxAbs: ps.maxAbsErr, MaxRel: ps.rel}
+	switch xs := any(x).(type) {
+	case []float32:
+		fpkern.Measure(xs, any(y).([]float32), 1, &a)
+	case []float64:
+		fpkern.Measure64(xs, any(y).([]float64), 1, &a)
 	}
-	ps.maxAbsErr, ps.rel = maxAbs, maxRel
-	ps.sse += sse
-	ps.ss += ss
+	ps.nan += a.NaN
+	ps.inf += a.Inf
+	ps.maxAbsErr, ps.rel = a.MaxAbs, a.MaxRel
+	ps.sse += a.SumSqErr
+	ps.ss += a.SumSq
 }
 
 // piece is one unit of pipeline work.

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/fpkern"
 )
 
 // Granularity says which elements of a weight share one FP8 scale.
@@ -175,16 +176,7 @@ func (q *FP8Quantizer) Observe(first int64, x []float32) error {
 }
 
 // absMax returns the largest finite magnitude in x (0 when there is none).
-func absMax(x []float32) float32 {
-	var m float32
-	for _, v := range x {
-		a := math.Float32frombits(math.Float32bits(v) &^ (1 << 31))
-		if a > m && a <= math.MaxFloat32 { // NaN fails both comparisons
-			m = a
-		}
-	}
-	return m
-}
+func absMax(x []float32) float32 { return fpkern.AbsMax(x) }
 
 // Scales returns the scales in row-major order of ScaleShape, computed
 // from what Observe recorded (see FP8Quantizer). The slice is the
@@ -260,7 +252,8 @@ const qchunk = 2048
 //
 // Each element is rounded once: the exact quotient x / scale is rounded to
 // an F32 by rounding to odd (decided with an exact residual, see
-// quantizeRun), and that F32 to the element type to nearest, ties to even.
+// internal/fpkern.ToOdd), and that F32 to the element type to nearest,
+// ties to even.
 // Rounding to odd with at least two extra bits makes the two roundings one,
 // so the code is the one nearest to the exact quotient. Calls for different rows may run
 // concurrently once Scales has been called.
@@ -278,7 +271,8 @@ func (q *FP8Quantizer) Quantize(dst []byte, first int64, x []float32, opts dtype
 	}
 	scales := q.Scales()
 	enc := dtype.Options{Saturate: opts.Saturate, Workers: 1}
-	var buf [qchunk]float32
+	var buf, dec [qchunk]float32
+	var acc fpkern.Acc
 	for i := int64(0); i < r; i++ {
 		row := first + i
 		xr := x[i*q.cols : (i+1)*q.cols]
@@ -297,78 +291,38 @@ func (q *FP8Quantizer) Quantize(dst []byte, first int64, x []float32, opts dtype
 		if q.g == PerBlock {
 			runLen = q.block
 		}
-		for c0 := int64(0); c0 < q.cols; c0 += runLen {
-			s := gs[c0/runLen]
-			run := xr[c0:min(c0+runLen, q.cols)]
-			out := dr[c0:min(c0+runLen, q.cols)]
-			for len(run) > 0 {
-				n := min(len(run), qchunk)
-				q.quantizeRun(out[:n], run[:n], s, buf[:n], enc, &st)
-				run, out = run[n:], out[n:]
+		// Spans of up to qchunk elements, each rounded in one call: the
+		// quotients run by run of a common scale, then the codes, then the
+		// errors.
+		for c0 := int64(0); c0 < q.cols; c0 += qchunk {
+			c1 := min(c0+qchunk, q.cols)
+			span := buf[:c1-c0]
+			for c := c0; c < c1; {
+				e := min(c1, (c/runLen+1)*runLen)
+				fpkern.ToOdd(span[c-c0:e-c0], xr[c:e], gs[c/runLen])
+				c = e
+			}
+			es, err := dtype.EncodeFloat32(dr[c0:c1], q.elem, span, enc)
+			if err != nil {
+				panic("quant: encoding a checked span failed: " + err.Error()) // lengths are equal by construction
+			}
+			st.Stats.Add(es)
+			// The codes' exact values, times their scales, against x.
+			dspan := dec[:c1-c0]
+			if _, err := dtype.DecodeFloat32(dspan, dr[c0:c1], q.elem); err != nil {
+				panic("quant: decoding a checked span failed: " + err.Error())
+			}
+			for c := c0; c < c1; {
+				e := min(c1, (c/runLen+1)*runLen)
+				fpkern.Measure(xr[c:e], dspan[c-c0:e-c0], float64(gs[c/runLen]), &acc)
+				c = e
 			}
 		}
 	}
+	st.NonFinite = acc.NaN + acc.Inf
+	st.MaxAbsErr, st.MaxRelErr = acc.MaxAbs, acc.MaxRel
+	st.SumSqErr, st.SumSq = acc.SumSqErr, acc.SumSq
 	return st, nil
-}
-
-// quantizeRun quantizes x, which shares the scale s, into dst.
-func (q *FP8Quantizer) quantizeRun(dst []byte, x []float32, s float32, buf []float32, enc dtype.Options, st *QuantizeStats) {
-	s64 := float64(s)
-	r64 := 1 / s64
-	for j, v := range x {
-		// f is the F32 nearest to x × (1/s), which lies within 2^-52 of
-		// x / s: one of the two F32 values around the exact quotient (or
-		// the quotient itself when it is an F32). d = f×s − x is exact (a
-		// 48-bit product and a 24-bit value within a factor of two of
-		// each other), so its sign says on which side of x / s f lies.
-		// Round to odd: truncate toward zero, then set the last bit when
-		// f is not the exact quotient; written without branches, the two
-		// conditions being unpredictable.
-		xv := float64(v)
-		f := float32(xv * r64)
-		d := float64(f)*s64 - xv
-		b := math.Float32bits(f)
-		var dec, odd uint32
-		if d*float64(f) > 0 { // f beyond the quotient, away from zero
-			dec = 1
-		}
-		if d*d > 0 { // inexact (not for NaN, nor for an infinite x)
-			odd = 1
-		}
-		buf[j] = math.Float32frombits((b - dec) | odd)
-	}
-	es, err := dtype.EncodeFloat32(dst, q.elem, buf, enc)
-	if err != nil {
-		panic("quant: encoding a checked run failed: " + err.Error()) // lengths are equal by construction
-	}
-	st.Stats.Add(es)
-	tab := q.tab
-	maxAbs, maxRel := st.MaxAbsErr, st.MaxRelErr
-	var sse, ss float64
-	for j, v := range x {
-		xv := float64(v)
-		a := math.Abs(xv)
-		if !(a <= math.MaxFloat64) { // NaN and infinite inputs: no rounding error
-			continue
-		}
-		d := tab[dst[j]] * s64 // exact: a 4-bit code times a 24-bit scale
-		if !(math.Abs(d) <= math.MaxFloat64) {
-			st.NonFinite++
-			continue
-		}
-		e := math.Abs(xv - d)
-		sse += e * e
-		ss += xv * xv
-		if e > maxAbs {
-			maxAbs = e
-		}
-		if e > maxRel*a && a != 0 {
-			maxRel = e / a
-		}
-	}
-	st.MaxAbsErr, st.MaxRelErr = maxAbs, maxRel
-	st.SumSqErr += sse
-	st.SumSq += ss
 }
 
 // Weight returns the Weight that describes the quantized tensor for
