@@ -19,6 +19,7 @@ import (
 
 func diffCommand() *command {
 	c := &command{
+		remote:  true,
 		name:    "diff",
 		args:    "A B",
 		summary: "compare two checkpoints tensor by tensor (names, shapes, dtypes, values)",

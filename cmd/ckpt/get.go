@@ -15,6 +15,7 @@ import (
 
 func getCommand() *command {
 	c := &command{
+		remote:  true,
 		name:    "get",
 		args:    "PATH TENSOR",
 		summary: "write one tensor as the loader returns it: raw bytes or .npy",

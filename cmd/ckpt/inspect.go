@@ -14,6 +14,7 @@ import (
 
 func inspectCommand() *command {
 	c := &command{
+		remote:  true,
 		name:    "inspect",
 		args:    "PATH",
 		summary: "list the tensors, metadata and totals of a file, index or folder",
@@ -101,7 +102,7 @@ func buildInspectReport(t *checkpointTarget) *inspectReport {
 	}
 	files := t.ckpt.Files()
 	for _, f := range files {
-		rep.Files = append(rep.Files, relTo(t.path, f))
+		rep.Files = append(rep.Files, t.rel(f))
 	}
 	var tot totaler
 	for _, name := range t.ckpt.Names() {
@@ -120,7 +121,7 @@ func tensorEntry(t *checkpointTarget, name string, withFile bool) inspectTensor 
 	it := inspectTensor{Name: name, DType: info.DType.String(), Shape: info.Shape,
 		Bytes: info.ByteLen(), Offsets: [2]int64{info.Begin, info.End}, elements: info.NumElements(), dtype: info.DType}
 	if withFile {
-		it.File = relTo(t.path, file)
+		it.File = t.rel(file)
 	}
 	if it.Shape == nil {
 		it.Shape = []int64{}
@@ -172,7 +173,7 @@ func writeInspectJSON(w *bufio.Writer, t *checkpointTarget) error {
 	var files []string
 	ckptFiles := t.ckpt.Files()
 	for _, f := range ckptFiles {
-		files = append(files, relTo(t.path, f))
+		files = append(files, t.rel(f))
 	}
 	meta := t.ckpt.Metadata()
 	if meta == nil {

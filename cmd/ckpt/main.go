@@ -25,6 +25,7 @@ type command struct {
 	args    string // argument synopsis, e.g. "FILE..."
 	summary string // one line
 	help    string // longer description shown by -h
+	remote  bool   // its paths may be remote locations (remoteHelp)
 	run     func(env *env, args []string) error
 }
 
@@ -77,6 +78,10 @@ func run(e *env, args []string) int {
 		printUsage(e.stderr)
 		return 2
 	}
+	if err := setupRemote(args[1:]); err != nil {
+		fmt.Fprintf(e.stderr, "ckpt %s: %v\n", c.name, err)
+		return 1
+	}
 	err := c.run(e, args[1:])
 	var exit exitError
 	var usage usageError
@@ -118,6 +123,9 @@ Commands:
 		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 	}
 	fmt.Fprint(w, `
+Paths may be remote locations: s3://BUCKET/PREFIX or https://HOST/FILE
+(see "ckpt plan -h").
+
 Run "ckpt <command> -h" for a command's flags and examples.
 Start with "ckpt demo": it runs everything on a bundled sample checkpoint.
 `)
@@ -125,6 +133,9 @@ Start with "ckpt demo": it runs everything on a bundled sample checkpoint.
 
 func printCommandUsage(w io.Writer, c *command, fs *flag.FlagSet) {
 	fmt.Fprintf(w, "Usage: ckpt %s [flags] %s\n\n%s\n", c.name, c.args, strings.TrimSpace(c.help))
+	if c.remote {
+		fmt.Fprintf(w, "\n%s\n", remoteHelp)
+	}
 	if fs != nil {
 		var hasFlags bool
 		fs.VisitAll(func(*flag.Flag) { hasFlags = true })

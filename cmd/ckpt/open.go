@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,6 +21,18 @@ type checkpointTarget struct {
 	path string
 	kind string // "file", "index" or "folder"
 	ckpt *shard.Checkpoint
+	fsys fs.FS  // the remote location's file system, or nil
+	name string // path as a name of fsys (path itself for a local path)
+}
+
+// rel returns the name of one of the target's files relative to the
+// target, or its full path or location when it is not inside it.
+func (t *checkpointTarget) rel(file string) string {
+	r := relTo(t.name, file)
+	if l, ok := t.fsys.(interface{ Location(string) string }); ok && r == file {
+		return l.Location(file)
+	}
+	return r
 }
 
 // followFlag is the --follow-symlinks flag of the commands that open
@@ -39,28 +52,54 @@ func shardOptions(follow bool) []shard.Option {
 }
 
 // openTarget opens path as a checkpoint: a .safetensors file, a
-// *.safetensors.index*.json, or a folder resolved with the variant rules.
-// follow is --follow-symlinks.
+// *.safetensors.index*.json, or a folder resolved with the variant rules;
+// path may be a remote location (s3://, https://). follow is
+// --follow-symlinks.
 func openTarget(path, variantName string, follow bool) (*checkpointTarget, error) {
-	st, err := os.Stat(path)
+	fsys, name, err := openLocation(path)
+	if err != nil {
+		return nil, err
+	}
+	t, err := openTargetFS(fsys, path, name, variantName, follow)
+	if err != nil {
+		closeFS(fsys)
+		return nil, err
+	}
+	return t, nil
+}
+
+// openTargetFS is openTarget for the name of fsys (nil: a local path).
+func openTargetFS(fsys fs.FS, path, name, variantName string, follow bool) (*checkpointTarget, error) {
+	var st fs.FileInfo
+	var err error
+	if fsys != nil {
+		st, err = fs.Stat(fsys, name)
+	} else {
+		st, err = os.Stat(name)
+	}
 	if err != nil {
 		return nil, err
 	}
 	opts := shardOptions(follow)
-	t := &checkpointTarget{path: path, kind: "file"}
+	vopts := []variant.Option{variant.WithShardOptions(opts...)}
+	if fsys != nil {
+		opts = append(opts, shard.WithFS(fsys))
+		vopts = append(vopts, variant.WithFS(fsys))
+	}
+	t := &checkpointTarget{path: path, kind: "file", fsys: fsys, name: name}
 	switch {
 	case st.IsDir():
 		t.kind = "folder"
-		plan, err := variant.ResolveComponent(path, variantName, variant.WithShardOptions(opts...))
+		plan, err := variant.ResolveComponent(name, variantName, vopts...)
 		if err != nil {
 			return nil, err
 		}
 		t.ckpt, err = plan.Open()
-	case strings.HasSuffix(path, ".json"):
+	case strings.HasSuffix(name, ".json"):
 		t.kind = "index"
-		t.ckpt, err = shard.Open(path, opts...)
+		t.ckpt, err = shard.Open(name, opts...)
 	default:
-		t.ckpt, err = shard.Open(path, opts...)
+		t.ckpt, err = shard.Open(name, opts...)
 	}
 	if err != nil {
 		return nil, err
@@ -69,10 +108,12 @@ func openTarget(path, variantName string, follow bool) (*checkpointTarget, error
 }
 
 func (t *checkpointTarget) Close() error {
+	var err error
 	if t.ckpt != nil {
-		return t.ckpt.Close()
+		err = t.ckpt.Close()
 	}
-	return nil
+	closeFS(t.fsys)
+	return err
 }
 
 // relTo returns path relative to base when it is inside it, and the base

@@ -11,6 +11,7 @@ import (
 
 func planCommand() *command {
 	c := &command{
+		remote:  true,
 		name:    "plan",
 		args:    "PATH",
 		summary: "show what loading would do: dtypes and their rules, layouts, bytes, and whether it fits",

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 
 	"github.com/ckpt-go/ckpt/variant"
@@ -12,6 +14,7 @@ import (
 
 func resolveCommand() *command {
 	c := &command{
+		remote:  true,
 		name:    "resolve",
 		args:    "DIR",
 		summary: "explain which weight files a component or pipeline would load",
@@ -58,9 +61,21 @@ type resolveOutput struct {
 
 func resolveAndPrint(e *env, dir, variantName string, asJSON, follow bool) error {
 	out := resolveOutput{Root: dir, Variant: variantName}
-	_, statErr := os.Stat(filepath.Join(dir, variant.ModelIndex))
+	fsys, name, err := openLocation(dir)
+	if err != nil {
+		return err
+	}
+	defer closeFS(fsys)
+	vopts := []variant.Option{variant.WithShardOptions(shardOptions(follow)...)}
+	var statErr error
+	if fsys != nil {
+		vopts = append(vopts, variant.WithFS(fsys))
+		_, statErr = fs.Stat(fsys, path.Join(name, variant.ModelIndex))
+	} else {
+		_, statErr = os.Stat(filepath.Join(dir, variant.ModelIndex))
+	}
 	out.Pipeline = statErr == nil
-	pp, err := variant.Resolve(dir, variantName, variant.WithShardOptions(shardOptions(follow)...))
+	pp, err := variant.Resolve(name, variantName, vopts...)
 	out.Components, out.Ignored, out.Warnings = pp.Components, pp.Ignored, pp.Warnings
 	if err == nil && pp.Failed() {
 		err = errors.New("some components could not be resolved")

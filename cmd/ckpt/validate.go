@@ -4,11 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/shard"
 )
 
 func validateCommand() *command {
 	c := &command{
+		remote:  true,
 		name:    "validate",
 		args:    "PATH...",
 		summary: "check files, indexes or folders against the safetensors rules",
@@ -98,10 +100,13 @@ func validatePaths(paths []string, variantName string, follow bool) []validateRe
 		}
 		r.OK = err == nil
 		r.Error = describeError(err)
-		if left, err := shard.Leftovers(p); err == nil {
-			r.Leftovers = left
-			for _, l := range left {
-				r.Warnings = append(r.Warnings, fmt.Sprintf("leftover %s (%s): %s", l.Name, l.Kind, l.Reason))
+		// Leftovers of interrupted saves are a local folder's matter.
+		if ckpt.SchemeOf(p) == "" {
+			if left, err := shard.Leftovers(p); err == nil {
+				r.Leftovers = left
+				for _, l := range left {
+					r.Warnings = append(r.Warnings, fmt.Sprintf("leftover %s (%s): %s", l.Name, l.Kind, l.Reason))
+				}
 			}
 		}
 		results = append(results, r)

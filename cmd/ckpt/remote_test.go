@@ -1,0 +1,114 @@
+package main
+
+import (
+	"bytes"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/ckpt-go/ckpt/ckpttest"
+	"github.com/ckpt-go/ckpt/internal/s3test"
+)
+
+// The package's S3 server, started on first use and stopped by TestMain.
+var (
+	s3Once   sync.Once
+	s3Srv    *s3test.Server
+	s3Reason string
+	s3Err    error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	s3Srv.Stop()
+	os.Exit(code)
+}
+
+func needS3(t *testing.T) *s3test.Server {
+	t.Helper()
+	s3Once.Do(func() { s3Srv, s3Reason, s3Err = s3test.Start() })
+	s := s3test.Need(t, s3Srv, s3Reason, s3Err)
+	// The command builds its client from the standard AWS environment.
+	t.Setenv("AWS_ACCESS_KEY_ID", s.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", s.SecretKey)
+	t.Setenv("AWS_REGION", s.Region)
+	t.Setenv("AWS_ENDPOINT_URL_S3", s.Endpoint)
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
+	return s
+}
+
+// plan, get, inspect, validate and resolve take s3:// and http(s)://
+// locations and print what they print for the local folder.
+func TestRemoteLocations(t *testing.T) {
+	s := needS3(t)
+	root := t.TempDir()
+	dir := filepath.Join(root, "m")
+	if _, err := ckpttest.WriteWeights(dir, ckpttest.Weights{Shards: 2, Tensors: ckpttest.Tensors(t, "a.w:BF16[16,8] a.n:F32[8] b.w:F16[4,4]")}); err != nil {
+		t.Fatal(err)
+	}
+	bucket := s.NewBucket(t)
+	s.PutDir(t, bucket, "org/m", dir)
+	loc := "s3://" + bucket + "/org/m"
+	web := httptest.NewServer(http.FileServer(http.Dir(root)))
+	defer web.Close()
+	index := "/model.safetensors.index.json"
+
+	same := func(what string, local []string, remote []string, rewrite func(string) string) {
+		t.Helper()
+		lo, le, lc := runCLI(t, local...)
+		ro, re, rc := runCLI(t, remote...)
+		if lc != 0 || rc != lc {
+			t.Fatalf("%s: exit %d (local %d): %s %s", what, rc, lc, re, le)
+		}
+		if rewrite(ro) != rewrite(lo) {
+			t.Errorf("%s:\nremote %s\nlocal  %s", what, rewrite(ro), rewrite(lo))
+		}
+	}
+	paths := func(s string) string {
+		for _, p := range []string{dir, loc, web.URL + "/m", "org/m"} {
+			s = strings.ReplaceAll(s, p, "PATH")
+		}
+		return s
+	}
+	same("plan", []string{"plan", "--dtype", "F32", dir}, []string{"plan", "--dtype", "F32", loc}, func(s string) string {
+		// The read strategy differs: mmap locally, ranged reads remotely.
+		var keep []string
+		for _, l := range strings.Split(paths(s), "\n") {
+			if !strings.Contains(l, "  read ") && !strings.Contains(l, "mapped") && !strings.Contains(l, "budget:") && !strings.Contains(l, "view") && !strings.Contains(l, "read  ") {
+				keep = append(keep, l)
+			}
+		}
+		return strings.Join(keep, "\n")
+	})
+	same("inspect", []string{"inspect", dir}, []string{"inspect", loc}, paths)
+	same("inspect index", []string{"inspect", dir + index}, []string{"inspect", loc + index}, paths)
+	same("inspect http", []string{"inspect", dir + index}, []string{"inspect", web.URL + "/m" + index}, paths)
+	same("validate", []string{"validate", dir + index}, []string{"validate", loc + index}, paths)
+	same("resolve", []string{"resolve", dir}, []string{"resolve", loc}, paths)
+
+	for _, src := range []string{loc, web.URL + "/m" + index} {
+		out := filepath.Join(t.TempDir(), "w.bin")
+		if _, stderr, code := runCLI(t, "get", "--format", "raw", "-o", out, src, "a.w"); code != 0 {
+			t.Fatalf("get %s: %s", src, stderr)
+		}
+		got, _ := os.ReadFile(out)
+		want, _ := ckpttest.Fill("a.w", ckpttest.Tensors(t, "a.w:BF16[16,8]")[0].DType, []int64{16, 8})
+		if !bytes.Equal(got, want) {
+			t.Errorf("get %s: bytes differ", src)
+		}
+	}
+	_, stderr, code := runCLI(t, "inspect", web.URL+"/m")
+	if code != 1 || !strings.Contains(stderr, "not folders") {
+		t.Errorf("http folder: %d %s", code, stderr)
+	}
+	_, stderr, code = runCLI(t, "inspect", "s3://"+bucket+"/nothing")
+	if code != 1 || !strings.Contains(stderr, "not_found") {
+		t.Errorf("missing: %d %s", code, stderr)
+	}
+}

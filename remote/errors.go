@@ -1,0 +1,135 @@
+package remote
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/ckpt-go/ckpt/internal/errkind"
+)
+
+// ErrorKind classifies the failures of this package. Each kind is an error,
+// so callers can test with errors.Is(err, remote.ErrChanged), also through
+// the loader's *ckpt.Error and the lower packages' errors that wrap it.
+type ErrorKind int
+
+// The kinds of Error. Their String forms (snake_case) are stable.
+const (
+	// ErrLocation: a location is malformed or of an unsupported scheme.
+	ErrLocation ErrorKind = iota + 1
+	// ErrNoClient: no S3 client was configured for s3:// locations (see
+	// SetS3Client).
+	ErrNoClient
+	// ErrNotFound: no object or file at that location. Errors of this kind
+	// also match fs.ErrNotExist.
+	ErrNotFound
+	// ErrChanged: the object was replaced since it was opened: its ETag
+	// (or, over HTTP without an ETag, its Last-Modified time) or size
+	// differs, or the server refused the version pinned with If-Match. No
+	// byte of the new version is handed out.
+	ErrChanged
+	// ErrNoRange: an HTTP server ignores Range requests (it answered 200
+	// with the whole file to a ranged GET), so the file cannot be read in
+	// parts; the location must be served by a server with range support.
+	ErrNoRange
+	// ErrTruncated: a response ended before the bytes it announced, or a
+	// read reaches past the object's end.
+	ErrTruncated
+	// ErrUnavailable: a request kept failing with throttling, server
+	// errors, timeouts or broken connections until its retries ran out.
+	ErrUnavailable
+	// ErrDenied: the server refused the credentials (401, 403).
+	ErrDenied
+	// ErrRequest: the server rejected a request for another reason (a 4xx
+	// status).
+	ErrRequest
+	// ErrNoListing: a folder was asked of a source that cannot list one
+	// (plain HTTP): name a file or an index instead.
+	ErrNoListing
+	// ErrCache: the local read-through cache could not be used (its folder
+	// cannot be created or locked).
+	ErrCache
+)
+
+var kindNames = [...]string{
+	ErrLocation:    "location",
+	ErrNoClient:    "no_client",
+	ErrNotFound:    "not_found",
+	ErrChanged:     "changed",
+	ErrNoRange:     "no_range",
+	ErrTruncated:   "truncated",
+	ErrUnavailable: "unavailable",
+	ErrDenied:      "denied",
+	ErrRequest:     "request",
+	ErrNoListing:   "no_listing",
+	ErrCache:       "cache",
+}
+
+// String returns the kind's snake_case name.
+func (k ErrorKind) String() string { return errkind.Name(kindNames[:], k) }
+
+// Kinds returns every ErrorKind in declaration order.
+func Kinds() []ErrorKind { return errkind.All[ErrorKind](kindNames[:]) }
+
+// Error makes a kind usable as an errors.Is target.
+func (k ErrorKind) Error() string { return "remote: " + k.String() }
+
+// Error is this package's error: its kind, the location (s3://bucket/key or
+// a URL), the byte range of the request when there was one, how many
+// attempts were made, and the cause.
+type Error struct {
+	Kind     ErrorKind
+	Location string
+	Range    string // "bytes=FIRST-LAST", or ""
+	Status   int    // the HTTP status of the last response, or 0
+	Attempts int    // requests made (more than 1 after retries)
+	Msg      string
+	Err      error
+
+	retry bool // the request may succeed if made again
+}
+
+// Error formats the kind, the location, the range and the cause.
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("remote: ")
+	b.WriteString(e.Kind.String())
+	if e.Location != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Location)
+	}
+	if e.Range != "" {
+		b.WriteString(" (")
+		b.WriteString(e.Range)
+		b.WriteString(")")
+	}
+	if e.Msg != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Msg)
+	}
+	if e.Status != 0 {
+		b.WriteString(": HTTP ")
+		b.WriteString(strconv.Itoa(e.Status))
+	}
+	if e.Attempts > 1 {
+		b.WriteString(" after ")
+		b.WriteString(strconv.Itoa(e.Attempts))
+		b.WriteString(" attempts")
+	}
+	if e.Err != nil {
+		b.WriteString(": ")
+		b.WriteString(e.Err.Error())
+	}
+	return b.String()
+}
+
+// Is reports whether target is e's kind; ErrNotFound also matches
+// fs.ErrNotExist.
+func (e *Error) Is(target error) bool {
+	if k, ok := target.(ErrorKind); ok {
+		return k == e.Kind
+	}
+	return e.Kind == ErrNotFound && target == errNotExist
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }

@@ -1,0 +1,239 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+)
+
+// NewS3FS returns the file system of one bucket read through client: names
+// are object keys (a folder is a key prefix ending at a '/'). Requests are
+// made with the client's credentials, region and endpoint; retries are this
+// package's (WithRetries), not the client's, so that a read broken in the
+// middle resumes where it stopped.
+func NewS3FS(client *s3.Client, bucket string, opts ...Option) *FS {
+	return newFS(&s3Backend{client: client, bucket: bucket}, opts)
+}
+
+// NewS3Client returns an S3 client for cfg (credentials and region, from
+// config.LoadDefaultConfig in a program), with the settings S3-compatible
+// stores need: endpoint as its base endpoint when not empty, path-style
+// addressing when pathStyle is set, and request checksums only where the
+// API requires them (RequestChecksumCalculation WhenRequired: the SDK's
+// default, WhenSupported, breaks multipart uploads on some S3-compatible
+// servers).
+func NewS3Client(cfg aws.Config, endpoint string, pathStyle bool) *s3.Client {
+	return s3.NewFromConfig(cfg, func(o *s3.Options) {
+		if endpoint != "" {
+			o.BaseEndpoint = aws.String(endpoint)
+		}
+		o.UsePathStyle = pathStyle
+		o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
+		o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
+	})
+}
+
+// PathStyle reports whether an endpoint needs path-style addressing
+// (http://host/bucket/key rather than http://bucket.host/key): when its
+// host is an IP address or localhost, or when the environment sets
+// CKPT_S3_PATH_STYLE=1.
+func PathStyle(endpoint string) bool {
+	if os.Getenv("CKPT_S3_PATH_STYLE") == "1" {
+		return true
+	}
+	if endpoint == "" {
+		return false
+	}
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return false
+	}
+	host := u.Hostname()
+	return host == "localhost" || strings.HasSuffix(host, ".localhost") || net.ParseIP(host) != nil
+}
+
+type s3Backend struct {
+	client *s3.Client
+	bucket string
+}
+
+func (b *s3Backend) where(name string) string {
+	if name == "." || name == "" {
+		return "s3://" + b.bucket
+	}
+	return "s3://" + b.bucket + "/" + name
+}
+
+func (b *s3Backend) canList() bool { return true }
+
+// ownRetries turns the client's retries off for one call: this package
+// retries (and resumes broken bodies) itself.
+func ownRetries(o *s3.Options) { o.Retryer = aws.NopRetryer{} }
+
+func (b *s3Backend) get(ctx context.Context, name string, off, n int64, pin *version) (io.ReadCloser, response, error) {
+	in := &s3.GetObjectInput{
+		Bucket: aws.String(b.bucket),
+		Key:    aws.String(name),
+		Range:  aws.String(fmt.Sprintf("bytes=%d-%d", off, off+n-1)),
+	}
+	if pin != nil && pin.etag != "" {
+		in.IfMatch = aws.String(pin.etag)
+	}
+	out, err := b.client.GetObject(ctx, in, ownRetries)
+	if err != nil {
+		return nil, response{}, s3Err(err)
+	}
+	r := response{version: version{size: -1, etag: aws.ToString(out.ETag)}}
+	if out.LastModified != nil {
+		r.modTime = *out.LastModified
+	}
+	length := aws.ToInt64(out.ContentLength)
+	if cr := aws.ToString(out.ContentRange); cr != "" {
+		first, last, size, ok := parseContentRange(cr)
+		if !ok {
+			out.Body.Close()
+			return nil, response{}, &Error{Kind: ErrRequest, Msg: fmt.Sprintf("malformed Content-Range %q", cr)}
+		}
+		r.first, r.n, r.size = first, last-first+1, size
+		if out.ContentLength != nil && length != r.n {
+			out.Body.Close()
+			return nil, response{}, &Error{Kind: ErrRequest, Msg: fmt.Sprintf("Content-Length %d does not match Content-Range %q", length, cr)}
+		}
+	} else {
+		// No Content-Range: the whole object.
+		r.first, r.n, r.size, r.whole = 0, length, length, true
+	}
+	return out.Body, r, nil
+}
+
+func (b *s3Backend) head(ctx context.Context, name string) (version, error) {
+	out, err := b.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(b.bucket), Key: aws.String(name)}, ownRetries)
+	if err != nil {
+		return version{}, s3Err(err)
+	}
+	v := version{size: aws.ToInt64(out.ContentLength), etag: aws.ToString(out.ETag)}
+	if out.LastModified != nil {
+		v.modTime = *out.LastModified
+	}
+	return v, nil
+}
+
+func (b *s3Backend) list(ctx context.Context, dir string) ([]dirEntry, error) {
+	prefix := ""
+	if dir != "." {
+		prefix = dir + "/"
+	}
+	in := &s3.ListObjectsV2Input{Bucket: aws.String(b.bucket), Prefix: aws.String(prefix), Delimiter: aws.String("/")}
+	var out []dirEntry
+	for {
+		page, err := b.client.ListObjectsV2(ctx, in, ownRetries)
+		if err != nil {
+			return nil, s3Err(err)
+		}
+		for _, o := range page.Contents {
+			base, ok := strings.CutPrefix(aws.ToString(o.Key), prefix)
+			if !ok || !validBase(base) {
+				continue // the folder's own marker object, or a key that is no file name
+			}
+			e := dirEntry{name: base, size: aws.ToInt64(o.Size)}
+			if o.LastModified != nil {
+				e.modTime = *o.LastModified
+			}
+			out = append(out, e)
+		}
+		for _, p := range page.CommonPrefixes {
+			base, ok := strings.CutPrefix(aws.ToString(p.Prefix), prefix)
+			base = strings.TrimSuffix(base, "/")
+			if !ok || !validBase(base) {
+				continue
+			}
+			out = append(out, dirEntry{name: base, dir: true})
+		}
+		if !aws.ToBool(page.IsTruncated) || page.NextContinuationToken == nil {
+			return out, nil
+		}
+		in.ContinuationToken = page.NextContinuationToken
+	}
+}
+
+// validBase reports whether a listed name can be a file name of an fs.FS.
+func validBase(s string) bool {
+	return s != "" && s != "." && s != ".." && !strings.Contains(s, "/")
+}
+
+// s3Err classifies an error of the S3 client.
+func s3Err(err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	status := 0
+	var sc interface{ HTTPStatusCode() int }
+	if errors.As(err, &sc) {
+		status = sc.HTTPStatusCode()
+	}
+	code := ""
+	var ec interface{ ErrorCode() string }
+	if errors.As(err, &ec) {
+		code = ec.ErrorCode()
+	}
+	return classify(status, code, err)
+}
+
+// classify maps an HTTP status and an S3 error code to a kind.
+func classify(status int, code string, err error) *Error {
+	e := &Error{Status: status, Err: err}
+	switch {
+	case status == 0:
+		// No response: the connection failed.
+		e.Kind, e.retry = ErrUnavailable, true
+	case status == 404 || status == 410 || code == "NoSuchKey" || code == "NotFound" || code == "NoSuchBucket":
+		e.Kind = ErrNotFound
+	case status == 412 || code == "PreconditionFailed":
+		e.Kind, e.Msg = ErrChanged, "the object was replaced since it was opened (If-Match failed)"
+	case status == 416 || code == "InvalidRange":
+		e.Kind, e.Msg = ErrTruncated, "range not satisfiable: the object is shorter than asked"
+	case status == 401 || status == 403:
+		e.Kind = ErrDenied
+	case status == 429 || status >= 500 || code == "SlowDown" || code == "Throttling" || code == "RequestTimeout" || code == "InternalError":
+		e.Kind, e.retry = ErrUnavailable, true
+	default:
+		e.Kind = ErrRequest
+	}
+	return e
+}
+
+// parseContentRange parses "bytes FIRST-LAST/SIZE".
+func parseContentRange(s string) (first, last, size int64, ok bool) {
+	rest, ok := strings.CutPrefix(strings.TrimSpace(s), "bytes ")
+	if !ok {
+		return 0, 0, 0, false
+	}
+	rng, total, ok := strings.Cut(rest, "/")
+	if !ok {
+		return 0, 0, 0, false
+	}
+	a, b, ok := strings.Cut(rng, "-")
+	if !ok {
+		return 0, 0, 0, false
+	}
+	var err1, err2, err3 error
+	first, err1 = strconv.ParseInt(a, 10, 64)
+	last, err2 = strconv.ParseInt(b, 10, 64)
+	size, err3 = strconv.ParseInt(total, 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || first < 0 || last < first || size <= last {
+		return 0, 0, 0, false
+	}
+	return first, last, size, true
+}
+
+var _ = time.Second
