@@ -65,9 +65,11 @@ run() {
   rm -rf "$WORKDIR/out" && mkdir -p "$WORKDIR/out"
 }
 
+# Each round starts one further along the order, so that no run always
+# follows the same one.
 for r in $(seq "$ROUNDS"); do
-  for name in "${ORDER[@]}"; do
-    run "$name"
+  for i in "${!ORDER[@]}"; do
+    run "${ORDER[$(( (i + r - 1) % ${#ORDER[@]} ))]}"
   done
   echo "round $r/$ROUNDS done" >&2
 done

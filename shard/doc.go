@@ -36,7 +36,9 @@
 // same prefix and variant. Write takes the tensors' bytes, WriteFrom fetches
 // each tensor's bytes when it is written, and WriteStream lets the caller
 // stream each tensor into an io.Writer piece by piece, so that memory does
-// not grow with the tensor.
+// not grow with the tensor. On Linux the writers start the disk writes of a
+// shard every 32 MiB as they go (sync_file_range, asynchronous), so that
+// the fsync of the commit waits for little more than the last piece.
 //
 // The replacement is crash-atomic. If the writing process is killed at any
 // instant, every reader that opens the folder afterwards (package variant,

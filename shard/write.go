@@ -320,7 +320,7 @@ func (tx *commit) writeShard(ctx context.Context, name string, specs []safetenso
 	if err != nil {
 		return err
 	}
-	bw := bufio.NewWriterSize(f, 1<<20)
+	bw := bufio.NewWriterSize(newWriteback(f), 1<<20)
 	w, err := safetensors.NewWriter(bw, specs, metadata, opts...)
 	if err != nil {
 		return &Error{Kind: ErrWrite, Path: tx.dir, Shard: name, Err: err}
