@@ -1,59 +1,78 @@
-package convert_test
+package convert
 
 import (
-	"context"
-	"os"
-	"path/filepath"
-	"slices"
+	"encoding/json"
 	"testing"
-
-	"github.com/ckpt-go/ckpt/convert"
-	"github.com/ckpt-go/ckpt/dtype"
-	"github.com/ckpt-go/ckpt/internal/testutil"
-	"github.com/ckpt-go/ckpt/safetensors"
 )
 
-// FuzzManifest plants arbitrary bytes as the manifest of a folder beside
-// the checkpoints Save writes with KeepLast 1: Checkpoints and Save never
-// panic, and the folder is removed only when its manifest is a valid one
-// naming it (then it is Save's).
-func FuzzManifest(f *testing.F) {
-	f.Add([]byte(`{"format": "ckpt.checkpoint/v1", "name": "planted", "seq": 1}`))
-	f.Add([]byte(`{"format": "ckpt.checkpoint/v1", "name": "other", "seq": 99}`))
-	f.Add([]byte(`{"format": "ckpt.checkpoint/v1", "name": "planted", "seq": -9223372036854775808, "files": null}`))
-	f.Add([]byte(`{"format": "ckpt.checkpoint/v1", "name": "planted", "seq": 9223372036854775807}`))
-	f.Add([]byte(`{"format": 1}`))
-	f.Add([]byte(`[]`))
-	f.Add([]byte("\xff"))
-	f.Fuzz(func(t *testing.T, manifest []byte) {
-		dir := t.TempDir()
-		planted := filepath.Join(dir, "planted")
-		if err := os.Mkdir(planted, 0o755); err != nil {
-			t.Fatal(err)
+// FuzzEditConfig: a hostile config.json never makes editConfig panic, and
+// what it returns is a JSON object with the keys set and without those
+// deleted.
+func FuzzEditConfig(f *testing.F) {
+	for _, s := range []string{`{}`, `{"a": 1, "quantization_config": {"x": [1, 2]}}`, `{"a":1,"a":2}`, `[1]`, `{"a": 1} x`, `{"a": "\u00e9"}`, ``} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		set := map[string]json.RawMessage{"quantization_config": json.RawMessage(`{"quant_method":"fp8"}`), "torch_dtype": json.RawMessage(`"bfloat16"`)}
+		out, err := editConfig(b, set, []string{"compression_config"})
+		if err != nil {
+			return
 		}
-		if err := os.WriteFile(filepath.Join(planted, "checkpoint.json"), manifest, 0o644); err != nil {
-			t.Fatal(err)
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(out, &obj); err != nil {
+			t.Fatalf("%q -> %q: not a JSON object: %v", b, out, err)
 		}
-		before, _ := convert.Checkpoints(dir)
-		ours := len(before) == 1
-		for step := int64(1); step <= 2; step++ {
-			p, err := convert.Save(context.Background(), dir, []safetensors.TensorData{{Name: "w", DType: dtype.U8, Shape: []int64{1}, Data: []byte{1}}}, convert.SaveOptions{Step: step, KeepLast: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := p.Wait(); err != nil {
-				t.Fatal(err)
+		if _, ok := obj["compression_config"]; ok {
+			t.Fatalf("%q -> %q: deleted key kept", b, out)
+		}
+		for k := range set {
+			if _, ok := obj[k]; !ok {
+				t.Fatalf("%q -> %q: key %s not set", b, out, k)
 			}
 		}
-		cps, _ := convert.Checkpoints(dir)
-		for i := 1; i < len(cps); i++ {
-			if cps[i].Seq <= cps[i-1].Seq {
-				t.Errorf("save order %d after %d", cps[i].Seq, cps[i-1].Seq)
+	})
+}
+
+// FuzzWeightsName: any name parses without panicking, and a name it
+// accepts gives back its prefix and variant through the names a set of
+// that prefix and variant has.
+func FuzzWeightsName(f *testing.F) {
+	for _, s := range []string{"model.safetensors", "model.fp16-00001-of-00002.safetensors", "x.safetensors.index.bf16.json", "a-00001-of-00002.v.safetensors", "..safetensors", "-00001-of-00002.safetensors"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		prefix, variant, ok := weightsName(name)
+		if !ok {
+			return
+		}
+		single := prefix + ".safetensors"
+		index := prefix + ".safetensors.index.json"
+		if variant != "" {
+			single = prefix + "." + variant + ".safetensors"
+			index = prefix + ".safetensors.index." + variant + ".json"
+		}
+		for _, n := range []string{single, index} {
+			if p, v, ok := weightsName(n); !ok || p != prefix || v != variant {
+				t.Fatalf("%q -> %q %q; %q -> %q %q %v", name, prefix, variant, n, p, v, ok)
 			}
 		}
-		got := testutil.Entries(t, dir)
-		if ours != !slices.Contains(got, "planted") {
-			t.Errorf("manifest %q (Save's: %v): folder holds %v", manifest, ours, got)
+	})
+}
+
+// FuzzParseScale: any text parses or fails without panicking, and what
+// parses prints back to an equal Scale.
+func FuzzParseScale(f *testing.F) {
+	for _, s := range []string{"tensor", "channel", "block", "block:64", "none", "block:0", "block:-1", "rows", "block:99999999999999999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		sc, err := ParseScale(s)
+		if err != nil {
+			return
+		}
+		back, err := ParseScale(sc.String())
+		if err != nil || back != sc {
+			t.Fatalf("%q -> %+v -> %q -> %+v, %v", s, sc, sc.String(), back, err)
 		}
 	})
 }

@@ -141,8 +141,10 @@ func (s Scale) String() string {
 	switch {
 	case s.Unscaled:
 		return "none"
+	case s.Granularity == quant.PerBlock && s.Block == 0:
+		return "block"
 	case s.Granularity == quant.PerBlock:
-		return "block:" + strconv.FormatInt(max(s.Block, 1), 10)
+		return "block:" + strconv.FormatInt(s.Block, 10)
 	case s.Granularity == 0:
 		return "default"
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/ckpttest"
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/hostile"
 )
 
 func TestConvertCommand(t *testing.T) {
@@ -148,5 +149,40 @@ func TestProgressBar(t *testing.T) {
 	}
 	if !strings.HasSuffix(buf.String(), "0:00\n") {
 		t.Errorf("finish: %q", buf.String())
+	}
+}
+
+// TestConvertHostile runs ckpt convert on every hostile case (the folder
+// and the file it names, with and without --follow-symlinks), under the
+// deadline: exit 0 where the loader accepts the weights, else 1 with a
+// message naming the culprit, or naming the file it refuses to copy.
+func TestConvertHostile(t *testing.T) {
+	for _, c := range hostile.Cases(t) {
+		t.Run(c.Name, func(t *testing.T) {
+			for _, follow := range []bool{false, true} {
+				var flags []string
+				folderWant, shardWant := c.Folder, c.ShardWant
+				if follow {
+					flags = []string{"--follow-symlinks"}
+					folderWant, shardWant = c.FolderFollow, c.ShardFollow
+				}
+				targets := map[string]string{c.Dir: folderWant}
+				if c.File != "" {
+					targets[c.Path()] = shardWant
+				}
+				for target, want := range targets {
+					out := filepath.Join(t.TempDir(), "out") + string(filepath.Separator)
+					_, stderr, code := cliRun(t, append([]string{"convert", target, out, "--dtype", "bf16"}, flags...)...)
+					switch {
+					case strings.Contains(stderr, "convert: copy:"):
+						// a non-weight file refused, named in the message
+					case want == hostile.OK && code != 0:
+						t.Errorf("convert %s %v: exit %d: %s", target, flags, code, stderr)
+					case want != hostile.OK && (code != 1 || !strings.Contains(stderr, c.Culprit)):
+						t.Errorf("convert %s %v: exit %d, want 1 and a message naming %s: %s", target, flags, code, c.Culprit, stderr)
+					}
+				}
+			}
+		})
 	}
 }
