@@ -93,4 +93,16 @@
 // pread instead of mmap; the plan says which was chosen and why. Each
 // loaded Tensor's Location says where its bytes live (file, offset, length,
 // or owned memory) so that an executor can read them from the file itself.
+//
+// # Object storage, HTTP and other file systems
+//
+// Open also takes locations SCHEME://... of sources registered with
+// RegisterSource: importing package remote registers s3:// (folders,
+// pipelines, indexes and files in S3-compatible stores, read with the
+// caller's *s3.Client) and https:// (files and indexes). WithFS opens a
+// checkpoint from any fs.FS instead (remote.NewS3FS, os.DirFS, a test's
+// fstest.MapFS). Files of an fs.FS are read into owned memory; from one
+// that implements RangeFS, tensor data is read with parallel ranged
+// requests, neighbouring tensors coalesced, straight into the destination
+// buffers, each file pinned to the version seen at Open.
 package ckpt

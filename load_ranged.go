@@ -76,15 +76,31 @@ func (m *Model) runRanged(ctx context.Context, rfs RangeFS, work []piece) error 
 	slices.SortStableFunc(items, func(a, b *rangedItem) int {
 		return cmp.Or(cmp.Compare(a.p.st.File().Path(), b.p.st.File().Path()), cmp.Compare(a.off, b.off))
 	})
+	// A raw read that does not fit in the current request is cut at the
+	// chunk's end (its destination is contiguous), so that requests are
+	// whole chunks as a plain download's are; a conversion needs its
+	// source at once and starts a request of its own.
 	var reqs []*rangedRequest
 	var cur *rangedRequest
 	var curStart, curEnd int64
 	for _, it := range items {
 		file := it.p.st.File().Path()
-		if cur == nil || cur.file != file || it.off < curEnd || it.off-curEnd > gap || it.off+it.n-curStart > chunk {
-			cur = &rangedRequest{file: file, direct: true}
-			reqs = append(reqs, cur)
-			curStart = it.off
+		for {
+			if cur == nil || cur.file != file || it.off < curEnd || it.off-curEnd > gap ||
+				(it.off+it.n-curStart > chunk && (it.convert || curStart+chunk-it.off < minCut)) {
+				cur = &rangedRequest{file: file, direct: true}
+				reqs = append(reqs, cur)
+				curStart = it.off
+			}
+			if !it.convert && it.off+it.n-curStart > chunk && curStart+chunk-it.off >= minCut {
+				head, tail := it.cut(curStart + chunk - it.off)
+				cur.items = append(cur.items, head)
+				curEnd = head.off + head.n
+				cur = nil
+				it = tail
+				continue
+			}
+			break
 		}
 		curEnd = it.off + it.n
 		cur.items = append(cur.items, it)
@@ -130,10 +146,17 @@ func (m *Model) runRanged(ctx context.Context, rfs RangeFS, work []piece) error 
 			defer stage.release(r.stage)
 		}
 		spans := r.spans[:0]
+		var staged *[]byte
+		if !r.direct {
+			staged = getStaging(r.stage)
+			defer stagingPool.Put(staged)
+		}
+		var at int64
 		for _, it := range r.items {
 			dst := it.target()
 			if it.convert {
-				it.src = make([]byte, it.n)
+				it.src = (*staged)[at : at+it.n : at+it.n]
+				at += it.n
 				dst = it.src
 			}
 			spans = append(spans, Span{Off: it.off, Dst: dst})
@@ -196,6 +219,37 @@ func (m *Model) runRanged(ctx context.Context, rfs RangeFS, work []piece) error 
 		}
 	}
 	return context.Cause(ctx)
+}
+
+// minCut is the smallest part a raw read is cut into at a request's end:
+// below it, the read starts the next request instead.
+const minCut = 64 << 10
+
+// cut splits a raw item into its first k bytes and the rest, both counted
+// as items of the piece (which is finished when its last item arrives).
+func (it *rangedItem) cut(k int64) (head, tail *rangedItem) {
+	t := it.target()
+	part := it.part
+	if part == nil {
+		part = &rangedPart{left: 1}
+	}
+	part.left++
+	head = &rangedItem{p: it.p, off: it.off, n: k, dst: t[:k:k], part: part}
+	tail = &rangedItem{p: it.p, off: it.off + k, n: it.n - k, dst: t[k:], part: part}
+	return head, tail
+}
+
+// stagingPool holds the staging buffers of conversions read by requests.
+var stagingPool sync.Pool
+
+// getStaging returns a buffer of n bytes from stagingPool.
+func getStaging(n int64) *[]byte {
+	if b, ok := stagingPool.Get().(*[]byte); ok && int64(cap(*b)) >= n {
+		*b = (*b)[:n]
+		return b
+	}
+	b := make([]byte, n)
+	return &b
 }
 
 // byteSem bounds the bytes held at once (a request larger than the bound
