@@ -71,7 +71,10 @@ type Options struct {
 	Workers int
 	// ChunkBytes is the size of the pieces large tensors are converted in
 	// (default 8 MiB of source or staging data). The memory of a
-	// conversion is a few chunks per worker, whatever the model's size.
+	// conversion is a few chunks per worker, whatever the model's size. A
+	// piece of a weight that is quantized or dequantized holds whole rows
+	// (whole blocks of rows for block scales, and at least 8 rows), so a
+	// weight whose rows are wider than a chunk goes a row group at a time.
 	ChunkBytes int64
 	// Progress, when set, is called after each written piece, from one
 	// goroutine at a time, with Done increasing. It must be quick.

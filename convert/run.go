@@ -111,7 +111,10 @@ type runner struct {
 // precision variant; when dst is the source folder itself, they are
 // written beside the source's (model.bf16.safetensors,
 // X.V-0000k-of-0000n.safetensors with X.safetensors.index.V.json), config
-// files untouched, so that a later variant resolution finds them.
+// files untouched, so that a later variant resolution finds them. Without
+// a variant, dst equal to the source converts in place: the source's set
+// is replaced atomically once the new one is complete (it is read from
+// its mapping until then).
 //
 // Each tensor's target comes from the policy (Options.DType, Components,
 // Rules), as in the loader, with one difference for narrow targets: an

@@ -351,3 +351,18 @@ func TestRunPlainUnscaledCast(t *testing.T) {
 		t.Errorf("scaled F4: %v", err)
 	}
 }
+
+// TestRunHostileShapes: an empty weight whose header claims 2^40 rows is
+// not given a scale per row (nothing is sized by the claim).
+func TestRunHostileShapes(t *testing.T) {
+	src := ckpttest.File(t,
+		ckpttest.Tensor{Name: "w.weight", DType: dtype.F32, Shape: []int64{1 << 40, 0}, Data: []byte{}},
+		ckpttest.Tensor{Name: "v.weight", DType: dtype.F32, Shape: []int64{0, 1 << 40}, Data: []byte{}},
+		randTensor(rand.New(rand.NewPCG(1, 1)), "x.weight", dtype.F32, 8, 8))
+	dst := filepath.Join(t.TempDir(), "model.safetensors")
+	rep := run(t, src, dst, Options{DType: target(t, "F8_E4M3"), Scale: Scale{Granularity: 2}, Verify: true})
+	_, infos, _ := readAll(t, dst)
+	if infos["w.weight"].DType != dtype.F8_E4M3 || len(infos) != 4 || rep.Summary.Quantized != 1 {
+		t.Errorf("infos %v, summary %+v", infos, rep.Summary)
+	}
+}

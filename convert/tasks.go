@@ -55,8 +55,8 @@ func (r *runner) buildTasks(c *component) error {
 		return &Error{Kind: ErrCast, Component: c.name, Tensor: name, Msg: msg}
 	}
 	scaled := func(d dtype.DType, name string, shape []int64) (bool, error) {
-		if r.scale.Unscaled || !d.IsFloat() || d.Bits() > 8 || len(shape) != 2 || !strings.HasSuffix(name, ".weight") {
-			return false, nil
+		if r.scale.Unscaled || !d.IsFloat() || d.Bits() > 8 || len(shape) != 2 || !strings.HasSuffix(name, ".weight") || numElements(shape) == 0 {
+			return false, nil // an empty weight is cast: it has no values to scale
 		}
 		if d != dtype.F8_E4M3 && d != dtype.F8_E5M2 {
 			return false, castErr(name, fmt.Sprintf("scaled quantization writes F8_E4M3 or F8_E5M2, not %s; Scale.Unscaled (--fp8-scale none) casts to %s without scales", d, d))

@@ -67,15 +67,17 @@ type FP8Quantizer struct {
 
 // NewFP8Quantizer returns a quantizer for a weight of the given shape
 // ([out, in]) to elem (F8_E4M3 or F8_E5M2) with granularity g; block is
-// the block size N of PerBlock (ignored otherwise). Errors are *Error of
-// kind ErrTarget (another element type), ErrDataShape (not two dimensions)
-// or ErrBlockSize (a block size below 1).
+// the block size N of PerBlock (ignored otherwise). The scale grid it
+// allocates is at most out elements, which the weight's own out × in
+// values bound. Errors are *Error of kind ErrTarget (another element
+// type), ErrDataShape (not two dimensions, or no elements) or ErrBlockSize
+// (a block size below 1).
 func NewFP8Quantizer(elem dtype.DType, shape []int64, g Granularity, block int64) (*FP8Quantizer, error) {
 	if elem != dtype.F8_E4M3 && elem != dtype.F8_E5M2 {
 		return nil, &Error{Kind: ErrTarget, Msg: "FP8 quantization writes F8_E4M3 or F8_E5M2, not " + elem.String()}
 	}
-	if len(shape) != 2 || shape[0] < 0 || shape[1] < 0 {
-		return nil, &Error{Kind: ErrDataShape, Msg: "FP8 quantization takes a weight [out, in], not " + shapeString(shape)}
+	if len(shape) != 2 || shape[0] < 1 || shape[1] < 1 {
+		return nil, &Error{Kind: ErrDataShape, Msg: "FP8 quantization takes a weight [out, in] with elements, not " + shapeString(shape)}
 	}
 	q := &FP8Quantizer{elem: elem, g: g, rows: shape[0], cols: shape[1], max: elem.Info().Max, tab: tab8[elem]}
 	switch g {
