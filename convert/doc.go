@@ -80,4 +80,26 @@
 // path at step 0 instead of failing at the end of a long run. Every problem
 // is reported at once, as an errors.Join of *Error values naming the tensor
 // or the field concerned.
+//
+// # Multi-writer saves
+//
+// In data- or tensor-parallel training each rank holds part of the state.
+// SaveShard writes one rank's part as shard r+1 of world
+// (model-0000{r+1}-of-0000{world}.safetensors), fsynced and renamed into
+// place, then a small completion marker beside it; ranks need no
+// coordination, only the same location, world and step. Once every rank has
+// returned, Commit (run once, by any process) checks that every expected
+// shard exists and is complete (its marker, its size, its header's SHA-256,
+// its tensors, no name in two ranks) and writes the index in one step. Until
+// then no index names the new shards and readers load the previous
+// checkpoint, whose files are never touched before the switch (the new
+// shards take swap names when a checkpoint is there). A missing or damaged
+// rank fails Commit with ErrIncomplete naming the ranks; a kill of the
+// committing process at any instant leaves either checkpoint loadable.
+//
+// # Where checkpoints are written
+//
+// SaveShard and Commit write a folder of a local or shared file system, or
+// a location of a scheme registered with RegisterSink, through a Sink whose
+// files appear whole or not at all.
 package convert

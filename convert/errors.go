@@ -2,6 +2,7 @@ package convert
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -14,6 +15,7 @@ type Error struct {
 	Component string // the component of a pipeline, for Run
 	Tensor    string // the tensor name
 	Field     string // the option or field concerned ("KeepLast", "metadata step", ...)
+	Ranks     []int  // the ranks concerned, for SaveShard and Commit (nil otherwise)
 	Msg       string // what went wrong, for people
 	Err       error  // the underlying error, if any
 }
@@ -28,6 +30,15 @@ func (e *Error) Error() string {
 	}
 	if e.Component != "" {
 		fmt.Fprintf(&b, ": component %q", e.Component)
+	}
+	if len(e.Ranks) == 1 {
+		fmt.Fprintf(&b, ": rank %d", e.Ranks[0])
+	} else if len(e.Ranks) > 1 {
+		rs := make([]string, len(e.Ranks))
+		for i, r := range e.Ranks {
+			rs[i] = strconv.Itoa(r)
+		}
+		fmt.Fprintf(&b, ": ranks %s", strings.Join(rs, ", "))
 	}
 	if e.Tensor != "" {
 		fmt.Fprintf(&b, ": tensor %q", e.Tensor)
@@ -124,6 +135,18 @@ const (
 	// from what was written, or a quantized weight that the loader does
 	// not read back as such.
 	ErrVerify
+	// ErrIncomplete: Commit found a rank of the save missing or
+	// incomplete (no completion marker, a shard missing, of another size,
+	// or whose header differs from the one its marker records); Ranks
+	// lists them. Nothing was committed: the previous checkpoint is what
+	// readers load, and the ranks' files stay for a later Commit.
+	ErrIncomplete
+	// ErrConflict: the location changed under a save: another writer
+	// committed a checkpoint there since the ranks began (their shards
+	// were saved onto another checkpoint), or wrote the index first (a
+	// conditional write refused to replace it). Nothing was committed by
+	// this call.
+	ErrConflict
 )
 
 var kindNames = [...]string{
@@ -147,6 +170,8 @@ var kindNames = [...]string{
 	ErrCast:       "cast",
 	ErrOverflow:   "overflow",
 	ErrVerify:     "verify",
+	ErrIncomplete: "incomplete",
+	ErrConflict:   "conflict",
 }
 
 // String returns the kind's snake_case name, e.g. "no_space".

@@ -1,0 +1,246 @@
+//go:build unix
+
+package convert_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ckpt-go/ckpt"
+	"github.com/ckpt-go/ckpt/convert"
+	"github.com/ckpt-go/ckpt/internal/testutil"
+	"github.com/ckpt-go/ckpt/shard"
+)
+
+// The environment of the child process of TestCommitKilled.
+const (
+	commitDirEnv   = "CKPT_COMMIT_KILL_DIR"
+	commitLogEnv   = "CKPT_COMMIT_KILL_LOG"
+	commitStartEnv = "CKPT_COMMIT_KILL_START"
+	commitSlowEnv  = "CKPT_COMMIT_KILL_SLOW"
+)
+
+// commitWorld is the world of save i of the kill test: 1 to 3 ranks; every
+// fourth save is a single file written by package shard instead, so that
+// commits replace single files and indexes alike.
+func commitWorld(i int) int {
+	if i%4 == 3 {
+		return 0
+	}
+	return 1 + i%3
+}
+
+// TestCommitKillChild is the job that TestCommitKilled runs and kills: it
+// first runs Commit once (to finish a commit killed before), then saves in
+// a loop, its ranks as goroutines, and commits; it logs "b N" before save
+// N begins, "c N" before its Commit and "e N" when it is committed.
+func TestCommitKillChild(t *testing.T) {
+	dir := os.Getenv(commitDirEnv)
+	if dir == "" {
+		t.Skip("run by TestCommitKilled")
+	}
+	logf, err := os.OpenFile(os.Getenv(commitLogEnv), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start, err := strconv.Atoi(os.Getenv(commitStartEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := time.ParseDuration(os.Getenv(commitSlowEnv)); err == nil && d > 0 {
+		convert.SetHook(func(string) { time.Sleep(d) })
+	}
+	fmt.Println("ready")
+	ctx := context.Background()
+	if cr, err := convert.Commit(ctx, dir, convert.CommitOptions{}); err == nil {
+		fmt.Fprintf(logf, "e %d\n", cr.Step)
+	} else if !errors.Is(err, convert.ErrIncomplete) && !errors.Is(err, convert.ErrConflict) {
+		fmt.Fprintf(logf, "x %d %v\n", start, err)
+		t.Fatal(err)
+	}
+	for i := start; ; i++ {
+		fmt.Fprintf(logf, "b %d\n", i)
+		world := commitWorld(i)
+		if world == 0 {
+			fmt.Fprintf(logf, "c %d\n", i)
+			if _, err := shard.Write(ctx, dir, "model", "", allTensors(t, i, 2), nil); err != nil {
+				fmt.Fprintf(logf, "x %d %v\n", i, err)
+				t.Fatal(err)
+			}
+			fmt.Fprintf(logf, "e %d\n", i)
+			continue
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, world)
+		for r := range world {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, errs[r] = convert.SaveShard(ctx, dir, r, world, rankTensors(t, i, r), convert.ShardOptions{Step: int64(i)})
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			fmt.Fprintf(logf, "x %d %v\n", i, err)
+			t.Fatal(err)
+		}
+		fmt.Fprintf(logf, "c %d\n", i)
+		if _, err := convert.Commit(ctx, dir, convert.CommitOptions{}); err != nil {
+			fmt.Fprintf(logf, "x %d %v\n", i, err)
+			t.Fatal(err)
+		}
+		fmt.Fprintf(logf, "e %d\n", i)
+	}
+}
+
+// commitLoaded returns the save the folder loads as, failing unless it
+// holds exactly the complete tensors of one save; -1 when it holds none.
+func commitLoaded(t *testing.T, dir string) int {
+	t.Helper()
+	m, err := ckpt.Open(dir, ckpt.WithDType(ckpt.AsStored))
+	if err != nil {
+		return -1
+	}
+	defer m.Close()
+	names := m.Names()
+	num, _, _ := strings.Cut(strings.TrimPrefix(slices.Min(names), "s"), ".")
+	i, err := strconv.Atoi(num)
+	if err != nil {
+		t.Fatalf("tensor %q", names[0])
+	}
+	world := commitWorld(i)
+	if world == 0 {
+		world = 2 // a single file of two ranks' tensors
+	}
+	want := allTensors(t, i, world)
+	if len(names) != len(want) {
+		t.Fatalf("%d tensors, save %d has %d: %v", len(names), i, len(want), names)
+	}
+	for _, w := range want {
+		got, err := m.LoadTensor(context.Background(), w.Name)
+		if err != nil || !bytes.Equal(got.Bytes(), w.Data) {
+			t.Fatalf("save %d: tensor %s differs (%v)", i, w.Name, err)
+		}
+	}
+	return i
+}
+
+// TestCommitKilled kills a job that saves with SaveShard and Commit in a
+// loop at random instants (half of the runs with every step slowed down,
+// so that kills land between the steps), and checks after each kill, with
+// no repair run first, that the folder loads as exactly one complete
+// save: the newest committed one, or the one whose Commit was killed. A
+// last save and Commit must leave nothing but the checkpoint.
+func TestCommitKilled(t *testing.T) {
+	kills, budget := 150, 3*time.Second
+	if testing.Short() {
+		kills, budget = 30, time.Second
+	}
+	dir := t.TempDir()
+	root := t.TempDir()
+	next, newest := 0, -1 // the next save's number; the newest committed
+	begun := map[int]bool{}
+	var during, switched int
+	deadline := time.Now().Add(budget)
+	k := 0
+	for ; k < kills && time.Now().Before(deadline); k++ {
+		slow := k%2 == 1
+		logPath := filepath.Join(root, fmt.Sprintf("log%d", k))
+		cmd := exec.Command(os.Args[0], "-test.run=^TestCommitKillChild$", "-test.count=1")
+		cmd.Env = append(os.Environ(), commitDirEnv+"="+dir, commitLogEnv+"="+logPath, commitStartEnv+"="+strconv.Itoa(next))
+		if slow {
+			cmd.Env = append(cmd.Env, commitSlowEnv+"=300us")
+		}
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		line, err := bufio.NewReader(out).ReadString('\n')
+		if err != nil || line != "ready\n" {
+			cmd.Wait()
+			t.Fatalf("child: %q, %v; stderr: %s", line, err, stderr.String())
+		}
+		time.Sleep(rand.N(12 * time.Millisecond))
+		cmd.Process.Kill()
+		go io.Copy(io.Discard, out)
+		cmd.Wait()
+
+		logb, _ := os.ReadFile(logPath)
+		last, committing := -1, false
+		for _, l := range strings.Split(strings.TrimSpace(string(logb)), "\n") {
+			var op string
+			var i int
+			if _, err := fmt.Sscanf(l, "%s %d", &op, &i); err != nil {
+				continue
+			}
+			switch op {
+			case "b":
+				last, committing = i, false
+				begun[i] = true
+			case "c":
+				committing = true
+			case "e":
+				newest = max(newest, i)
+				committing = false
+			default:
+				t.Fatalf("kill %d: the child failed: %s\nstderr: %s", k, l, stderr.String())
+			}
+		}
+		if committing {
+			during++
+		}
+		got := commitLoaded(t, dir)
+		switch {
+		case got == newest:
+		case got > newest && begun[got]:
+			// The killed commit had switched, or the next job's first
+			// Commit committed a save whose ranks had all finished.
+			newest = got
+			switched++
+		default:
+			t.Fatalf("kill %d (save %d, committing %v): the folder loads save %d, the newest committed is %d\n%v\nlog: %s",
+				k, last, committing, got, newest, testutil.Entries(t, dir), logb)
+		}
+		if last >= 0 {
+			next = last + 1
+		}
+	}
+	t.Logf("%d kills: %d during a commit, %d of which had switched", k, during, switched)
+	if k < 20 || during < k/10 {
+		t.Errorf("%d kills, %d of them during a commit", k, during)
+	}
+
+	// One more save and commit leave only the checkpoint.
+	for next%4 == 3 {
+		next++
+	}
+	world := commitWorld(next)
+	saveRanks(t, dir, next, world)
+	cr, err := convert.Commit(context.Background(), dir, convert.CommitOptions{VerifyData: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkLoaded(t, dir, allTensors(t, next, world))
+	if got, want := testutil.Entries(t, dir), sorted(append(slices.Clone(cr.Files), cr.Index)); !slices.Equal(got, want) {
+		t.Errorf("after a last commit the folder holds %v, want %v (removed %v)", got, want, cr.Removed)
+	}
+}
