@@ -244,3 +244,45 @@ func TestCommitKilled(t *testing.T) {
 		t.Errorf("after a last commit the folder holds %v, want %v (removed %v)", got, want, cr.Removed)
 	}
 }
+
+// TestSaveShardRankChild is one rank of TestSaveShardProcesses.
+func TestSaveShardRankChild(t *testing.T) {
+	dir := os.Getenv(commitDirEnv)
+	rank, err := strconv.Atoi(os.Getenv("CKPT_RANK"))
+	if dir == "" || err != nil {
+		t.Skip("run by TestSaveShardProcesses")
+	}
+	if _, err := convert.SaveShard(context.Background(), dir, rank, 3, rankTensors(t, 5, rank), convert.ShardOptions{Step: 5}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSaveShardProcesses saves with three processes as ranks, onto a
+// checkpoint committed before, and commits from a fourth.
+func TestSaveShardProcesses(t *testing.T) {
+	dir := t.TempDir()
+	saveRanks(t, dir, 4, 2)
+	if _, err := convert.Commit(context.Background(), dir, convert.CommitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cmds := make([]*exec.Cmd, 3)
+	outs := make([]bytes.Buffer, 3)
+	for r := range cmds {
+		cmds[r] = exec.Command(os.Args[0], "-test.run=^TestSaveShardRankChild$", "-test.count=1")
+		cmds[r].Env = append(os.Environ(), commitDirEnv+"="+dir, "CKPT_RANK="+strconv.Itoa(r))
+		cmds[r].Stdout, cmds[r].Stderr = &outs[r], &outs[r]
+		if err := cmds[r].Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for r, c := range cmds {
+		if err := c.Wait(); err != nil {
+			t.Fatalf("rank %d: %v\n%s", r, err, outs[r].String())
+		}
+	}
+	checkLoaded(t, dir, allTensors(t, 4, 2))
+	if _, err := convert.Commit(context.Background(), dir, convert.CommitOptions{VerifyData: true}); err != nil {
+		t.Fatal(err)
+	}
+	checkLoaded(t, dir, allTensors(t, 5, 3))
+}
