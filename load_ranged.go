@@ -204,19 +204,29 @@ func (m *Model) runRanged(ctx context.Context, rfs RangeFS, work []piece) error 
 		}()
 	}
 	wg.Wait()
-	// What ranged reads cannot do (dequantization) uses the file's ReadAt.
+	// What ranged reads cannot do (dequantization) uses the file's ReadAt,
+	// on the model's workers.
 	if context.Cause(ctx) == nil && len(other) > 0 {
-		for _, p := range other {
-			if ctx.Err() != nil {
-				break
-			}
-			st, err := m.doPiece(ctx, p, opts)
-			if err != nil {
-				fail(p, err)
-				break
-			}
-			finish(p, st)
+		var nextOther atomic.Int64
+		for range min(max(m.workers(), 1), len(other)) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for ctx.Err() == nil {
+					i := nextOther.Add(1) - 1
+					if i >= int64(len(other)) {
+						return
+					}
+					st, err := m.doPiece(ctx, other[i], opts)
+					if err != nil {
+						fail(other[i], err)
+						return
+					}
+					finish(other[i], st)
+				}
+			}()
 		}
+		wg.Wait()
 	}
 	return context.Cause(ctx)
 }

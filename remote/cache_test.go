@@ -1,10 +1,17 @@
 package remote_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -180,5 +187,74 @@ func TestCacheFailureIsNotFatal(t *testing.T) {
 	sameTensors(t, "broken cache", load(t, open(t, "m", ckpt.WithFS(remote.NewS3FS(s.Client(), bucket, remote.WithCache(cache))))), load(t, open(t, dir)))
 	if st := cache.Stats(); st.Errors == 0 || !errors.Is(st.Last, remote.ErrCache) {
 		t.Errorf("%+v", st)
+	}
+}
+
+// TestCacheHelperProcess is a child of TestCacheProcesses: it loads the
+// checkpoint named by the environment through the shared cache folder and
+// prints a checksum of its tensors.
+func TestCacheHelperProcess(t *testing.T) {
+	if os.Getenv("CKPT_CACHE_CHILD") != "1" {
+		t.Skip("run by TestCacheProcesses")
+	}
+	s := needS3(t)
+	cache, err := remote.NewCache(os.Getenv("CKPT_CACHE_DIR"), 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsys := remote.NewS3FS(s.Client(), os.Getenv("CKPT_CACHE_BUCKET"), remote.WithCache(cache))
+	defer fsys.Close()
+	got := load(t, open(t, "m", ckpt.WithFS(fsys)))
+	fmt.Printf("SUM %s\n", checksum(got))
+	if st := cache.Stats(); st.Errors != 0 {
+		t.Fatalf("cache errors: %+v", st)
+	}
+}
+
+func checksum(ts map[string][]byte) string {
+	names := slices.Sorted(maps.Keys(ts))
+	h := sha256.New()
+	for _, n := range names {
+		h.Write([]byte(n))
+		h.Write(ts[n])
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Processes sharing one cache folder fill and read it at once: each loads
+// the right bytes, and the folder ends with one entry per object and no
+// temporary files.
+func TestCacheProcesses(t *testing.T) {
+	bucket, dir := upload(t, 3, tensorSpec(30), "m")
+	s := needS3(t)
+	want := checksum(load(t, open(t, dir)))
+	cdir := t.TempDir()
+	env := append(os.Environ(), "CKPT_CACHE_CHILD=1", "CKPT_CACHE_DIR="+cdir, "CKPT_CACHE_BUCKET="+bucket,
+		"CKPT_S3_ENDPOINT="+s.Endpoint, "AWS_ACCESS_KEY_ID="+s.AccessKey, "AWS_SECRET_ACCESS_KEY="+s.SecretKey, "AWS_REGION="+s.Region)
+	for round := range 2 { // the first round fills the cache, the second reads it
+		var cmds []*exec.Cmd
+		var outs []*bytes.Buffer
+		for range 3 {
+			cmd := exec.Command(os.Args[0], "-test.run=^TestCacheHelperProcess$", "-test.count=1", "-test.v")
+			cmd.Env = env
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			cmds, outs = append(cmds, cmd), append(outs, &out)
+		}
+		for i, cmd := range cmds {
+			if err := cmd.Wait(); err != nil {
+				t.Fatalf("round %d child %d: %v\n%s", round, i, err, outs[i])
+			}
+			if !strings.Contains(outs[i].String(), "SUM "+want) {
+				t.Errorf("round %d child %d loaded other bytes:\n%s", round, i, outs[i])
+			}
+		}
+	}
+	entries, temps, _ := cacheFiles(t, cdir)
+	if len(entries) != 5 || len(temps) != 0 {
+		t.Errorf("entries %v temps %v", entries, temps)
 	}
 }
