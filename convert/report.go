@@ -203,9 +203,11 @@ func (r *Report) summarize() {
 	r.Summary = s
 }
 
-// Worst returns the n narrowed tensors with the largest relative RMS
-// errors (then largest relative errors), worst first, leaving out those
-// that lost nothing.
+// Worst returns the n narrowed tensors that lost the most, worst first:
+// those that produced NaN or Inf or overflowed come before the others (the
+// FP16-activation trap is the first thing to see), then the largest
+// relative RMS errors, then the largest relative errors. Tensors that lost
+// nothing are left out.
 func (r *Report) Worst(n int) []TensorReport {
 	var out []TensorReport
 	for _, t := range r.Tensors {
@@ -213,8 +215,9 @@ func (r *Report) Worst(n int) []TensorReport {
 			out = append(out, t)
 		}
 	}
+	broken := func(t TensorReport) int64 { return t.NaN + t.Inf + t.Overflow }
 	slices.SortStableFunc(out, func(a, b TensorReport) int {
-		return cmp.Or(cmp.Compare(b.RMSRelErr, a.RMSRelErr), cmp.Compare(b.MaxRelErr, a.MaxRelErr), cmp.Compare(b.MaxAbsErr, a.MaxAbsErr))
+		return cmp.Or(cmp.Compare(broken(b), broken(a)), cmp.Compare(b.RMSRelErr, a.RMSRelErr), cmp.Compare(b.MaxRelErr, a.MaxRelErr), cmp.Compare(b.MaxAbsErr, a.MaxAbsErr))
 	})
 	return out[:min(n, len(out))]
 }
