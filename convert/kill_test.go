@@ -3,15 +3,11 @@
 package convert_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"maps"
-	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -26,14 +22,9 @@ import (
 	"github.com/ckpt-go/ckpt/safetensors"
 )
 
-// The environment of the child process of TestSaveKilled.
-const (
-	killDirEnv    = "CKPT_SAVE_KILL_DIR"   // the folder the child saves into
-	killLogEnv    = "CKPT_SAVE_KILL_LOG"   // the child's log of begun and ended saves
-	killStartEnv  = "CKPT_SAVE_KILL_START" // the first save number
-	killSlowEnv   = "CKPT_SAVE_KILL_SLOW"  // a delay at every step of a save
-	killNoSwapEnv = "CKPT_SAVE_KILL_NOSWAP"
-)
+// killNoSwapEnv tells the child of TestSaveKilled to save without the
+// atomic folder swap.
+const killNoSwapEnv = "CKPT_SAVE_KILL_NOSWAP"
 
 // killSave is save number i of the kill test: its tensors carry the number
 // in their names; its layout cycles through a sharded set, a single file
@@ -56,34 +47,18 @@ func killSave(t testing.TB, i int) ([]safetensors.TensorData, convert.SaveOption
 // saves in a loop, logging each save's number before it begins and after
 // it ends, until it is killed.
 func TestSaveKillChild(t *testing.T) {
-	dir := os.Getenv(killDirEnv)
-	if dir == "" {
-		t.Skip("run by TestSaveKilled")
-	}
-	logf, err := os.OpenFile(os.Getenv(killLogEnv), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	start, err := strconv.Atoi(os.Getenv(killStartEnv))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d, err := time.ParseDuration(os.Getenv(killSlowEnv)); err == nil && d > 0 {
-		convert.SetHook(func(string) { time.Sleep(d) })
+	c := testutil.AsKillChild(t, "TestSaveKilled")
+	if c.Slow > 0 {
+		convert.SetHook(func(string) { time.Sleep(c.Slow) })
 	}
 	if os.Getenv(killNoSwapEnv) != "" {
 		convert.SetExchange(func(a, b string) error { return convert.ErrExchangeUnsupported })
 	}
-	fmt.Println("ready")
-	for i := start; ; i++ {
-		fmt.Fprintf(logf, "b %d\n", i) // unbuffered: the kernel keeps it when the process dies
+	c.Loop(t, func(i int) error {
 		ts, opts := killSave(t, i)
-		if _, err := convert.Save(context.Background(), dir, ts, opts); err != nil {
-			fmt.Fprintf(logf, "x %d %v\n", i, err)
-			t.Fatal(err)
-		}
-		fmt.Fprintf(logf, "e %d\n", i)
-	}
+		_, err := convert.Save(context.Background(), c.Dir, ts, opts)
+		return err
+	})
 }
 
 // loadedSave returns the number of the save that the checkpoint folder
@@ -141,7 +116,6 @@ func TestSaveKilled(t *testing.T) {
 		kills, budget = 40, time.Second
 	}
 	dir := filepath.Join(t.TempDir(), "run")
-	root := t.TempDir()
 	next := 0                     // the next save's number
 	committed := map[string]int{} // checkpoint name -> the newest save committed under it
 	var midSave, hidden, aside int
@@ -149,55 +123,23 @@ func TestSaveKilled(t *testing.T) {
 	k := 0
 	for ; k < kills && time.Now().Before(deadline); k++ {
 		slow, noSwap := k%2 == 1, k%3 == 1
-		logPath := filepath.Join(root, fmt.Sprintf("log%d", k))
-		cmd := exec.Command(os.Args[0], "-test.run=^TestSaveKillChild$", "-test.count=1")
-		cmd.Env = append(os.Environ(), killDirEnv+"="+dir, killLogEnv+"="+logPath, killStartEnv+"="+strconv.Itoa(next))
+		kill := testutil.Kill{Child: "TestSaveKillChild", Dir: dir, Start: next, MaxDelay: 10 * time.Millisecond}
 		if slow {
-			cmd.Env = append(cmd.Env, killSlowEnv+"=200us")
+			kill.Slow, kill.MaxDelay = 200*time.Microsecond, 20*time.Millisecond
 		}
 		if noSwap {
-			cmd.Env = append(cmd.Env, killNoSwapEnv+"=1")
+			kill.Env = []string{killNoSwapEnv + "=1"}
 		}
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		line, err := bufio.NewReader(out).ReadString('\n')
-		if err != nil || line != "ready\n" {
-			cmd.Wait()
-			t.Fatalf("child: %q, %v; stderr: %s", line, err, stderr.String())
-		}
-		maxDelay := 10 * time.Millisecond
-		if slow {
-			maxDelay = 20 * time.Millisecond
-		}
-		time.Sleep(rand.N(maxDelay))
-		cmd.Process.Kill()
-		go io.Copy(io.Discard, out)
-		cmd.Wait()
-
-		logb, _ := os.ReadFile(logPath)
+		killed := kill.Run(t)
 		last, ended := -1, false
 		var completed []int
-		for _, l := range strings.Split(strings.TrimSpace(string(logb)), "\n") {
-			var op string
-			var i int
-			if _, err := fmt.Sscanf(l, "%s %d", &op, &i); err != nil {
-				continue
-			}
-			switch op {
+		for _, e := range killed.Events {
+			switch e.Op {
 			case "b":
-				last, ended = i, false
+				last, ended = e.N, false
 			case "e":
 				ended = true
-				completed = append(completed, i)
-			default:
-				t.Fatalf("kill %d: the child failed: %s\nstderr: %s", k, l, stderr.String())
+				completed = append(completed, e.N)
 			}
 		}
 		if last >= 0 && !ended {
@@ -244,7 +186,7 @@ func TestSaveKilled(t *testing.T) {
 			default:
 				cps, _ := convert.Checkpoints(dir)
 				t.Fatalf("kill %d (during save %d, ended %v, swap %v): %s should hold save %d: %v\n%+v\nlog: %s",
-					k, last, ended, !noSwap, name, committed[name], testutil.Entries(t, dir), cps, logb)
+					k, last, ended, !noSwap, name, committed[name], testutil.Entries(t, dir), cps, killed.Log)
 			}
 		}
 		if last >= 0 {

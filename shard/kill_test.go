@@ -3,14 +3,10 @@
 package shard_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -24,14 +20,6 @@ import (
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
 	"github.com/ckpt-go/ckpt/variant"
-)
-
-// The environment of the child process of TestWriteKilled.
-const (
-	killDirEnv   = "CKPT_KILL_TEST_DIR"   // the folder the child saves into
-	killLogEnv   = "CKPT_KILL_TEST_LOG"   // the child's log of begun and ended saves
-	killStartEnv = "CKPT_KILL_TEST_START" // the first save number
-	killSlowEnv  = "CKPT_KILL_TEST_SLOW"  // a delay before every commit step
 )
 
 // killSave is save number i of the kill test: its tensors carry the number
@@ -56,35 +44,19 @@ func writeSave(dir string, i int, opts ...shard.WriteOption) (*shard.WriteResult
 	return shard.Write(context.Background(), dir, "model", "", ts, nil, append(opts, shard.WithMaxShardSize(maxShard))...)
 }
 
-// TestKillChild is the writer that TestWriteKilled runs and kills: it saves
-// into the folder in a loop, logging each save's number before it begins
-// and after it ends, until it is killed.
+// TestKillChild is the writer that TestWriteKilled runs and kills: it
+// saves into the folder in a loop, logging each save's number before it
+// begins and after it ends, until it is killed.
 func TestKillChild(t *testing.T) {
-	dir := os.Getenv(killDirEnv)
-	if dir == "" {
-		t.Skip("run by TestWriteKilled")
-	}
-	logf, err := os.OpenFile(os.Getenv(killLogEnv), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	start, err := strconv.Atoi(os.Getenv(killStartEnv))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := testutil.AsKillChild(t, "TestWriteKilled")
 	var opts []shard.WriteOption
-	if d, err := time.ParseDuration(os.Getenv(killSlowEnv)); err == nil && d > 0 {
-		opts = append(opts, shard.WithSlowCommit(d))
+	if c.Slow > 0 {
+		opts = append(opts, shard.WithSlowCommit(c.Slow))
 	}
-	fmt.Println("ready")
-	for i := start; ; i++ {
-		fmt.Fprintf(logf, "b %d\n", i) // unbuffered: the kernel keeps it when the process dies
-		if _, err := writeSave(dir, i, opts...); err != nil {
-			fmt.Fprintf(logf, "x %d %v\n", i, err)
-			t.Fatal(err)
-		}
-		fmt.Fprintf(logf, "e %d\n", i)
-	}
+	c.Loop(t, func(i int) error {
+		_, err := writeSave(c.Dir, i, opts...)
+		return err
+	})
 }
 
 // loadedSave returns the number of the save that c holds, failing when it
@@ -166,53 +138,22 @@ func TestWriteKilled(t *testing.T) {
 	k := 0
 	for ; k < kills && time.Now().Before(deadline); k++ {
 		slow := k%2 == 1
-		logPath := filepath.Join(root, fmt.Sprintf("log%d", k))
-		cmd := exec.Command(os.Args[0], "-test.run=^TestKillChild$", "-test.count=1")
-		cmd.Env = append(os.Environ(), killDirEnv+"="+dir, killLogEnv+"="+logPath, killStartEnv+"="+strconv.Itoa(next))
+		kill := testutil.Kill{Child: "TestKillChild", Dir: dir, Start: next, MaxDelay: 8 * time.Millisecond}
 		if slow {
-			cmd.Env = append(cmd.Env, killSlowEnv+"=300us")
+			// A save takes a few milliseconds, more when slowed down.
+			kill.Slow, kill.MaxDelay = 300*time.Microsecond, 15*time.Millisecond
 		}
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		line, err := bufio.NewReader(out).ReadString('\n')
-		if err != nil || line != "ready\n" {
-			cmd.Wait()
-			t.Fatalf("child: %q, %v; stderr: %s", line, err, stderr.String())
-		}
-		// A save takes a few milliseconds, more when slowed down.
-		maxDelay := 8 * time.Millisecond
-		if slow {
-			maxDelay = 15 * time.Millisecond
-		}
-		time.Sleep(rand.N(maxDelay))
-		cmd.Process.Kill()
-		go io.Copy(io.Discard, out)
-		cmd.Wait()
+		killed := kill.Run(t)
 
 		// Which saves may readers load? The last one begun, or the one
 		// before it (what readers loaded before, for the child's first).
-		logb, _ := os.ReadFile(logPath)
 		last, ended := -1, false
-		for _, l := range strings.Split(strings.TrimSpace(string(logb)), "\n") {
-			var op string
-			var i int
-			if _, err := fmt.Sscanf(l, "%s %d", &op, &i); err != nil {
-				continue
-			}
-			switch op {
+		for _, e := range killed.Events {
+			switch e.Op {
 			case "b":
-				last, ended = i, false
+				last, ended = e.N, false
 			case "e":
 				ended = true
-			default:
-				t.Fatalf("kill %d: the child failed: %s", k, l)
 			}
 		}
 		var allowed []int
