@@ -59,9 +59,9 @@ type backend interface {
 	get(ctx context.Context, name string, off, n int64, pin *version) (io.ReadCloser, response, error)
 	// head describes name without reading it.
 	head(ctx context.Context, name string) (version, error)
-	// list lists the folder dir ("." for the root); ErrNoListing when the
-	// backend cannot.
-	list(ctx context.Context, dir string) ([]dirEntry, error)
+	// list lists the folder dir ("." for the root), calling page before
+	// each request; ErrNoListing when the backend cannot.
+	list(ctx context.Context, dir string, page func()) ([]dirEntry, error)
 	// canList reports whether list works.
 	canList() bool
 }
@@ -262,9 +262,8 @@ func (f *FS) listing(ctx context.Context, dir string) ([]dirEntry, error) {
 	}
 	var got []dirEntry
 	err := f.retry(ctx, dir, "", func(ctx context.Context) error {
-		f.stats.lists.Add(1)
 		var err error
-		got, err = f.be.list(ctx, dir)
+		got, err = f.be.list(ctx, dir, func() { f.stats.lists.Add(1) })
 		return err
 	})
 	if err != nil {

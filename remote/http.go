@@ -9,12 +9,14 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
 // NewHTTPFS returns the file system of the files under base, an http or
-// https URL (a folder: names are paths below it), read with client (nil:
-// http.DefaultClient). The server must answer ranged GETs (206 Partial
+// https URL (a folder: names are paths below it), read with client (nil: a
+// client of this package's, http.DefaultTransport's settings keeping up
+// to 64 idle connections per host for parallel ranged reads). The server must answer ranged GETs (206 Partial
 // Content): a file larger than the first read that comes back whole (200)
 // fails with ErrNoRange. Versions are pinned with If-Match on a strong
 // ETag, or else with If-Unmodified-Since on Last-Modified, and every
@@ -27,11 +29,19 @@ func NewHTTPFS(client *http.Client, base string, opts ...Option) (*FS, error) {
 		return nil, &Error{Kind: ErrLocation, Location: base, Msg: "not an http(s)://HOST[/PATH] URL without query, fragment or credentials"}
 	}
 	if client == nil {
-		client = http.DefaultClient
+		client = defaultHTTPClient()
 	}
 	b := &httpBackend{client: client, scheme: u.Scheme, host: u.Host, prefix: strings.Trim(u.Path, "/"), query: map[string]string{}}
 	return newFS(b, opts), nil
 }
+
+// defaultHTTPClient is the client of NewHTTPFS without one.
+var defaultHTTPClient = sync.OnceValue(func() *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = maxIdlePerHost
+	tr.MaxIdleConns = 4 * maxIdlePerHost
+	return &http.Client{Transport: tr}
+})
 
 type httpBackend struct {
 	client       *http.Client
@@ -64,7 +74,7 @@ func (b *httpBackend) where(name string) string {
 
 func (b *httpBackend) canList() bool { return false }
 
-func (b *httpBackend) list(context.Context, string) ([]dirEntry, error) {
+func (b *httpBackend) list(context.Context, string, func()) ([]dirEntry, error) {
 	return nil, &Error{Kind: ErrNoListing}
 }
 

@@ -3,9 +3,13 @@ package remote
 import (
 	"errors"
 	"io/fs"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 )
 
 func TestParseLocation(t *testing.T) {
@@ -136,5 +140,23 @@ func TestPathStyle(t *testing.T) {
 	t.Setenv("CKPT_S3_PATH_STYLE", "1")
 	if !PathStyle("https://minio.example.com") {
 		t.Error("CKPT_S3_PATH_STYLE=1 ignored")
+	}
+}
+
+// NewS3Client pins what S3-compatible stores need and keeps enough idle
+// connections for the default concurrency.
+func TestNewS3Client(t *testing.T) {
+	c := NewS3Client(aws.Config{Region: "us-east-1"}, "http://127.0.0.1:9000", true)
+	o := c.Options()
+	if aws.ToString(o.BaseEndpoint) != "http://127.0.0.1:9000" || !o.UsePathStyle ||
+		o.RequestChecksumCalculation != aws.RequestChecksumCalculationWhenRequired {
+		t.Errorf("options %+v", o)
+	}
+	bc, ok := o.HTTPClient.(*awshttp.BuildableClient)
+	if !ok || bc.GetTransport().MaxIdleConnsPerHost < DefaultConcurrency {
+		t.Errorf("HTTP client %T", o.HTTPClient)
+	}
+	if tr := defaultHTTPClient().Transport.(*http.Transport); tr.MaxIdleConnsPerHost < DefaultConcurrency {
+		t.Errorf("HTTP transport keeps %d idle connections", tr.MaxIdleConnsPerHost)
 	}
 }

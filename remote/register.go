@@ -37,7 +37,7 @@ func SetS3Client(c *s3.Client) {
 }
 
 // SetHTTPClient sets the client that http:// and https:// locations are
-// read with (default, and with nil: http.DefaultClient).
+// read with (nil: NewHTTPFS's default).
 func SetHTTPClient(c *http.Client) {
 	defaults.Lock()
 	defaults.http = c

@@ -6,13 +6,15 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"strconv"
 	"strings"
-	"time"
+	"sync/atomic"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 )
 
@@ -31,8 +33,20 @@ func NewS3FS(client *s3.Client, bucket string, opts ...Option) *FS {
 // addressing when pathStyle is set, and request checksums only where the
 // API requires them (RequestChecksumCalculation WhenRequired: the SDK's
 // default, WhenSupported, breaks multipart uploads on some S3-compatible
-// servers).
+// servers). The SDK's default HTTP client keeps up to 64 idle connections
+// per host, so that parallel ranged reads reuse theirs (its default, 10,
+// is below this package's default concurrency); another client in cfg is
+// left as it is.
 func NewS3Client(cfg aws.Config, endpoint string, pathStyle bool) *s3.Client {
+	if bc, ok := cfg.HTTPClient.(*awshttp.BuildableClient); ok || cfg.HTTPClient == nil {
+		if bc == nil {
+			bc = awshttp.NewBuildableClient()
+		}
+		cfg.HTTPClient = bc.WithTransportOptions(func(tr *http.Transport) {
+			tr.MaxIdleConnsPerHost = max(tr.MaxIdleConnsPerHost, maxIdlePerHost)
+			tr.MaxIdleConns = max(tr.MaxIdleConns, 4*maxIdlePerHost)
+		})
+	}
 	return s3.NewFromConfig(cfg, func(o *s3.Options) {
 		if endpoint != "" {
 			o.BaseEndpoint = aws.String(endpoint)
@@ -61,6 +75,14 @@ func PathStyle(endpoint string) bool {
 	host := u.Hostname()
 	return host == "localhost" || strings.HasSuffix(host, ".localhost") || net.ParseIP(host) != nil
 }
+
+// listPageSize is the MaxKeys of listings; 0 leaves the server's default
+// (tests set it).
+var listPageSize atomic.Int32
+
+// maxIdlePerHost is how many idle connections to a host the clients this
+// package builds keep.
+const maxIdlePerHost = 64
 
 type s3Backend struct {
 	client *s3.Client
@@ -128,19 +150,23 @@ func (b *s3Backend) head(ctx context.Context, name string) (version, error) {
 	return v, nil
 }
 
-func (b *s3Backend) list(ctx context.Context, dir string) ([]dirEntry, error) {
+func (b *s3Backend) list(ctx context.Context, dir string, page func()) ([]dirEntry, error) {
 	prefix := ""
 	if dir != "." {
 		prefix = dir + "/"
 	}
 	in := &s3.ListObjectsV2Input{Bucket: aws.String(b.bucket), Prefix: aws.String(prefix), Delimiter: aws.String("/")}
+	if n := listPageSize.Load(); n > 0 {
+		in.MaxKeys = aws.Int32(n)
+	}
 	var out []dirEntry
 	for {
-		page, err := b.client.ListObjectsV2(ctx, in, ownRetries)
+		page()
+		resp, err := b.client.ListObjectsV2(ctx, in, ownRetries)
 		if err != nil {
 			return nil, s3Err(err)
 		}
-		for _, o := range page.Contents {
+		for _, o := range resp.Contents {
 			base, ok := strings.CutPrefix(aws.ToString(o.Key), prefix)
 			if !ok || !validBase(base) {
 				continue // the folder's own marker object, or a key that is no file name
@@ -151,7 +177,7 @@ func (b *s3Backend) list(ctx context.Context, dir string) ([]dirEntry, error) {
 			}
 			out = append(out, e)
 		}
-		for _, p := range page.CommonPrefixes {
+		for _, p := range resp.CommonPrefixes {
 			base, ok := strings.CutPrefix(aws.ToString(p.Prefix), prefix)
 			base = strings.TrimSuffix(base, "/")
 			if !ok || !validBase(base) {
@@ -159,10 +185,10 @@ func (b *s3Backend) list(ctx context.Context, dir string) ([]dirEntry, error) {
 			}
 			out = append(out, dirEntry{name: base, dir: true})
 		}
-		if !aws.ToBool(page.IsTruncated) || page.NextContinuationToken == nil {
+		if !aws.ToBool(resp.IsTruncated) || resp.NextContinuationToken == nil {
 			return out, nil
 		}
-		in.ContinuationToken = page.NextContinuationToken
+		in.ContinuationToken = resp.NextContinuationToken
 	}
 }
 
@@ -235,5 +261,3 @@ func parseContentRange(s string) (first, last, size int64, ok bool) {
 	}
 	return first, last, size, true
 }
-
-var _ = time.Second

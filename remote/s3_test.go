@@ -439,3 +439,40 @@ func TestS3ServerKilled(t *testing.T) {
 		t.Errorf("failed after %v", d)
 	}
 }
+
+// A folder of more keys than one listing page holds is listed whole
+// (ListObjectsV2 continuation), files and subfolders.
+func TestS3ListingPages(t *testing.T) {
+	s := needLocalS3(t)
+	bucket := s.NewBucket(t)
+	dir := filepath.Join(s.Dir(), bucket, "many")
+	if err := os.MkdirAll(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "sub", "x"), []byte("x"), 0o644)
+	const n = 250
+	remote.SetListPageSize(100)
+	defer remote.SetListPageSize(0)
+	for i := range n {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%04d", i)), []byte{byte(i)}, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fsys := remote.NewS3FS(s.Client(), bucket)
+	es, err := fs.ReadDir(fsys, "many")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(es) != n+1 || !es[n].IsDir() || es[n].Name() != "sub" || es[0].Name() != "f0000" || es[0].IsDir() {
+		t.Fatalf("%d entries, last %v", len(es), es[len(es)-1])
+	}
+	if st := fsys.Stats(); st.LISTs != 3 {
+		t.Errorf("one page: %+v", st)
+	}
+	if st, err := fs.Stat(fsys, "many/f0199"); err != nil || st.Size() != 1 {
+		t.Errorf("stat from the listing: %v %v", st, err)
+	}
+	if _, err := fs.Stat(fsys, "many/nope"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing: %v", err)
+	}
+}

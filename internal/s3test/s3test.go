@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 )
 
@@ -197,7 +198,8 @@ func (s *Server) Restart() error {
 func (s *Server) Dir() string { return s.dir }
 
 // Client returns a client for the server: static credentials, path-style
-// addressing, checksums only where required, the SDK's own retries.
+// addressing, checksums only where required, the SDK's own retries, 64
+// idle connections kept.
 func (s *Server) Client() *s3.Client { return s.ClientAt(s.Endpoint) }
 
 // ClientAt is Client for the server reached at endpoint (a proxy in front
@@ -210,6 +212,9 @@ func (s *Server) ClientAt(endpoint string) *s3.Client {
 		Credentials:                aws.CredentialsProviderFunc(s.credentials),
 		RequestChecksumCalculation: aws.RequestChecksumCalculationWhenRequired,
 		ResponseChecksumValidation: aws.ResponseChecksumValidationWhenRequired,
+		HTTPClient: awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
+			tr.MaxIdleConnsPerHost = 64 // as remote.NewS3Client's
+		}),
 	})
 }
 
