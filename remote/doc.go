@@ -61,6 +61,16 @@
 //
 // Plain HTTP cannot list folders: https:// locations name a safetensors
 // file or an index, whose shards are found beside it, and the server must
-// support Range requests (ErrNoRange otherwise). Writing to object storage
-// is not part of this package yet.
+// support Range requests (ErrNoRange otherwise).
+//
+// # Writing
+//
+// Importing this package also registers s3:// with package convert
+// (convert.RegisterSink), so that convert.SaveShard and convert.Commit write
+// s3://BUCKET/PREFIX locations through an S3Sink: each file a multipart
+// upload whose parts are sent in parallel with their CRC-32C, aborted on
+// failure or cancellation (no part left behind), the index written last
+// and, where none existed, with If-None-Match: * (ErrExists when someone
+// else wrote it meanwhile). SetSinkOptions tunes the part size and the
+// parts in flight.
 package remote

@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"io/fs"
 	"strconv"
 	"strings"
 
@@ -48,6 +49,10 @@ const (
 	// ErrCache: the local read-through cache could not be used (its folder
 	// cannot be created or locked).
 	ErrCache
+	// ErrExists: an exclusive write (If-None-Match: *) found an object of
+	// that name, written by someone else meanwhile; nothing was replaced.
+	// Errors of this kind also match fs.ErrExist.
+	ErrExists
 )
 
 var kindNames = [...]string{
@@ -62,6 +67,7 @@ var kindNames = [...]string{
 	ErrRequest:     "request",
 	ErrNoListing:   "no_listing",
 	ErrCache:       "cache",
+	ErrExists:      "exists",
 }
 
 // String returns the kind's snake_case name.
@@ -123,12 +129,12 @@ func (e *Error) Error() string {
 }
 
 // Is reports whether target is e's kind; ErrNotFound also matches
-// fs.ErrNotExist.
+// fs.ErrNotExist, and ErrExists fs.ErrExist.
 func (e *Error) Is(target error) bool {
 	if k, ok := target.(ErrorKind); ok {
 		return k == e.Kind
 	}
-	return e.Kind == ErrNotFound && target == errNotExist
+	return e.Kind == ErrNotFound && target == errNotExist || e.Kind == ErrExists && target == fs.ErrExist
 }
 
 // Unwrap returns the cause.

@@ -1,0 +1,492 @@
+package remote
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io/fs"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+
+	"github.com/ckpt-go/ckpt/convert"
+)
+
+func init() {
+	convert.RegisterSink("s3", openS3Sink)
+}
+
+// openS3Sink opens an s3:// location for writing, with the client and
+// options set for reading (SetS3Client, SetOptions) and SetSinkOptions'.
+func openS3Sink(_ context.Context, location string) (convert.Sink, error) {
+	loc, err := ParseLocation(location)
+	if err != nil {
+		return nil, err
+	}
+	if loc.Scheme != "s3" {
+		return nil, &Error{Kind: ErrLocation, Location: location, Msg: "not an s3:// location"}
+	}
+	client, _, opts := current()
+	if client == nil {
+		return nil, &Error{Kind: ErrNoClient, Location: location,
+			Msg: "no S3 client: call remote.SetS3Client (the ckpt command builds one from the AWS environment)"}
+	}
+	sinkDefaults.RLock()
+	sopts := sinkDefaults.opts
+	sinkDefaults.RUnlock()
+	return NewS3Sink(client, loc.Bucket, loc.Key, append(sopts, WithReadOptions(opts...))...), nil
+}
+
+var sinkDefaults struct {
+	sync.RWMutex
+	opts []SinkOption
+}
+
+// SetSinkOptions sets the options of the sinks opened for registered s3://
+// locations (convert.OpenSink: convert.Save, Run, SaveShard and Commit),
+// replacing earlier ones.
+func SetSinkOptions(opts ...SinkOption) {
+	sinkDefaults.Lock()
+	sinkDefaults.opts = append([]SinkOption(nil), opts...)
+	sinkDefaults.Unlock()
+}
+
+// SinkOption configures an S3 sink (NewS3Sink).
+type SinkOption func(*sinkOptions)
+
+type sinkOptions struct {
+	partSize    int64
+	concurrency int
+	read        []Option
+}
+
+// Defaults of the sink options.
+const (
+	DefaultPartSize          = 16 << 20
+	DefaultUploadConcurrency = 4
+	// MinPartSize is the smallest part S3 accepts (all parts but the last).
+	MinPartSize = 5 << 20
+	// MaxParts is the most parts of one multipart upload.
+	MaxParts = 10000
+)
+
+// WithPartSize sets the size of the parts files are uploaded in (default
+// 16 MiB, at least MinPartSize). A file has at most MaxParts parts, so
+// the part size bounds the largest file: 16 MiB parts make 156 GiB.
+func WithPartSize(n int64) SinkOption {
+	return func(o *sinkOptions) { o.partSize = max(n, MinPartSize) }
+}
+
+// WithUploadConcurrency sets how many parts of one file are uploaded at
+// once (default 4, at least 1). A file being written holds at most this
+// many parts in memory, plus the one being filled.
+func WithUploadConcurrency(n int) SinkOption {
+	return func(o *sinkOptions) { o.concurrency = max(n, 1) }
+}
+
+// WithReadOptions sets the options of the file systems the sink reads its
+// files back with (its FS method).
+func WithReadOptions(opts ...Option) SinkOption {
+	return func(o *sinkOptions) { o.read = append(o.read, opts...) }
+}
+
+// S3Sink writes files under a key prefix of a bucket: the convert.Sink
+// that convert.Save, Run, SaveShard and Commit write s3:// locations with.
+//
+// A file is uploaded as a multipart upload, its parts (WithPartSize) sent
+// as they fill, several at once (WithUploadConcurrency), each with its
+// CRC-32C (x-amz-checksum-crc32c, which the server verifies); Close
+// completes the upload, which makes the whole object appear at once. A
+// file smaller than one part is sent with one PutObject, with its CRC-32C.
+// An exclusive file is written with If-None-Match: *, so that it never
+// replaces an object written by someone else meanwhile: the refusal (HTTP
+// 412 or 409) is an *Error of kind ErrExists, which matches fs.ErrExist.
+// On a failed upload, Abort, or a cancelled context, the multipart upload
+// is aborted: no part is left behind. (A process killed in the middle of an
+// upload cannot abort it; a bucket lifecycle rule,
+// AbortIncompleteMultipartUpload, removes such parts.)
+//
+// Requests are retried by the client's retryer (the SDK's standard one by
+// default). Build the client with NewS3Client, or pin
+// RequestChecksumCalculation to WhenRequired yourself: the sink names
+// CRC-32C explicitly on every upload.
+type S3Sink struct {
+	client *s3.Client
+	bucket string
+	key    string
+	opts   sinkOptions
+}
+
+// NewS3Sink returns the sink of the folder key (a key prefix, "" for the
+// bucket's root) of bucket, written with client.
+func NewS3Sink(client *s3.Client, bucket, key string, opts ...SinkOption) *S3Sink {
+	o := sinkOptions{partSize: DefaultPartSize, concurrency: DefaultUploadConcurrency}
+	for _, f := range opts {
+		if f != nil {
+			f(&o)
+		}
+	}
+	return &S3Sink{client: client, bucket: bucket, key: strings.Trim(key, "/"), opts: o}
+}
+
+func (s *S3Sink) objectKey(name string) string {
+	if s.key == "" {
+		return name
+	}
+	return s.key + "/" + name
+}
+
+// Location returns s3://BUCKET/KEY of name.
+func (s *S3Sink) Location(name string) string {
+	if name == "" || name == "." {
+		return Location{Scheme: "s3", Bucket: s.bucket, Key: s.key}.String()
+	}
+	return Location{Scheme: "s3", Bucket: s.bucket, Key: s.objectKey(name)}.String()
+}
+
+// FS returns the sink's folder for reading: a new file system of this
+// package (what it lists and opens is not remembered from an earlier call).
+func (s *S3Sink) FS() fs.FS {
+	return &subFS{fsys: NewS3FS(s.client, s.bucket, s.opts.read...), dir: s.key}
+}
+
+// Remove deletes the object name (a missing object is not an error).
+func (s *S3Sink) Remove(ctx context.Context, name string) error {
+	if !fs.ValidPath(name) || name == "." {
+		return &Error{Kind: ErrLocation, Location: s.Location(name), Msg: "not a file name"}
+	}
+	_, err := s.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(s.objectKey(name))})
+	if err != nil {
+		if e := s3Err(err); !errors.Is(e, fs.ErrNotExist) {
+			return s.wrap(name, e, "")
+		}
+	}
+	return nil
+}
+
+// Create starts the upload of name (see S3Sink).
+func (s *S3Sink) Create(ctx context.Context, name string, exclusive bool) (convert.SinkFile, error) {
+	if !fs.ValidPath(name) || name == "." {
+		return nil, &Error{Kind: ErrLocation, Location: s.Location(name), Msg: "not a file name"}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	return &upload{s: s, name: name, key: s.objectKey(name), exclusive: exclusive, ctx: ctx, cancel: cancel,
+		sem: make(chan struct{}, s.opts.concurrency)}, nil
+}
+
+// wrap names the location of an error of the client.
+func (s *S3Sink) wrap(name string, err error, msg string) error {
+	var e *Error
+	if errors.As(err, &e) {
+		e2 := *e
+		if e2.Location == "" {
+			e2.Location = s.Location(name)
+		}
+		if msg != "" {
+			e2.Msg = strings.TrimPrefix(e2.Msg+"; "+msg, "; ")
+		}
+		return &e2
+	}
+	return &Error{Kind: ErrRequest, Location: s.Location(name), Msg: msg, Err: err}
+}
+
+var crc32cTable = crc32.MakeTable(crc32.Castagnoli)
+
+// crc32cBase64 is a checksum as S3 headers carry it: the big-endian bytes
+// of the CRC, in base64.
+func crc32cBase64(b []byte) string {
+	var c [4]byte
+	binary.BigEndian.PutUint32(c[:], crc32.Checksum(b, crc32cTable))
+	return base64.StdEncoding.EncodeToString(c[:])
+}
+
+// upload is a file being written to an S3Sink.
+type upload struct {
+	s         *S3Sink
+	name, key string
+	exclusive bool
+	ctx       context.Context
+	cancel    context.CancelFunc
+
+	buf      []byte // the part being filled
+	id       string // the multipart upload, once started
+	next     int32  // the next part's number - 1
+	sem      chan struct{}
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	parts    []types.CompletedPart
+	err      error // the first failure
+	finished bool
+}
+
+func (u *upload) fail(err error) {
+	u.mu.Lock()
+	if u.err == nil {
+		u.err = err
+		u.cancel() // the parts in flight
+	}
+	u.mu.Unlock()
+}
+
+func (u *upload) failed() error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.err
+}
+
+// stopped returns why the upload cannot go on: its first failure, or the
+// cancellation of its context; nil while it can.
+func (u *upload) stopped() error {
+	if err := u.failed(); err != nil {
+		return err
+	}
+	return u.ctx.Err()
+}
+
+// Write buffers p into parts, sending each part once full.
+func (u *upload) Write(p []byte) (int, error) {
+	if u.finished {
+		return 0, &Error{Kind: ErrRequest, Location: u.s.Location(u.name), Msg: "write after Close or Abort"}
+	}
+	n := 0
+	for len(p) > 0 {
+		if err := u.stopped(); err != nil {
+			return n, err
+		}
+		if u.buf == nil {
+			u.buf = make([]byte, 0, u.s.opts.partSize)
+		}
+		k := min(len(p), cap(u.buf)-len(u.buf))
+		u.buf = append(u.buf, p[:k]...)
+		p, n = p[k:], n+k
+		if len(u.buf) == cap(u.buf) {
+			if err := u.sendPart(); err != nil {
+				return n, err
+			}
+		}
+	}
+	return n, nil
+}
+
+// sendPart starts the upload of the full buffer as the next part,
+// waiting while WithUploadConcurrency parts are in flight.
+func (u *upload) sendPart() error {
+	if u.id == "" {
+		in := &s3.CreateMultipartUploadInput{Bucket: aws.String(u.s.bucket), Key: aws.String(u.key),
+			ChecksumAlgorithm: types.ChecksumAlgorithmCrc32c}
+		out, err := u.s.client.CreateMultipartUpload(u.ctx, in)
+		if err != nil {
+			err = u.s.wrap(u.name, s3Err(err), "starting the multipart upload")
+			u.fail(err)
+			return err
+		}
+		u.id = aws.ToString(out.UploadId)
+	}
+	if u.next >= MaxParts {
+		err := &Error{Kind: ErrRequest, Location: u.s.Location(u.name),
+			Msg: fmt.Sprintf("more than %d parts of %d bytes: use a larger part size (remote.WithPartSize)", MaxParts, u.s.opts.partSize)}
+		u.fail(err)
+		return err
+	}
+	u.next++
+	num, body := u.next, u.buf
+	u.buf = nil
+	select {
+	case u.sem <- struct{}{}:
+	case <-u.ctx.Done():
+		return u.stopped()
+	}
+	u.wg.Add(1)
+	go func() {
+		defer func() { <-u.sem; u.wg.Done() }()
+		sum := crc32cBase64(body)
+		out, err := u.s.client.UploadPart(u.ctx, &s3.UploadPartInput{
+			Bucket: aws.String(u.s.bucket), Key: aws.String(u.key), UploadId: aws.String(u.id),
+			PartNumber: aws.Int32(num), Body: bytes.NewReader(body), ContentLength: aws.Int64(int64(len(body))),
+			ChecksumAlgorithm: types.ChecksumAlgorithmCrc32c, ChecksumCRC32C: aws.String(sum),
+		})
+		if err != nil {
+			u.fail(u.s.wrap(u.name, s3Err(err), fmt.Sprintf("uploading part %d", num)))
+			return
+		}
+		u.mu.Lock()
+		u.parts = append(u.parts, types.CompletedPart{ETag: out.ETag, PartNumber: aws.Int32(num), ChecksumCRC32C: aws.String(sum)})
+		u.mu.Unlock()
+	}()
+	return nil
+}
+
+// Close sends what is left and completes the upload: the object appears
+// whole. On failure the upload is aborted.
+func (u *upload) Close() error {
+	if u.finished {
+		return &Error{Kind: ErrRequest, Location: u.s.Location(u.name), Msg: "Close after Close or Abort"}
+	}
+	err := u.complete()
+	u.finished = true
+	if err != nil {
+		u.abort()
+		return err
+	}
+	u.cancel()
+	return nil
+}
+
+func (u *upload) complete() error {
+	if err := u.stopped(); err != nil {
+		return err
+	}
+	if u.id == "" {
+		// One part or less: a single PutObject.
+		body := u.buf
+		in := &s3.PutObjectInput{Bucket: aws.String(u.s.bucket), Key: aws.String(u.key),
+			Body: bytes.NewReader(body), ContentLength: aws.Int64(int64(len(body))),
+			ChecksumAlgorithm: types.ChecksumAlgorithmCrc32c, ChecksumCRC32C: aws.String(crc32cBase64(body))}
+		if u.exclusive {
+			in.IfNoneMatch = aws.String("*")
+		}
+		if _, err := u.s.client.PutObject(u.ctx, in); err != nil {
+			return u.putErr(err)
+		}
+		return nil
+	}
+	if len(u.buf) > 0 {
+		if err := u.sendPart(); err != nil {
+			return err
+		}
+	}
+	u.wg.Wait()
+	if err := u.stopped(); err != nil {
+		return err
+	}
+	parts := append([]types.CompletedPart(nil), u.parts...)
+	sortParts(parts)
+	in := &s3.CompleteMultipartUploadInput{Bucket: aws.String(u.s.bucket), Key: aws.String(u.key), UploadId: aws.String(u.id),
+		MultipartUpload: &types.CompletedMultipartUpload{Parts: parts}}
+	if u.exclusive {
+		in.IfNoneMatch = aws.String("*")
+	}
+	if _, err := u.s.client.CompleteMultipartUpload(u.ctx, in); err != nil {
+		return u.putErr(err)
+	}
+	u.id = "" // completed: nothing to abort
+	return nil
+}
+
+// putErr classifies the failure of the request that makes the object
+// appear: a refused If-None-Match is ErrExists.
+func (u *upload) putErr(err error) error {
+	e := s3Err(err)
+	var re *Error
+	if u.exclusive && errors.As(e, &re) && (re.Status == 412 || re.Status == 409) {
+		return &Error{Kind: ErrExists, Location: u.s.Location(u.name), Status: re.Status,
+			Msg: "an object of this name was written meanwhile (If-None-Match: * refused)", Err: err}
+	}
+	return u.s.wrap(u.name, e, "")
+}
+
+func sortParts(ps []types.CompletedPart) {
+	for i := 1; i < len(ps); i++ {
+		for j := i; j > 0 && aws.ToInt32(ps[j].PartNumber) < aws.ToInt32(ps[j-1].PartNumber); j-- {
+			ps[j], ps[j-1] = ps[j-1], ps[j]
+		}
+	}
+}
+
+// Abort stops the parts in flight and aborts the multipart upload.
+func (u *upload) Abort() error {
+	if u.finished && u.id == "" {
+		return nil
+	}
+	u.finished = true
+	return u.abort()
+}
+
+func (u *upload) abort() error {
+	u.cancel()
+	u.wg.Wait()
+	u.buf = nil
+	if u.id == "" {
+		return nil
+	}
+	// The caller's context may be the cancelled one: the abort gets its own.
+	// A part the server was still receiving when the upload was aborted
+	// can outlive the abort (S3 documents it: abort again until ListParts
+	// finds no upload).
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(u.ctx), time.Minute)
+	defer cancel()
+	var err error
+	for i := 0; i < 8; i++ {
+		if i > 0 {
+			select {
+			case <-time.After(time.Duration(25<<i) * time.Millisecond):
+			case <-ctx.Done():
+			}
+		}
+		_, err = u.s.client.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: aws.String(u.s.bucket), Key: aws.String(u.key), UploadId: aws.String(u.id)})
+		if err != nil && !errors.Is(s3Err(err), fs.ErrNotExist) {
+			continue
+		}
+		_, err = u.s.client.ListParts(ctx, &s3.ListPartsInput{Bucket: aws.String(u.s.bucket), Key: aws.String(u.key), UploadId: aws.String(u.id), MaxParts: aws.Int32(1)})
+		if err != nil && errors.Is(s3Err(err), fs.ErrNotExist) {
+			u.id = ""
+			return nil
+		}
+		if err == nil {
+			err = errors.New("the upload still has parts after it was aborted")
+		}
+	}
+	return u.s.wrap(u.name, s3Err(err), "aborting the multipart upload "+u.id)
+}
+
+// subFS is the folder dir of an FS, with its Stat and ReadDir.
+type subFS struct {
+	fsys *FS
+	dir  string
+}
+
+func (s *subFS) full(name string) (string, error) {
+	if !fs.ValidPath(name) {
+		return "", &fs.PathError{Op: "open", Path: name, Err: fs.ErrInvalid}
+	}
+	if s.dir == "" {
+		return name, nil
+	}
+	return path.Join(s.dir, name), nil
+}
+
+func (s *subFS) Open(name string) (fs.File, error) {
+	full, err := s.full(name)
+	if err != nil {
+		return nil, err
+	}
+	return s.fsys.Open(full)
+}
+
+func (s *subFS) Stat(name string) (fs.FileInfo, error) {
+	full, err := s.full(name)
+	if err != nil {
+		return nil, err
+	}
+	return s.fsys.Stat(full)
+}
+
+func (s *subFS) ReadDir(name string) ([]fs.DirEntry, error) {
+	full, err := s.full(name)
+	if err != nil {
+		return nil, err
+	}
+	return s.fsys.ReadDir(full)
+}
