@@ -20,7 +20,9 @@ import (
 // Content): a file larger than the first read that comes back whole (200)
 // fails with ErrNoRange. Versions are pinned with If-Match on a strong
 // ETag, or else with If-Unmodified-Since on Last-Modified, and every
-// response's validators are compared with the pinned ones. Folders cannot
+// response's validators are compared with the pinned ones; a server that
+// sends neither leaves only the file's size to compare (and such files
+// are not cached). Folders cannot
 // be listed (ErrNoListing): HTTP sources take files and indexes, whose
 // shards are found beside them.
 func NewHTTPFS(client *http.Client, base string, opts ...Option) (*FS, error) {
