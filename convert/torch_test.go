@@ -15,36 +15,11 @@ import (
 	"github.com/ckpt-go/ckpt/torch"
 )
 
-// torchFixtures locates the checkpoints PyTorch itself wrote
-// (../shared/fixtures/torch next to the module root); tests skip without.
-func torchFixtures(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Skip(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Skip("module root not found")
-		}
-		dir = parent
-	}
-	d := filepath.Join(dir, "..", "shared", "fixtures", "torch")
-	if _, err := os.Stat(filepath.Join(d, "cases.json")); err != nil {
-		t.Skipf("PyTorch fixtures not available: %v", err)
-	}
-	return d
-}
-
 // TestRunTorchFixtures converts every checkpoint PyTorch wrote and
 // compares each tensor with the file safetensors.torch wrote beside it;
 // tied names are recorded as aliases of a kept tensor with their bytes.
 func TestRunTorchFixtures(t *testing.T) {
-	dir := torchFixtures(t)
+	dir := testutil.Fixtures(t, "torch", "cases.json")
 	for _, c := range []struct{ src, expected string }{
 		{"mlp_f32.bin", "mlp_f32.expected.safetensors"},
 		{"tied_bf16.pt", "tied_bf16.expected.safetensors"},
@@ -100,7 +75,7 @@ func TestRunTorchFixtures(t *testing.T) {
 }
 
 func TestRunTorchCastAndFolder(t *testing.T) {
-	dir := torchFixtures(t)
+	dir := testutil.Fixtures(t, "torch", "cases.json")
 	// A component folder with only PyTorch weights converts to a folder
 	// with model.safetensors, its other files copied.
 	src := t.TempDir()

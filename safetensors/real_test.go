@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ckpt-go/ckpt/internal/testutil"
 )
 
 // realFixtures locates the shared folder of real safetensors files:
@@ -17,25 +19,7 @@ func realFixtures(t *testing.T) string {
 	if d := os.Getenv("CKPT_REAL_FIXTURES"); d != "" {
 		return d
 	}
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Skip(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Skip("module root not found")
-		}
-		dir = parent
-	}
-	real := filepath.Join(dir, "..", "shared", "fixtures", "real")
-	if _, err := os.Stat(filepath.Join(real, "MANIFEST.tsv")); err != nil {
-		t.Skipf("real fixtures not available: %v", err)
-	}
-	return real
+	return testutil.Fixtures(t, "real", "MANIFEST.tsv")
 }
 
 type manifestRow struct {

@@ -12,33 +12,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ckpt-go/ckpt/internal/testutil"
 	"github.com/ckpt-go/ckpt/safetensors"
 )
-
-// torchFixtures locates the checkpoints PyTorch itself wrote:
-// ../shared/fixtures/torch next to the module root. Tests skip without it.
-func torchFixtures(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Skip(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Skip("module root not found")
-		}
-		dir = parent
-	}
-	d := filepath.Join(dir, "..", "shared", "fixtures", "torch")
-	if _, err := os.Stat(filepath.Join(d, "cases.json")); err != nil {
-		t.Skipf("PyTorch fixtures not available: %v", err)
-	}
-	return d
-}
 
 type fixtureCase struct {
 	Name    string                        `json:"name"`
@@ -52,7 +28,7 @@ type fixtureCase struct {
 // that safetensors.torch wrote beside it: names, dtypes, shapes, bytes;
 // tied names as aliases of a kept tensor with the same bytes.
 func TestFixtures(t *testing.T) {
-	dir := torchFixtures(t)
+	dir := testutil.Fixtures(t, "torch", "cases.json") // what PyTorch itself wrote
 	raw, err := os.ReadFile(filepath.Join(dir, "cases.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -176,7 +152,7 @@ func TestFixtures(t *testing.T) {
 // TestFixtureRefusals: the legacy format and the pickle that runs a
 // command are refused, and nothing is written or executed.
 func TestFixtureRefusals(t *testing.T) {
-	dir := torchFixtures(t)
+	dir := testutil.Fixtures(t, "torch", "cases.json") // what PyTorch itself wrote
 	_, err := Open(filepath.Join(dir, "legacy.bin"))
 	if !errors.Is(err, ErrLegacyFormat) || !strings.Contains(err.Error(),
 		"legacy (pre-1.6) PyTorch format; re-save with torch.save(..., _use_new_zipfile_serialization=True)") {
