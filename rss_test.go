@@ -2,40 +2,19 @@ package ckpt
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"runtime"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/ckpt-go/ckpt/ckpttest"
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/testutil"
 )
 
 // rssReport is what the child process of TestLoadPeakRSS measures.
 type rssReport struct {
 	Before, Peak, Output, Touched int64
-}
-
-// procStatus reads a "VmXXX:  N kB" line of /proc/self/status.
-func procStatus(key string) int64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return -1
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, key+":"); ok {
-			f := strings.Fields(rest)
-			if len(f) > 0 {
-				n, _ := strconv.ParseInt(f[0], 10, 64)
-				return n << 10
-			}
-		}
-	}
-	return -1
 }
 
 // TestLoadPeakRSS measures the peak resident memory of a load in a child
@@ -50,7 +29,7 @@ func TestLoadPeakRSS(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("reads /proc/self/status")
 	}
-	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+	if err := testutil.ResetPeakRSS(); err != nil {
 		t.Skipf("cannot reset the peak RSS (/proc/self/clear_refs): %v", err)
 	}
 	var ts []ckpttest.Tensor
@@ -67,20 +46,8 @@ func TestLoadPeakRSS(t *testing.T) {
 		{"BF16", 64 << 20, true},
 		{"F32", 64 << 20, false},
 	} {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestLoadPeakRSS$", "-test.v")
-		cmd.Env = append(os.Environ(), "CKPT_RSS_CHILD="+path, "CKPT_RSS_DTYPE="+c.to)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("child: %v\n%s", err, out)
-		}
 		var r rssReport
-		i := strings.Index(string(out), "RSS ")
-		if i < 0 {
-			t.Fatalf("no report:\n%s", out)
-		}
-		if err := json.Unmarshal([]byte(strings.SplitN(string(out[i+4:]), "\n", 2)[0]), &r); err != nil {
-			t.Fatal(err)
-		}
+		testutil.RunChild(t, "TestLoadPeakRSS", []string{"CKPT_RSS_CHILD=" + path, "CKPT_RSS_DTYPE=" + c.to}, &r)
 		growth := r.Peak - r.Before
 		limit := r.Output + c.extra
 		if c.byTouch {
@@ -104,10 +71,10 @@ func rssChild(t *testing.T, path, to string) {
 	}
 	defer m.Close()
 	runtime.GC()
-	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+	if err := testutil.ResetPeakRSS(); err != nil {
 		t.Fatal(err)
 	}
-	r := rssReport{Before: procStatus("VmRSS")}
+	r := rssReport{Before: testutil.ProcStatus("VmRSS")}
 	w, err := m.Load(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -123,9 +90,8 @@ func rssChild(t *testing.T, path, to string) {
 			r.Output += int64(len(b))
 		}
 	}
-	r.Peak = max(procStatus("VmHWM"), procStatus("VmRSS"))
+	r.Peak = testutil.PeakRSS()
 	w.Close()
-	j, _ := json.Marshal(r)
-	fmt.Printf("RSS %s\nsum %d\n", j, sum)
-	_ = sum
+	testutil.PrintReport(r)
+	fmt.Printf("sum %d\n", sum)
 }

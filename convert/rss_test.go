@@ -2,10 +2,8 @@ package convert
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -15,24 +13,8 @@ import (
 	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/ckpttest"
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/testutil"
 )
-
-// procStatus reads a "VmXXX:  N kB" line of /proc/self/status, in bytes.
-func procStatus(key string) int64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return -1
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, key+":"); ok {
-			if f := strings.Fields(rest); len(f) > 0 {
-				n, _ := strconv.ParseInt(f[0], 10, 64)
-				return n << 10
-			}
-		}
-	}
-	return -1
-}
 
 type rssReport struct {
 	Before, Peak, Written int64
@@ -60,7 +42,7 @@ func TestRunPeakRSS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes 1 GiB")
 	}
-	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+	if err := testutil.ResetPeakRSS(); err != nil {
 		t.Skipf("cannot reset the peak RSS (/proc/self/clear_refs): %v", err)
 	}
 	dir := t.TempDir()
@@ -76,20 +58,8 @@ func TestRunPeakRSS(t *testing.T) {
 	}
 	zero, ts = nil, nil
 	for _, to := range []string{"BF16", "F8_E4M3"} {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestRunPeakRSS$", "-test.v")
-		cmd.Env = append(os.Environ(), "CKPT_CONVERT_RSS_CHILD="+path, "CKPT_CONVERT_RSS_DTYPE="+to)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("child: %v\n%s", err, out)
-		}
-		i := strings.Index(string(out), "RSS ")
-		if i < 0 {
-			t.Fatalf("no report:\n%s", out)
-		}
 		var r rssReport
-		if err := json.Unmarshal([]byte(strings.SplitN(string(out[i+4:]), "\n", 2)[0]), &r); err != nil {
-			t.Fatal(err)
-		}
+		out := testutil.RunChild(t, "TestRunPeakRSS", []string{"CKPT_CONVERT_RSS_CHILD=" + path, "CKPT_CONVERT_RSS_DTYPE=" + to}, &r)
 		if j := strings.Index(string(out), "anon "); j >= 0 {
 			t.Log(strings.SplitN(string(out[j:]), "\n", 2)[0])
 		}
@@ -103,10 +73,10 @@ func TestRunPeakRSS(t *testing.T) {
 
 func rssChild(t *testing.T, path, to string) {
 	runtime.GC()
-	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+	if err := testutil.ResetPeakRSS(); err != nil {
 		t.Fatal(err)
 	}
-	r := rssReport{Before: procStatus("VmRSS")}
+	r := rssReport{Before: testutil.ProcStatus("VmRSS")}
 	tg, err := ckpt.ParseTarget(to)
 	if err != nil {
 		t.Fatal(err)
@@ -115,15 +85,14 @@ func rssChild(t *testing.T, path, to string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.Peak = max(procStatus("VmHWM"), procStatus("VmRSS"))
+	r.Peak = testutil.PeakRSS()
 	r.Written = rep.BytesWritten
 	if os.Getenv("CKPT_CONVERT_RSS_N") != "" {
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
-		fmt.Printf("anon %d file %d heapsys %d heapinuse %d numgc %d\n", procStatus("RssAnon")>>20, procStatus("RssFile")>>20, ms.HeapSys>>20, ms.HeapInuse>>20, ms.NumGC)
+		fmt.Printf("anon %d file %d heapsys %d heapinuse %d numgc %d\n", testutil.ProcStatus("RssAnon")>>20, testutil.ProcStatus("RssFile")>>20, ms.HeapSys>>20, ms.HeapInuse>>20, ms.NumGC)
 	}
-	j, _ := json.Marshal(r)
-	fmt.Printf("RSS %s\n", j)
+	testutil.PrintReport(r)
 }
 
 // rssTensors is the number of 64 MiB tensors (7, or CKPT_CONVERT_RSS_N to

@@ -3,10 +3,8 @@ package main
 import (
 	"encoding/binary"
 	"encoding/json"
-	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/ckpt-go/ckpt/ckpttest"
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/testutil"
 )
 
 func f32s(v ...float32) []byte { return dtype.Float32Bytes(v) }
@@ -257,15 +256,7 @@ func TestDiffMemoryChild(t *testing.T) {
 	if _, _, code := runCLI(t, "diff", a, b); code != 1 {
 		t.Fatalf("exit %d", code)
 	}
-	status, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Skip(err)
-	}
-	for _, l := range strings.Split(string(status), "\n") {
-		if strings.HasPrefix(l, "VmHWM:") {
-			fmt.Println(l)
-		}
-	}
+	testutil.PrintReport(testutil.ProcStatus("VmHWM"))
 }
 
 // TestDiffBoundedMemory compares two 128 MiB checkpoints in a child
@@ -291,23 +282,12 @@ func TestDiffBoundedMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	data = nil
-	cmd := exec.Command(os.Args[0], "-test.run=^TestDiffMemoryChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "CKPT_DIFF_A="+a, "CKPT_DIFF_B="+b, "GOGC=100")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("child: %v\n%s", err, out)
-	}
 	// The child's own peak (VmHWM), not its rusage: after a vfork the
 	// latter starts from this process's.
-	_, rest, ok := strings.Cut(string(out), "VmHWM:")
-	if !ok {
+	var maxRSS int64
+	if out := testutil.RunChild(t, "TestDiffMemoryChild", []string{"CKPT_DIFF_A=" + a, "CKPT_DIFF_B=" + b, "GOGC=100"}, &maxRSS); maxRSS < 0 {
 		t.Skipf("no VmHWM: %s", out)
 	}
-	var kib int64
-	if _, err := fmt.Sscan(rest, &kib); err != nil {
-		t.Fatalf("VmHWM: %q", rest)
-	}
-	maxRSS := kib << 10
 	t.Logf("peak RSS of diff on two 128 MiB files: %.1f MiB", float64(maxRSS)/(1<<20))
 	if maxRSS > 96<<20 {
 		t.Errorf("peak RSS %d MiB, want under 96 MiB", maxRSS>>20)
