@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/pagecache"
 )
 
 // Tensor is a cheap view of one tensor of an open File. It holds no data;
@@ -337,7 +338,7 @@ func (t *Tensor) Evict(first, n int64) {
 	if end > int64(len(f.data)) {
 		return
 	}
-	dropPages(f.data[off:end])
+	pagecache.Drop(f.data[off:end])
 }
 
 // Float32s returns the tensor's elements converted to float32 (exactly for

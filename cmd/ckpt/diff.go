@@ -15,6 +15,7 @@ import (
 
 	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/pagecache"
 )
 
 func diffCommand() *command {
@@ -430,10 +431,10 @@ func compareValues(ctx context.Context, d *tensorDiff, ta, tb *ckpt.Tensor, o di
 			c.floats(first, fa[:k], fb[:k])
 		}
 		if !ta.Location.Owned {
-			dropPages(sa)
+			pagecache.Drop(sa)
 		}
 		if !tb.Location.Owned {
-			dropPages(sb)
+			pagecache.Drop(sb)
 		}
 	}
 	if c.worst >= 0 {

@@ -1,4 +1,4 @@
-package main
+package pagecache
 
 import (
 	"os"
@@ -6,11 +6,11 @@ import (
 	"unsafe"
 )
 
-// dropPages releases the whole pages inside b, a part of a read-only file
-// mapping that diff has compared, from this process (MADV_DONTNEED): the
-// resident size stays small however large the checkpoints are, the page
-// cache keeps the data.
-func dropPages(b []byte) {
+// Drop releases the whole pages inside b, a part of a read-only file
+// mapping, from this process (MADV_DONTNEED): its resident size shrinks,
+// the page cache keeps the data, and a later read faults it back in. The
+// partial pages at either end of b are kept.
+func Drop(b []byte) {
 	ps := os.Getpagesize()
 	if len(b) < ps {
 		return

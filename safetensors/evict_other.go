@@ -1,5 +1,0 @@
-//go:build !linux
-
-package safetensors
-
-func dropPages([]byte) {}
