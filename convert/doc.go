@@ -99,7 +99,13 @@
 //
 // # Where checkpoints are written
 //
-// SaveShard and Commit write a folder of a local or shared file system, or
-// a location of a scheme registered with RegisterSink, through a Sink whose
-// files appear whole or not at all.
+// SaveShard, Commit and Run write a folder of a local or shared file
+// system, or a location of a scheme registered with RegisterSink (package
+// remote registers s3://), through a Sink whose files appear whole or not
+// at all. To an object store each shard is a multipart upload (parts in
+// parallel, each with its CRC-32C), the index is written last, so that a
+// reader never sees a partial set, and on failure or cancellation the
+// uploads are aborted. A location that holds weights already is replaced
+// only with Options.Overwrite: new shards under new names, the index
+// replaced last, the old shards removed after it.
 package convert

@@ -67,6 +67,13 @@ type Options struct {
 	// their folder (a Hugging Face cache snapshot); without it such links
 	// are refused, as the loader refuses them.
 	FollowSymlinks bool
+	// Overwrite lets Run replace the weights already at a destination of
+	// a registered sink (s3://...): the new shards are uploaded under new
+	// names, the index is replaced last, and the old files are removed
+	// after it. Without it such a destination that holds weights of the
+	// set is refused (ErrExists) before anything is written. A local
+	// folder's set is replaced atomically by package shard either way.
+	Overwrite bool
 	// Workers bounds the goroutines that convert (0: GOMAXPROCS).
 	Workers int
 	// ChunkBytes is the size of the pieces large tensors are converted in

@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"math"
 	"os"
+	"path"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -85,6 +86,12 @@ type runner struct {
 	phase   string
 	read    atomic.Int64
 	written int64
+
+	// sink is where the output goes when dst is a location of a
+	// registered sink (s3://...); components' outDir and single are then
+	// names in it. nil for paths.
+	sink     Sink
+	destFile string // the file name dst ends with, for a file source
 }
 
 // Run converts the checkpoint src into dst and reports what it did.
@@ -129,6 +136,14 @@ type runner struct {
 // wider float target, and dequantized and quantized anew to an FP8 target
 // with scales; its scales, markers and activation scales go when none of
 // the component's weights stays in the layout.
+//
+// dst may also be a location of a registered sink (s3://BUCKET/PREFIX with
+// package remote imported): a folder, or for a file source a location
+// ending in ".safetensors". Each set is then uploaded shard by shard and
+// its index last (nothing partial is
+// ever visible, uploads are aborted on failure or cancellation), configs
+// and other files after; weights already there are replaced only with
+// Options.Overwrite (ErrExists before anything is written otherwise).
 //
 // Tensors are converted piece by piece (Options.ChunkBytes) by
 // Options.Workers goroutines, straight from the source's mapping into
@@ -321,8 +336,14 @@ func (r *runner) plan(srcs []source) ([]copyFile, error) {
 		_, err := os.Stat(filepath.Join(r.src, "model_index.json"))
 		pipeline = err == nil
 	}
-	beside := dirSrc && samePath(r.src, r.dst)
-	if dirSrc && !beside {
+	remoteDst := ckpt.SchemeOf(r.dst) != ""
+	beside := dirSrc && !remoteDst && samePath(r.src, r.dst)
+	if remoteDst {
+		if err := r.openDest(dirSrc); err != nil {
+			return nil, err
+		}
+	}
+	if dirSrc && !beside && !remoteDst {
 		if st, err := os.Stat(r.dst); err == nil && !st.IsDir() {
 			return nil, &Error{Kind: ErrTarget, Path: r.dst, Msg: "a folder converts to a folder, and this is a file"}
 		}
@@ -350,6 +371,13 @@ func (r *runner) plan(srcs []source) ([]copyFile, error) {
 				rel = "."
 			}
 			c.outDir = filepath.Join(r.dst, rel)
+			if r.sink != nil {
+				c.outDir = path.Clean(filepath.ToSlash(rel))
+			}
+		case r.sink != nil:
+			if err := r.remoteFileDest(c, srcName, ok); err != nil {
+				return nil, err
+			}
 		default:
 			if err := r.fileDest(c, srcName, ok); err != nil {
 				return nil, err
@@ -370,6 +398,11 @@ func (r *runner) plan(srcs []source) ([]copyFile, error) {
 			}
 		}
 		r.comps = append(r.comps, c)
+	}
+	if r.sink != nil {
+		if err := r.checkRemoteDest(); err != nil {
+			return nil, err
+		}
 	}
 	if !dirSrc || beside {
 		return nil, nil
@@ -508,7 +541,11 @@ func (r *runner) writeComponent(c *component) error {
 		return r.writeTensor(pl, c, c.byName[s.Name], w)
 	}
 	cr := ComponentReport{Name: c.name, Dir: c.outDir, Quantization: c.qconfig}
-	if c.single != "" {
+	if r.sink != nil {
+		if err := r.writeRemote(c, &cr, specs, total, write, start); err != nil {
+			return err
+		}
+	} else if c.single != "" {
 		var max int64 = shard.DefaultMaxShardSize
 		if r.opts.MaxShardSize > 0 {
 			max = r.opts.MaxShardSize
@@ -756,6 +793,19 @@ func (r *runner) finishFiles(copies []copyFile) error {
 		if err != nil {
 			return &Error{Kind: ErrSource, Path: c.config, Msg: "config.json is not a JSON object", Err: err}
 		}
+		if r.sink != nil {
+			name := path.Join(c.outDir, "config.json")
+			if err := writeSinkFile(r.ctx, r.sink, name, out, false); err != nil {
+				return sinkErr(r.ctx, r.sink.Location(name), -1, err)
+			}
+			for i := range r.rep.Components {
+				if r.rep.Components[i].Dir == r.sink.Location(c.outDir) {
+					r.rep.Components[i].Config = r.sink.Location(name)
+				}
+			}
+			r.rep.Copied = append(r.rep.Copied, name)
+			continue
+		}
 		path := filepath.Join(c.outDir, "config.json")
 		if err := writeAtomic(r.ctx, path, func(w io.Writer) error { _, err := w.Write(out); return err }); err != nil {
 			return err
@@ -771,7 +821,11 @@ func (r *runner) finishFiles(copies []copyFile) error {
 		if err := r.ctx.Err(); err != nil {
 			return &Error{Kind: ErrCanceled, Path: r.dst, Err: err}
 		}
-		if err := copyInto(r.ctx, f.real, filepath.Join(r.dst, f.rel)); err != nil {
+		if r.sink != nil {
+			if err := copyToSink(r.ctx, r.sink, f.real, filepath.ToSlash(f.rel)); err != nil {
+				return err
+			}
+		} else if err := copyInto(r.ctx, f.real, filepath.Join(r.dst, f.rel)); err != nil {
 			return err
 		}
 		r.rep.Copied = append(r.rep.Copied, f.rel)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"os"
+	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -13,7 +15,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/ckpt-go/ckpt"
+	"github.com/ckpt-go/ckpt/ckpttest"
 	"github.com/ckpt-go/ckpt/convert"
+	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/internal/s3test"
 	"github.com/ckpt-go/ckpt/remote"
 )
@@ -145,4 +150,139 @@ func getS3(t *testing.T, s *s3test.Server, bucket, key string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// loadAll reads every tensor of path as stored.
+func loadAll(t *testing.T, path string) map[string][]byte {
+	t.Helper()
+	m, err := ckpt.Open(path, ckpt.WithDType(ckpt.AsStored), ckpt.WithScaleTensors())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	out := map[string][]byte{}
+	for _, n := range m.Names() {
+		tn, err := m.LoadTensor(context.Background(), n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[n] = slices.Clone(tn.Bytes())
+	}
+	return out
+}
+
+// Run writes to s3:// what it writes to a folder: shards uploaded in
+// parts, the index last, configs and other files copied; a location that
+// holds weights is refused without Overwrite and replaced with it.
+func TestRunToS3(t *testing.T) {
+	s := needS3(t)
+	remote.SetSinkOptions(remote.WithPartSize(remote.MinPartSize), remote.WithUploadConcurrency(3))
+	bucket := s.NewBucket(t)
+	src := ckpttest.Dir(t, ckpttest.Weights{Shards: 2, Tensors: ckpttest.Tensors(t,
+		"model.layers.0.mlp.up_proj.weight:F32[1536,1024] model.layers.0.mlp.down_proj.weight:F32[1024,1536] model.norm.weight:F32[1024] model.embed_tokens.weight:F32[512,1024]")})
+	os.WriteFile(filepath.Join(src, "config.json"), []byte(`{"model_type": "llama", "torch_dtype": "float32"}`), 0o644)
+	os.WriteFile(filepath.Join(src, "tokenizer.json"), []byte(`{"version": "1.0"}`), 0o644)
+	loc := "s3://" + bucket + "/models/llama"
+	opts := convert.Options{DType: ckpt.To(dtype.BF16), MaxShardSize: 4 << 20, Verify: true}
+
+	local := filepath.Join(t.TempDir(), "out")
+	if _, err := convert.Run(context.Background(), src, local, opts); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := convert.Run(context.Background(), src, loc, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Verified || len(rep.Components) != 1 || rep.Components[0].Index == "" || rep.Components[0].Dir != loc {
+		t.Fatalf("report %+v", rep.Components)
+	}
+	want := loadAll(t, local)
+	if got := loadAll(t, loc); !reflect.DeepEqual(got, want) {
+		t.Fatalf("s3 output differs from the local one")
+	}
+	keys, uploads := objects(t, s, bucket, "models/llama")
+	wantKeys := sorted(append(append([]string{}, rep.Components[0].Files...), rep.Components[0].Index, "config.json", "tokenizer.json"))
+	if !slices.Equal(keys, wantKeys) || len(uploads) > 0 {
+		t.Fatalf("objects %v (uploads %v), want %v", keys, uploads, wantKeys)
+	}
+	if cfg := getS3(t, s, bucket, "models/llama/config.json"); !strings.Contains(string(cfg), `"bfloat16"`) {
+		t.Errorf("config.json: %s", cfg)
+	}
+
+	// Refused without Overwrite, before anything is written.
+	opts2 := convert.Options{DType: ckpt.To(dtype.F16), MaxShardSize: 64 << 20}
+	if _, err := convert.Run(context.Background(), src, loc, opts2); !errors.Is(err, convert.ErrExists) {
+		t.Fatalf("Run over weights: %v", err)
+	}
+	if got := loadAll(t, loc); !reflect.DeepEqual(got, want) {
+		t.Fatal("a refused Run changed the output")
+	}
+	// Replaced with it: a single file now, then shards again (swap names).
+	opts2.Overwrite = true
+	if _, err := convert.Run(context.Background(), src, loc, opts2); err != nil {
+		t.Fatal(err)
+	}
+	keys, _ = objects(t, s, bucket, "models/llama")
+	if !slices.Equal(keys, []string{"config.json", "model.safetensors", "tokenizer.json"}) {
+		t.Errorf("after replacing with a single file: %v", keys)
+	}
+	opts.Overwrite = true
+	rep, err = convert.Run(context.Background(), src, loc, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := loadAll(t, loc); !reflect.DeepEqual(got, want) {
+		t.Fatal("output differs after replacing")
+	}
+	keys, _ = objects(t, s, bucket, "models/llama")
+	if !strings.Contains(rep.Components[0].Files[0], ".swap-") || len(keys) != len(wantKeys) {
+		t.Errorf("after replacing a single file with shards: %v (files %v)", keys, rep.Components[0].Files)
+	}
+
+	// A file source to a file location.
+	file := ckpttest.File(t, ckpttest.Tensors(t, "w:F32[64,64] b:F32[64]")...)
+	fileLoc := "s3://" + bucket + "/single/model.bf16.safetensors"
+	if _, err := convert.Run(context.Background(), file, fileLoc, convert.Options{DType: ckpt.To(dtype.BF16), Verify: true}); err != nil {
+		t.Fatal(err)
+	}
+	if keys, _ := objects(t, s, bucket, "single"); !slices.Equal(keys, []string{"model.bf16.safetensors"}) {
+		t.Errorf("file output: %v", keys)
+	}
+}
+
+// A Run cancelled in the middle of an upload leaves no part and no new
+// object: the previous output is what readers load.
+func TestRunToS3Canceled(t *testing.T) {
+	s := needS3(t)
+	remote.SetSinkOptions(remote.WithPartSize(remote.MinPartSize), remote.WithUploadConcurrency(2))
+	bucket := s.NewBucket(t)
+	src := ckpttest.Dir(t, ckpttest.Weights{Shards: 1, Tensors: ckpttest.Tensors(t,
+		"a.weight:F32[2048,1024] b.weight:F32[2048,1024] c.weight:F32[2048,1024]")})
+	loc := "s3://" + bucket + "/out"
+	if _, err := convert.Run(context.Background(), src, loc, convert.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := objects(t, s, bucket, "out")
+	want := loadAll(t, loc)
+	for _, maxShard := range []int64{0, 10 << 20} {
+		ctx, cancel := context.WithCancel(context.Background())
+		opts := convert.Options{DType: ckpt.To(dtype.F16), MaxShardSize: maxShard, Overwrite: true, ChunkBytes: 1 << 20,
+			Progress: func(p convert.Progress) {
+				if p.Done > 13<<19 { // past two parts of F16 data
+					cancel()
+				}
+			}}
+		_, err := convert.Run(ctx, src, loc, opts)
+		cancel()
+		if !errors.Is(err, convert.ErrCanceled) {
+			t.Fatalf("max shard %d: %v", maxShard, err)
+		}
+		keys, uploads := objects(t, s, bucket, "out")
+		if !slices.Equal(keys, before) || len(uploads) > 0 {
+			t.Errorf("max shard %d: objects %v (uploads %v), want %v", maxShard, keys, uploads, before)
+		}
+		if got := loadAll(t, loc); !reflect.DeepEqual(got, want) {
+			t.Errorf("max shard %d: the previous output changed", maxShard)
+		}
+	}
 }

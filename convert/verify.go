@@ -3,7 +3,6 @@ package convert
 import (
 	"fmt"
 	"hash/crc32"
-	"path/filepath"
 	"slices"
 
 	"github.com/ckpt-go/ckpt"
@@ -24,9 +23,9 @@ func (r *runner) verify() error {
 	r.progMu.Unlock()
 	for i, c := range r.comps {
 		cr := r.rep.Components[i]
-		entry := filepath.Join(cr.Dir, cr.Files[0])
+		entry := joinLocation(cr.Dir, cr.Files[0])
 		if cr.Index != "" {
-			entry = filepath.Join(cr.Dir, cr.Index)
+			entry = joinLocation(cr.Dir, cr.Index)
 		}
 		var copts []ckpt.Option
 		if r.opts.FollowSymlinks {

@@ -56,6 +56,14 @@ the commit when a value overflows its target; --verify reads the output
 back and checks it tensor by tensor. On a terminal a progress bar shows
 bytes, rate and time left; it is quiet otherwise.
 
+DST may be an s3://BUCKET/PREFIX location (a folder; for a file source, a
+location ending in .safetensors names the file): each shard is uploaded as
+a multipart upload (parts in parallel, each with its CRC-32C), the index
+last, so that a reader never sees a partial set; on an error or Ctrl-C the
+uploads are aborted. A location that holds weights already is refused
+unless --overwrite: the new shards then take new names, the index is
+replaced last and the old shards are removed after it.
+
 ` + policyHelp + `
 
 Exit status: 0 when the conversion is done, 1 when it failed (nothing of a
@@ -66,7 +74,8 @@ Examples:
   ckpt convert ./llama ./llama-fp8 --dtype F8_E4M3 --fp8-scale block:128 --verify
   ckpt convert ./flux-dev ./flux-dev --variant bf16 --dtype bf16
   ckpt convert ./model.safetensors ./out --dtype F8_E4M3 --scale-format deepseek --max-shard-size 2GB
-  ckpt convert ./model.safetensors ./model.fp16.safetensors --dtype f16 --fail-on-overflow --json`,
+  ckpt convert ./model.safetensors ./model.fp16.safetensors --dtype f16 --fail-on-overflow --json
+  ckpt convert ./llama s3://models/llama-fp8 --dtype F8_E4M3 --verify`,
 	}
 	c.run = func(e *env, args []string) error {
 		fs := newFlags(e, c)
@@ -89,6 +98,7 @@ Examples:
 		failOverflow := fs.Bool("fail-on-overflow", false, "fail, committing nothing, when a value overflows its target or becomes NaN or Inf")
 		verify := fs.Bool("verify", false, "read the output back and check it tensor by tensor")
 		asJSON := fs.Bool("json", false, "print the report as JSON")
+		overwrite := fs.Bool("overwrite", false, "replace the weights already at an s3:// DST (a local DST's set is replaced atomically either way)")
 		workers := fs.Int("workers", 0, "the `N` goroutines that convert (0: one per CPU)")
 		follow := followFlag(fs)
 		pos, err := parseFlags(e, c, fs, args)
@@ -101,7 +111,7 @@ Examples:
 		opts := convert.Options{
 			DType: dtype.t, Rules: rules, Variant: *variant, SourceVariant: *srcVariant,
 			Saturate: *saturate, FailOnOverflow: *failOverflow, Verify: *verify,
-			Workers: *workers, FollowSymlinks: *follow,
+			Workers: *workers, FollowSymlinks: *follow, Overwrite: *overwrite,
 		}
 		if len(components) > 0 {
 			opts.Components = map[string]ckpt.Target{}

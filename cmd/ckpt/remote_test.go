@@ -112,3 +112,29 @@ func TestRemoteLocations(t *testing.T) {
 		t.Errorf("missing: %d %s", code, stderr)
 	}
 }
+
+// ckpt convert writes to s3://, refuses to replace weights there without
+// --overwrite, and reads its own output back with --verify.
+func TestConvertToS3(t *testing.T) {
+	s := needS3(t)
+	src := ckpttest.Dir(t, ckpttest.Weights{Shards: 2, Tensors: ckpttest.Tensors(t, "a.w:F32[64,32] a.n:F32[32] b.w:F32[32,32]")})
+	bucket := s.NewBucket(t)
+	loc := "s3://" + bucket + "/out/m"
+	if _, stderr, code := runCLI(t, "convert", src, loc, "--dtype", "bf16", "--max-shard-size", "4KiB", "--verify"); code != 0 {
+		t.Fatalf("convert: exit %d: %s", code, stderr)
+	}
+	out, stderr, code := runCLI(t, "validate", loc)
+	if code != 0 {
+		t.Fatalf("validate: exit %d: %s %s", code, out, stderr)
+	}
+	if _, stderr, code := runCLI(t, "convert", src, loc, "--dtype", "f16"); code != 1 || !strings.Contains(stderr, "--overwrite") {
+		t.Fatalf("convert over weights: exit %d: %s", code, stderr)
+	}
+	if _, stderr, code := runCLI(t, "convert", src, loc, "--dtype", "f16", "--overwrite", "--verify"); code != 0 {
+		t.Fatalf("convert --overwrite: exit %d: %s", code, stderr)
+	}
+	out, _, _ = runCLI(t, "plan", loc)
+	if !strings.Contains(out, "F16") {
+		t.Errorf("plan after --overwrite:\n%s", out)
+	}
+}

@@ -1,0 +1,338 @@
+package convert
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"regexp"
+	"slices"
+
+	"github.com/ckpt-go/ckpt/safetensors"
+	"github.com/ckpt-go/ckpt/shard"
+)
+
+// setNames recognizes the files of the set of one prefix and variant in
+// every naming package shard and package variant know: the single file,
+// current and legacy indexes, standard, swap-named and legacy shards.
+type setNames struct {
+	prefix, variant string
+	single, index   string
+	member          *regexp.Regexp
+}
+
+func newSetNames(prefix, variant string) setNames {
+	q := regexp.QuoteMeta(prefix)
+	nn := `-\d{5,}-of-\d{5,}`
+	var alts []string
+	if variant == "" {
+		alts = []string{
+			q + `\.safetensors`,
+			q + `\.safetensors\.index\.json`,
+			q + nn + `(?:\.swap-[0-9a-f]{12})?\.safetensors`,
+		}
+	} else {
+		v := regexp.QuoteMeta(variant)
+		alts = []string{
+			q + `\.` + v + `\.safetensors`,
+			q + `\.safetensors\.index\.` + v + `\.json`,
+			q + `\.safetensors\.` + v + `\.index\.json`,
+			q + `\.` + v + nn + `(?:\.swap-[0-9a-f]{12})?\.safetensors`,
+			q + nn + `\.` + v + `\.safetensors`,
+		}
+	}
+	re := `^(?:`
+	for i, a := range alts {
+		if i > 0 {
+			re += "|"
+		}
+		re += a
+	}
+	return setNames{prefix: prefix, variant: variant, single: singleName(prefix, variant), index: indexName(prefix, variant),
+		member: regexp.MustCompile(re + `)$`)}
+}
+
+func singleName(prefix, variant string) string {
+	if variant == "" {
+		return prefix + ".safetensors"
+	}
+	return prefix + "." + variant + ".safetensors"
+}
+
+func indexName(prefix, variant string) string {
+	if variant == "" {
+		return prefix + ".safetensors.index.json"
+	}
+	return prefix + ".safetensors.index." + variant + ".json"
+}
+
+func shardFileName(prefix, variant string, i, n int, token string) string {
+	if variant != "" {
+		prefix += "." + variant
+	}
+	s := fmt.Sprintf("%s-%05d-of-%05d", prefix, i, n)
+	if token != "" {
+		s += ".swap-" + token
+	}
+	return s + ".safetensors"
+}
+
+// sinkSet is a weights set to write through a Sink.
+type sinkSet struct {
+	sink            Sink
+	dir             string // the set's folder in the sink ("." for its root)
+	prefix, variant string
+	specs           []safetensors.TensorSpec
+	write           func(safetensors.TensorSpec, io.Writer) error
+	metadata        map[string]string
+	maxShard        int64
+	overwrite       bool
+	order           func([]safetensors.TensorSpec)
+}
+
+// sinkSetResult describes a set written through a Sink.
+type sinkSetResult struct {
+	files    []string // in shard order, relative to the set's folder
+	index    string   // "" for a single file
+	total    int64
+	replaced []string
+	warnings []string
+}
+
+func (s *sinkSet) name(n string) string {
+	if s.dir == "." || s.dir == "" {
+		return n
+	}
+	return path.Join(s.dir, n)
+}
+
+// existingSet lists the files of the set of prefix and variant in the
+// folder dir of the sink.
+func existingSet(fsys fs.FS, dir string, names setNames) ([]string, error) {
+	es, err := fs.ReadDir(fsys, dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range es {
+		if !e.IsDir() && names.member.MatchString(e.Name()) {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}
+
+// writeSinkSet writes a set through a Sink, so that a reader never sees a
+// partial one: the shards under names no reader follows yet (their
+// standard names when the folder holds no file of the set, else swap
+// names), then the index, written last in one request (exclusive when the
+// folder had none, so that an index written meanwhile by someone else is
+// never replaced: ErrConflict), then the previous set's single file or
+// index that would shadow the new set is removed, then the rest of the
+// previous set. A set that fits one shard is one file, PREFIX[.V].safetensors,
+// whose upload replaces a previous one in one step. A folder that holds a
+// set already is refused (ErrExists) unless overwrite is set. On failure
+// or cancellation the file being written is aborted and the new files are
+// removed: the previous set is untouched.
+func writeSinkSet(ctx context.Context, s *sinkSet) (*sinkSetResult, error) {
+	where := s.sink.Location(s.dir)
+	names := newSetNames(s.prefix, s.variant)
+	prev, err := existingSet(s.sink.FS(), s.dir, names)
+	if err != nil {
+		return nil, &Error{Kind: ErrTarget, Path: where, Msg: "listing the folder", Err: err}
+	}
+	if len(prev) > 0 && !s.overwrite {
+		return nil, &Error{Kind: ErrExists, Path: where,
+			Msg: fmt.Sprintf("the location holds weights of this set already (%s): the overwrite option replaces them", prev[0])}
+	}
+	sizes := make([]int64, len(s.specs))
+	var total int64
+	for i, sp := range s.specs {
+		n, err := sp.ByteLen()
+		if err != nil {
+			return nil, &Error{Kind: ErrShape, Path: where, Tensor: sp.Name, Err: err}
+		}
+		sizes[i], total = n, total+n
+	}
+	groups := packGroups(sizes, s.maxShard)
+	n := len(groups)
+	token := ""
+	if n > 1 && len(prev) > 0 {
+		if token, err = randomToken(); err != nil {
+			return nil, &Error{Kind: ErrWrite, Path: where, Err: err}
+		}
+	}
+	res := &sinkSetResult{total: total}
+	gspecs := make([][]safetensors.TensorSpec, n)
+	for gi, g := range groups {
+		for _, i := range g {
+			gspecs[gi] = append(gspecs[gi], s.specs[i])
+		}
+		if n == 1 {
+			res.files = append(res.files, names.single)
+		} else {
+			res.files = append(res.files, shardFileName(s.prefix, s.variant, gi+1, n, token))
+		}
+	}
+	if n > 1 {
+		res.index = names.index
+	}
+	if s.order != nil {
+		var order []safetensors.TensorSpec
+		for _, gs := range gspecs {
+			w, err := safetensors.NewWriter(io.Discard, gs, s.metadata)
+			if err != nil {
+				return nil, &Error{Kind: ErrHeader, Path: where, Err: err}
+			}
+			order = append(order, w.Order()...)
+		}
+		s.order(order)
+	}
+
+	var written []string // new files in place, removed again on failure
+	fail := func(err error) (*sinkSetResult, error) {
+		for _, f := range written {
+			if slices.Contains(prev, f) {
+				continue // replaced in one step: the previous file is gone
+			}
+			s.sink.Remove(context.WithoutCancel(ctx), s.name(f))
+		}
+		return nil, err
+	}
+	weightMap := map[string]string{}
+	for gi, gs := range gspecs {
+		name := res.files[gi]
+		if err := s.writeShard(ctx, name, gs); err != nil {
+			return fail(err)
+		}
+		written = append(written, name)
+		for _, sp := range gs {
+			weightMap[sp.Name] = name
+		}
+		at("sink-shard")
+	}
+	if n > 1 {
+		doc := struct {
+			Metadata  map[string]int64  `json:"metadata"`
+			WeightMap map[string]string `json:"weight_map"`
+		}{map[string]int64{"total_size": total}, weightMap}
+		b, err := json.MarshalIndent(doc, "", "  ")
+		if err != nil {
+			return fail(&Error{Kind: ErrWrite, Path: where, Err: err})
+		}
+		if err := ctx.Err(); err != nil {
+			return fail(&Error{Kind: ErrCanceled, Path: where, Err: err})
+		}
+		if err := writeSinkFile(ctx, s.sink, s.name(names.index), append(b, '\n'), !slices.Contains(prev, names.index)); err != nil {
+			if errors.Is(err, fs.ErrExist) {
+				return fail(&Error{Kind: ErrConflict, Path: s.sink.Location(s.name(names.index)), Msg: "another writer wrote the index meanwhile; it was not replaced", Err: err})
+			}
+			return fail(sinkErr(ctx, s.sink.Location(s.name(names.index)), -1, err))
+		}
+	}
+	at("sink-indexed")
+	// The switch for readers that prefer the other entry point.
+	shadow := names.single
+	if n == 1 {
+		shadow = names.index
+	}
+	if slices.Contains(prev, shadow) {
+		if err := s.sink.Remove(ctx, s.name(shadow)); err != nil {
+			return nil, &Error{Kind: ErrCommit, Path: s.sink.Location(s.name(shadow)), Err: err,
+				Msg: "the new set is in place, but this file of the previous set could not be removed: readers that prefer it still load the previous set"}
+		}
+		res.replaced = append(res.replaced, shadow)
+	}
+	for _, f := range prev {
+		if f == shadow || slices.Contains(res.files, f) || f == res.index {
+			if f != shadow {
+				res.replaced = append(res.replaced, f)
+			}
+			continue
+		}
+		if err := s.sink.Remove(ctx, s.name(f)); err != nil {
+			res.warnings = append(res.warnings, fmt.Sprintf("could not remove %s of the previous set: %v", s.sink.Location(s.name(f)), err))
+			continue
+		}
+		res.replaced = append(res.replaced, f)
+	}
+	return res, nil
+}
+
+// writeShard streams one file of the set.
+func (s *sinkSet) writeShard(ctx context.Context, name string, specs []safetensors.TensorSpec) error {
+	where := s.sink.Location(s.name(name))
+	f, err := s.sink.Create(ctx, s.name(name), false)
+	if err != nil {
+		return sinkErr(ctx, where, -1, err)
+	}
+	bw := bufio.NewWriterSize(f, 1<<20)
+	err = func() error {
+		w, err := safetensors.NewWriter(bw, specs, s.metadata)
+		if err != nil {
+			return err
+		}
+		for {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			sp, tw, err := w.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			cw := &countWriter{w: tw}
+			if err := s.write(sp, cw); err != nil {
+				return err
+			}
+			if want, _ := sp.ByteLen(); cw.n != want {
+				return &Error{Kind: ErrWrite, Path: where, Tensor: sp.Name, Msg: fmt.Sprintf("%d bytes written, %s%v needs %d", cw.n, sp.DType, sp.Shape, want)}
+			}
+		}
+		if err := w.Close(); err != nil {
+			return err
+		}
+		return bw.Flush()
+	}()
+	if err == nil {
+		err = f.Close()
+	}
+	if err != nil {
+		f.Abort()
+		var ce *Error
+		if errors.As(err, &ce) {
+			return ce
+		}
+		return sinkErr(ctx, where, -1, err)
+	}
+	return nil
+}
+
+// countWriter counts the bytes a tensor's writer accepted.
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	c.n += int64(n)
+	return n, err
+}
+
+// maxShardOr is the shard size limit: n, or package shard's default.
+func maxShardOr(n int64) int64 {
+	if n > 0 {
+		return n
+	}
+	return shard.DefaultMaxShardSize
+}
