@@ -2,7 +2,6 @@ package ckpt
 
 import (
 	"strconv"
-	"strings"
 
 	"github.com/ckpt-go/ckpt/internal/errkind"
 )
@@ -95,34 +94,11 @@ type Error struct {
 
 // Error formats the kind, what it concerns and the cause.
 func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString("ckpt: ")
-	b.WriteString(e.Kind.String())
-	if e.Path != "" {
-		b.WriteString(": ")
-		b.WriteString(e.Path)
-	}
-	if e.Component != "" {
-		b.WriteString(": component ")
-		b.WriteString(strconv.Quote(e.Component))
-	}
-	if e.Tensor != "" {
-		b.WriteString(": tensor ")
-		b.WriteString(strconv.Quote(e.Tensor))
-	}
+	m := errkind.NewMessage("ckpt").Add(e.Kind.String()).Add(e.Path).Quote("component", e.Component).Quote("tensor", e.Tensor)
 	if e.Pattern != "" || e.Kind == ErrPattern {
-		b.WriteString(": pattern ")
-		b.WriteString(strconv.Quote(e.Pattern))
+		m.Add("pattern " + strconv.Quote(e.Pattern))
 	}
-	if e.Msg != "" {
-		b.WriteString(": ")
-		b.WriteString(e.Msg)
-	}
-	if e.Err != nil {
-		b.WriteString(": ")
-		b.WriteString(e.Err.Error())
-	}
-	return b.String()
+	return m.Add(e.Msg).Err(e.Err).String()
 }
 
 // Is reports whether target is e's kind.

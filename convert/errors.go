@@ -2,6 +2,7 @@ package convert
 
 import (
 	"fmt"
+	"github.com/ckpt-go/ckpt/internal/errkind"
 	"strconv"
 	"strings"
 )
@@ -22,37 +23,17 @@ type Error struct {
 
 // Error formats the kind, what the error concerns and the cause.
 func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString("convert: ")
-	b.WriteString(e.Kind.String())
-	if e.Path != "" {
-		fmt.Fprintf(&b, ": %s", e.Path)
-	}
-	if e.Component != "" {
-		fmt.Fprintf(&b, ": component %q", e.Component)
-	}
+	m := errkind.NewMessage("convert").Add(e.Kind.String()).Add(e.Path).Quote("component", e.Component)
 	if len(e.Ranks) == 1 {
-		fmt.Fprintf(&b, ": rank %d", e.Ranks[0])
+		m.Add("rank " + strconv.Itoa(e.Ranks[0]))
 	} else if len(e.Ranks) > 1 {
 		rs := make([]string, len(e.Ranks))
 		for i, r := range e.Ranks {
 			rs[i] = strconv.Itoa(r)
 		}
-		fmt.Fprintf(&b, ": ranks %s", strings.Join(rs, ", "))
+		m.Add("ranks " + strings.Join(rs, ", "))
 	}
-	if e.Tensor != "" {
-		fmt.Fprintf(&b, ": tensor %q", e.Tensor)
-	}
-	if e.Field != "" {
-		fmt.Fprintf(&b, ": %s", e.Field)
-	}
-	if e.Msg != "" {
-		fmt.Fprintf(&b, ": %s", e.Msg)
-	}
-	if e.Err != nil {
-		fmt.Fprintf(&b, ": %v", e.Err)
-	}
-	return b.String()
+	return m.Quote("tensor", e.Tensor).Add(e.Field).Add(e.Msg).Err(e.Err).String()
 }
 
 // Is reports whether target is e's kind.

@@ -2,8 +2,8 @@ package executor
 
 import (
 	"fmt"
+	"github.com/ckpt-go/ckpt/internal/errkind"
 	"strconv"
-	"strings"
 )
 
 // ErrorKind classifies the errors of executors. Each kind is an error, so
@@ -86,27 +86,8 @@ type Error struct {
 
 // Error formats the error as `executor: KIND: EXECUTOR: OP: tensor "T": MSG: CAUSE`.
 func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString("executor: ")
-	b.WriteString(e.Kind.String())
-	for _, s := range []string{e.Executor, e.Op} {
-		if s != "" {
-			b.WriteString(": ")
-			b.WriteString(s)
-		}
-	}
-	if e.Tensor != "" {
-		fmt.Fprintf(&b, ": tensor %q", e.Tensor)
-	}
-	if e.Msg != "" {
-		b.WriteString(": ")
-		b.WriteString(e.Msg)
-	}
-	if e.Err != nil {
-		b.WriteString(": ")
-		b.WriteString(e.Err.Error())
-	}
-	return b.String()
+	return errkind.NewMessage("executor").Add(e.Kind.String()).Add(e.Executor).Add(e.Op).Quote("tensor", e.Tensor).
+		Add(e.Msg).Err(e.Err).String()
 }
 
 // Is reports whether target is e's kind.

@@ -1,9 +1,6 @@
 package quant
 
 import (
-	"strconv"
-	"strings"
-
 	"github.com/ckpt-go/ckpt/internal/errkind"
 )
 
@@ -101,26 +98,8 @@ type Error struct {
 
 // Error formats the error as `quant: KIND: tensor "NAME": FIELD: MSG: CAUSE`.
 func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString("quant: ")
-	b.WriteString(e.Kind.String())
-	if e.Tensor != "" {
-		b.WriteString(": tensor ")
-		b.WriteString(strconv.Quote(e.Tensor))
-	}
-	if e.Field != "" {
-		b.WriteString(": ")
-		b.WriteString(e.Field)
-	}
-	if e.Msg != "" {
-		b.WriteString(": ")
-		b.WriteString(e.Msg)
-	}
-	if e.Err != nil {
-		b.WriteString(": ")
-		b.WriteString(e.Err.Error())
-	}
-	return b.String()
+	return errkind.NewMessage("quant").Add(e.Kind.String()).Quote("tensor", e.Tensor).Add(e.Field).
+		Add(e.Msg).Err(e.Err).String()
 }
 
 // Is reports whether target is e's Kind.

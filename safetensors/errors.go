@@ -1,6 +1,7 @@
 package safetensors
 
 import (
+	"cmp"
 	"strconv"
 	"strings"
 
@@ -145,31 +146,8 @@ type Error struct {
 // Error formats the error as
 // "safetensors: FILE: tensor "NAME": FIELD: MESSAGE: CAUSE".
 func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString("safetensors: ")
-	if e.File != "" {
-		b.WriteString(e.File)
-		b.WriteString(": ")
-	}
-	if e.Tensor != "" {
-		b.WriteString("tensor ")
-		b.WriteString(strconv.Quote(e.Tensor))
-		b.WriteString(": ")
-	}
-	if e.Field != "" {
-		b.WriteString(e.Field)
-		b.WriteString(": ")
-	}
-	if e.Msg != "" {
-		b.WriteString(e.Msg)
-	} else {
-		b.WriteString(strings.ReplaceAll(e.Kind.String(), "_", " "))
-	}
-	if e.Err != nil {
-		b.WriteString(": ")
-		b.WriteString(e.Err.Error())
-	}
-	return b.String()
+	return errkind.NewMessage("safetensors").Add(e.File).Quote("tensor", e.Tensor).Add(e.Field).
+		Add(cmp.Or(e.Msg, strings.ReplaceAll(e.Kind.String(), "_", " "))).Err(e.Err).String()
 }
 
 // Is reports whether target is e's Kind.

@@ -2,8 +2,6 @@ package shard
 
 import (
 	"errors"
-	"strconv"
-	"strings"
 
 	"github.com/ckpt-go/ckpt/internal/errkind"
 	"github.com/ckpt-go/ckpt/safetensors"
@@ -130,30 +128,8 @@ type Error struct {
 
 // Error formats the kind, the file, shard and tensor, and the cause.
 func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString("shard: ")
-	b.WriteString(e.Kind.String())
-	if e.Path != "" {
-		b.WriteString(": ")
-		b.WriteString(e.Path)
-	}
-	if e.Shard != "" {
-		b.WriteString(": shard ")
-		b.WriteString(strconv.Quote(e.Shard))
-	}
-	if e.Tensor != "" {
-		b.WriteString(": tensor ")
-		b.WriteString(strconv.Quote(e.Tensor))
-	}
-	if e.Msg != "" {
-		b.WriteString(": ")
-		b.WriteString(e.Msg)
-	}
-	if e.Err != nil {
-		b.WriteString(": ")
-		b.WriteString(e.Err.Error())
-	}
-	return b.String()
+	return errkind.NewMessage("shard").Add(e.Kind.String()).Add(e.Path).Quote("shard", e.Shard).Quote("tensor", e.Tensor).
+		Add(e.Msg).Err(e.Err).String()
 }
 
 // Is reports whether target is e's kind (or, for ErrTensorNotFound,

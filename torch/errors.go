@@ -1,7 +1,7 @@
 package torch
 
 import (
-	"strconv"
+	"cmp"
 	"strings"
 
 	"github.com/ckpt-go/ckpt/internal/errkind"
@@ -143,36 +143,8 @@ type Error struct {
 // `torch: FILE: RECORD: tensor "NAME": global "MOD NAME": MESSAGE: CAUSE`,
 // leaving out the parts that do not apply.
 func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString("torch: ")
-	if e.File != "" {
-		b.WriteString(e.File)
-		b.WriteString(": ")
-	}
-	if e.Record != "" {
-		b.WriteString(e.Record)
-		b.WriteString(": ")
-	}
-	if e.Tensor != "" {
-		b.WriteString("tensor ")
-		b.WriteString(strconv.Quote(e.Tensor))
-		b.WriteString(": ")
-	}
-	if e.Global != "" {
-		b.WriteString("global ")
-		b.WriteString(strconv.Quote(e.Global))
-		b.WriteString(": ")
-	}
-	if e.Msg != "" {
-		b.WriteString(e.Msg)
-	} else {
-		b.WriteString(strings.ReplaceAll(e.Kind.String(), "_", " "))
-	}
-	if e.Err != nil {
-		b.WriteString(": ")
-		b.WriteString(e.Err.Error())
-	}
-	return b.String()
+	return errkind.NewMessage("torch").Add(e.File).Add(e.Record).Quote("tensor", e.Tensor).Quote("global", e.Global).
+		Add(cmp.Or(e.Msg, strings.ReplaceAll(e.Kind.String(), "_", " "))).Err(e.Err).String()
 }
 
 // Is reports whether target is e's kind.

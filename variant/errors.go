@@ -1,9 +1,6 @@
 package variant
 
 import (
-	"strconv"
-	"strings"
-
 	"github.com/ckpt-go/ckpt/internal/errkind"
 	"github.com/ckpt-go/ckpt/shard"
 )
@@ -119,52 +116,22 @@ type Error struct {
 
 // Error formats the kind, the folder, file and tensor, and the cause.
 func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString("variant: ")
-	b.WriteString(e.Kind.String())
-	if e.Dir != "" {
-		b.WriteString(": ")
-		b.WriteString(e.Dir)
-	}
-	if e.File != "" {
-		b.WriteString(": ")
-		b.WriteString(strconv.Quote(e.File))
-	}
-	if e.Tensor != "" {
-		b.WriteString(": tensor ")
-		b.WriteString(strconv.Quote(e.Tensor))
-	}
+	m := errkind.NewMessage("variant").Add(e.Kind.String()).Add(e.Dir).Quote("", e.File).Quote("tensor", e.Tensor)
 	cause := e.Err
 	if se, ok := e.Err.(*shard.Error); ok {
 		// A wrapped shard error: give its details without repeating the
 		// kind and path.
 		if k := se.Kind.String(); k != e.Kind.String() {
-			b.WriteString(": ")
-			b.WriteString(k)
+			m.Add(k)
 		}
-		if se.Shard != "" {
-			b.WriteString(": shard ")
-			b.WriteString(strconv.Quote(se.Shard))
+		m.Quote("shard", se.Shard)
+		if e.Tensor == "" {
+			m.Quote("tensor", se.Tensor)
 		}
-		if se.Tensor != "" && e.Tensor == "" {
-			b.WriteString(": tensor ")
-			b.WriteString(strconv.Quote(se.Tensor))
-		}
-		if se.Msg != "" {
-			b.WriteString(": ")
-			b.WriteString(se.Msg)
-		}
+		m.Add(se.Msg)
 		cause = se.Err
 	}
-	if e.Msg != "" {
-		b.WriteString(": ")
-		b.WriteString(e.Msg)
-	}
-	if cause != nil {
-		b.WriteString(": ")
-		b.WriteString(cause.Error())
-	}
-	return b.String()
+	return m.Add(e.Msg).Err(cause).String()
 }
 
 // Is reports whether target is e's kind.

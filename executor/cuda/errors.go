@@ -88,45 +88,18 @@ type Error struct {
 
 // Error formats the kind, what it concerns and the cause.
 func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString("cuda: ")
-	b.WriteString(e.Kind.String())
-	if e.Op != "" {
-		b.WriteString(": ")
-		b.WriteString(e.Op)
+	call := e.Call
+	if e.Call != "" && e.Name != "" {
+		call += " returned " + e.Name + " (" + strconv.Itoa(e.Code) + ")"
+	} else if e.Call != "" && e.Code != 0 {
+		call += " returned " + strconv.Itoa(e.Code)
 	}
-	if e.Tensor != "" {
-		b.WriteString(": tensor ")
-		b.WriteString(strconv.Quote(e.Tensor))
-	}
-	if e.Call != "" {
-		b.WriteString(": ")
-		b.WriteString(e.Call)
-		if e.Code != 0 || e.Name != "" {
-			b.WriteString(" returned ")
-			if e.Name != "" {
-				b.WriteString(e.Name)
-				b.WriteString(" (")
-				b.WriteString(strconv.Itoa(e.Code))
-				b.WriteString(")")
-			} else {
-				b.WriteString(strconv.Itoa(e.Code))
-			}
-		}
-	}
-	if e.Msg != "" {
-		b.WriteString(": ")
-		b.WriteString(e.Msg)
-	}
-	if e.Err != nil {
-		b.WriteString(": ")
-		b.WriteString(e.Err.Error())
-	}
+	s := errkind.NewMessage("cuda").Add(e.Kind.String()).Add(e.Op).Quote("tensor", e.Tensor).Add(call).
+		Add(e.Msg).Err(e.Err).String()
 	if e.Log != "" {
-		b.WriteString("\nJIT log:\n")
-		b.WriteString(strings.TrimRight(e.Log, "\n"))
+		s += "\nJIT log:\n" + strings.TrimRight(e.Log, "\n")
 	}
-	return b.String()
+	return s
 }
 
 // Is reports whether target is e's kind.

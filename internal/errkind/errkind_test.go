@@ -1,6 +1,7 @@
 package errkind
 
 import (
+	"errors"
 	"slices"
 	"testing"
 )
@@ -23,5 +24,22 @@ func TestAll(t *testing.T) {
 	}
 	if got := All[kind](nil); len(got) != 0 {
 		t.Errorf("All(nil) = %v", got)
+	}
+}
+
+func TestMessage(t *testing.T) {
+	for _, c := range []struct {
+		m    *Message
+		want string
+	}{
+		{NewMessage("pkg"), "pkg: "},
+		{NewMessage("pkg").Add("kind"), "pkg: kind"},
+		{NewMessage("pkg").Add("").Quote("tensor", "").Err(nil).Add("kind"), "pkg: kind"},
+		{NewMessage("pkg").Add("kind").Add("a/b").Quote("tensor", "w\"1").Quote("", "f").Add("msg").Err(errors.New("cause")),
+			`pkg: kind: a/b: tensor "w\"1": "f": msg: cause`},
+	} {
+		if got := c.m.String(); got != c.want {
+			t.Errorf("got %q, want %q", got, c.want)
+		}
 	}
 }
