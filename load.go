@@ -487,15 +487,10 @@ func (m *Model) run(ctx context.Context, work []piece) error {
 	if lim := int(m.cfg.staging / chunkBytes); workers > lim {
 		workers = max(lim, 1)
 	}
-	var total int64
-	for _, p := range work {
-		total += p.bytes
-	}
+	meter := m.newMeter(work)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var next atomic.Int64
-	var progMu sync.Mutex
-	var done int64
 	opts := m.cfg.convertOptions()
 	var wg sync.WaitGroup
 	for range workers {
@@ -516,15 +511,7 @@ func (m *Model) run(ctx context.Context, work []piece) error {
 					cancel(err)
 					return
 				}
-				p.mu.Lock()
-				p.t.Stats.Add(st)
-				p.mu.Unlock()
-				progMu.Lock()
-				done += p.bytes
-				if m.cfg.progress != nil {
-					m.cfg.progress(Progress{Done: done, Total: total, Tensor: p.t.Name})
-				}
-				progMu.Unlock()
+				meter.finish(p, st)
 			}
 		}()
 	}
@@ -533,6 +520,35 @@ func (m *Model) run(ctx context.Context, work []piece) error {
 		return err
 	}
 	return nil
+}
+
+// loadMeter counts the finished pieces of a load: it adds each one's
+// statistics to its tensor and reports the progress.
+type loadMeter struct {
+	progress    func(Progress)
+	mu          sync.Mutex
+	done, total int64
+}
+
+func (m *Model) newMeter(work []piece) *loadMeter {
+	pm := &loadMeter{progress: m.cfg.progress}
+	for _, p := range work {
+		pm.total += p.bytes
+	}
+	return pm
+}
+
+// finish records that p is done, with the conversion statistics st.
+func (pm *loadMeter) finish(p *piece, st dtype.Stats) {
+	p.mu.Lock()
+	p.t.Stats.Add(st)
+	p.mu.Unlock()
+	pm.mu.Lock()
+	pm.done += p.bytes
+	if pm.progress != nil {
+		pm.progress(Progress{Done: pm.done, Total: pm.total, Tensor: p.t.Name})
+	}
+	pm.mu.Unlock()
 }
 
 // doPiece does one piece of work.
@@ -612,8 +628,21 @@ func (m *Model) dequantize(ctx context.Context, p *piece, opts dtype.Options) (s
 			return st, err
 		}
 	}
-	// Views of a mapping fault (SIGBUS) when the file was truncated: turn
-	// that into an error.
+	// Views of a mapping fault (SIGBUS) when the file was truncated.
+	err = protectFault(func() (err error) {
+		if p.n > 0 {
+			st, err = q.DequantizeRows(ctx, p.dst, p.e.out, data, scales, p.first, p.n, opts)
+		} else {
+			st, err = q.DequantizeContext(ctx, p.dst, p.e.out, data, scales, opts)
+		}
+		return err
+	})
+	return st, err
+}
+
+// protectFault runs fn, turning a memory fault on a mapping (SIGBUS: the
+// file was truncated while mapped) into an error.
+func protectFault(fn func() error) (err error) {
 	old := debug.SetPanicOnFault(true)
 	defer func() {
 		debug.SetPanicOnFault(old)
@@ -625,8 +654,5 @@ func (m *Model) dequantize(ctx context.Context, p *piece, opts dtype.Options) (s
 			panic(r)
 		}
 	}()
-	if p.n > 0 {
-		return q.DequantizeRows(ctx, p.dst, p.e.out, data, scales, p.first, p.n, opts)
-	}
-	return q.DequantizeContext(ctx, p.dst, p.e.out, data, scales, opts)
+	return fn()
 }

@@ -109,28 +109,11 @@ func (m *Model) runRanged(ctx context.Context, rfs RangeFS, work []piece) error 
 			cur.direct = false
 		}
 	}
-	var total int64
-	for _, p := range work {
-		total += p.bytes
-	}
-
+	meter := m.newMeter(work)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stage := newByteSem(m.cfg.staging)
 	opts := m.cfg.convertOptions()
-	var progMu sync.Mutex
-	var done int64
-	finish := func(p *piece, st dtype.Stats) {
-		p.mu.Lock()
-		p.t.Stats.Add(st)
-		p.mu.Unlock()
-		progMu.Lock()
-		done += p.bytes
-		if m.cfg.progress != nil {
-			m.cfg.progress(Progress{Done: done, Total: total, Tensor: p.t.Name})
-		}
-		progMu.Unlock()
-	}
 	fail := func(p *piece, err error) {
 		var le *Error
 		if !errors.As(err, &le) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
@@ -178,9 +161,9 @@ func (m *Model) runRanged(ctx context.Context, rfs RangeFS, work []piece) error 
 				}
 			}
 			if it.part == nil {
-				finish(it.p, st)
+				meter.finish(it.p, st)
 			} else if st, last := it.part.done(st); last {
-				finish(it.p, st)
+				meter.finish(it.p, st)
 			}
 		}
 		return true
@@ -222,7 +205,7 @@ func (m *Model) runRanged(ctx context.Context, rfs RangeFS, work []piece) error 
 						fail(other[i], err)
 						return
 					}
-					finish(other[i], st)
+					meter.finish(other[i], st)
 				}
 			}()
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"iter"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -1016,23 +1015,6 @@ func (m *Model) mappedSel(ctx context.Context, st *safetensors.Tensor, sel strid
 		st.Evict(lo*8/fb, (hi-lo)*8/fb)
 	}
 	return err
-}
-
-// protectFault runs fn, turning a memory fault on a mapping (SIGBUS: the
-// file was truncated while mapped) into an error.
-func protectFault(fn func() error) (err error) {
-	old := debug.SetPanicOnFault(true)
-	defer func() {
-		debug.SetPanicOnFault(old)
-		if r := recover(); r != nil {
-			if _, ok := r.(interface{ Addr() uintptr }); ok {
-				err = fmt.Errorf("memory fault reading the mapped file: was it truncated or modified while open?")
-				return
-			}
-			panic(r)
-		}
-	}()
-	return fn()
 }
 
 // dequantSlice dequantizes the rows [p.first, p.first+p.n) of a part (in
