@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -158,12 +157,7 @@ Examples:
 			return err
 		}
 		if *asJSON {
-			b, err := json.MarshalIndent(rep, "", "  ")
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(e.stdout, "%s\n", b)
-			return nil
+			return e.printJSON(rep)
 		}
 		fmt.Fprint(e.stdout, rep.String())
 		return nil

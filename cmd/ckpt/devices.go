@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -68,9 +67,7 @@ func printDevices(e *env, sts []executor.Status, asJSON bool) error {
 		rows = append(rows, r)
 	}
 	if asJSON {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rows)
+		return e.printJSON(rows)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "EXECUTOR\tSTATUS\tDEVICE\tMEMORY (FREE/TOTAL)\tCC\tDRIVER")

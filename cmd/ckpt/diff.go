@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -126,11 +125,9 @@ Examples:
 		}
 		rep.A, rep.B = pos[0], pos[1]
 		if *jsonOut {
-			b, err := json.MarshalIndent(rep, "", "  ")
-			if err != nil {
+			if err := e.printJSON(rep); err != nil {
 				return err
 			}
-			fmt.Fprintf(e.stdout, "%s\n", b)
 		} else {
 			rep.print(e.stdout, *top)
 		}

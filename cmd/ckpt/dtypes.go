@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -66,9 +65,7 @@ func printDTypes(e *env, asJSON bool) error {
 		})
 	}
 	if asJSON {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rows)
+		return e.printJSON(rows)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tBITS\tKIND\tMIN\tMAX\tSMALLEST>0\tINF/NAN/-0\tALIASES")

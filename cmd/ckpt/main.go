@@ -10,6 +10,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -32,6 +33,13 @@ type command struct {
 // env carries the streams a command writes to, so that tests can capture them.
 type env struct {
 	stdout, stderr io.Writer
+}
+
+// printJSON writes v to standard output as indented JSON and a newline.
+func (e *env) printJSON(v any) error {
+	enc := json.NewEncoder(e.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 // exitError carries an exit status without printing anything more.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -82,9 +81,7 @@ func resolveAndPrint(e *env, dir, variantName string, asJSON, follow bool) error
 	}
 	out.Error = describeError(err)
 	if asJSON {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		if encErr := enc.Encode(out); encErr != nil {
+		if encErr := e.printJSON(out); encErr != nil {
 			return encErr
 		}
 	} else {

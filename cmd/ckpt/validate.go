@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"github.com/ckpt-go/ckpt"
@@ -55,9 +54,7 @@ Examples:
 			}
 		}
 		if *asJSON {
-			enc := json.NewEncoder(e.stdout)
-			enc.SetIndent("", "  ")
-			if err := enc.Encode(results); err != nil {
+			if err := e.printJSON(results); err != nil {
 				return err
 			}
 		} else {
