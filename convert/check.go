@@ -34,10 +34,14 @@ import (
 // kind with errors.Is (ErrName, ErrDuplicate, ErrDType, ErrShape,
 // ErrMetadata, ErrHeader, ErrOption, ErrTarget, ErrExists, ErrNoSpace).
 // Check creates a probe folder to test that the target is writable and
-// removes it; it changes nothing else.
+// removes it; it changes nothing else. For a location of a registered sink
+// (s3://...) it lists the location and checks the name, writing nothing
+// (write permission and room are not probed there).
 func Check(dir string, specs []safetensors.TensorSpec, opts SaveOptions) error {
 	p, errs := newPlan(dir, specs, nil, &opts)
-	if p != nil {
+	if p != nil && isRemote(dir) {
+		errs = append(errs, p.checkTargetSink()...)
+	} else if p != nil {
 		errs = append(errs, p.checkTarget()...)
 	}
 	return errors.Join(errs...)

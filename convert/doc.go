@@ -99,7 +99,7 @@
 //
 // # Where checkpoints are written
 //
-// SaveShard, Commit and Run write a folder of a local or shared file
+// Save, SaveShard, Commit and Run write a folder of a local or shared file
 // system, or a location of a scheme registered with RegisterSink (package
 // remote registers s3://), through a Sink whose files appear whole or not
 // at all. To an object store each shard is a multipart upload (parts in

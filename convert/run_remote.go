@@ -110,7 +110,7 @@ func (r *runner) writeRemote(c *component, cr *ComponentReport, specs []safetens
 		}
 		start(w.Order())
 		// One file replaces its previous version in one step.
-		if err := set.writeShard(r.ctx, c.single, specs); err != nil {
+		if err := set.writeShard(r.ctx, c.single, specs, false); err != nil {
 			return r.writeErr(where, c, err)
 		}
 		cr.Files = []string{c.single}

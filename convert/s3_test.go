@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/internal/s3test"
 	"github.com/ckpt-go/ckpt/remote"
+	"github.com/ckpt-go/ckpt/safetensors"
 )
 
 // The package's S3 server (versitygw, or CKPT_S3_ENDPOINT's), started on
@@ -284,5 +286,93 @@ func TestRunToS3Canceled(t *testing.T) {
 		if got := loadAll(t, loc); !reflect.DeepEqual(got, want) {
 			t.Errorf("max shard %d: the previous output changed", maxShard)
 		}
+	}
+}
+
+// Save to s3://: checkpoints under DIR/NAME/, listed by Checkpoints,
+// pruned by KeepLast, a taken name refused unless Overwrite, a cancelled
+// save leaving nothing.
+func TestSaveS3(t *testing.T) {
+	s := needS3(t)
+	remote.SetSinkOptions(remote.WithPartSize(remote.MinPartSize), remote.WithUploadConcurrency(2))
+	bucket := s.NewBucket(t)
+	dir := "s3://" + bucket + "/runs/r1"
+	ctx := context.Background()
+	save := func(step int64, opts convert.SaveOptions) ([]safetensors.TensorData, *convert.SaveResult, error) {
+		ts := allTensors(t, int(step), 3)
+		opts.Step, opts.KeepLast = step, 2
+		if opts.MaxShardSize == 0 {
+			opts.MaxShardSize = 600
+		}
+		p, err := convert.Save(ctx, dir, ts, opts)
+		if err != nil {
+			return ts, nil, err
+		}
+		res, err := p.Wait()
+		return ts, res, err
+	}
+	for step := int64(1); step <= 3; step++ {
+		ts, res, err := save(step, convert.SaveOptions{Background: step == 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Seq != step || res.Path != dir+"/checkpoint-"+strconv.FormatInt(step, 10) || (step == 3) != slices.Equal(res.Removed, []string{"checkpoint-1"}) {
+			t.Errorf("save %d: %+v", step, res)
+		}
+		checkLoaded(t, res.Path, ts)
+	}
+	cps, err := convert.Checkpoints(dir)
+	if err != nil || len(cps) != 2 || cps[0].Step != 2 || cps[1].Step != 3 {
+		t.Fatalf("Checkpoints: %+v, %v", cps, err)
+	}
+	if keys, _ := objects(t, s, bucket, "runs/r1/checkpoint-1"); len(keys) != 0 {
+		t.Errorf("pruned checkpoint left %v", keys)
+	}
+	specs := []safetensors.TensorSpec{{Name: "x", DType: dtype.F32, Shape: []int64{1}}}
+	if err := convert.Check(dir, specs, convert.SaveOptions{Step: 3}); !errors.Is(err, convert.ErrExists) {
+		t.Errorf("Check of a taken name: %v", err)
+	}
+	if err := convert.Check(dir, specs, convert.SaveOptions{Step: 4}); err != nil {
+		t.Errorf("Check: %v", err)
+	}
+
+	// A taken name: refused, then replaced (a single file now).
+	if _, _, err := save(3, convert.SaveOptions{}); !errors.Is(err, convert.ErrExists) {
+		t.Fatalf("save over checkpoint-3: %v", err)
+	}
+	big := []safetensors.TensorData{tensor(t, "big", dtype.F32, 3<<20)} // 12 MiB: three parts
+	p, err := convert.Save(ctx, dir, big, convert.SaveOptions{Step: 3, Overwrite: true, KeepLast: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := p.Wait(); !res.Replaced || res.Index != "" {
+		t.Errorf("overwrite: %+v", res)
+	}
+	checkLoaded(t, dir+"/checkpoint-3", big)
+	if keys, _ := objects(t, s, bucket, "runs/r1/checkpoint-3"); !slices.Equal(keys, []string{"checkpoint.json", "model.safetensors"}) {
+		t.Errorf("after overwrite: %v", keys)
+	}
+	// Not Save's: refused even with Overwrite.
+	s.Put(t, bucket, "runs/r1/mine/model.safetensors", []byte("x"))
+	if _, err := convert.Save(ctx, dir, big, convert.SaveOptions{Name: "mine", Overwrite: true}); !errors.Is(err, convert.ErrExists) {
+		t.Errorf("overwrite of a folder Save did not write: %v", err)
+	}
+
+	// Cancelled after the first shard's upload: nothing of it is left.
+	cctx, cancel := context.WithCancel(ctx)
+	restore := convert.SetHook(func(step string) {
+		if step == "sink-shard" {
+			cancel()
+		}
+	})
+	big2 := append(slices.Clone(big), tensor(t, "big2", dtype.F32, 2<<20))
+	_, err = convert.Save(cctx, dir, big2, convert.SaveOptions{Step: 4, MaxShardSize: 12 << 20})
+	restore()
+	cancel()
+	if !errors.Is(err, convert.ErrCanceled) {
+		t.Fatalf("cancelled save: %v", err)
+	}
+	if keys, uploads := objects(t, s, bucket, "runs/r1/checkpoint-4"); len(keys) != 0 || len(uploads) != 0 {
+		t.Errorf("a cancelled save left %v (uploads %v)", keys, uploads)
 	}
 }

@@ -71,7 +71,9 @@ type SaveOptions struct {
 	// name is ErrExists. The replacement is atomic on Linux (both folders
 	// swapped in one rename); elsewhere the old folder is moved aside
 	// first, and a kill between the two renames leaves it hidden until the
-	// next save of the folder restores it.
+	// next save of the folder restores it. On an object store (s3://) the
+	// new shards take new names, the index is replaced last and the old
+	// files are removed after it.
 	Overwrite bool
 	// Background makes Save return as soon as the save has started: the
 	// returned *Pending tells when it is done. The caller hands the
@@ -213,6 +215,21 @@ const (
 // Data is read in place, not copied: the caller must not modify it until
 // the Pending is done. Names, shapes and metadata are copied when Save is
 // called.
+//
+// dir may also be a location of a registered sink (s3://BUCKET/PREFIX with
+// package remote imported), which has no folders to rename: the
+// checkpoint's shards are uploaded under DIR/NAME/ (multipart uploads, parts
+// in parallel with their CRC-32C, aborted on failure or cancellation: no
+// part is left behind), its index last, in one request (exclusive where
+// there was none: If-None-Match: *), then its manifest; a reader never sees
+// a partial checkpoint. A name that holds files already is refused
+// (ErrExists) unless Overwrite is set and it is a checkpoint Save wrote:
+// then the new shards take new names, the index is replaced last and the
+// old shards are removed after it. KeepLast removes older checkpoints after
+// the new one's manifest is written, each losing its manifest first, then
+// its index. Saves of one location are serialized in this process only
+// (IfRunning); a process killed in the middle leaves unreferenced objects
+// under the name, which a later save with Overwrite replaces.
 func Save(ctx context.Context, dir string, tensors []safetensors.TensorData, opts SaveOptions) (*Pending, error) {
 	specs := make([]safetensors.TensorSpec, len(tensors))
 	lens := make([]int, len(tensors))
@@ -226,9 +243,12 @@ func Save(ctx context.Context, dir string, tensors []safetensors.TensorData, opt
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	key, err := filepath.Abs(dir)
-	if err != nil {
-		return nil, &Error{Kind: ErrTarget, Path: dir, Err: err}
+	key := dir
+	if !isRemote(dir) {
+		var err error
+		if key, err = filepath.Abs(dir); err != nil {
+			return nil, &Error{Kind: ErrTarget, Path: dir, Err: err}
+		}
 	}
 	done, err := acquire(ctx, key, opts.IfRunning)
 	if err != nil {
@@ -310,6 +330,9 @@ func at(step string) {
 
 // save runs the protocol of Save, holding the folder's lock.
 func (p *plan) save(ctx context.Context, data func(string) ([]byte, error)) (res *SaveResult, err error) {
+	if isRemote(p.dir) {
+		return p.saveSink(ctx, data)
+	}
 	start := time.Now()
 	dir := p.dir
 	if err := ctx.Err(); err != nil {
@@ -588,8 +611,12 @@ type CheckpointInfo struct {
 // either. A folder whose manifest
 // cannot be read or parsed is not listed either, and is named in the
 // error, which is then an errors.Join of one error per such folder next to
-// the checkpoints that were read.
+// the checkpoints that were read. dir may be a location of a registered
+// sink (s3://...), as for Save.
 func Checkpoints(dir string) ([]CheckpointInfo, error) {
+	if isRemote(dir) {
+		return checkpointsSink(dir)
+	}
 	if _, err := os.ReadDir(dir); err != nil {
 		return nil, &Error{Kind: ErrTarget, Path: dir, Err: err}
 	}

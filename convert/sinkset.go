@@ -137,7 +137,8 @@ func existingSet(fsys fs.FS, dir string, names setNames) ([]string, error) {
 // never replaced: ErrConflict), then the previous set's single file or
 // index that would shadow the new set is removed, then the rest of the
 // previous set. A set that fits one shard is one file, PREFIX[.V].safetensors,
-// whose upload replaces a previous one in one step. A folder that holds a
+// whose upload replaces a previous one in one step (and is exclusive where
+// there was none). A folder that holds a
 // set already is refused (ErrExists) unless overwrite is set. On failure
 // or cancellation the file being written is aborted and the new files are
 // removed: the previous set is untouched.
@@ -209,7 +210,13 @@ func writeSinkSet(ctx context.Context, s *sinkSet) (*sinkSetResult, error) {
 	weightMap := map[string]string{}
 	for gi, gs := range gspecs {
 		name := res.files[gi]
-		if err := s.writeShard(ctx, name, gs); err != nil {
+		// A single file is the set's entry point: where none was, it is
+		// written exclusively too.
+		excl := n == 1 && !slices.Contains(prev, name)
+		if err := s.writeShard(ctx, name, gs, excl); err != nil {
+			if errors.Is(err, fs.ErrExist) {
+				return fail(&Error{Kind: ErrConflict, Path: s.sink.Location(s.name(name)), Msg: "another writer wrote this file meanwhile; it was not replaced", Err: err})
+			}
 			return fail(err)
 		}
 		written = append(written, name)
@@ -267,9 +274,9 @@ func writeSinkSet(ctx context.Context, s *sinkSet) (*sinkSetResult, error) {
 }
 
 // writeShard streams one file of the set.
-func (s *sinkSet) writeShard(ctx context.Context, name string, specs []safetensors.TensorSpec) error {
+func (s *sinkSet) writeShard(ctx context.Context, name string, specs []safetensors.TensorSpec, exclusive bool) error {
 	where := s.sink.Location(s.name(name))
-	f, err := s.sink.Create(ctx, s.name(name), false)
+	f, err := s.sink.Create(ctx, s.name(name), exclusive)
 	if err != nil {
 		return sinkErr(ctx, where, -1, err)
 	}
@@ -311,6 +318,9 @@ func (s *sinkSet) writeShard(ctx context.Context, name string, specs []safetenso
 		var ce *Error
 		if errors.As(err, &ce) {
 			return ce
+		}
+		if errors.Is(err, fs.ErrExist) {
+			return err
 		}
 		return sinkErr(ctx, where, -1, err)
 	}
