@@ -20,20 +20,7 @@ import (
 // Open rules out.
 func OpenFS(fsys fs.FS, name string, opts ...OpenOption) (*File, error) {
 	cfg := buildConfig(opts)
-	if sfs, ok := fsys.(fs.StatFS); ok {
-		st, err := sfs.Stat(name)
-		if err != nil {
-			return nil, &Error{Kind: ErrIO, File: name, Msg: "stat", Err: err}
-		}
-		if !st.Mode().IsRegular() {
-			return nil, notRegular(name, st.Mode().Type())
-		}
-	}
-	fh, err := fsys.Open(name)
-	if err != nil {
-		return nil, &Error{Kind: ErrIO, File: name, Msg: "open", Err: err}
-	}
-	size, err := regularSize(fh, name)
+	fh, size, err := openRegularFS(fsys, name)
 	if err != nil {
 		return nil, err
 	}
@@ -69,20 +56,7 @@ func OpenFS(fsys fs.FS, name string, opts ...OpenOption) (*File, error) {
 // file is refused with ErrNotRegular (checked with Stat before the open
 // when fsys implements fs.StatFS, as in OpenFS). Errors name the file.
 func ReadHeaderFS(fsys fs.FS, name string) (*Header, error) {
-	if sfs, ok := fsys.(fs.StatFS); ok {
-		st, err := sfs.Stat(name)
-		if err != nil {
-			return nil, &Error{Kind: ErrIO, File: name, Msg: "stat", Err: err}
-		}
-		if !st.Mode().IsRegular() {
-			return nil, notRegular(name, st.Mode().Type())
-		}
-	}
-	fh, err := fsys.Open(name)
-	if err != nil {
-		return nil, &Error{Kind: ErrIO, File: name, Msg: "open", Err: err}
-	}
-	size, err := regularSize(fh, name)
+	fh, size, err := openRegularFS(fsys, name)
 	if err != nil {
 		return nil, err
 	}
@@ -96,6 +70,31 @@ func ReadHeaderFS(fsys fs.FS, name string) (*Header, error) {
 		return nil, withFile(err, name)
 	}
 	return h, nil
+}
+
+// openRegularFS opens the file name of fsys and returns its size, refusing
+// what is not a regular file with ErrNotRegular: before the open when fsys
+// implements fs.StatFS (so that a FIFO does not block the open), and after
+// it from the open file's Stat.
+func openRegularFS(fsys fs.FS, name string) (fs.File, int64, error) {
+	if sfs, ok := fsys.(fs.StatFS); ok {
+		st, err := sfs.Stat(name)
+		if err != nil {
+			return nil, 0, &Error{Kind: ErrIO, File: name, Msg: "stat", Err: err}
+		}
+		if !st.Mode().IsRegular() {
+			return nil, 0, notRegular(name, st.Mode().Type())
+		}
+	}
+	fh, err := fsys.Open(name)
+	if err != nil {
+		return nil, 0, &Error{Kind: ErrIO, File: name, Msg: "open", Err: err}
+	}
+	size, err := regularSize(fh, name)
+	if err != nil {
+		return nil, 0, err
+	}
+	return fh, size, nil
 }
 
 // sequentialReaderAt serves ReadAt calls that ask for the bytes right after
