@@ -10,22 +10,9 @@ import (
 	"syscall"
 	"testing"
 	"testing/fstest"
-	"time"
-)
 
-// within fails the test when fn has not returned after 5 s (a hang).
-func within(t *testing.T, what string, fn func() error) error {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- fn() }()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(5 * time.Second):
-		t.Fatalf("%s hangs", what)
-		return nil
-	}
-}
+	"github.com/ckpt-go/ckpt/internal/testutil"
+)
 
 // Open, ReadHeaderFile and OpenFS refuse what is not a regular file, by
 // name and without blocking: a FIFO with no writer used to block them for
@@ -49,7 +36,7 @@ func TestSpecialFilesRefused(t *testing.T) {
 			"ReadHeaderFile": func() error { _, err := ReadHeaderFile(path); return err },
 			"OpenFS":         func() error { _, err := OpenFS(os.DirFS(dir), name); return err },
 		} {
-			err := within(t, op+" "+name, fn)
+			err := testutil.Within(t, op+" "+name, fn)
 			e := wantKind(t, err, ErrNotRegular)
 			if !strings.Contains(e.File, name) || !strings.Contains(err.Error(), what) {
 				t.Errorf("%s %s: %v", op, name, err)

@@ -9,22 +9,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
-)
 
-// within fails the test when fn has not returned after 5 s (a hang).
-func within(t *testing.T, what string, fn func() error) error {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- fn() }()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(5 * time.Second):
-		t.Fatalf("%s hangs", what)
-		return nil
-	}
-}
+	"github.com/ckpt-go/ckpt/internal/testutil"
+)
 
 // The reproducer: an index whose shard is a FIFO used to block
 // Open for ever.
@@ -35,7 +22,7 @@ func TestOpenFIFOShard(t *testing.T) {
 	if err := syscall.Mkfifo(filepath.Join(dir, "model-00001-of-00001.safetensors"), 0o644); err != nil {
 		t.Skip(err)
 	}
-	err := within(t, "Open", func() error { _, err := Open(index); return err })
+	err := testutil.Within(t, "Open", func() error { _, err := Open(index); return err })
 	var e *Error
 	if !errors.As(err, &e) || e.Kind != ErrNotRegular || e.Shard != "model-00001-of-00001.safetensors" || e.Path != index ||
 		!strings.Contains(err.Error(), "FIFO") {
@@ -58,7 +45,7 @@ func TestOpenSpecialFiles(t *testing.T) {
 		t.Skip(err)
 	}
 	for _, p := range []string{fifo, single, zero} {
-		err := within(t, "Open "+p, func() error { _, err := Open(p); return err })
+		err := testutil.Within(t, "Open "+p, func() error { _, err := Open(p); return err })
 		if !errors.Is(err, ErrNotRegular) || !strings.Contains(err.Error(), p) {
 			t.Errorf("Open(%s): %v", p, err)
 		}
@@ -82,7 +69,7 @@ func TestLazyOpenRefusesFIFO(t *testing.T) {
 	if err := syscall.Mkfifo(s2, 0o644); err != nil {
 		t.Skip(err)
 	}
-	err := within(t, "lazy open", func() error { return readEvery(c) })
+	err := testutil.Within(t, "lazy open", func() error { return readEvery(c) })
 	var e *Error
 	if !errors.As(err, &e) || e.Kind != ErrNotRegular || e.Shard != filepath.Base(s2) {
 		t.Fatalf("got %v", err)

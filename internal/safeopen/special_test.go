@@ -9,7 +9,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
-	"time"
+
+	"github.com/ckpt-go/ckpt/internal/testutil"
 )
 
 // A FIFO without a writer, and character devices, are refused at once; a
@@ -21,16 +22,10 @@ func TestSpecial(t *testing.T) {
 		t.Skip(err)
 	}
 	for path, mode := range map[string]fs.FileMode{fifo: fs.ModeNamedPipe, "/dev/zero": fs.ModeDevice | fs.ModeCharDevice} {
-		done := make(chan error, 1)
-		go func() { _, err := ReadFile(path, 1<<30); done <- err }()
-		select {
-		case err := <-done:
-			var nr *NotRegularError
-			if !errors.As(err, &nr) || nr.Mode != mode || nr.Path != path {
-				t.Errorf("%s: %v", path, err)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("%s: hangs", path)
+		err := testutil.Within(t, "ReadFile "+path, func() error { _, err := ReadFile(path, 1<<30); return err })
+		var nr *NotRegularError
+		if !errors.As(err, &nr) || nr.Mode != mode || nr.Path != path {
+			t.Errorf("%s: %v", path, err)
 		}
 	}
 	p := filepath.Join(dir, "f")
