@@ -115,6 +115,23 @@ func decode(b *buffer, d []byte) ([]float32, error) {
 	return v, err
 }
 
+// ownFloats returns the elements of an optional operand b as float32: nil
+// when b is nil.
+func (e *Executor) ownFloats(op string, b executor.Buffer) ([]float32, error) {
+	if b == nil {
+		return nil, nil
+	}
+	bb, bd, err := e.own(op, b)
+	if err != nil {
+		return nil, err
+	}
+	v, err := decode(bb, bd)
+	if err != nil {
+		return nil, quantErr(op, bb.name, err)
+	}
+	return v, nil
+}
+
 // Linear returns y = x·Wᵀ + b in dtype out (see package executor): the
 // weight's F32 values (cached), x widened to F32, the blocked product
 // summed in increasing k in float32, the bias added in float32, one
@@ -132,15 +149,9 @@ func (e *Executor) Linear(ctx context.Context, x executor.Buffer, w *executor.We
 	if err != nil {
 		return nil, err
 	}
-	var bv []float32
-	if bias != nil {
-		bb, bd, err := e.own(op, bias)
-		if err != nil {
-			return nil, err
-		}
-		if bv, err = decode(bb, bd); err != nil {
-			return nil, quantErr(op, bb.name, err)
-		}
+	bv, err := e.ownFloats(op, bias)
+	if err != nil {
+		return nil, err
 	}
 	nb, _ := out.ByteLen(m * n)
 	dst, err := alloc(op, w.Name(), nb)
@@ -341,15 +352,9 @@ func (e *Executor) RMSNorm(ctx context.Context, x executor.Buffer, w executor.Bu
 	if err != nil {
 		return nil, err
 	}
-	var wv []float32
-	if w != nil {
-		wb, wd, err := e.own(op, w)
-		if err != nil {
-			return nil, err
-		}
-		if wv, err = decode(wb, wd); err != nil {
-			return nil, quantErr(op, wb.name, err)
-		}
+	wv, err := e.ownFloats(op, w)
+	if err != nil {
+		return nil, err
 	}
 	nb, _ := xb.dt.ByteLen(rows * d)
 	dst, err := alloc(op, xb.name, nb)
