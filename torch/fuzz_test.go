@@ -57,33 +57,41 @@ func FuzzUnpickle(f *testing.F) {
 	})
 }
 
+// readsInBounds opens the archive data: NewReader either refuses it with a
+// typed error or reads every tensor, to exactly ByteLen bytes (at most the
+// archive's), the same through Bytes and WriteTo.
+func readsInBounds(t *testing.T, data []byte) {
+	t.Helper()
+	c, err := NewReader(bytes.NewReader(data), int64(len(data)), "fuzz.pt")
+	if err != nil {
+		var e *Error
+		if !errors.As(err, &e) || e.Kind.String() == "unknown" {
+			t.Fatalf("untyped error %T: %v", err, err)
+		}
+		return
+	}
+	for name, tn := range c.Tensors() {
+		if tn.ByteLen() > int64(len(data)) {
+			t.Fatalf("%s: %d bytes from a %d-byte file", name, tn.ByteLen(), len(data))
+		}
+		b, err := tn.Bytes()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var buf bytes.Buffer
+		if n, err := tn.WriteTo(&buf); err != nil || n != tn.ByteLen() || !bytes.Equal(buf.Bytes(), b) {
+			t.Fatalf("%s: WriteTo %d %v", name, n, err)
+		}
+	}
+}
+
 // FuzzNewReader: a hostile archive never panics; what NewReader accepts
 // reads every tensor, to exactly ByteLen bytes, the same through Bytes and
 // WriteTo.
 func FuzzNewReader(f *testing.F) {
 	addFixtureSeeds(f, false)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		c, err := NewReader(bytes.NewReader(data), int64(len(data)), "fuzz.pt")
-		if err != nil {
-			var e *Error
-			if !errors.As(err, &e) || e.Kind.String() == "unknown" {
-				t.Fatalf("untyped error %T: %v", err, err)
-			}
-			return
-		}
-		for name, tn := range c.Tensors() {
-			if tn.ByteLen() > int64(len(data)) {
-				t.Fatalf("%s: %d bytes from a %d-byte file", name, tn.ByteLen(), len(data))
-			}
-			b, err := tn.Bytes()
-			if err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-			var buf bytes.Buffer
-			if n, err := tn.WriteTo(&buf); err != nil || n != tn.ByteLen() || !bytes.Equal(buf.Bytes(), b) {
-				t.Fatalf("%s: WriteTo %d %v", name, n, err)
-			}
-		}
+		readsInBounds(t, data)
 	})
 }
 
@@ -100,26 +108,6 @@ func FuzzCheckpoint(f *testing.F) {
 			order = "big"
 		}
 		data := torchZip(prefix, pkl, order, map[string][]byte{"0": rec0, "1": rec1, "2": rec0[:len(rec0)/2]})
-		c, err := NewReader(bytes.NewReader(data), int64(len(data)), "fuzz.pt")
-		if err != nil {
-			var e *Error
-			if !errors.As(err, &e) || e.Kind.String() == "unknown" {
-				t.Fatalf("untyped error %T: %v", err, err)
-			}
-			return
-		}
-		for name, tn := range c.Tensors() {
-			if tn.ByteLen() > int64(len(data)) {
-				t.Fatalf("%s: %d bytes from a %d-byte file", name, tn.ByteLen(), len(data))
-			}
-			b, err := tn.Bytes()
-			if err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-			var buf bytes.Buffer
-			if n, err := tn.WriteTo(&buf); err != nil || n != tn.ByteLen() || !bytes.Equal(buf.Bytes(), b) {
-				t.Fatalf("%s: WriteTo %d %v", name, n, err)
-			}
-		}
+		readsInBounds(t, data)
 	})
 }
