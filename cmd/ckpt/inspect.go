@@ -305,24 +305,7 @@ func (j *jsonWriter) int(v int64) {
 
 // ints writes an array of integers, one per line at indent+2 spaces; []
 // when empty.
-func (j *jsonWriter) ints(vs []int64, indent string) {
-	if len(vs) == 0 {
-		j.w.WriteString("[]")
-		return
-	}
-	j.w.WriteByte('[')
-	for i, v := range vs {
-		if i > 0 {
-			j.w.WriteByte(',')
-		}
-		j.w.WriteString("\n  ")
-		j.w.WriteString(indent)
-		j.int(v)
-	}
-	j.w.WriteString("\n")
-	j.w.WriteString(indent)
-	j.w.WriteByte(']')
-}
+func (j *jsonWriter) ints(vs []int64, indent string) { writeArray(j, vs, indent, j.int) }
 
 // strings writes an array of strings like ints; null when nil.
 func (j *jsonWriter) strings(vs []string, indent string) {
@@ -330,6 +313,12 @@ func (j *jsonWriter) strings(vs []string, indent string) {
 		j.w.WriteString("null")
 		return
 	}
+	writeArray(j, vs, indent, j.str)
+}
+
+// writeArray writes vs as an array, each element by elem, one per line at
+// indent+2 spaces; [] when empty.
+func writeArray[T any](j *jsonWriter, vs []T, indent string, elem func(T)) {
 	if len(vs) == 0 {
 		j.w.WriteString("[]")
 		return
@@ -341,7 +330,7 @@ func (j *jsonWriter) strings(vs []string, indent string) {
 		}
 		j.w.WriteString("\n  ")
 		j.w.WriteString(indent)
-		j.str(v)
+		elem(v)
 	}
 	j.w.WriteString("\n")
 	j.w.WriteString(indent)
