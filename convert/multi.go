@@ -232,6 +232,12 @@ func readBase(fsys fs.FS, files map[string]int64, n multiNames) (*base, error) {
 // readHeaderBytes reads the header of a safetensors file (its length
 // field included), bounded by the file's size and MaxHeaderSize.
 func readHeaderBytes(fsys fs.FS, name string, size int64) ([]byte, error) {
+	// A FIFO or a device would block the open: only regular files.
+	if st, err := fs.Stat(fsys, name); err != nil {
+		return nil, err
+	} else if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file (%v)", name, st.Mode().Type())
+	}
 	f, err := fsys.Open(name)
 	if err != nil {
 		return nil, err

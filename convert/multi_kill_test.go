@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -285,4 +286,38 @@ func TestSaveShardProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkLoaded(t, dir, allTensors(t, 5, 3))
+}
+
+// A FIFO (or a link to one) where the previous single file or a shard is
+// expected never blocks SaveShard or Commit.
+func TestCommitFIFO(t *testing.T) {
+	dir := t.TempDir()
+	// A link to a FIFO: listed as a file.
+	if err := syscall.Mkfifo(filepath.Join(dir, ".fifo"), 0o644); err != nil {
+		t.Skip(err)
+	}
+	if err := os.Symlink(".fifo", filepath.Join(dir, "model.safetensors")); err != nil {
+		t.Skip(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		if _, err := convert.SaveShard(context.Background(), dir, 0, 2, rankTensors(t, 1, 0), convert.ShardOptions{}); err != nil {
+			done <- err
+			return
+		}
+		if err := syscall.Mkfifo(filepath.Join(dir, "model-00002-of-00002.swap-000000000000.safetensors"), 0o644); err != nil {
+			done <- err
+			return
+		}
+		_, err := convert.Commit(context.Background(), dir, convert.CommitOptions{})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, convert.ErrIncomplete) {
+			t.Errorf("Commit: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("blocked on a FIFO")
+	}
 }

@@ -376,3 +376,40 @@ func TestSaveS3(t *testing.T) {
 		t.Errorf("a cancelled save left %v (uploads %v)", keys, uploads)
 	}
 }
+
+// A pipeline converts to s3:// with its layout: a set per component folder,
+// model_index.json and the tokenizer's files copied.
+func TestRunPipelineToS3(t *testing.T) {
+	s := needS3(t)
+	bucket := s.NewBucket(t)
+	f32 := ckpttest.Tensors(t, "a.weight:F32[16,16] a.bias:F32[16] b.weight:F32[16,16]")
+	root := ckpttest.NewPipeline(t, ckpttest.Pipeline{Components: []ckpttest.Component{
+		{Name: "unet", Weights: []ckpttest.Weights{{Prefix: ckpttest.DiffusersPrefix, Tensors: f32}}},
+		{Name: "text_encoder", Library: "transformers", Weights: []ckpttest.Weights{{Tensors: f32, Shards: 2}}},
+		{Name: "tokenizer", Files: map[string]string{"vocab.json": "{}"}},
+	}})
+	opts := convert.Options{DType: ckpt.To(dtype.BF16), MaxShardSize: 1024, Verify: true}
+	local := filepath.Join(t.TempDir(), "out")
+	if _, err := convert.Run(context.Background(), root, local, opts); err != nil {
+		t.Fatal(err)
+	}
+	loc := "s3://" + bucket + "/pipe"
+	if _, err := convert.Run(context.Background(), root, loc, opts); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := loadAll(t, loc), loadAll(t, local); !reflect.DeepEqual(got, want) {
+		t.Fatalf("s3 pipeline differs from the local one: %d and %d tensors", len(got), len(want))
+	}
+	keys, _ := objects(t, s, bucket, "pipe")
+	var localKeys []string
+	filepath.WalkDir(local, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			rel, _ := filepath.Rel(local, p)
+			localKeys = append(localKeys, filepath.ToSlash(rel))
+		}
+		return err
+	})
+	if slices.Sort(localKeys); !slices.Equal(keys, localKeys) {
+		t.Errorf("objects %v, local files %v", keys, localKeys)
+	}
+}
