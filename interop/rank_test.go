@@ -39,15 +39,10 @@ func TestRankPartsAgreeWithArraySplit(t *testing.T) {
 	for ti := range 10 {
 		dt := dts[r.IntN(len(dts))]
 		shape := make([]int64, 1+r.IntN(4))
-		n := int64(1)
 		for i := range shape {
 			shape[i] = int64(1 + r.IntN(9))
-			n *= shape[i]
 		}
-		data := make([]byte, n*int64(dt.Bits())/8)
-		for i := range data {
-			data[i] = byte(r.Uint32())
-		}
+		data := randData(r, dt, shape)
 		name := fmt.Sprintf("t%d", ti)
 		tds = append(tds, safetensors.TensorData{Name: name, DType: dt, Shape: shape, Data: data})
 		for d := range shape {

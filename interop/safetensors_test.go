@@ -88,6 +88,23 @@ func randShape(r *rand.Rand, dt dtype.DType, pyShape bool) []int64 {
 	}
 }
 
+// randData returns random bytes for a tensor of dtype dt and shape (a whole
+// number of bytes): any bit pattern, but 0 or 1 for BOOL.
+func randData(r *rand.Rand, dt dtype.DType, shape []int64) []byte {
+	n := int64(1)
+	for _, d := range shape {
+		n *= d
+	}
+	data := make([]byte, n*int64(dt.Bits())/8)
+	for i := range data {
+		data[i] = byte(r.Uint32())
+		if dt == dtype.BOOL {
+			data[i] &= 1
+		}
+	}
+	return data
+}
+
 // genFiles makes count random files, with dtypes from dts, appending their
 // data to blob.
 func genFiles(r *rand.Rand, count int, dts []string, pyShape bool, blob *[]byte) []genFile {
@@ -114,17 +131,7 @@ func genFiles(r *rand.Rand, count int, dts []string, pyShape bool, blob *[]byte)
 			seen[name] = true
 			dt := dtype.MustParse(dts[r.IntN(len(dts))])
 			shape := randShape(r, dt, pyShape)
-			n := int64(1)
-			for _, d := range shape {
-				n *= d
-			}
-			data := make([]byte, n*int64(dt.Bits())/8)
-			for j := range data {
-				data[j] = byte(r.Uint32())
-				if dt == dtype.BOOL {
-					data[j] &= 1
-				}
-			}
+			data := randData(r, dt, shape)
 			f.Tensors = append(f.Tensors, genTensor{Name: name, DType: dt.String(), Shape: shape, Off: len(*blob), Len: len(data), data: data})
 			*blob = append(*blob, data...)
 		}

@@ -38,18 +38,10 @@ func TestSliceAgrees(t *testing.T) {
 		for ti := range 6 {
 			dt := numpyDTypes[r.IntN(len(numpyDTypes))]
 			shape := make([]int64, 1+r.IntN(4))
-			n := int64(1)
 			for i := range shape {
 				shape[i] = int64(1 + r.IntN(6))
-				n *= shape[i]
 			}
-			data := make([]byte, n*int64(dt.Bits())/8)
-			for i := range data {
-				data[i] = byte(r.Uint32())
-				if dt == dtype.BOOL {
-					data[i] &= 1
-				}
-			}
+			data := randData(r, dt, shape)
 			name := fmt.Sprintf("t%d", ti)
 			tds = append(tds, safetensors.TensorData{Name: name, DType: dt, Shape: shape, Data: data})
 			for range 12 {
