@@ -89,25 +89,38 @@ type Rule struct {
 
 // String returns the rule as the CLI's --keep flag spells it.
 func (r Rule) String() string {
-	s := r.Pattern.String() + "=" + r.Target.String()
-	if r.Component != "" {
-		s = r.Component + "/" + s
+	return scoped(r.Component, r.Pattern.String()+"="+r.Target.String())
+}
+
+// scoped prefixes s with "component/" when component is set, as the CLI's
+// --keep and --split flags spell a rule or a split for one component.
+func scoped(component, s string) string {
+	if component != "" {
+		return component + "/" + s
 	}
 	return s
+}
+
+// parseScoped parses "[COMPONENT/]PATTERN=VALUE", as the CLI's --keep and
+// --split flags take a rule or a split, up to VALUE, which it returns
+// unparsed. what and form name the flag's values in the error for a
+// missing "=" ("rule", "PATTERN=TARGET").
+func parseScoped(s, what, form string) (comp string, p Pattern, value string, err error) {
+	lhs, value, ok := strings.Cut(s, "=")
+	if !ok {
+		return "", Pattern{}, "", &Error{Kind: ErrOption, Msg: fmt.Sprintf("%s %q is not %s", what, s, form)}
+	}
+	if c, rest, ok := strings.Cut(lhs, "/"); ok {
+		comp, lhs = c, rest
+	}
+	p, err = ParsePattern(lhs)
+	return comp, p, value, err
 }
 
 // ParseRule parses "PATTERN=TARGET" or "COMPONENT/PATTERN=TARGET", as the
 // CLI's --keep flag takes it.
 func ParseRule(s string) (Rule, error) {
-	lhs, rhs, ok := strings.Cut(s, "=")
-	if !ok {
-		return Rule{}, &Error{Kind: ErrOption, Msg: fmt.Sprintf("rule %q is not PATTERN=TARGET", s)}
-	}
-	var comp string
-	if c, p, ok := strings.Cut(lhs, "/"); ok {
-		comp, lhs = c, p
-	}
-	p, err := ParsePattern(lhs)
+	comp, p, rhs, err := parseScoped(s, "rule", "PATTERN=TARGET")
 	if err != nil {
 		return Rule{}, err
 	}

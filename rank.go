@@ -30,31 +30,19 @@ type Split struct {
 // String returns the split as the CLI's --split flag spells it:
 // "PATTERN=DIM" or "COMPONENT/PATTERN=DIM".
 func (s Split) String() string {
-	str := s.Pattern.String() + "=" + strconv.Itoa(s.Dim)
-	if s.Component != "" {
-		str = s.Component + "/" + str
-	}
-	return str
+	return scoped(s.Component, s.Pattern.String()+"="+strconv.Itoa(s.Dim))
 }
 
 // ParseSplit parses "PATTERN=DIM" or "COMPONENT/PATTERN=DIM", as the CLI's
 // --split flag takes it.
 func ParseSplit(s string) (Split, error) {
-	lhs, rhs, ok := strings.Cut(s, "=")
-	if !ok {
-		return Split{}, &Error{Kind: ErrOption, Msg: fmt.Sprintf("split %q is not PATTERN=DIM", s)}
-	}
-	var comp string
-	if c, p, ok := strings.Cut(lhs, "/"); ok {
-		comp, lhs = c, p
-	}
-	p, err := ParsePattern(lhs)
+	comp, p, rhs, err := parseScoped(s, "split", "PATTERN=DIM")
 	if err != nil {
 		return Split{}, err
 	}
 	d, err := strconv.Atoi(strings.TrimSpace(rhs))
 	if err != nil || d < 0 {
-		return Split{}, &Error{Kind: ErrOption, Pattern: lhs, Msg: fmt.Sprintf("split dimension %q is not a number ≥ 0", rhs)}
+		return Split{}, &Error{Kind: ErrOption, Pattern: p.String(), Msg: fmt.Sprintf("split dimension %q is not a number ≥ 0", rhs)}
 	}
 	return Split{Component: comp, Pattern: p, Dim: d}, nil
 }
