@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ckpt-go/ckpt/internal/testutil"
 )
 
 func TestParseIndexValid(t *testing.T) {
@@ -126,15 +128,7 @@ func TestReadIndexNamesFile(t *testing.T) {
 
 func TestReadIndexTooLarge(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "big.safetensors.index.json")
-	f, err := os.Create(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A sparse file: large size, no data written.
-	if err := f.Truncate(MaxIndexSize + 1); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	testutil.SparseFile(t, p, MaxIndexSize+1)
 	if _, err := ReadIndex(p); !errors.Is(err, ErrIndexTooLarge) {
 		t.Fatalf("got %v", err)
 	}

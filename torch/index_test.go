@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/ckpt-go/ckpt/internal/testutil"
 )
 
 // shardSet writes two shards and an index naming them into a new folder
@@ -123,14 +125,7 @@ func TestOpenIndexRefusals(t *testing.T) {
 
 func TestOpenIndexTooLarge(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "big.index.json")
-	f, err := os.Create(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Truncate(MaxIndexSize + 1); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	testutil.SparseFile(t, p, MaxIndexSize+1)
 	if _, err := Open(p); !errors.Is(err, ErrInvalidIndex) {
 		t.Fatalf("got %v", err)
 	}

@@ -75,3 +75,16 @@ func CheckKinds[K interface {
 		}
 	}
 }
+
+// SparseFile creates the file path with size bytes and no data written (a
+// sparse file where the filesystem allows it): a large file that costs no
+// disk, for the checks that refuse oversized inputs.
+func SparseFile(t testing.TB, path string, size int64) {
+	t.Helper()
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, size); err != nil {
+		t.Fatal(err)
+	}
+}
