@@ -11,6 +11,7 @@ import (
 	"github.com/ckpt-go/ckpt/convert"
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/internal/hostile"
+	"github.com/ckpt-go/ckpt/internal/testutil"
 )
 
 // TestConvert runs convert.Run (to BF16, into a fresh folder) on every
@@ -39,7 +40,7 @@ func TestConvert(t *testing.T) {
 				if strings.HasSuffix(tg.path, ".safetensors") || strings.HasSuffix(tg.path, ".json") {
 					out += string(filepath.Separator)
 				}
-				err := hostile.Run(t, tg.what+" "+tg.path, func() error {
+				err := testutil.Within(t, tg.what+" "+tg.path, func() error {
 					_, err := convert.Run(context.Background(), tg.path, out, convert.Options{DType: ckpt.To(dtype.BF16), FollowSymlinks: tg.follow})
 					return err
 				})

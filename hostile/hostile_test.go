@@ -13,6 +13,7 @@ import (
 	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/internal/hostile"
+	"github.com/ckpt-go/ckpt/internal/testutil"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
 	"github.com/ckpt-go/ckpt/variant"
@@ -144,7 +145,7 @@ func TestFiles(t *testing.T) {
 					return err
 				}},
 			} {
-				err := hostile.Run(t, ep.name+" "+path, ep.fn)
+				err := testutil.Within(t, ep.name+" "+path, ep.fn)
 				check(t, ep.name, "safetensors", err, c.FileWant, c.Culprit)
 			}
 		})
@@ -166,7 +167,7 @@ func TestShard(t *testing.T) {
 				if c.Culprit == c.File {
 					want = c.ShardWant
 				}
-				err := hostile.Run(t, "shard.ReadIndex "+path, func() error {
+				err := testutil.Within(t, "shard.ReadIndex "+path, func() error {
 					_, err := shard.ReadIndex(path)
 					return err
 				})
@@ -180,7 +181,7 @@ func TestShard(t *testing.T) {
 				{"shard.Open", c.ShardWant, nil},
 				{"shard.Open(WithFollowSymlinks)", c.ShardFollow, []shard.Option{shard.WithFollowSymlinks()}},
 			} {
-				err := hostile.Run(t, ep.name+" "+path, func() error {
+				err := testutil.Within(t, ep.name+" "+path, func() error {
 					ck, err := shard.Open(path, ep.opts...)
 					if err != nil {
 						return err
@@ -230,7 +231,7 @@ func TestFolders(t *testing.T) {
 					}})
 				}
 				for _, r := range resolvers {
-					err := hostile.Run(t, r.name+name+" "+c.Dir, func() error {
+					err := testutil.Within(t, r.name+name+" "+c.Dir, func() error {
 						pp, err := r.fn()
 						if err != nil {
 							return err
@@ -269,7 +270,7 @@ func TestLeftovers(t *testing.T) {
 				paths = append(paths, c.Path())
 			}
 			for _, p := range paths {
-				hostile.Run(t, "shard.Leftovers "+p, func() error {
+				testutil.Within(t, "shard.Leftovers "+p, func() error {
 					_, err := shard.Leftovers(p)
 					return err
 				})
@@ -299,7 +300,7 @@ func TestLoader(t *testing.T) {
 					target{"ckpt.Open(file, WithFollowSymlinks)", c.Path(), c.ShardFollow, "shard", []ckpt.Option{ckpt.WithFollowSymlinks()}})
 			}
 			for _, tg := range targets {
-				err := hostile.Run(t, tg.what+" "+tg.path, func() error {
+				err := testutil.Within(t, tg.what+" "+tg.path, func() error {
 					m, err := ckpt.Open(tg.path, append(tg.opts, ckpt.WithBudget(-1), ckpt.WithDType(ckpt.To(dtype.F32)))...)
 					if err != nil {
 						return err
@@ -345,7 +346,7 @@ func TestDevZeroIsNotRead(t *testing.T) {
 	} {
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
-		err := hostile.Run(t, ep.name, ep.fn)
+		err := testutil.Within(t, ep.name, ep.fn)
 		runtime.ReadMemStats(&after)
 		if err == nil {
 			t.Fatalf("%s: /dev/zero accepted as an index", ep.name)

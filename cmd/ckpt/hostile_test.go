@@ -8,13 +8,14 @@ import (
 	"testing"
 
 	"github.com/ckpt-go/ckpt/internal/hostile"
+	"github.com/ckpt-go/ckpt/internal/testutil"
 )
 
-// cliRun runs the command line in-process under hostile.Deadline.
+// cliRun runs the command line in-process under testutil.Deadline.
 func cliRun(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	hostile.Run(t, "ckpt "+strings.Join(args, " "), func() error {
+	testutil.Within(t, "ckpt "+strings.Join(args, " "), func() error {
 		code = run(&env{stdout: &out, stderr: &errOut}, args)
 		return nil
 	})

@@ -17,15 +17,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/ckpt-go/ckpt/ckpttest"
 	"github.com/ckpt-go/ckpt/dtype"
 )
-
-// Deadline is how long an entry point may take on a hostile case before the
-// suite calls it a hang. Every case answers in milliseconds.
-const Deadline = 5 * time.Second
 
 // Verdicts: "" means accepted; Any means refused with any typed error;
 // otherwise the snake_case name of the error kind expected (for example
@@ -62,22 +57,6 @@ func (c Case) IsIndex() bool { return strings.HasSuffix(c.File, ".json") }
 
 // Path returns Dir/File.
 func (c Case) Path() string { return filepath.Join(c.Dir, c.File) }
-
-// Run calls fn in a goroutine and returns its error, failing the test with
-// t.Fatalf if fn has not returned after Deadline (the goroutine is left
-// blocked: a hang cannot be interrupted).
-func Run(t testing.TB, what string, fn func() error) error {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- fn() }()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(Deadline):
-		t.Fatalf("%s: no answer after %v: it hangs", what, Deadline)
-		return nil
-	}
-}
 
 // Cases builds every hostile folder under t.TempDir() and returns them.
 // Cases that need what the platform lacks (FIFOs, symbolic links, /dev/zero)

@@ -5,8 +5,14 @@ import (
 	"time"
 )
 
-// Within returns what fn returns, and fails t when fn has not returned
-// after 5 s: what (the call, in words) hangs.
+// Deadline is how long Within waits before it calls a call a hang. Every
+// call the tests guard answers in milliseconds.
+const Deadline = 5 * time.Second
+
+// Within calls fn in a goroutine and returns its error, failing t with
+// t.Fatalf when fn has not returned after Deadline: what (the call, in
+// words) hangs. The goroutine is then left blocked: a hang cannot be
+// interrupted.
 func Within(t testing.TB, what string, fn func() error) error {
 	t.Helper()
 	done := make(chan error, 1)
@@ -14,8 +20,8 @@ func Within(t testing.TB, what string, fn func() error) error {
 	select {
 	case err := <-done:
 		return err
-	case <-time.After(5 * time.Second):
-		t.Fatalf("%s hangs", what)
+	case <-time.After(Deadline):
+		t.Fatalf("%s: no answer after %v: it hangs", what, Deadline)
 		return nil
 	}
 }
