@@ -459,6 +459,27 @@ type comparer struct {
 	started        bool
 }
 
+// differ records that finite elements i of A and B, a and b, are dist
+// apart: the largest absolute and relative differences, the worst elements,
+// and whether the allclose rule holds for them.
+func (c *comparer) differ(i int64, dist, a, b float64) {
+	d, o := c.d, c.o
+	if dist > float64(d.MaxAbs) {
+		d.MaxAbs = jsonFloat(dist)
+	}
+	rel := math.Inf(1)
+	if b != 0 {
+		rel = dist / math.Abs(b)
+	}
+	if rel > float64(d.MaxRel) {
+		d.MaxRel = jsonFloat(rel)
+	}
+	c.note(i, dist, a, b)
+	if dist > o.atol+o.rtol*math.Abs(b) {
+		d.Differing++
+	}
+}
+
 func (c *comparer) note(i int64, dist, a, b float64) {
 	if !c.started || dist > c.worstD {
 		c.started, c.worst, c.worstD, c.worstA, c.worstB = true, i, dist, a, b
@@ -522,21 +543,7 @@ func (c *comparer) floats(first int64, fa, fb []float64) {
 			}
 			continue
 		}
-		dist := math.Abs(a - b)
-		if dist > float64(d.MaxAbs) {
-			d.MaxAbs = jsonFloat(dist)
-		}
-		rel := math.Inf(1)
-		if b != 0 {
-			rel = dist / math.Abs(b)
-		}
-		if rel > float64(d.MaxRel) {
-			d.MaxRel = jsonFloat(rel)
-		}
-		c.note(first+int64(i), dist, a, b)
-		if dist > o.atol+o.rtol*math.Abs(b) {
-			d.Differing++
-		}
+		c.differ(first+int64(i), math.Abs(a-b), a, b)
 	}
 }
 
@@ -544,7 +551,6 @@ func (c *comparer) floats(first int64, fa, fb []float64) {
 // |a−b| is computed in integers and only then rounded to float64, so no
 // difference is lost, however large the values.
 func (c *comparer) ints(first int64, sa, sb []byte, signed bool) {
-	d, o := c.d, c.o
 	for i := 0; i+8 <= len(sa); i += 8 {
 		ua, ub := binary.LittleEndian.Uint64(sa[i:]), binary.LittleEndian.Uint64(sb[i:])
 		if ua == ub {
@@ -563,20 +569,7 @@ func (c *comparer) ints(first int64, sa, sb []byte, signed bool) {
 			dist = float64(max(ua, ub) - min(ua, ub))
 			a, b = float64(ua), float64(ub)
 		}
-		if dist > float64(d.MaxAbs) {
-			d.MaxAbs = jsonFloat(dist)
-		}
-		rel := math.Inf(1)
-		if b != 0 {
-			rel = dist / math.Abs(b)
-		}
-		if rel > float64(d.MaxRel) {
-			d.MaxRel = jsonFloat(rel)
-		}
-		c.note(first+int64(i/8), dist, a, b)
-		if dist > o.atol+o.rtol*math.Abs(b) {
-			d.Differing++
-		}
+		c.differ(first+int64(i/8), dist, a, b)
 	}
 }
 
