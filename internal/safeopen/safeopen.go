@@ -120,13 +120,20 @@ func ReadFile(path string, max int64) ([]byte, error) {
 	if st.Size() > max {
 		return nil, &TooLargeError{Path: path, Size: st.Size(), Max: max}
 	}
-	data := make([]byte, 0, st.Size()+1) // +1: room to see EOF without growing
-	data, err = readAll(io.LimitReader(f, max+1), data)
+	return readAtMost(f, path, st.Size(), max)
+}
+
+// readAtMost reads r, which Stat said holds size bytes, refusing it
+// (TooLargeError) when it turns out to hold more than max. Errors name
+// name.
+func readAtMost(r io.Reader, name string, size, max int64) ([]byte, error) {
+	data := make([]byte, 0, size+1) // +1: room to see EOF without growing
+	data, err := readAll(io.LimitReader(r, max+1), data)
 	if err != nil {
-		return nil, &fs.PathError{Op: "read", Path: path, Err: err}
+		return nil, &fs.PathError{Op: "read", Path: name, Err: err}
 	}
 	if int64(len(data)) > max {
-		return nil, &TooLargeError{Path: path, Size: int64(len(data)), Max: max}
+		return nil, &TooLargeError{Path: name, Size: int64(len(data)), Max: max}
 	}
 	return data, nil
 }
@@ -168,13 +175,5 @@ func ReadFileFS(fsys fs.FS, name string, max int64) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	data := make([]byte, 0, st.Size()+1)
-	data, err = readAll(io.LimitReader(f, max+1), data)
-	if err != nil {
-		return nil, &fs.PathError{Op: "read", Path: name, Err: err}
-	}
-	if int64(len(data)) > max {
-		return nil, &TooLargeError{Path: name, Size: int64(len(data)), Max: max}
-	}
-	return data, nil
+	return readAtMost(f, name, st.Size(), max)
 }
