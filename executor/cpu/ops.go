@@ -201,36 +201,19 @@ func (e *Executor) elementwise(ctx context.Context, op, name string, dt dtype.DT
 	}
 	ob := int64(dt.Bits() / 8)
 	chunks := (n + chunk - 1) / chunk
-	var (
-		next atomic.Int64
-		mu   sync.Mutex
-		st   dtype.Stats
-		ferr error
-		wg   sync.WaitGroup
-	)
-	workers := int(min(int64(e.workers()), max(chunks, 1)))
-	run := func() {
-		defer wg.Done()
+	st, err := e.parallel(ctx, chunks, func() func(int64) (dtype.Stats, error) {
 		src := make([][]float32, len(ins))
 		for i := range src {
 			src[i] = make([]float32, chunk)
 		}
 		res := make([]float64, chunk)
-		var local dtype.Stats
-		for ctx.Err() == nil {
-			c := next.Add(1) - 1
-			if c >= chunks {
-				break
-			}
+		return func(c int64) (dtype.Stats, error) {
 			lo, hi := c*chunk, min((c+1)*chunk, n)
 			cnt := int(hi - lo)
 			for i, b := range ins {
 				ib := int64(b.dt.Bits() / 8)
 				if _, err := dtype.DecodeFloat32(src[i][:cnt], ind[i][lo*ib:hi*ib], b.dt); err != nil {
-					mu.Lock()
-					ferr = err
-					mu.Unlock()
-					return
+					return dtype.Stats{}, err
 				}
 			}
 			args := make([][]float32, len(ins))
@@ -238,7 +221,43 @@ func (e *Executor) elementwise(ctx context.Context, op, name string, dt dtype.DT
 				args[i] = src[i][:cnt]
 			}
 			f(res[:cnt], args)
-			s, err := dtype.EncodeFloat64(dst[lo*ob:hi*ob], dt, res[:cnt], dtype.Options{Workers: 1})
+			return dtype.EncodeFloat64(dst[lo*ob:hi*ob], dt, res[:cnt], dtype.Options{Workers: 1})
+		}
+	})
+	if err := ctx.Err(); err != nil {
+		return nil, canceled(op, err)
+	}
+	if err != nil {
+		return nil, quantErr(op, name, err)
+	}
+	return e.finish(op, e.newBuffer(dt, shape, name, dst), st)
+}
+
+// parallel runs the units of work 0 to n-1 on the executor's workers (at
+// most n goroutines, the caller's among them) and returns the sum of their
+// statistics. Each goroutine calls newWorker once for its unit function
+// (which owns its scratch buffers). A unit's error is returned once every
+// goroutine has stopped; ctx's end stops them too, and the caller checks
+// ctx.Err() first.
+func (e *Executor) parallel(ctx context.Context, n int64, newWorker func() func(i int64) (dtype.Stats, error)) (dtype.Stats, error) {
+	var (
+		next atomic.Int64
+		mu   sync.Mutex
+		st   dtype.Stats
+		ferr error
+		wg   sync.WaitGroup
+	)
+	workers := int(min(int64(e.workers()), max(n, 1)))
+	run := func() {
+		defer wg.Done()
+		unit := newWorker()
+		var local dtype.Stats
+		for ctx.Err() == nil {
+			i := next.Add(1) - 1
+			if i >= n {
+				break
+			}
+			s, err := unit(i)
 			if err != nil {
 				mu.Lock()
 				ferr = err
@@ -257,13 +276,7 @@ func (e *Executor) elementwise(ctx context.Context, op, name string, dt dtype.DT
 	}
 	run()
 	wg.Wait()
-	if err := ctx.Err(); err != nil {
-		return nil, canceled(op, err)
-	}
-	if ferr != nil {
-		return nil, quantErr(op, name, ferr)
-	}
-	return e.finish(op, e.newBuffer(dt, shape, name, dst), st)
+	return st, ferr
 }
 
 // unary checks x and runs f elementwise.
@@ -362,53 +375,22 @@ func (e *Executor) RMSNorm(ctx context.Context, x executor.Buffer, w executor.Bu
 		return nil, err
 	}
 	ib := int64(xb.dt.Bits() / 8)
-	var (
-		next atomic.Int64
-		mu   sync.Mutex
-		st   dtype.Stats
-		ferr error
-		wg   sync.WaitGroup
-	)
-	workers := int(min(int64(e.workers()), max(rows, 1)))
-	run := func() {
-		defer wg.Done()
+	st, err := e.parallel(ctx, rows, func() func(int64) (dtype.Stats, error) {
 		src := make([]float32, d)
 		res := make([]float64, d)
-		var local dtype.Stats
-		for ctx.Err() == nil {
-			r := next.Add(1) - 1
-			if r >= rows {
-				break
+		return func(r int64) (dtype.Stats, error) {
+			if _, err := dtype.DecodeFloat32(src, xd[r*d*ib:(r+1)*d*ib], xb.dt); err != nil {
+				return dtype.Stats{}, err
 			}
-			_, err := dtype.DecodeFloat32(src, xd[r*d*ib:(r+1)*d*ib], xb.dt)
-			if err == nil {
-				rmsRow(res, src, wv, eps)
-				var s dtype.Stats
-				s, err = dtype.EncodeFloat64(dst[r*d*ib:(r+1)*d*ib], xb.dt, res, dtype.Options{Workers: 1})
-				local.Add(s)
-			}
-			if err != nil {
-				mu.Lock()
-				ferr = err
-				mu.Unlock()
-				return
-			}
+			rmsRow(res, src, wv, eps)
+			return dtype.EncodeFloat64(dst[r*d*ib:(r+1)*d*ib], xb.dt, res, dtype.Options{Workers: 1})
 		}
-		mu.Lock()
-		st.Add(local)
-		mu.Unlock()
-	}
-	wg.Add(workers)
-	for range workers - 1 {
-		go run()
-	}
-	run()
-	wg.Wait()
+	})
 	if err := ctx.Err(); err != nil {
 		return nil, canceled(op, err)
 	}
-	if ferr != nil {
-		return nil, quantErr(op, xb.name, ferr)
+	if err != nil {
+		return nil, quantErr(op, xb.name, err)
 	}
 	return e.finish(op, e.newBuffer(xb.dt, xb.shape, xb.name, dst), st)
 }
