@@ -486,7 +486,7 @@ func TestHuggingFaceCacheSymlinks(t *testing.T) {
 // TestRealIndex resolves a folder holding the real transformers index from
 // the shared fixtures, with tiny synthetic shards in place of the real ones.
 func TestRealIndex(t *testing.T) {
-	src := filepath.Join("..", "..", "shared", "fixtures", "real", "index", "granite-3.1-1b-a400m-instruct.model.safetensors.index.json")
+	src := filepath.Join(testutil.Fixtures(t, "real", "MANIFEST.tsv"), "index", "granite-3.1-1b-a400m-instruct.model.safetensors.index.json")
 	ix, err := shard.ReadIndex(src)
 	if err != nil {
 		t.Skip("real fixtures not present:", err)
