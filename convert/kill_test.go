@@ -210,7 +210,11 @@ func TestSaveKilled(t *testing.T) {
 			t.Errorf("after a final save the folder holds %s (%v)", e, res.Leftovers)
 		}
 	}
-	if cps, err := convert.Checkpoints(dir); err != nil || len(cps) != 3 || cps[2].Step != int64(next) {
-		t.Errorf("after a final save: %+v, %v", cps, err)
+	// KeepLast 3 keeps the three newest names, or as many as were ever
+	// committed: on a slow machine most kills land before a save ends.
+	committed[cmpOr(opts.Name, "checkpoint-"+strconv.Itoa(next))] = next
+	want := min(3, len(committed))
+	if cps, err := convert.Checkpoints(dir); err != nil || len(cps) != want || cps[len(cps)-1].Step != int64(next) {
+		t.Errorf("after a final save: %+v (want %d), %v", cps, want, err)
 	}
 }
