@@ -3,13 +3,10 @@
 package convert_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,13 +24,8 @@ import (
 	"github.com/ckpt-go/ckpt/shard"
 )
 
-// The environment of the child process of TestCommitKilled.
-const (
-	commitDirEnv   = "CKPT_COMMIT_KILL_DIR"
-	commitLogEnv   = "CKPT_COMMIT_KILL_LOG"
-	commitStartEnv = "CKPT_COMMIT_KILL_START"
-	commitSlowEnv  = "CKPT_COMMIT_KILL_SLOW"
-)
+// rankDirEnv gives TestSaveShardRankChild its folder.
+const rankDirEnv = "CKPT_RANK_DIR"
 
 // commitWorld is the world of save i of the kill test: 1 to 3 ranks; every
 // fourth save is a single file written by package shard instead, so that
@@ -50,39 +42,27 @@ func commitWorld(i int) int {
 // a loop, its ranks as goroutines, and commits; it logs "b N" before save
 // N begins, "c N" before its Commit and "e N" when it is committed.
 func TestCommitKillChild(t *testing.T) {
-	dir := os.Getenv(commitDirEnv)
-	if dir == "" {
-		t.Skip("run by TestCommitKilled")
-	}
-	logf, err := os.OpenFile(os.Getenv(commitLogEnv), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	start, err := strconv.Atoi(os.Getenv(commitStartEnv))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d, err := time.ParseDuration(os.Getenv(commitSlowEnv)); err == nil && d > 0 {
+	c := testutil.AsKillChild(t, "TestCommitKilled")
+	dir := c.Dir
+	if d := c.Slow; d > 0 {
 		convert.SetHook(func(string) { time.Sleep(d) })
 	}
 	fmt.Println("ready")
 	ctx := context.Background()
 	if cr, err := convert.Commit(ctx, dir, convert.CommitOptions{}); err == nil {
-		fmt.Fprintf(logf, "e %d\n", cr.Step)
+		c.Log("e", int(cr.Step))
 	} else if !errors.Is(err, convert.ErrIncomplete) && !errors.Is(err, convert.ErrConflict) {
-		fmt.Fprintf(logf, "x %d %v\n", start, err)
-		t.Fatal(err)
+		c.Fail(t, c.Start, err)
 	}
-	for i := start; ; i++ {
-		fmt.Fprintf(logf, "b %d\n", i)
+	for i := c.Start; ; i++ {
+		c.Log("b", i)
 		world := commitWorld(i)
 		if world == 0 {
-			fmt.Fprintf(logf, "c %d\n", i)
+			c.Log("c", i)
 			if _, err := shard.Write(ctx, dir, "model", "", allTensors(t, i, 2), nil); err != nil {
-				fmt.Fprintf(logf, "x %d %v\n", i, err)
-				t.Fatal(err)
+				c.Fail(t, i, err)
 			}
-			fmt.Fprintf(logf, "e %d\n", i)
+			c.Log("e", i)
 			continue
 		}
 		var wg sync.WaitGroup
@@ -96,15 +76,13 @@ func TestCommitKillChild(t *testing.T) {
 		}
 		wg.Wait()
 		if err := errors.Join(errs...); err != nil {
-			fmt.Fprintf(logf, "x %d %v\n", i, err)
-			t.Fatal(err)
+			c.Fail(t, i, err)
 		}
-		fmt.Fprintf(logf, "c %d\n", i)
+		c.Log("c", i)
 		if _, err := convert.Commit(ctx, dir, convert.CommitOptions{}); err != nil {
-			fmt.Fprintf(logf, "x %d %v\n", i, err)
-			t.Fatal(err)
+			c.Fail(t, i, err)
 		}
-		fmt.Fprintf(logf, "e %d\n", i)
+		c.Log("e", i)
 	}
 }
 
@@ -152,58 +130,28 @@ func TestCommitKilled(t *testing.T) {
 		kills, budget = 30, time.Second
 	}
 	dir := t.TempDir()
-	root := t.TempDir()
 	next, newest := 0, -1 // the next save's number; the newest committed
 	begun := map[int]bool{}
 	var during, switched int
 	deadline := time.Now().Add(budget)
 	k := 0
 	for ; k < kills && time.Now().Before(deadline); k++ {
-		slow := k%2 == 1
-		logPath := filepath.Join(root, fmt.Sprintf("log%d", k))
-		cmd := exec.Command(os.Args[0], "-test.run=^TestCommitKillChild$", "-test.count=1")
-		cmd.Env = append(os.Environ(), commitDirEnv+"="+dir, commitLogEnv+"="+logPath, commitStartEnv+"="+strconv.Itoa(next))
-		if slow {
-			cmd.Env = append(cmd.Env, commitSlowEnv+"=300us")
+		kill := testutil.Kill{Child: "TestCommitKillChild", Dir: dir, Start: next, MaxDelay: 12 * time.Millisecond}
+		if k%2 == 1 {
+			kill.Slow = 300 * time.Microsecond
 		}
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		line, err := bufio.NewReader(out).ReadString('\n')
-		if err != nil || line != "ready\n" {
-			cmd.Wait()
-			t.Fatalf("child: %q, %v; stderr: %s", line, err, stderr.String())
-		}
-		time.Sleep(rand.N(12 * time.Millisecond))
-		cmd.Process.Kill()
-		go io.Copy(io.Discard, out)
-		cmd.Wait()
-
-		logb, _ := os.ReadFile(logPath)
+		killed := kill.Run(t)
 		last, committing := -1, false
-		for _, l := range strings.Split(strings.TrimSpace(string(logb)), "\n") {
-			var op string
-			var i int
-			if _, err := fmt.Sscanf(l, "%s %d", &op, &i); err != nil {
-				continue
-			}
-			switch op {
+		for _, e := range killed.Events {
+			switch e.Op {
 			case "b":
-				last, committing = i, false
-				begun[i] = true
+				last, committing = e.N, false
+				begun[e.N] = true
 			case "c":
 				committing = true
 			case "e":
-				newest = max(newest, i)
+				newest = max(newest, e.N)
 				committing = false
-			default:
-				t.Fatalf("kill %d: the child failed: %s\nstderr: %s", k, l, stderr.String())
 			}
 		}
 		if committing {
@@ -219,7 +167,7 @@ func TestCommitKilled(t *testing.T) {
 			switched++
 		default:
 			t.Fatalf("kill %d (save %d, committing %v): the folder loads save %d, the newest committed is %d\n%v\nlog: %s",
-				k, last, committing, got, newest, testutil.Entries(t, dir), logb)
+				k, last, committing, got, newest, testutil.Entries(t, dir), killed.Log)
 		}
 		if last >= 0 {
 			next = last + 1
@@ -248,7 +196,7 @@ func TestCommitKilled(t *testing.T) {
 
 // TestSaveShardRankChild is one rank of TestSaveShardProcesses.
 func TestSaveShardRankChild(t *testing.T) {
-	dir := os.Getenv(commitDirEnv)
+	dir := os.Getenv(rankDirEnv)
 	rank, err := strconv.Atoi(os.Getenv("CKPT_RANK"))
 	if dir == "" || err != nil {
 		t.Skip("run by TestSaveShardProcesses")
@@ -270,7 +218,7 @@ func TestSaveShardProcesses(t *testing.T) {
 	outs := make([]bytes.Buffer, 3)
 	for r := range cmds {
 		cmds[r] = exec.Command(os.Args[0], "-test.run=^TestSaveShardRankChild$", "-test.count=1")
-		cmds[r].Env = append(os.Environ(), commitDirEnv+"="+dir, "CKPT_RANK="+strconv.Itoa(r))
+		cmds[r].Env = append(os.Environ(), rankDirEnv+"="+dir, "CKPT_RANK="+strconv.Itoa(r))
 		cmds[r].Stdout, cmds[r].Stderr = &outs[r], &outs[r]
 		if err := cmds[r].Start(); err != nil {
 			t.Fatal(err)

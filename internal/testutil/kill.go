@@ -59,6 +59,13 @@ func AsKillChild(t *testing.T, parent string) *KillChild {
 // keeps the line when the process is killed.
 func (c *KillChild) Log(op string, i int) { fmt.Fprintf(c.log, "%s %d\n", op, i) }
 
+// Fail logs the failure of save i as "x i error", which makes the parent's
+// Kill.Run fail, and fails t.
+func (c *KillChild) Fail(t *testing.T, i int, err error) {
+	fmt.Fprintf(c.log, "x %d %v\n", i, err)
+	t.Fatal(err)
+}
+
 // Loop tells the parent that the child is ready, then runs save(i) for
 // i = Start, Start+1, ... until the process is killed, logging "b i"
 // before each save and "e i" after it. A failed save is logged as
@@ -68,8 +75,7 @@ func (c *KillChild) Loop(t *testing.T, save func(i int) error) {
 	for i := c.Start; ; i++ {
 		c.Log("b", i)
 		if err := save(i); err != nil {
-			fmt.Fprintf(c.log, "x %d %v\n", i, err)
-			t.Fatal(err)
+			c.Fail(t, i, err)
 		}
 		c.Log("e", i)
 	}
