@@ -388,7 +388,13 @@ func sinkErr(ctx context.Context, where string, rank int, err error) error {
 
 // writeSinkFile writes b as the file name of sink.
 func writeSinkFile(ctx context.Context, sink Sink, name string, b []byte, exclusive bool) error {
-	f, err := sink.Create(ctx, name, exclusive)
+	return writeSinkFileIf(ctx, sink, name, b, exclusive, "")
+}
+
+// writeSinkFileIf is writeSinkFile that, given a version, replaces only
+// that version of name (createSinkFile).
+func writeSinkFileIf(ctx context.Context, sink Sink, name string, b []byte, exclusive bool, version string) error {
+	f, err := createSinkFile(ctx, sink, name, exclusive, version)
 	if err != nil {
 		return err
 	}
@@ -489,7 +495,10 @@ func hexCRC(h hash.Hash32) string { return fmt.Sprintf("%08x", h.Sum32()) }
 // object store's single PUT): that switches every index-following reader
 // to the new checkpoint. When the location held no index, the write is
 // exclusive (If-None-Match: * on an object store): an index written
-// concurrently by another writer is never replaced (ErrConflict). A
+// concurrently by another writer is never replaced (ErrConflict); when it
+// held one, on an object store the new index replaces only the version
+// Commit saw (If-Match on its ETag), so that an index another writer
+// committed meanwhile is never replaced either (ErrConflict). A
 // previous single file PREFIX.safetensors, which readers prefer to an
 // index, is removed next (the switch for those readers); then the previous
 // checkpoint's shards, the markers, and the leftovers of saves that were
@@ -531,6 +540,15 @@ func Commit(ctx context.Context, location string, opts CommitOptions) (*CommitRe
 	files, err := listSink(fsys)
 	if err != nil {
 		return nil, &Error{Kind: ErrTarget, Path: location, Msg: "listing the location", Err: err}
+	}
+	// The version of the index that the new one replaces, seen before it
+	// is read: a replacement since is refused when the index is written.
+	var ixVersion string
+	ixGone := false
+	if _, ok := files[names.indexName()]; ok {
+		if ixVersion, ixGone, err = seenVersion(ctx, sink, names.indexName()); err != nil {
+			return nil, &Error{Kind: ErrTarget, Path: sink.Location(names.indexName()), Msg: "reading the index's version", Err: err}
+		}
 	}
 	cur, err := readBase(fsys, files, names)
 	if err != nil {
@@ -574,9 +592,9 @@ func Commit(ctx context.Context, location string, opts CommitOptions) (*CommitRe
 		if err != nil {
 			return nil, &Error{Kind: ErrCommit, Path: location, Err: err}
 		}
-		if err := writeSinkFile(ctx, sink, names.indexName(), append(b, '\n'), !cur.hasIx); err != nil {
+		if err := writeSinkFileIf(ctx, sink, names.indexName(), append(b, '\n'), !cur.hasIx || ixGone, ixVersion); err != nil {
 			if errors.Is(err, fs.ErrExist) {
-				return nil, &Error{Kind: ErrConflict, Path: sink.Location(names.indexName()), Msg: "another writer wrote the index since Commit looked; it was not replaced", Err: err}
+				return nil, &Error{Kind: ErrConflict, Path: sink.Location(names.indexName()), Msg: "another writer wrote or replaced the index since Commit looked; it was not replaced", Err: err}
 			}
 			if ctx.Err() != nil {
 				return nil, &Error{Kind: ErrCanceled, Path: location, Msg: "the index was not written; the previous checkpoint is untouched", Err: ctx.Err()}

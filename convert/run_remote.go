@@ -2,6 +2,7 @@ package convert
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -109,8 +110,21 @@ func (r *runner) writeRemote(c *component, cr *ComponentReport, specs []safetens
 			return &Error{Kind: ErrHeader, Path: where, Component: c.name, Err: err}
 		}
 		start(w.Order())
-		// One file replaces its previous version in one step.
-		if err := set.writeShard(r.ctx, c.single, specs, false); err != nil {
+		// One file replaces its previous version in one step: exclusive
+		// where there was none, else (on a ConditionalSink) only while it
+		// is the version seen now.
+		excl, ver := true, ""
+		if _, err := fs.Stat(r.sink.FS(), path.Join(c.outDir, c.single)); err == nil {
+			var gone bool
+			if ver, gone, err = seenVersion(r.ctx, r.sink, set.name(c.single)); err != nil {
+				return &Error{Kind: ErrTarget, Path: where, Component: c.name, Msg: "reading the version of the file to replace", Err: err}
+			}
+			excl = gone
+		}
+		if err := set.writeShard(r.ctx, c.single, specs, excl, ver); err != nil {
+			if errors.Is(err, fs.ErrExist) {
+				return &Error{Kind: ErrConflict, Path: where, Component: c.name, Msg: "another writer wrote or replaced this file meanwhile; it was not replaced", Err: err}
+			}
 			return r.writeErr(where, c, err)
 		}
 		cr.Files = []string{c.single}

@@ -57,6 +57,48 @@ type SinkFile interface {
 	Abort() error
 }
 
+// ConditionalSink is a Sink whose files carry versions (an object store's
+// ETags), so that a writer replaces a file only while it is still the
+// version the writer saw: the entry point of a checkpoint (its index or
+// single file) that Save, Run and Commit replace is written this way, so
+// that of two writers replacing a checkpoint at once only one wins and the
+// other fails with ErrConflict. Package remote's S3Sink is one (If-Match);
+// a folder sink is not (writers there take the set's lock instead).
+type ConditionalSink interface {
+	Sink
+	// Version returns the current version of the file name; an error
+	// matching fs.ErrNotExist when there is no such file.
+	Version(ctx context.Context, name string) (string, error)
+	// CreateReplacing is Create for a file that replaces the version of
+	// name: Close fails with an error matching fs.ErrExist, and nothing is
+	// written, when name is no longer that version (replaced or removed).
+	CreateReplacing(ctx context.Context, name, version string) (SinkFile, error)
+}
+
+// seenVersion returns the version of name that a writer is about to
+// replace, on a ConditionalSink ("" on another sink). gone reports that
+// name no longer exists: its write is then exclusive.
+func seenVersion(ctx context.Context, sink Sink, name string) (version string, gone bool, err error) {
+	cs, ok := sink.(ConditionalSink)
+	if !ok {
+		return "", false, nil
+	}
+	v, err := cs.Version(ctx, name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", true, nil
+	}
+	return v, false, err
+}
+
+// createSinkFile creates name in sink: exclusive, or, with a version of
+// a ConditionalSink, replacing that version.
+func createSinkFile(ctx context.Context, sink Sink, name string, exclusive bool, version string) (SinkFile, error) {
+	if cs, ok := sink.(ConditionalSink); ok && version != "" {
+		return cs.CreateReplacing(ctx, name, version)
+	}
+	return sink.Create(ctx, name, exclusive)
+}
+
 // SinkFunc opens a location of a registered scheme as a Sink.
 type SinkFunc func(ctx context.Context, location string) (Sink, error)
 

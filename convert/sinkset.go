@@ -134,11 +134,14 @@ func existingSet(fsys fs.FS, dir string, names setNames) ([]string, error) {
 // standard names when the folder holds no file of the set, else swap
 // names), then the index, written last in one request (exclusive when the
 // folder had none, so that an index written meanwhile by someone else is
-// never replaced: ErrConflict), then the previous set's single file or
+// never replaced: ErrConflict; on a ConditionalSink, replacing only the
+// version of the previous index seen before the shards were written, so
+// that of two writers replacing a set at once the second fails with
+// ErrConflict, its new shards removed), then the previous set's single file or
 // index that would shadow the new set is removed, then the rest of the
 // previous set. A set that fits one shard is one file, PREFIX[.V].safetensors,
-// whose upload replaces a previous one in one step (and is exclusive where
-// there was none). A folder that holds a
+// whose upload replaces a previous one in one step (exclusive where there
+// was none, else conditional on its version as the index is). A folder that holds a
 // set already is refused (ErrExists) unless overwrite is set. On failure
 // or cancellation the file being written is aborted and the new files are
 // removed: the previous set is untouched.
@@ -168,6 +171,19 @@ func writeSinkSet(ctx context.Context, s *sinkSet) (*sinkSetResult, error) {
 	if n > 1 && len(prev) > 0 {
 		if token, err = randomToken(); err != nil {
 			return nil, &Error{Kind: ErrWrite, Path: where, Err: err}
+		}
+	}
+	// The entry point readers follow, replaced last: exclusive where the
+	// folder had none, else (on a ConditionalSink) only while it is still
+	// the version seen now.
+	entry := names.index
+	if n == 1 {
+		entry = names.single
+	}
+	entryExcl, entryVersion := !slices.Contains(prev, entry), ""
+	if !entryExcl {
+		if entryVersion, entryExcl, err = seenVersion(ctx, s.sink, s.name(entry)); err != nil {
+			return nil, &Error{Kind: ErrTarget, Path: s.sink.Location(s.name(entry)), Msg: "reading the version of the file to replace", Err: err}
 		}
 	}
 	res := &sinkSetResult{total: total}
@@ -212,10 +228,13 @@ func writeSinkSet(ctx context.Context, s *sinkSet) (*sinkSetResult, error) {
 		name := res.files[gi]
 		// A single file is the set's entry point: where none was, it is
 		// written exclusively too.
-		excl := n == 1 && !slices.Contains(prev, name)
-		if err := s.writeShard(ctx, name, gs, excl); err != nil {
+		excl, ver := false, ""
+		if n == 1 {
+			excl, ver = entryExcl, entryVersion
+		}
+		if err := s.writeShard(ctx, name, gs, excl, ver); err != nil {
 			if errors.Is(err, fs.ErrExist) {
-				return fail(&Error{Kind: ErrConflict, Path: s.sink.Location(s.name(name)), Msg: "another writer wrote this file meanwhile; it was not replaced", Err: err})
+				return fail(&Error{Kind: ErrConflict, Path: s.sink.Location(s.name(name)), Msg: "another writer wrote or replaced this file meanwhile; it was not replaced", Err: err})
 			}
 			return fail(err)
 		}
@@ -237,9 +256,9 @@ func writeSinkSet(ctx context.Context, s *sinkSet) (*sinkSetResult, error) {
 		if err := ctx.Err(); err != nil {
 			return fail(&Error{Kind: ErrCanceled, Path: where, Err: err})
 		}
-		if err := writeSinkFile(ctx, s.sink, s.name(names.index), append(b, '\n'), !slices.Contains(prev, names.index)); err != nil {
+		if err := writeSinkFileIf(ctx, s.sink, s.name(names.index), append(b, '\n'), entryExcl, entryVersion); err != nil {
 			if errors.Is(err, fs.ErrExist) {
-				return fail(&Error{Kind: ErrConflict, Path: s.sink.Location(s.name(names.index)), Msg: "another writer wrote the index meanwhile; it was not replaced", Err: err})
+				return fail(&Error{Kind: ErrConflict, Path: s.sink.Location(s.name(names.index)), Msg: "another writer wrote or replaced the index meanwhile; it was not replaced, and this save's new shards were removed", Err: err})
 			}
 			return fail(sinkErr(ctx, s.sink.Location(s.name(names.index)), -1, err))
 		}
@@ -274,9 +293,10 @@ func writeSinkSet(ctx context.Context, s *sinkSet) (*sinkSetResult, error) {
 }
 
 // writeShard streams one file of the set.
-func (s *sinkSet) writeShard(ctx context.Context, name string, specs []safetensors.TensorSpec, exclusive bool) error {
+// With a version, it replaces only that version of name (createSinkFile).
+func (s *sinkSet) writeShard(ctx context.Context, name string, specs []safetensors.TensorSpec, exclusive bool, version string) error {
 	where := s.sink.Location(s.name(name))
-	f, err := s.sink.Create(ctx, s.name(name), exclusive)
+	f, err := createSinkFile(ctx, s.sink, s.name(name), exclusive, version)
 	if err != nil {
 		return sinkErr(ctx, where, -1, err)
 	}

@@ -50,7 +50,9 @@ const (
 	// cannot be created or locked).
 	ErrCache
 	// ErrExists: an exclusive write (If-None-Match: *) found an object of
-	// that name, written by someone else meanwhile; nothing was replaced.
+	// that name, written by someone else meanwhile, or a conditional
+	// replacement (If-Match, S3Sink.CreateReplacing) found the object
+	// replaced or removed since the writer saw it; nothing was replaced.
 	// Errors of this kind also match fs.ErrExist.
 	ErrExists
 )

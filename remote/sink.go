@@ -110,6 +110,9 @@ func WithReadOptions(opts ...Option) SinkOption {
 // An exclusive file is written with If-None-Match: *, so that it never
 // replaces an object written by someone else meanwhile: the refusal (HTTP
 // 412 or 409) is an *Error of kind ErrExists, which matches fs.ErrExist.
+// A file that replaces a version seen earlier (CreateReplacing, with the
+// ETag of Version) is written with If-Match: that ETag, and a refusal is
+// ErrExists too: two writers replacing the same object never both win.
 // On a failed upload, Abort, or a cancelled context, the multipart upload
 // is aborted: no part is left behind. (A process killed in the middle of an
 // upload cannot abort it; a bucket lifecycle rule,
@@ -175,6 +178,40 @@ func (s *S3Sink) Remove(ctx context.Context, name string) error {
 
 // Create starts the upload of name (see S3Sink).
 func (s *S3Sink) Create(ctx context.Context, name string, exclusive bool) (convert.SinkFile, error) {
+	return s.create(ctx, name, exclusive, "")
+}
+
+// Version returns the ETag of the object name, as HeadObject reports it
+// now; a missing object is an *Error of kind ErrNotFound (fs.ErrNotExist).
+func (s *S3Sink) Version(ctx context.Context, name string) (string, error) {
+	if !fs.ValidPath(name) || name == "." {
+		return "", &Error{Kind: ErrLocation, Location: s.Location(name), Msg: "not a file name"}
+	}
+	out, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(s.objectKey(name))})
+	if err != nil {
+		return "", s.wrap(name, s3Err(err), "")
+	}
+	if aws.ToString(out.ETag) == "" {
+		return "", &Error{Kind: ErrRequest, Location: s.Location(name), Msg: "the server sent no ETag"}
+	}
+	return aws.ToString(out.ETag), nil
+}
+
+// CreateReplacing starts the upload of name that replaces the object of
+// ETag version (Version's): its PutObject or CompleteMultipartUpload
+// carries If-Match: version, so that Close fails, and nothing is
+// replaced, when the object was replaced or removed since (HTTP 412, or
+// 404 for a removed one): an *Error of kind ErrExists, which matches
+// fs.ErrExist. On a store that ignores If-Match the object is replaced
+// unconditionally (versitygw v1.8.0 and AWS S3 honour it).
+func (s *S3Sink) CreateReplacing(ctx context.Context, name, version string) (convert.SinkFile, error) {
+	if version == "" {
+		return nil, &Error{Kind: ErrRequest, Location: s.Location(name), Msg: "no version to replace"}
+	}
+	return s.create(ctx, name, false, version)
+}
+
+func (s *S3Sink) create(ctx context.Context, name string, exclusive bool, ifMatch string) (convert.SinkFile, error) {
 	if !fs.ValidPath(name) || name == "." {
 		return nil, &Error{Kind: ErrLocation, Location: s.Location(name), Msg: "not a file name"}
 	}
@@ -182,7 +219,7 @@ func (s *S3Sink) Create(ctx context.Context, name string, exclusive bool) (conve
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	return &upload{s: s, name: name, key: s.objectKey(name), exclusive: exclusive, ctx: ctx, cancel: cancel,
+	return &upload{s: s, name: name, key: s.objectKey(name), exclusive: exclusive, ifMatch: ifMatch, ctx: ctx, cancel: cancel,
 		sem: make(chan struct{}, s.opts.concurrency)}, nil
 }
 
@@ -217,6 +254,7 @@ type upload struct {
 	s         *S3Sink
 	name, key string
 	exclusive bool
+	ifMatch   string // the ETag the object must still have (CreateReplacing)
 	ctx       context.Context
 	cancel    context.CancelFunc
 
@@ -357,6 +395,9 @@ func (u *upload) complete() error {
 		if u.exclusive {
 			in.IfNoneMatch = aws.String("*")
 		}
+		if u.ifMatch != "" {
+			in.IfMatch = aws.String(u.ifMatch)
+		}
 		if _, err := u.s.client.PutObject(u.ctx, in); err != nil {
 			return u.putErr(err)
 		}
@@ -378,6 +419,9 @@ func (u *upload) complete() error {
 	if u.exclusive {
 		in.IfNoneMatch = aws.String("*")
 	}
+	if u.ifMatch != "" {
+		in.IfMatch = aws.String(u.ifMatch)
+	}
 	if _, err := u.s.client.CompleteMultipartUpload(u.ctx, in); err != nil {
 		return u.putErr(err)
 	}
@@ -386,7 +430,7 @@ func (u *upload) complete() error {
 }
 
 // putErr classifies the failure of the request that makes the object
-// appear: a refused If-None-Match is ErrExists.
+// appear: a refused If-None-Match or If-Match is ErrExists.
 func (u *upload) putErr(err error) error {
 	e := s3Err(err)
 	var re *Error
@@ -394,7 +438,17 @@ func (u *upload) putErr(err error) error {
 		return &Error{Kind: ErrExists, Location: u.s.Location(u.name), Status: re.Status,
 			Msg: "an object of this name was written meanwhile (If-None-Match: * refused)", Err: err}
 	}
+	if u.ifMatch != "" && errors.As(e, &re) && (re.Status == 412 || re.Status == 409 || re.Kind == ErrNotFound && !isNoSuchBucket(err)) {
+		return &Error{Kind: ErrExists, Location: u.s.Location(u.name), Status: re.Status,
+			Msg: "the object was replaced or removed since the writer saw ETag " + u.ifMatch + " (If-Match refused)", Err: err}
+	}
 	return u.s.wrap(u.name, e, "")
+}
+
+// isNoSuchBucket reports whether an error of the client is a missing bucket.
+func isNoSuchBucket(err error) bool {
+	var ec interface{ ErrorCode() string }
+	return errors.As(err, &ec) && ec.ErrorCode() == "NoSuchBucket"
 }
 
 func sortParts(ps []types.CompletedPart) {
@@ -490,3 +544,5 @@ func (s *subFS) ReadDir(name string) ([]fs.DirEntry, error) {
 	}
 	return s.fsys.ReadDir(full)
 }
+
+var _ convert.ConditionalSink = (*S3Sink)(nil)

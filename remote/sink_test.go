@@ -170,6 +170,67 @@ func TestS3SinkExclusive(t *testing.T) {
 	}
 }
 
+// CreateReplacing replaces only the version Version saw (If-Match), small
+// or in parts: an object replaced or removed since is left as it is, the
+// refusal matching fs.ErrExist and remote.ErrExists, no upload left.
+func TestS3SinkReplacing(t *testing.T) {
+	s := needS3(t)
+	bucket := s.NewBucket(t)
+	sink := remote.NewS3Sink(s.Client(), bucket, "ck", remote.WithPartSize(remote.MinPartSize))
+	ctx := context.Background()
+	if _, err := sink.Version(ctx, "index.json"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Version of a missing object: %v", err)
+	}
+	for _, size := range []int{10, 2*remote.MinPartSize + 1} {
+		s.Put(t, bucket, "ck/index.json", []byte("first"))
+		seen, err := sink.Version(ctx, "index.json")
+		if err != nil || seen == "" {
+			t.Fatalf("Version: %q, %v", seen, err)
+		}
+		// Replaced meanwhile: refused.
+		f, err := sink.CreateReplacing(ctx, "index.json", seen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Put(t, bucket, "ck/index.json", []byte("theirs"))
+		if err := writeAll(t, f, randomBytes(size), 1<<20); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); !errors.Is(err, fs.ErrExist) || !errors.Is(err, remote.ErrExists) {
+			t.Fatalf("%d bytes over an object replaced meanwhile: %v", size, err)
+		}
+		if got := getObject(t, s, bucket, "ck/index.json"); string(got) != "theirs" {
+			t.Errorf("%d bytes: the object was replaced: %q", size, got)
+		}
+		// Removed meanwhile: refused, nothing written.
+		theirs, _ := sink.Version(ctx, "index.json")
+		f, _ = sink.CreateReplacing(ctx, "index.json", theirs)
+		s.Delete(t, bucket, "ck/index.json")
+		writeAll(t, f, randomBytes(size), 1<<20)
+		if err := f.Close(); !errors.Is(err, remote.ErrExists) {
+			t.Fatalf("%d bytes over an object removed meanwhile: %v", size, err)
+		}
+		if got := getObject(t, s, bucket, "ck/index.json"); got != nil {
+			t.Errorf("%d bytes: an object was written over a removed one", size)
+		}
+		// Still the version seen: replaced.
+		s.Put(t, bucket, "ck/index.json", []byte("first"))
+		seen, _ = sink.Version(ctx, "index.json")
+		f, _ = sink.CreateReplacing(ctx, "index.json", seen)
+		data := randomBytes(size)
+		writeAll(t, f, data, 1<<20)
+		if err := f.Close(); err != nil {
+			t.Fatalf("%d bytes over the version seen: %v", size, err)
+		}
+		if got := getObject(t, s, bucket, "ck/index.json"); !bytes.Equal(got, data) {
+			t.Errorf("%d bytes: %d bytes back", size, len(got))
+		}
+		if ups := openUploads(t, s, bucket); len(ups) != 0 {
+			t.Errorf("uploads left: %v", ups)
+		}
+	}
+}
+
 // Abort, a cancelled context and a failed part leave no multipart upload
 // and no object.
 func TestS3SinkAbort(t *testing.T) {
