@@ -89,6 +89,10 @@ func isWeightsFile(name string) (bool, string) {
 // destination roots.
 type copyFile struct {
 	real, rel string
+	// fsys is the file system of a source with a scheme, name the
+	// file's name in it (real is then its location); nil for paths.
+	fsys fs.FS
+	name string
 }
 
 // scanCopies lists the files under root to copy into the destination,

@@ -92,6 +92,11 @@ type runner struct {
 	// names in it. nil for paths.
 	sink     Sink
 	destFile string // the file name dst ends with, for a file source
+
+	// srcFS is the file system of a src of a registered source
+	// (s3://...), srcRoot src's name in it; nil for paths.
+	srcFS   fs.FS
+	srcRoot string
 }
 
 // Run converts the checkpoint src into dst and reports what it did.
@@ -143,7 +148,16 @@ type runner struct {
 // its index last (nothing partial is
 // ever visible, uploads are aborted on failure or cancellation), configs
 // and other files after; weights already there are replaced only with
-// Options.Overwrite (ErrExists before anything is written otherwise).
+// Options.Overwrite (ErrExists before anything is written otherwise); a
+// set is replaced only while its index (or single file) is still the
+// version seen before its shards were written (If-Match on S3): of two
+// Runs replacing it at once, the later one fails with ErrConflict and
+// removes its new shards.
+//
+// src may be a location of a registered source too (s3://BUCKET/PREFIX,
+// a folder, a pipeline root, an index or a file): the loader reads its
+// weights with ranged reads, and its configs and other files are read
+// through the source's file system (ckpt.OpenSource) and copied.
 //
 // Tensors are converted piece by piece (Options.ChunkBytes) by
 // Options.Workers goroutines, straight from the source's mapping into
@@ -330,11 +344,13 @@ func isDirSource(p string) bool {
 // lists the files to copy, refusing what cannot be done before anything is
 // written.
 func (r *runner) plan(srcs []source) ([]copyFile, error) {
-	dirSrc := isDirSource(r.src)
+	if err := r.openSourceFS(); err != nil {
+		return nil, err
+	}
+	dirSrc := r.isDirSource()
 	pipeline := false
 	if dirSrc {
-		_, err := os.Stat(filepath.Join(r.src, "model_index.json"))
-		pipeline = err == nil
+		pipeline = r.srcExists(".", "model_index.json")
 	}
 	remoteDst := ckpt.SchemeOf(r.dst) != ""
 	beside := dirSrc && !remoteDst && samePath(r.src, r.dst)
@@ -366,7 +382,7 @@ func (r *runner) plan(srcs []source) ([]copyFile, error) {
 		case beside:
 			c.outDir = cp.dir
 		case dirSrc:
-			rel, err := filepath.Rel(r.src, cp.dir)
+			rel, err := r.srcRel(cp.dir)
 			if err != nil || !pipeline {
 				rel = "."
 			}
@@ -383,7 +399,11 @@ func (r *runner) plan(srcs []source) ([]copyFile, error) {
 				return nil, err
 			}
 		}
-		if dirSrc && !beside {
+		if dirSrc && !beside && r.srcFS != nil {
+			if rel, err := r.srcRel(cp.dir); err == nil && r.srcExists(rel, "config.json") {
+				c.config = joinLocation(r.src, path.Join(rel, "config.json"))
+			}
+		} else if dirSrc && !beside {
 			cfg := filepath.Join(cp.dir, "config.json")
 			if _, err := os.Lstat(cfg); err == nil {
 				c.config = cfg
@@ -412,7 +432,7 @@ func (r *runner) plan(srcs []source) ([]copyFile, error) {
 	// handled otherwise.
 	special := map[string]string{}
 	for _, c := range r.comps {
-		rel, _ := filepath.Rel(r.src, c.srcDir)
+		rel, _ := r.srcRel(c.srcDir)
 		if c.config != "" {
 			special[filepath.Join(rel, "config.json")] = ""
 		}
@@ -420,10 +440,16 @@ func (r *runner) plan(srcs []source) ([]copyFile, error) {
 			special[filepath.Join(rel, "hf_quant_config.json")] = "the quantization it declares no longer applies"
 		}
 	}
-	copies, skipped, err := scanCopies(r.src, r.opts.FollowSymlinks, func(rel string) (bool, string) {
+	skip := func(rel string) (bool, string) {
 		why, ok := special[rel]
 		return ok, why
-	})
+	}
+	if r.srcFS != nil {
+		copies, skipped, err := scanSourceCopies(r.srcFS, r.srcRoot, r.src, skip)
+		r.rep.Skipped = skipped
+		return copies, err
+	}
+	copies, skipped, err := scanCopies(r.src, r.opts.FollowSymlinks, skip)
 	if err != nil {
 		return nil, err
 	}
@@ -492,6 +518,9 @@ func (r *runner) besideConfig(c *component) error {
 // readConfig reads a config file under the folder's symlink rule; nil when
 // it does not exist.
 func (r *runner) readConfig(path string) ([]byte, error) {
+	if r.srcFS != nil {
+		return r.readSourceConfig(path)
+	}
 	var sopts []shard.Option
 	if r.opts.FollowSymlinks {
 		sopts = append(sopts, shard.WithFollowSymlinks())
@@ -821,7 +850,11 @@ func (r *runner) finishFiles(copies []copyFile) error {
 		if err := r.ctx.Err(); err != nil {
 			return &Error{Kind: ErrCanceled, Path: r.dst, Err: err}
 		}
-		if r.sink != nil {
+		if f.fsys != nil {
+			if err := r.copyFromSource(f); err != nil {
+				return err
+			}
+		} else if r.sink != nil {
 			if err := copyToSink(r.ctx, r.sink, f.real, filepath.ToSlash(f.rel)); err != nil {
 				return err
 			}

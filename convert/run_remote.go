@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"path"
+	"path/filepath"
 	"strings"
 
 	"github.com/ckpt-go/ckpt"
@@ -159,4 +161,164 @@ func copyToSink(ctx context.Context, sink Sink, src, name string) error {
 		return sinkErr(ctx, sink.Location(name), -1, err)
 	}
 	return nil
+}
+
+// openSourceFS opens the file system of a src of a registered source
+// (s3://...), for what Run reads beside the weights the loader reads:
+// model_index.json, the configs and the files copied. A path leaves srcFS
+// nil.
+func (r *runner) openSourceFS() error {
+	if ckpt.SchemeOf(r.src) == "" {
+		return nil
+	}
+	fsys, name, err := ckpt.OpenSource(r.ctx, r.src)
+	if err != nil {
+		return &Error{Kind: ErrSource, Path: r.src, Err: err}
+	}
+	r.srcFS, r.srcRoot = fsys, name
+	return nil
+}
+
+// isDirSource is isDirSource of src, for a source of either kind.
+func (r *runner) isDirSource() bool {
+	if r.srcFS == nil {
+		return isDirSource(r.src)
+	}
+	if strings.HasSuffix(r.src, ".safetensors") || strings.HasSuffix(r.src, ".json") {
+		return false
+	}
+	st, err := fs.Stat(r.srcFS, r.srcRoot)
+	return err == nil && st.IsDir()
+}
+
+// srcExists reports whether the file rel/name (slash-separated, relative
+// to src) exists in a source of either kind.
+func (r *runner) srcExists(rel, name string) bool {
+	if r.srcFS == nil {
+		_, err := os.Stat(filepath.Join(r.src, filepath.FromSlash(rel), name))
+		return err == nil
+	}
+	st, err := fs.Stat(r.srcFS, path.Join(r.srcRoot, rel, name))
+	return err == nil && st.Mode().IsRegular()
+}
+
+// srcRel returns the folder dir (a component's) relative to src. For a
+// source with a scheme, dir is a location under src or, as the loader's
+// plan gives a component's folder, a name in srcFS.
+func (r *runner) srcRel(dir string) (string, error) {
+	if r.srcFS == nil {
+		return filepath.Rel(r.src, dir)
+	}
+	root := strings.TrimSuffix(r.src, "/")
+	if ckpt.SchemeOf(dir) == "" {
+		root = r.srcRoot
+	}
+	if root == "." && fs.ValidPath(dir) {
+		return dir, nil
+	}
+	d := strings.TrimSuffix(dir, "/")
+	switch {
+	case d == root:
+		return ".", nil
+	case strings.HasPrefix(d, root+"/"):
+		return path.Clean(d[len(root)+1:]), nil
+	}
+	return "", fmt.Errorf("%s is not under %s", dir, r.src)
+}
+
+// readSourceConfig is readConfig for a source with a scheme: loc is the
+// location of the config; nil when it does not exist.
+func (r *runner) readSourceConfig(loc string) ([]byte, error) {
+	rel, err := r.srcRel(loc)
+	if err != nil {
+		return nil, &Error{Kind: ErrSource, Path: loc, Err: err}
+	}
+	b, err := readSinkFile(r.srcFS, path.Join(r.srcRoot, rel), maxConfigSize)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, &Error{Kind: ErrSource, Path: loc, Err: err}
+	}
+	return b, nil
+}
+
+// scanSourceCopies is scanCopies for a source with a scheme: the files
+// under root of fsys (loc is root's location, for messages).
+func scanSourceCopies(fsys fs.FS, root, loc string, skip func(rel string) (bool, string)) ([]copyFile, []SkippedFile, error) {
+	var files []copyFile
+	var skipped []SkippedFile
+	var walk func(dir, rel string, depth int) error
+	walk = func(dir, rel string, depth int) error {
+		if depth > 32 {
+			return &Error{Kind: ErrCopy, Path: joinLocation(loc, rel), Msg: "folders nested more than 32 deep"}
+		}
+		ents, err := fs.ReadDir(fsys, dir)
+		if err != nil {
+			return &Error{Kind: ErrSource, Path: joinLocation(loc, rel), Err: err}
+		}
+		for _, e := range ents {
+			name := e.Name()
+			r := path.Join(rel, name)
+			if w, why := isWeightsFile(name); w {
+				skipped = append(skipped, SkippedFile{Path: filepath.FromSlash(r), Reason: why})
+				continue
+			}
+			if s, why := skip(filepath.FromSlash(r)); s {
+				if why != "" {
+					skipped = append(skipped, SkippedFile{Path: filepath.FromSlash(r), Reason: why})
+				}
+				continue
+			}
+			switch {
+			case e.IsDir():
+				if err := walk(path.Join(dir, name), r, depth+1); err != nil {
+					return err
+				}
+			case e.Type().IsRegular():
+				files = append(files, copyFile{real: joinLocation(loc, r), rel: filepath.FromSlash(r), fsys: fsys, name: path.Join(dir, name)})
+			default:
+				return &Error{Kind: ErrCopy, Path: joinLocation(loc, r), Msg: "not a regular file"}
+			}
+		}
+		return nil
+	}
+	if err := walk(root, ".", 0); err != nil {
+		return nil, nil, err
+	}
+	return files, skipped, nil
+}
+
+// copyFromSource copies a file of a source with a scheme to the
+// destination.
+func (r *runner) copyFromSource(f copyFile) error {
+	in, err := f.fsys.Open(f.name)
+	if err != nil {
+		return &Error{Kind: ErrCopy, Path: f.real, Err: err}
+	}
+	defer in.Close()
+	if r.sink != nil {
+		name := filepath.ToSlash(f.rel)
+		out, err := r.sink.Create(r.ctx, name, false)
+		if err != nil {
+			return sinkErr(r.ctx, r.sink.Location(name), -1, err)
+		}
+		if _, err := io.Copy(out, in); err != nil {
+			out.Abort()
+			return sinkErr(r.ctx, r.sink.Location(name), -1, err)
+		}
+		if err := out.Close(); err != nil {
+			out.Abort()
+			return sinkErr(r.ctx, r.sink.Location(name), -1, err)
+		}
+		return nil
+	}
+	dst := filepath.Join(r.dst, f.rel)
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return &Error{Kind: ErrWrite, Path: filepath.Dir(dst), Err: err}
+	}
+	return writeAtomic(r.ctx, dst, func(w io.Writer) error {
+		_, err := io.Copy(w, in)
+		return err
+	})
 }

@@ -412,4 +412,25 @@ func TestRunPipelineToS3(t *testing.T) {
 	if slices.Sort(localKeys); !slices.Equal(keys, localKeys) {
 		t.Errorf("objects %v, local files %v", keys, localKeys)
 	}
+
+	// The pipeline read back from s3:// into a folder: the same files and
+	// tensors (the configs rewritten, the tokenizer copied).
+	s.PutDir(t, bucket, "srcpipe", root)
+	back := filepath.Join(t.TempDir(), "back")
+	if _, err := convert.Run(context.Background(), "s3://"+bucket+"/srcpipe", back, opts); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := loadAll(t, back), loadAll(t, local); !reflect.DeepEqual(got, want) {
+		t.Fatalf("pipeline from s3 differs from the local one: %d and %d tensors", len(got), len(want))
+	}
+	filepath.WalkDir(local, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			rel, _ := filepath.Rel(local, p)
+			w, _ := os.ReadFile(p)
+			if g, err := os.ReadFile(filepath.Join(back, rel)); err != nil || (!strings.HasSuffix(rel, ".safetensors") && string(g) != string(w)) {
+				t.Errorf("pipeline from s3: %s: %v %q, want %q", rel, err, g, w)
+			}
+		}
+		return err
+	})
 }

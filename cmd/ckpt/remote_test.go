@@ -138,3 +138,46 @@ func TestConvertToS3(t *testing.T) {
 		t.Errorf("plan after --overwrite:\n%s", out)
 	}
 }
+
+// ckpt convert reads s3:// sources: into a folder and into s3://, the
+// same tensors as from the local copy.
+func TestConvertFromS3(t *testing.T) {
+	s := needS3(t)
+	src := ckpttest.Dir(t, ckpttest.Weights{Shards: 2, Tensors: ckpttest.Tensors(t, "a.w:F32[64,32] a.n:F32[32] b.w:F32[32,32]")})
+	os.WriteFile(filepath.Join(src, "config.json"), []byte(`{"model_type": "llama", "torch_dtype": "float32"}`), 0o644)
+	bucket := s.NewBucket(t)
+	s.PutDir(t, bucket, "in/m", src)
+	in := "s3://" + bucket + "/in/m"
+	local := filepath.Join(t.TempDir(), "local")
+	if _, stderr, code := runCLI(t, "convert", src, local, "--dtype", "bf16", "--max-shard-size", "4KiB"); code != 0 {
+		t.Fatalf("convert local: exit %d: %s", code, stderr)
+	}
+	get := func(loc string) []byte {
+		t.Helper()
+		out := filepath.Join(t.TempDir(), "w.bin")
+		if _, stderr, code := runCLI(t, "get", "--format", "raw", "-o", out, loc, "a.w"); code != 0 {
+			t.Fatalf("get %s: %s", loc, stderr)
+		}
+		b, _ := os.ReadFile(out)
+		return b
+	}
+	want := get(local)
+	wantInspect, _, _ := runCLI(t, "inspect", local)
+	for _, dst := range []string{filepath.Join(t.TempDir(), "out"), "s3://" + bucket + "/out/m"} {
+		if _, stderr, code := runCLI(t, "convert", in, dst, "--dtype", "bf16", "--max-shard-size", "4KiB", "--verify"); code != 0 {
+			t.Fatalf("convert %s %s: exit %d: %s", in, dst, code, stderr)
+		}
+		if out, stderr, code := runCLI(t, "validate", dst); code != 0 {
+			t.Errorf("validate %s: exit %d: %s %s", dst, code, out, stderr)
+		}
+		if got := get(dst); !bytes.Equal(got, want) || len(want) != 64*32*2 {
+			t.Errorf("%s: a.w differs from the local conversion (%d bytes, want %d)", dst, len(got), len(want))
+		}
+		got, _, _ := runCLI(t, "inspect", dst)
+		// The source's name differs (the local copy's folder is a temporary).
+		got = strings.Replace(got, "ckpt.convert.source = m\n", "ckpt.convert.source = "+filepath.Base(src)+"\n", 1)
+		if strings.ReplaceAll(got, dst, "PATH") != strings.ReplaceAll(wantInspect, local, "PATH") {
+			t.Errorf("inspect %s:\n%s\nwant\n%s", dst, got, wantInspect)
+		}
+	}
+}
