@@ -133,6 +133,30 @@ func TestCommitS3IndexWrittenMeanwhile(t *testing.T) {
 	if got := getS3(t, s, bucket, "ckpt/model.safetensors.index.json"); string(got) != string(theirs) {
 		t.Errorf("the other writer's index was replaced: %s", got)
 	}
+
+	// Over a committed checkpoint: the index is replaced only while it is
+	// the version Commit saw (If-Match); one replaced meanwhile stays.
+	s.Delete(t, bucket, "ckpt/model.safetensors.index.json")
+	if _, err := convert.Commit(context.Background(), loc, convert.CommitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	saveRanks(t, loc, 2, 2)
+	committed := getS3(t, s, bucket, "ckpt/model.safetensors.index.json")
+	theirs = append(slices.Clone(committed), ' ')
+	restore = convert.SetHook(func(step string) {
+		if step == "commit-verified" {
+			s.Put(t, bucket, "ckpt/model.safetensors.index.json", theirs)
+		}
+	})
+	_, err = convert.Commit(context.Background(), loc, convert.CommitOptions{})
+	restore()
+	if !errors.Is(err, convert.ErrConflict) || !errors.Is(err, remote.ErrExists) {
+		t.Fatalf("Commit over a checkpoint whose index was replaced meanwhile: %v", err)
+	}
+	if got := getS3(t, s, bucket, "ckpt/model.safetensors.index.json"); string(got) != string(theirs) {
+		t.Errorf("the other writer's index was replaced: %s", got)
+	}
+	checkLoaded(t, loc, allTensors(t, 1, 2))
 }
 
 // getS3 reads bucket/key whole; nil when it does not exist.
