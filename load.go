@@ -219,7 +219,7 @@ func (m *Model) Load(ctx context.Context, opts ...LoadOption) (*Weights, error) 
 			n++
 		}
 	}
-	w := &Weights{model: m, byName: make(map[string]*Tensor, n)}
+	w := &Weights{model: m, tensors: make([]*Tensor, 0, n), byName: make(map[string]*Tensor, n)}
 	w.arena, w.ownsMem = lc.arena, lc.arena == nil
 	if w.arena == nil {
 		w.arena = NewArena()
@@ -235,7 +235,7 @@ func (m *Model) Load(ctx context.Context, opts ...LoadOption) (*Weights, error) 
 			t := &store[i]
 			i++
 			var err error
-			work, err = m.prepare(c, e, t, w.arena.take, work)
+			work, err = m.prepareInto(c, e, t, w.arena.take, work, false)
 			if err != nil {
 				w.Close()
 				return nil, err
@@ -298,11 +298,8 @@ func (m *Model) loadOne(ctx context.Context, name string, dst []byte) (*Tensor, 
 			Msg: fmt.Sprintf("buffer is %d bytes; the tensor loads as %s %v = %d bytes", len(dst), e.out, e.shape, e.outBytes)}
 	}
 	x := *e
-	if dst != nil && (x.act == actView || x.act == actQuantized) {
-		// The caller's buffer: read instead of viewing.
-		if x.act == actView {
-			x.act = actRead
-		}
+	if dst != nil && x.act == actView {
+		x.act = actRead // the caller's buffer: read instead of viewing
 	}
 	used := false
 	alloc := func(n int64) []byte {
@@ -337,10 +334,6 @@ type piece struct {
 	sj    *sliceJob // a part of a split tensor (first and n are then in its units)
 }
 
-func (m *Model) prepare(c *Component, e *entry, t *Tensor, alloc func(int64) []byte, work []piece) ([]piece, error) {
-	return m.prepareInto(c, e, t, alloc, work, false)
-}
-
 // prepareInto fills t's description, assigns its memory, and appends its
 // pieces of work. intoCaller forces a quantized weight's data to be read
 // into the first allocation (the caller's buffer).
@@ -364,15 +357,14 @@ func (m *Model) prepareInto(c *Component, e *entry, t *Tensor, alloc func(int64)
 		info.Shape = slices.Clone(info.Shape)
 		t.Split = &info
 	}
-	mu := new(sync.Mutex)
-	switch e.act {
-	case actView:
-		b, err := viewBytes(st)
-		if err != nil {
+	if e.act == actView {
+		if t.data, err = st.Bytes(); err != nil {
 			return nil, &Error{Kind: ErrRead, Component: c.name, Tensor: e.name, Err: err}
 		}
-		t.data = b
 		return work, nil
+	}
+	mu := new(sync.Mutex) // guards t.Stats, which its pieces add to
+	switch e.act {
 	case actRead, actConvert:
 		t.data = alloc(e.outBytes)
 		t.Location.Owned = true
@@ -403,7 +395,7 @@ func (m *Model) prepareInto(c *Component, e *entry, t *Tensor, alloc func(int64)
 			t.data = alloc(st.ByteLen())
 			t.Location.Owned = true
 			work = append(work, piece{c: c, e: e, t: t, st: st, dst: t.data, bytes: st.ByteLen(), mu: mu, first: -1})
-		} else if t.data, err = viewBytes(st); err != nil {
+		} else if t.data, err = st.Bytes(); err != nil {
 			return nil, &Error{Kind: ErrRead, Component: c.name, Tensor: e.name, Err: err}
 		}
 		t.q = e.q
@@ -419,7 +411,7 @@ func (m *Model) prepareInto(c *Component, e *entry, t *Tensor, alloc func(int64)
 				sc.act, sc.Location.Owned = actRead, true
 				sc.data = alloc(sst.ByteLen())
 				work = append(work, piece{c: c, e: e, t: sc, st: sst, dst: sc.data, bytes: sst.ByteLen(), mu: mu, first: -1})
-			} else if sc.data, err = viewBytes(sst); err != nil {
+			} else if sc.data, err = sst.Bytes(); err != nil {
 				return nil, &Error{Kind: ErrRead, Component: c.name, Tensor: s.Name, Err: err}
 			}
 			t.Scales = append(t.Scales, sc)
@@ -448,9 +440,6 @@ func (e *entry) arenaBytes() int64 {
 	}
 	return total
 }
-
-// viewBytes returns the zero-copy view of a mapped tensor.
-func viewBytes(st *safetensors.Tensor) ([]byte, error) { return st.Bytes() }
 
 // appendPieces splits a read or conversion into pieces of about chunkBytes
 // of output (and of input), on multiples of 8 elements.
@@ -516,10 +505,7 @@ func (m *Model) run(ctx context.Context, work []piece) error {
 		}()
 	}
 	wg.Wait()
-	if err := context.Cause(ctx); err != nil {
-		return err
-	}
-	return nil
+	return context.Cause(ctx)
 }
 
 // loadMeter counts the finished pieces of a load: it adds each one's
@@ -551,26 +537,28 @@ func (pm *loadMeter) finish(p *piece, st dtype.Stats) {
 	pm.mu.Unlock()
 }
 
-// doPiece does one piece of work.
+// doPiece does one piece of work; errors other than the loader's own and
+// cancellation become ErrRead naming the tensor.
 func (m *Model) doPiece(ctx context.Context, p *piece, opts dtype.Options) (dtype.Stats, error) {
-	wrap := func(err error) error {
-		var le *Error
-		if errors.As(err, &le) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-			return err
-		}
-		return &Error{Kind: ErrRead, Component: p.c.name, Tensor: p.t.Name, Err: err}
+	st, err := m.pieceWork(ctx, p, opts)
+	var le *Error
+	if err == nil || errors.As(err, &le) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return st, err
 	}
+	return st, &Error{Kind: ErrRead, Component: p.c.name, Tensor: p.t.Name, Err: err}
+}
+
+func (m *Model) pieceWork(ctx context.Context, p *piece, opts dtype.Options) (dtype.Stats, error) {
 	switch {
 	case p.sj != nil:
-		st, err := m.doSlicePiece(ctx, p, opts)
-		return st, wrapNil(wrap, err)
+		return m.doSlicePiece(ctx, p, opts)
 	case p.first < 0:
 		// A raw read of a whole stored tensor (quantized data or scale).
-		return dtype.Stats{}, wrapNil(wrap, p.st.ReadTo(p.dst))
-	case p.e.act == actDequantize && p.t.act == actDequantize:
+		return dtype.Stats{}, p.st.ReadTo(p.dst)
+	case p.e.act == actDequantize:
 		st, err := m.dequantize(ctx, p, opts)
 		if err != nil {
-			return st, wrap(err)
+			return st, err
 		}
 		// The quantized source pages are no longer needed by this process
 		// (the data containers are 8-bit: elements are bytes).
@@ -584,23 +572,13 @@ func (m *Model) doPiece(ctx context.Context, p *piece, opts dtype.Options) (dtyp
 		return st, nil
 	}
 	st, err := p.st.ConvertElementsTo(p.e.out, p.dst, p.first, opts)
-	if err != nil {
-		return st, wrap(err)
-	}
-	if p.e.act == actRead {
-		return dtype.Stats{}, nil
+	if err != nil || p.e.act == actRead {
+		return dtype.Stats{}, err
 	}
 	// The converted source pages leave the resident set: a converting load
 	// holds its output, not output plus source.
 	p.st.Evict(p.first, p.n)
 	return st, nil
-}
-
-func wrapNil(wrap func(error) error, err error) error {
-	if err == nil {
-		return nil
-	}
-	return wrap(err)
 }
 
 // dequantize produces a scaled weight from its data and scales: views of
