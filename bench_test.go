@@ -12,7 +12,6 @@ import (
 
 	"github.com/ckpt-go/ckpt/ckpttest"
 	"github.com/ckpt-go/ckpt/dtype"
-	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
 )
 
@@ -141,5 +140,4 @@ func BenchmarkLoad(b *testing.B) {
 			}
 		})
 	}
-	_ = safetensors.MetadataKey
 }

@@ -330,12 +330,10 @@ func TestBudgetRefusalAllocatesNothing(t *testing.T) {
 }
 
 func TestCancelMidLoad(t *testing.T) {
-	spec := strings.Repeat("", 0)
 	var ts []ckpttest.Tensor
 	for i := range 12 {
 		ts = append(ts, ckpttest.T("w"+string(rune('a'+i)), dtype.BF16, 1024, 1024))
 	}
-	_ = spec
 	path := ckpttest.File(t, ts...)
 	ctx, cancel := context.WithCancel(context.Background())
 	calls := 0
