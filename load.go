@@ -131,12 +131,7 @@ func (w *Weights) Component(name string) iter.Seq2[string, *Tensor] {
 	}
 }
 
-func (w *Weights) key(t *Tensor) string {
-	if len(w.model.comps) == 1 {
-		return t.Name
-	}
-	return t.Component + "/" + t.Name
-}
+func (w *Weights) key(t *Tensor) string { return w.model.qualify(t.Component, t.Name) }
 
 // Tensor returns a tensor by "COMPONENT/NAME", or by a bare NAME that only
 // one component has.

@@ -435,17 +435,19 @@ func (m *Model) Names() []string {
 	var out []string
 	for _, c := range m.comps {
 		for _, e := range c.entries {
-			out = append(out, m.qualify(c, e.name))
+			out = append(out, m.qualify(c.name, e.name))
 		}
 	}
 	return out
 }
 
-func (m *Model) qualify(c *Component, name string) string {
+// qualify names a tensor of a component as Names, Weights.All and lookups
+// spell it: bare in a model with one component, COMPONENT/NAME otherwise.
+func (m *Model) qualify(component, name string) string {
 	if len(m.comps) == 1 {
 		return name
 	}
-	return c.name + "/" + name
+	return component + "/" + name
 }
 
 // lookup finds a tensor by "COMPONENT/NAME" or by a bare NAME that only one
