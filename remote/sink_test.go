@@ -33,25 +33,6 @@ func randomBytes(n int) []byte {
 	return b
 }
 
-// getObject reads bucket/key whole; nil when it does not exist.
-func getObject(t *testing.T, s *s3test.Server, bucket, key string) []byte {
-	t.Helper()
-	out, err := s.Client().GetObject(context.Background(), &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
-	if err != nil {
-		var sc interface{ HTTPStatusCode() int }
-		if errors.As(err, &sc) && sc.HTTPStatusCode() == 404 {
-			return nil
-		}
-		t.Fatalf("get %s: %v", key, err)
-	}
-	defer out.Body.Close()
-	b, err := io.ReadAll(out.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 // openUploads lists the multipart uploads in progress in bucket.
 func openUploads(t *testing.T, s *s3test.Server, bucket string) []string {
 	t.Helper()
@@ -105,7 +86,7 @@ func TestS3SinkWrites(t *testing.T) {
 		if err := f.Abort(); err != nil {
 			t.Errorf("Abort after Close: %v", err)
 		}
-		if got := getObject(t, s, bucket, "runs/r1/"+tc.name); !bytes.Equal(got, data) {
+		if got := s.Get(t, bucket, "runs/r1/"+tc.name); !bytes.Equal(got, data) {
 			t.Errorf("%s: %d bytes back, want %d", tc.name, len(got), len(data))
 		}
 		// The server kept the parts' CRC-32C (a composite checksum).
@@ -154,7 +135,7 @@ func TestS3SinkExclusive(t *testing.T) {
 		if !errors.Is(err, fs.ErrExist) || !errors.Is(err, remote.ErrExists) {
 			t.Fatalf("%d bytes over an object written meanwhile: %v", size, err)
 		}
-		if got := getObject(t, s, bucket, "index.json"); string(got) != "theirs" {
+		if got := s.Get(t, bucket, "index.json"); string(got) != "theirs" {
 			t.Errorf("the object was replaced: %q", got)
 		}
 		if ups := openUploads(t, s, bucket); len(ups) != 0 {
@@ -199,7 +180,7 @@ func TestS3SinkReplacing(t *testing.T) {
 		if err := f.Close(); !errors.Is(err, fs.ErrExist) || !errors.Is(err, remote.ErrExists) {
 			t.Fatalf("%d bytes over an object replaced meanwhile: %v", size, err)
 		}
-		if got := getObject(t, s, bucket, "ck/index.json"); string(got) != "theirs" {
+		if got := s.Get(t, bucket, "ck/index.json"); string(got) != "theirs" {
 			t.Errorf("%d bytes: the object was replaced: %q", size, got)
 		}
 		// Removed meanwhile: refused, nothing written.
@@ -210,7 +191,7 @@ func TestS3SinkReplacing(t *testing.T) {
 		if err := f.Close(); !errors.Is(err, remote.ErrExists) {
 			t.Fatalf("%d bytes over an object removed meanwhile: %v", size, err)
 		}
-		if got := getObject(t, s, bucket, "ck/index.json"); got != nil {
+		if got := s.Get(t, bucket, "ck/index.json"); got != nil {
 			t.Errorf("%d bytes: an object was written over a removed one", size)
 		}
 		// Still the version seen: replaced.
@@ -222,7 +203,7 @@ func TestS3SinkReplacing(t *testing.T) {
 		if err := f.Close(); err != nil {
 			t.Fatalf("%d bytes over the version seen: %v", size, err)
 		}
-		if got := getObject(t, s, bucket, "ck/index.json"); !bytes.Equal(got, data) {
+		if got := s.Get(t, bucket, "ck/index.json"); !bytes.Equal(got, data) {
 			t.Errorf("%d bytes: %d bytes back", size, len(got))
 		}
 		if ups := openUploads(t, s, bucket); len(ups) != 0 {
@@ -285,7 +266,7 @@ func TestS3SinkAbort(t *testing.T) {
 	}
 
 	for _, key := range []string{"p/aborted", "p/cancelled", "p/failed"} {
-		if got := getObject(t, s, bucket, key); got != nil {
+		if got := s.Get(t, bucket, key); got != nil {
 			t.Errorf("%s exists (%d bytes)", key, len(got))
 		}
 	}

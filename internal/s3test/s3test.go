@@ -19,6 +19,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -303,4 +304,23 @@ func (s *Server) Delete(t testing.TB, bucket, key string) {
 	if _, err := s.Client().DeleteObject(context.Background(), &s3.DeleteObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)}); err != nil {
 		t.Fatalf("delete s3://%s/%s: %v", bucket, key, err)
 	}
+}
+
+// Get reads bucket/key whole; nil when it does not exist (404).
+func (s *Server) Get(t testing.TB, bucket, key string) []byte {
+	t.Helper()
+	out, err := s.Client().GetObject(context.Background(), &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+	if err != nil {
+		var sc interface{ HTTPStatusCode() int }
+		if errors.As(err, &sc) && sc.HTTPStatusCode() == http.StatusNotFound {
+			return nil
+		}
+		t.Fatalf("get s3://%s/%s: %v", bucket, key, err)
+	}
+	defer out.Body.Close()
+	b, err := io.ReadAll(out.Body)
+	if err != nil {
+		t.Fatalf("get s3://%s/%s: %v", bucket, key, err)
+	}
+	return b
 }
