@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/ckpt-go/ckpt/dtype"
@@ -149,7 +150,7 @@ func TestSliceAgrees(t *testing.T) {
 		len(queries), ok, rejected, endEmpty)
 	if mm.n > 0 {
 		t.Errorf("ckpt's Slice and the reference's get_slice disagree on %d of %d selections, e.g.\n\t%s",
-			mm.n, len(queries), joinLines(mm.examples))
+			mm.n, len(queries), strings.Join(mm.examples, "\n\t"))
 	}
 }
 
@@ -171,15 +172,4 @@ func emptySpanAtEnd(shape []int64, ranges []safetensors.Range) bool {
 		}
 	}
 	return found
-}
-
-func joinLines(s []string) string {
-	out := ""
-	for i, l := range s {
-		if i > 0 {
-			out += "\n\t"
-		}
-		out += l
-	}
-	return out
 }
