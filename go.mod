@@ -1,11 +1,12 @@
 module github.com/ckpt-go/ckpt
 
-go 1.23
+go 1.23.0
 
 require (
 	github.com/google/go-cmp v0.7.0
 	github.com/klauspost/compress v1.18.0
 	github.com/x448/float16 v0.8.4
+	golang.org/x/sys v0.35.0
 )
 
 require (

@@ -2,25 +2,11 @@
 
 package fpkern
 
+import "golang.org/x/sys/cpu"
+
 // hasAVX tells whether the vector code can run: AVX with the YMM state
-// enabled by the OS.
-var hasAVX = detectAVX()
-
-func detectAVX() bool {
-	maxID, _, _, _ := cpuid(0, 0)
-	if maxID < 1 {
-		return false
-	}
-	_, _, ecx1, _ := cpuid(1, 0)
-	const osxsave, avx = 1 << 27, 1 << 28
-	return ecx1&osxsave != 0 && ecx1&avx != 0 && xgetbv()&6 == 6
-}
-
-//go:noescape
-func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
-
-//go:noescape
-func xgetbv() (eax uint32)
+// enabled by the OS (golang.org/x/sys/cpu checks both).
+var hasAVX = cpu.X86.HasAVX
 
 // toOddAVX processes whole blocks of 4 and returns the elements done.
 //
