@@ -80,38 +80,12 @@ func Measure(x, y []float32, s float64, a *Acc) {
 }
 
 // Measure64 is Measure for float64 values.
-func Measure64(x, y []float64, s float64, a *Acc) {
-	y = y[:len(x)]
-	maxAbs, maxRel := a.MaxAbs, a.MaxRel
-	var sse, ss float64
-	for i, xv := range x {
-		av := math.Abs(xv)
-		if !(av <= math.MaxFloat64) {
-			continue
-		}
-		d := y[i] * s
-		if !(math.Abs(d) <= math.MaxFloat64) {
-			if d != d {
-				a.NaN++
-			} else {
-				a.Inf++
-			}
-			continue
-		}
-		e := math.Abs(xv - d)
-		sse += e * e
-		ss += xv * xv
-		maxAbs = max(maxAbs, e)
-		if e > maxRel*av && av != 0 {
-			maxRel = e / av
-		}
-	}
-	a.MaxAbs, a.MaxRel = maxAbs, maxRel
-	a.SumSqErr += sse
-	a.SumSq += ss
-}
+func Measure64(x, y []float64, s float64, a *Acc) { measureGo(x, y, s, a) }
 
-func measureGo(x, y []float32, s float64, a *Acc) {
+// measureGo is the portable comparison, for float32 and float64 values
+// alike (a float32 converts to float64 exactly).
+func measureGo[T float32 | float64](x, y []T, s float64, a *Acc) {
+	y = y[:len(x)]
 	maxAbs, maxRel := a.MaxAbs, a.MaxRel
 	var sse, ss float64
 	for i, v := range x {
