@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ckpt-go/ckpt/internal/safeopen"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
 )
@@ -199,7 +200,7 @@ func readBase(fsys fs.FS, files map[string]int64, n multiNames) (*base, error) {
 	io.WriteString(h, "ckpt.base/v1\n")
 	if _, ok := files[n.indexName()]; ok {
 		b.hasIx = true
-		raw, err := readSinkFile(fsys, n.indexName(), shard.MaxIndexSize)
+		raw, err := safeopen.ReadFileFS(fsys, n.indexName(), shard.MaxIndexSize)
 		if err != nil {
 			return nil, err
 		}
@@ -697,7 +698,7 @@ func chooseSave(fsys fs.FS, files map[string]int64, names multiNames, cur *base,
 		if mm == nil {
 			continue
 		}
-		b, err := readSinkFile(fsys, n, maxMarker)
+		b, err := safeopen.ReadFileFS(fsys, n, maxMarker)
 		var m rankMarker
 		if err == nil {
 			err = json.Unmarshal(b, &m)

@@ -233,7 +233,7 @@ func (r *runner) readSourceConfig(loc string) ([]byte, error) {
 	if err != nil {
 		return nil, &Error{Kind: ErrSource, Path: loc, Err: err}
 	}
-	b, err := readSinkFile(r.srcFS, path.Join(r.srcRoot, rel), maxConfigSize)
+	b, err := safeopen.ReadFileFS(r.srcFS, path.Join(r.srcRoot, rel), maxConfigSize)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}

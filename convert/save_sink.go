@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ckpt-go/ckpt"
+	"github.com/ckpt-go/ckpt/internal/safeopen"
 	"github.com/ckpt-go/ckpt/safetensors"
 )
 
@@ -116,7 +117,7 @@ func (p *plan) checkNameFS(fsys fs.FS, where string) (bool, error) {
 
 // readManifestFS reads and checks NAME/checkpoint.json of fsys.
 func readManifestFS(fsys fs.FS, name string) (*manifest, error) {
-	b, err := readSinkFile(fsys, path.Join(name, manifestName), maxManifest)
+	b, err := safeopen.ReadFileFS(fsys, path.Join(name, manifestName), maxManifest)
 	if err != nil {
 		return nil, err
 	}

@@ -301,32 +301,6 @@ func (d *dirFile) Abort() error {
 	return nil
 }
 
-// readSinkFile reads the regular file name of fsys, refusing one larger
-// than limit before reading it (and anything but a regular file, which
-// could block).
-func readSinkFile(fsys fs.FS, name string, limit int64) ([]byte, error) {
-	st, err := fs.Stat(fsys, name)
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file (%v)", name, st.Mode().Type())
-	}
-	if st.Size() > limit {
-		return nil, fmt.Errorf("%s: %d bytes, more than the %d a file of this kind may have", name, st.Size(), limit)
-	}
-	f, err := fsys.Open(name)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b := make([]byte, st.Size())
-	if _, err := io.ReadFull(f, b); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	return b, nil
-}
-
 // listSink lists the sink's root folder: names of regular files and
 // their sizes (folders are left out).
 func listSink(fsys fs.FS) (map[string]int64, error) {
