@@ -14,30 +14,25 @@ import (
 	"strings"
 
 	"github.com/ckpt-go/ckpt/internal/pathutil"
+	"github.com/ckpt-go/ckpt/internal/safeopen"
 )
 
 // MaxIndexSize is the largest index file Open accepts (64 MiB).
 const MaxIndexSize = 64 << 20
 
-// openRegular opens path for reading without blocking (see openFlags) and
-// returns it with its size, if it is a regular file.
+// openRegular opens path for reading without blocking on a FIFO or a
+// device (safeopen.Open) and returns it with its size, if it is a regular
+// file.
 func openRegular(path string) (*os.File, int64, error) {
-	f, err := os.OpenFile(path, openFlags, 0)
-	if err != nil {
-		return nil, 0, &Error{Kind: ErrIO, File: path, Msg: "open", Err: err}
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, 0, &Error{Kind: ErrIO, File: path, Msg: "stat", Err: err}
-	}
-	if !st.Mode().IsRegular() {
-		f.Close()
+	f, st, err := safeopen.Open(path)
+	if nr := (*safeopen.NotRegularError)(nil); errors.As(err, &nr) {
 		msg := "not a regular file"
-		if st.IsDir() {
+		if nr.Mode.IsDir() {
 			msg = "a folder, not a checkpoint file or index"
 		}
 		return nil, 0, &Error{Kind: ErrUnsupportedPath, File: path, Msg: msg}
+	} else if err != nil {
+		return nil, 0, &Error{Kind: ErrIO, File: path, Msg: "open", Err: err}
 	}
 	return f, st.Size(), nil
 }
