@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,7 +27,8 @@ type faultProxy struct {
 	// fault decides what happens to the n-th ranged GET (from 1).
 	fault func(n int64) fault
 	// once limits faults to the first request of each object range (a
-	// retry of the same range passes), so that loads succeed for sure.
+	// retry of the same range, resumed or not, passes), so that loads
+	// succeed for sure.
 	once    bool
 	faulted map[string]bool
 
@@ -80,7 +82,11 @@ func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if p.fault != nil {
 			f = p.fault(n)
 		}
-		key := r.URL.Path + " " + r.Header.Get("Range")
+		// A retry resumes where the body stopped: same object and last
+		// byte, a later first byte. Keyed on those, a range and all its
+		// resumptions are faulted at most once.
+		rng := r.Header.Get("Range")
+		key := r.URL.Path + " " + rng[strings.LastIndexByte(rng, '-')+1:]
 		if f != pass && p.once {
 			if p.faulted[key] {
 				f = pass
