@@ -281,7 +281,7 @@ func TestDemo(t *testing.T) {
 	if !regexp.MustCompile(`image_encoder  5 tensors F32      (view|read) +\(component "image_encoder"=F32\)`).MatchString(stdout) {
 		t.Error("demo output lacks the image encoder's 5 F32 tensors")
 	}
-	// What needs package quant to detect the FP8 variant's layout.
+	// Package quant detects the FP8 variant's layout.
 	quantWants := []string{
 		"quant    deepseek-fp8-block (from __metadata__ quantization_config), 9 weights",
 		"transformer    9 tensors F8_E4M3  quantized  (component \"transformer\"=stored)",
@@ -293,19 +293,10 @@ func TestDemo(t *testing.T) {
 		"max |FP8 − BF16| = ",
 		"done: every step above ran",
 	}
-	if quantDetects(t) {
-		if code != 0 {
-			t.Fatalf("demo exit %d: %s\n%s", code, stderr, stdout)
-		}
-		wants = append(wants, quantWants...)
-	} else {
-		// The TEMP quant stub: the demo stops at the dequantization, the
-		// last step, saying why.
-		t.Log("package quant does not detect deepseek-fp8-block: the demo's dequantization step is expected to fail")
-		if code != 1 || !strings.Contains(stderr, "package quant did not recognize the FP8 variant") {
-			t.Fatalf("demo exit %d (want 1 naming package quant): %s\n%s", code, stderr, stdout)
-		}
+	if code != 0 {
+		t.Fatalf("demo exit %d: %s\n%s", code, stderr, stdout)
 	}
+	wants = append(wants, quantWants...)
 	for _, want := range wants {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("demo output lacks %q", want)

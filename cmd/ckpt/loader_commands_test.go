@@ -430,35 +430,7 @@ func deepSeekFixture(t *testing.T, badScale []int64) (string, []float32) {
 	return dir, vals
 }
 
-// quantDetects reports whether package quant detects DeepSeek's FP8 block
-// layout in a DeepSeek FP8 folder. The loader branch's temporary stub of
-// package quant detects nothing.
-func quantDetects(t *testing.T) bool {
-	t.Helper()
-	dir, _ := deepSeekFixture(t, nil)
-	m, err := ckpt.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	p, err := m.Plan()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p.Components[0].Quant.Layout == "deepseek-fp8-block"
-}
-
-// requireQuant skips a test that needs package quant to detect DeepSeek's
-// layout when it does not.
-func requireQuant(t *testing.T) {
-	t.Helper()
-	if !quantDetects(t) {
-		t.Skip("package quant does not detect deepseek-fp8-block in a DeepSeek FP8 folder (the loader branch's TEMP stub)")
-	}
-}
-
 func TestGetDequantizes(t *testing.T) {
-	requireQuant(t)
 	dir, want := deepSeekFixture(t, nil)
 	stdout, stderr, code := runCLI(t, "get", dir, "w.weight", "--dtype", "F32")
 	if code != 0 || !strings.Contains(stderr, "w.weight: F8_E4M3 [4, 8] (deepseek-fp8-block) -> F32 by dequantize") {
@@ -486,7 +458,6 @@ func TestGetDequantizes(t *testing.T) {
 }
 
 func TestGetMalformedScales(t *testing.T) {
-	requireQuant(t)
 	dir, _ := deepSeekFixture(t, []int64{3, 2}) // [2, 2] expected
 	for _, args := range [][]string{{"get", dir, "w.weight", "--dtype", "F32"}, {"plan", dir}} {
 		_, stderr, code := runCLI(t, args...)
@@ -500,7 +471,6 @@ func TestGetMalformedScales(t *testing.T) {
 // the bundled FP8 variant dequantizes to within FP8 precision of the F32
 // weights, block by block.
 func TestSampleDequantizes(t *testing.T) {
-	requireQuant(t)
 	root, err := extractSample(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
