@@ -35,7 +35,10 @@ func BenchmarkLinear(b *testing.B) {
 			_ = e.Free(y)
 			b.ResetTimer()
 			for range b.N {
-				y, _ := e.Linear(ctx, x, w, nil, dtype.BF16)
+				y, err := e.Linear(ctx, x, w, nil, dtype.BF16)
+				if err != nil {
+					b.Fatal(err)
+				}
 				_ = e.Free(y)
 			}
 			b.ReportMetric(2*m*n*k*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")

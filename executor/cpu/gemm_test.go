@@ -66,14 +66,18 @@ func BenchmarkGemm(b *testing.B) {
 		b.Run(name+"/blocked", func(b *testing.B) {
 			for range b.N {
 				clear(y)
-				_ = gemm(context.Background(), x, w, y, m, n, k, 0x7fff)
+				if err := gemm(context.Background(), x, w, y, m, n, k, 0x7fff); err != nil {
+					b.Fatal(err)
+				}
 			}
 			report(b)
 		})
 		b.Run(name+"/blocked-1worker", func(b *testing.B) {
 			for range b.N {
 				clear(y)
-				_ = gemm(context.Background(), x, w, y, m, n, k, 1)
+				if err := gemm(context.Background(), x, w, y, m, n, k, 1); err != nil {
+					b.Fatal(err)
+				}
 			}
 			report(b)
 		})
