@@ -93,10 +93,8 @@ func (e *Executor) weightF32(ctx context.Context, op string, w *executor.Weight)
 	if w.Quant == nil {
 		_, err = dtype.DecodeFloat32(vals, data, w.Data.DType())
 	} else {
-		tmp := make([]byte, 4*n)
-		if _, err = w.Quant.DequantizeContext(ctx, tmp, dtype.F32, data, scales, dtype.Options{Workers: e.workers()}); err == nil {
-			_, err = dtype.DecodeFloat32(vals, tmp, dtype.F32)
-		}
+		// Straight into vals: F32 bytes as DecodeFloat32 writes them.
+		_, err = w.Quant.DequantizeContext(ctx, dtype.Float32Bytes(vals), dtype.F32, data, scales, dtype.Options{Workers: e.workers()})
 	}
 	if err != nil {
 		return nil, quantErr(op, w.Name(), err)
@@ -207,6 +205,7 @@ func (e *Executor) elementwise(ctx context.Context, op, name string, dt dtype.DT
 			src[i] = make([]float32, chunk)
 		}
 		res := make([]float64, chunk)
+		args := make([][]float32, len(ins))
 		return func(c int64) (dtype.Stats, error) {
 			lo, hi := c*chunk, min((c+1)*chunk, n)
 			cnt := int(hi - lo)
@@ -215,9 +214,6 @@ func (e *Executor) elementwise(ctx context.Context, op, name string, dt dtype.DT
 				if _, err := dtype.DecodeFloat32(src[i][:cnt], ind[i][lo*ib:hi*ib], b.dt); err != nil {
 					return dtype.Stats{}, err
 				}
-			}
-			args := make([][]float32, len(ins))
-			for i := range args {
 				args[i] = src[i][:cnt]
 			}
 			f(res[:cnt], args)
