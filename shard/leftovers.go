@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -70,6 +69,7 @@ func Leftovers(path string) ([]Leftover, error) {
 		single  string
 		indexes []string
 		shards  []string
+		swapped map[string]bool // shards under a swap name
 	}
 	sets := map[string]*set{}
 	var out []Leftover
@@ -134,6 +134,12 @@ func Leftovers(path string) ([]Leftover, error) {
 			st.indexes = append(st.indexes, name)
 		default:
 			st.shards = append(st.shards, name)
+			if s.role == roleSwapShard {
+				if st.swapped == nil {
+					st.swapped = map[string]bool{}
+				}
+				st.swapped[name] = true
+			}
 		}
 	}
 	for key, st := range sets {
@@ -172,7 +178,7 @@ func Leftovers(path string) ([]Leftover, error) {
 			case len(st.indexes) == 0:
 				reason = "its set has no index and no single file"
 			}
-			if swapShardRE.MatchString(sh) {
+			if st.swapped[sh] {
 				reason += "; a swap-named shard of a save that did not finish"
 			}
 			out = append(out, Leftover{sh, key, LeftoverUnreferenced, reason})
@@ -181,5 +187,3 @@ func Leftovers(path string) ([]Leftover, error) {
 	slices.SortFunc(out, func(a, b Leftover) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }
-
-var swapShardRE = regexp.MustCompile(`\.swap-[0-9a-f]{12}\.safetensors$`)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/ckpt-go/ckpt/ckpttest"
@@ -52,6 +53,9 @@ func TestLeftovers(t *testing.T) {
 		have = append(have, lk{l.Name, l.Set, l.Kind})
 		if l.Reason == "" {
 			t.Errorf("%s: no reason", l.Name)
+		}
+		if swap := strings.Contains(l.Name, ".swap-"); swap != strings.Contains(l.Reason, "swap-named") {
+			t.Errorf("%s: reason %q", l.Name, l.Reason)
 		}
 	}
 	want := []lk{
