@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/shapes"
 	"github.com/ckpt-go/ckpt/quant"
 	"github.com/ckpt-go/ckpt/torch"
 )
@@ -143,7 +144,11 @@ func (s *torchStore) tensor(name string) (srcTensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &torchTensor{t: t}, nil
+	n, err := shapes.Elements(t.Shape())
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return &torchTensor{t: t, n: n}, nil
 }
 
 // metadata is the checkpoint's non-tensor values under their dotted names
@@ -167,6 +172,7 @@ func (s *torchStore) metadata() map[string]string {
 // once every piece is.
 type torchTensor struct {
 	t       *torch.Tensor
+	n       int64 // elements
 	mu      sync.Mutex
 	buf     []byte
 	evicted int64
@@ -174,13 +180,7 @@ type torchTensor struct {
 
 func (x *torchTensor) DType() dtype.DType { return x.t.DType() }
 
-func (x *torchTensor) NumElements() int64 {
-	n := int64(1)
-	for _, d := range x.t.Shape() {
-		n *= d
-	}
-	return n
-}
+func (x *torchTensor) NumElements() int64 { return x.n }
 
 func (x *torchTensor) load() ([]byte, error) {
 	x.mu.Lock()
