@@ -250,13 +250,19 @@ func diffModels(ctx context.Context, a, b *ckpt.Model, o diffOptions) (*diffRepo
 	for _, n := range namesB {
 		inB[n] = true
 	}
+	// A tensor only one side has is described from that side's plan:
+	// its dtype and shape, no data read.
+	var planA, planB map[string]ckpt.TensorPlan
+	var err error
 	for _, n := range namesA {
 		if !inB[n] {
-			t, err := a.LoadTensor(ctx, n)
-			if err != nil {
-				return nil, err
+			if planA == nil {
+				if planA, err = planned(a); err != nil {
+					return nil, err
+				}
 			}
-			rep.add(&tensorDiff{Name: n, Status: "only_in_a", DTypeA: t.DType.String(), ShapeA: t.Shape, differs: true})
+			t := planA[n]
+			rep.add(&tensorDiff{Name: n, Status: "only_in_a", DTypeA: t.DType, ShapeA: t.Shape, differs: true})
 			continue
 		}
 		d, err := diffTensor(ctx, a, b, n, o)
@@ -267,11 +273,13 @@ func diffModels(ctx context.Context, a, b *ckpt.Model, o diffOptions) (*diffRepo
 	}
 	for _, n := range namesB {
 		if !inA[n] {
-			t, err := b.LoadTensor(ctx, n)
-			if err != nil {
-				return nil, err
+			if planB == nil {
+				if planB, err = planned(b); err != nil {
+					return nil, err
+				}
 			}
-			rep.add(&tensorDiff{Name: n, Status: "only_in_b", DTypeB: t.DType.String(), ShapeB: t.Shape, differs: true})
+			t := planB[n]
+			rep.add(&tensorDiff{Name: n, Status: "only_in_b", DTypeB: t.DType, ShapeB: t.Shape, differs: true})
 		}
 	}
 	var worst []*tensorDiff
@@ -292,6 +300,25 @@ func diffModels(ctx context.Context, a, b *ckpt.Model, o diffOptions) (*diffRepo
 	}
 	rep.Differ = len(worst) > 0
 	return rep, nil
+}
+
+// planned returns the plan of every tensor of m (dtype as loaded, shape)
+// by the name Names gives it.
+func planned(m *ckpt.Model) (map[string]ckpt.TensorPlan, error) {
+	p, err := m.Plan()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]ckpt.TensorPlan{}
+	for _, c := range p.Components {
+		for _, t := range c.Tensors {
+			if len(p.Components) > 1 {
+				t.Name = c.Name + "/" + t.Name
+			}
+			out[t.Name] = t
+		}
+	}
+	return out, nil
 }
 
 // severity ranks what differs: missing names and shapes first, then

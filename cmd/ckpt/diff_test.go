@@ -212,12 +212,12 @@ func TestDiffJSONInfinity(t *testing.T) {
 }
 
 func TestDiffPipelines(t *testing.T) {
-	p := func(vae []byte) string {
+	p := func(vae []byte, extra ...ckpttest.Tensor) string {
 		return ckpttest.NewPipeline(t, ckpttest.Pipeline{Components: []ckpttest.Component{
 			{Name: "transformer", Weights: []ckpttest.Weights{{Prefix: "diffusion_pytorch_model", Shards: 2,
 				Tensors: ckpttest.Tensors(t, "blocks.0.attn.weight:F32[64,32] shared.weight:F32[8]")}}},
 			{Name: "vae", Weights: []ckpttest.Weights{{Prefix: "diffusion_pytorch_model",
-				Tensors: []ckpttest.Tensor{tn("shared.weight", dtype.F32, vae, 2)}}}},
+				Tensors: append([]ckpttest.Tensor{tn("shared.weight", dtype.F32, vae, 2)}, extra...)}}},
 		}})
 	}
 	a, b := p(f32s(1, 2)), p(f32s(1, 2.5))
@@ -226,6 +226,13 @@ func TestDiffPipelines(t *testing.T) {
 		t.Errorf("pipelines: %+v", r)
 	}
 	diffJSON(t, 0, a, a)
+	// A tensor only one component of B has is named and described.
+	c := p(f32s(1, 2), ckpttest.T("extra.bias", dtype.BF16, 3, 2))
+	r = diffJSON(t, 1, a, c)
+	last := r.Tensors[len(r.Tensors)-1]
+	if r.OnlyInB != 1 || last.Name != "vae/extra.bias" || last.Status != "only_in_b" || last.DTypeB != "BF16" || !slices.Equal(last.ShapeB, []int64{3, 2}) {
+		t.Errorf("only in B: %+v", last)
+	}
 }
 
 func TestDiffUsage(t *testing.T) {
