@@ -267,8 +267,6 @@ func saveToken(baseID, prefix string, world int, step int64) string {
 	return hex.EncodeToString(s[:6])
 }
 
-var crc32c = crc32.MakeTable(crc32.Castagnoli)
-
 // SaveShard writes one rank's part of a checkpoint that several processes
 // save together (data- or tensor-parallel training): rank r of world
 // writes its tensors as the shard PREFIX-{r+1}-of-{world}.safetensors of
@@ -431,7 +429,7 @@ func writeRankShard(ctx context.Context, sink Sink, name string, p *plan, data m
 	if err != nil {
 		return sinkErr(ctx, where, -1, err)
 	}
-	crc := crc32.New(crc32c)
+	crc := crc32.New(crcTable)
 	bw := bufio.NewWriterSize(io.MultiWriter(f, crc), 1<<20)
 	err = func() error {
 		w, err := safetensors.NewWriter(bw, p.specs, p.metadata)
@@ -842,7 +840,7 @@ func checkRankShard(ctx context.Context, fsys fs.FS, m *rankMarker, data bool) e
 		return err
 	}
 	defer f.Close()
-	crc := crc32.New(crc32c)
+	crc := crc32.New(crcTable)
 	buf := make([]byte, 1<<20)
 	for {
 		if err := ctx.Err(); err != nil {
