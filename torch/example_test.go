@@ -1,9 +1,12 @@
 package torch_test
 
 import (
+	"archive/zip"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"os"
 	"path/filepath"
@@ -64,11 +67,29 @@ func ExampleCheckpoint_Metadata() {
 }
 
 // A checkpoint whose pickle imports anything but what a state dict needs is
-// refused before anything is read or written.
+// refused before anything is read or written. This one's data.pkl would
+// run a command under torch.load: GLOBAL posix.system, then REDUCE.
 func ExampleErrForbiddenGlobal() {
-	_, err := torch.Open("suspicious.pt")
+	var b bytes.Buffer
+	zw := zip.NewWriter(&b)
+	for _, r := range []struct{ name, data string }{
+		{"evil/data.pkl", "\x80\x02cposix\nsystem\nX\x02\x00\x00\x00id\x85R."},
+		{"evil/version", "3\n"},
+	} {
+		w, err := zw.CreateHeader(&zip.FileHeader{Name: r.name, Method: zip.Store})
+		if err != nil {
+			log.Fatal(err)
+		}
+		io.WriteString(w, r.data)
+	}
+	if err := zw.Close(); err != nil {
+		log.Fatal(err)
+	}
+	_, err := torch.NewReader(bytes.NewReader(b.Bytes()), int64(b.Len()), "suspicious.pt")
 	var e *torch.Error
 	if errors.Is(err, torch.ErrForbiddenGlobal) && errors.As(err, &e) {
 		fmt.Println("refused: the pickle imports", e.Global)
 	}
+	// Output:
+	// refused: the pickle imports posix system
 }
