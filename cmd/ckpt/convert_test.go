@@ -34,10 +34,15 @@ func TestConvertCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, _ := m.Plan()
+	p, err := m.Plan()
 	m.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
 	for _, c := range p.Components {
 		for _, tp := range c.Tensors {
+			checked++
 			want := "BF16"
 			switch {
 			case c.Name == "vae":
@@ -51,6 +56,9 @@ func TestConvertCommand(t *testing.T) {
 				t.Errorf("%s/%s: %s, want %s", c.Name, tp.Name, tp.Stored, want)
 			}
 		}
+	}
+	if checked != 8 { // testPipeline's 4 + 3 + 1 tensors
+		t.Errorf("the output has %d tensors, want 8", checked)
 	}
 
 	// FP8 with block scales as JSON; the bias rule keeps its F32.
