@@ -220,7 +220,7 @@ func (s *S3Sink) create(ctx context.Context, name string, exclusive bool, ifMatc
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	return &upload{s: s, name: name, key: s.objectKey(name), exclusive: exclusive, ifMatch: ifMatch, ctx: ctx, cancel: cancel,
-		sem: make(chan struct{}, s.opts.concurrency)}, nil
+		sem: make(chan struct{}, s.opts.concurrency), spare: make(chan []byte, s.opts.concurrency)}, nil
 }
 
 // wrap names the location of an error of the client.
@@ -258,9 +258,10 @@ type upload struct {
 	ctx       context.Context
 	cancel    context.CancelFunc
 
-	buf      []byte // the part being filled
-	id       string // the multipart upload, once started
-	next     int32  // the next part's number - 1
+	buf      []byte      // the part being filled
+	spare    chan []byte // buffers of parts sent, for the next parts
+	id       string      // the multipart upload, once started
+	next     int32       // the next part's number - 1
 	sem      chan struct{}
 	wg       sync.WaitGroup
 	mu       sync.Mutex
@@ -304,7 +305,11 @@ func (u *upload) Write(p []byte) (int, error) {
 			return n, err
 		}
 		if u.buf == nil {
-			u.buf = make([]byte, 0, u.s.opts.partSize)
+			select {
+			case u.buf = <-u.spare:
+			default:
+				u.buf = make([]byte, 0, u.s.opts.partSize)
+			}
 		}
 		k := min(len(p), cap(u.buf)-len(u.buf))
 		u.buf = append(u.buf, p[:k]...)
@@ -359,6 +364,10 @@ func (u *upload) sendPart() error {
 			u.fail(u.s.wrap(u.name, s3Err(err), fmt.Sprintf("uploading part %d", num)))
 			return
 		}
+		select {
+		case u.spare <- body[:0]: // the client is done with it
+		default:
+		}
 		u.mu.Lock()
 		u.parts = append(u.parts, types.CompletedPart{ETag: out.ETag, PartNumber: aws.Int32(num), ChecksumCRC32C: aws.String(sum)})
 		u.mu.Unlock()
@@ -378,6 +387,7 @@ func (u *upload) Close() error {
 		u.abort()
 		return err
 	}
+	u.buf, u.spare = nil, nil // every part is sent: nothing reads them now
 	u.cancel()
 	return nil
 }
@@ -471,7 +481,7 @@ func (u *upload) Abort() error {
 func (u *upload) abort() error {
 	u.cancel()
 	u.wg.Wait()
-	u.buf = nil
+	u.buf, u.spare = nil, nil
 	if u.id == "" {
 		return nil
 	}
