@@ -3,7 +3,8 @@ package shard
 import (
 	"io"
 	"os"
-	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // writebackEvery is how many bytes a shard's writer lets accumulate before
@@ -27,8 +28,7 @@ func (w *writeback) Write(b []byte) (int, error) {
 	n, err := w.f.Write(b)
 	w.off += int64(n)
 	if w.off-w.start >= writebackEvery {
-		const syncFileRangeWrite = 2 // SYNC_FILE_RANGE_WRITE
-		syscall.Syscall6(syscall.SYS_SYNC_FILE_RANGE, w.f.Fd(), uintptr(w.start), uintptr(w.off-w.start), syncFileRangeWrite, 0, 0)
+		unix.SyncFileRange(int(w.f.Fd()), w.start, w.off-w.start, unix.SYNC_FILE_RANGE_WRITE)
 		w.start = w.off
 	}
 	return n, err
