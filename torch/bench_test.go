@@ -69,8 +69,8 @@ func BenchmarkWriteSafetensors(b *testing.B) {
 		b.Fatal(err)
 	}
 	const size = 2 * 1024 * 1024 * 4
+	storage := seq(1024 * 1024)
 	b.Run("write-fsync", func(b *testing.B) {
-		storage := seq(1024 * 1024)
 		b.SetBytes(size)
 		for range b.N {
 			f, err := os.Create(filepath.Join(dir, "plain"))

@@ -5,12 +5,17 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"sync"
 
 	"github.com/ckpt-go/ckpt/dtype"
 )
 
 // copyChunk is the size of the buffer WriteTo copies through.
 const copyChunk = 1 << 20
+
+// copyBufs holds WriteTo's buffers, so that writing a checkpoint of many
+// tensors does not allocate one per tensor.
+var copyBufs = sync.Pool{New: func() any { return new([copyChunk]byte) }}
 
 // Tensor is one tensor of a Checkpoint: a view (offset, shape, strides) of
 // a storage record of the archive. It is cheap: nothing is read until
@@ -118,7 +123,9 @@ func (t *Tensor) WriteTo(w io.Writer) (int64, error) {
 			return 0, err
 		}
 	}
-	buf := make([]byte, min(t.size, copyChunk))
+	bp := copyBufs.Get().(*[copyChunk]byte)
+	defer copyBufs.Put(bp)
+	buf := bp[:min(t.size, copyChunk)]
 	isz := int64(t.dt.Bits() / 8)
 	chunk := int64(len(buf)) / isz * isz // whole elements, for the gather and the byte swap
 	var done int64
