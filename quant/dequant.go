@@ -10,7 +10,6 @@ import (
 
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/internal/shapes"
-	"github.com/x448/float16"
 )
 
 // Decode tables (float64, exact), built once from package dtype.
@@ -309,9 +308,26 @@ func decodeScale(b []byte, d dtype.DType, e8m0 bool, i int64) float64 {
 	return tab8[d][b[i]]
 }
 
-// f16 returns the value of an IEEE binary16 code (exact: every binary16
-// value is a float32).
-func f16(h uint16) float64 { return float64(float16.Frombits(h).Float32()) }
+// f16 returns the value of an IEEE binary16 code.
+func f16(h uint16) float64 {
+	e, m := int(h>>10&0x1F), float64(h&0x3FF)
+	var v float64
+	switch e {
+	case 0:
+		v = math.Ldexp(m, -24)
+	case 0x1F:
+		v = math.Inf(1)
+		if m != 0 {
+			v = math.NaN()
+		}
+	default:
+		v = math.Ldexp(m+1024, e-25)
+	}
+	if h&0x8000 != 0 {
+		v = -v
+	}
+	return v
+}
 
 // plan validates a Dequantize call.
 // rows, when not nil, limits the call to rows [rows[0], rows[0]+rows[1]) of
