@@ -27,6 +27,7 @@ import (
 	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/executor"
+	"github.com/ckpt-go/ckpt/internal/sysmem"
 	"github.com/ckpt-go/ckpt/quant"
 )
 
@@ -74,8 +75,9 @@ func (e *Executor) workers() int {
 	return runtime.GOMAXPROCS(0)
 }
 
-// Info describes the host: its cores, and its memory from /proc/meminfo
-// (MemTotal and MemAvailable; zero where there is none).
+// Info describes the host: its cores, its memory (MemTotal) and what this
+// process can still allocate (the smaller of MemAvailable and its cgroup's
+// headroom, as the loader's default budget); zero where unknown.
 func (e *Executor) Info() executor.DeviceInfo {
 	total, avail := memInfo()
 	return executor.DeviceInfo{
@@ -84,6 +86,13 @@ func (e *Executor) Info() executor.DeviceInfo {
 		TotalBytes: total, FreeBytes: avail,
 		Driver: runtime.Version(),
 	}
+}
+
+// memInfo returns the host's total memory and what this process can still
+// allocate (package sysmem; zeros where unknown).
+func memInfo() (total, avail int64) {
+	a, _ := sysmem.Detect() // a partial figure is still the best there is
+	return max(a.MemTotal, 0), max(a.Bytes, 0)
 }
 
 // fail fills in the executor's name in an *executor.Error.

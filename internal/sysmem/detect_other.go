@@ -10,6 +10,7 @@ func Detect() (Available, error) {
 		Bytes:        -1,
 		Source:       "unknown: memory detection needs Linux (/proc/meminfo, cgroups)",
 		MemAvailable: -1,
+		MemTotal:     -1,
 		CgroupLimit:  -1,
 	}, nil
 }

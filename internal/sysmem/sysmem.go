@@ -48,6 +48,8 @@ type Available struct {
 	// allocations without swapping (page cache it can drop included), from
 	// /proc/meminfo; -1 when unknown.
 	MemAvailable int64
+	// MemTotal is the machine's memory from /proc/meminfo; -1 when unknown.
+	MemTotal int64
 	// CgroupLimit is the headroom of the tightest cgroup on this process's
 	// path: its limit minus its usage, never below 0; -1 when no level has a
 	// limit ("max", unlimited, or no cgroup at all).
@@ -113,9 +115,9 @@ const v1Unlimited = 1 << 60
 // error.
 func DetectFrom(procRoot, cgroupRoot string) (Available, error) {
 	d := detector{}
-	a := Available{Bytes: -1, MemAvailable: -1, CgroupLimit: -1}
+	a := Available{Bytes: -1, MemAvailable: -1, MemTotal: -1, CgroupLimit: -1}
 
-	a.MemAvailable = d.memAvailable(filepath.Join(procRoot, "meminfo"))
+	a.MemAvailable, a.MemTotal = d.meminfo(filepath.Join(procRoot, "meminfo"))
 	lvl := d.cgroup(filepath.Join(procRoot, "self", "cgroup"), cgroupRoot)
 	if lvl != nil {
 		a.CgroupLimit = lvl.headroom
@@ -192,15 +194,17 @@ func (d *detector) ignore(path, value string) {
 	d.ignored = append(d.ignored, fmt.Sprintf("%s %q", path, value))
 }
 
-// memAvailable returns MemAvailable from a meminfo file, or -1.
-func (d *detector) memAvailable(path string) int64 {
+// meminfo returns MemAvailable and MemTotal of a meminfo file in bytes
+// (-1 for each one unknown or corrupt).
+func (d *detector) meminfo(path string) (avail, total int64) {
+	avail, total = -1, -1
 	s, ok := d.read(path)
 	if !ok {
-		return -1
+		return avail, total
 	}
 	for _, line := range strings.Split(s, "\n") {
-		rest, found := strings.CutPrefix(line, "MemAvailable:")
-		if !found {
+		field, rest, found := strings.Cut(line, ":")
+		if !found || field != "MemAvailable" && field != "MemTotal" {
 			continue
 		}
 		num, unit, _ := strings.Cut(strings.TrimSpace(rest), " ")
@@ -212,12 +216,16 @@ func (d *detector) memAvailable(path string) int64 {
 			err = errors.New("unit")
 		}
 		if err != nil || n < 0 || n > math.MaxInt64/mult {
-			d.ignore(path+" MemAvailable", strings.TrimSpace(rest))
-			return -1
+			d.ignore(path+" "+field, strings.TrimSpace(rest))
+			continue
 		}
-		return n * mult
+		if field == "MemAvailable" {
+			avail = n * mult
+		} else {
+			total = n * mult
+		}
 	}
-	return -1
+	return avail, total
 }
 
 // level is the headroom of one cgroup folder with a limit.

@@ -490,3 +490,14 @@ func FuzzDetectFrom(f *testing.F) {
 		}
 	})
 }
+
+// MemTotal is read from the same meminfo pass as MemAvailable.
+func TestMemTotal(t *testing.T) {
+	proc, cg := fakeRoots(t, map[string]string{
+		"proc/meminfo": "MemTotal:       16000 kB\nMemFree: 1 kB\nMemAvailable:    8000 kB\nbad\nX: y\n",
+	})
+	a, err := DetectFrom(proc, cg)
+	if err != nil || a.MemTotal != 16000*1024 || a.MemAvailable != 8000*1024 || a.Bytes != 8000*1024 {
+		t.Fatalf("%+v %v", a, err)
+	}
+}
