@@ -1,6 +1,6 @@
 module github.com/ckpt-go/ckpt
 
-go 1.23.0
+go 1.25.0
 
 require (
 	github.com/google/go-cmp v0.7.0
@@ -13,7 +13,7 @@ require (
 	github.com/aws/aws-sdk-go-v2 v1.41.2
 	github.com/aws/aws-sdk-go-v2/config v1.32.10
 	github.com/aws/aws-sdk-go-v2/service/s3 v1.96.2
-	github.com/ebitengine/purego v0.10.2
+	github.com/ebitengine/purego v0.11.3
 )
 
 require (

@@ -1,6 +1,6 @@
 module github.com/ckpt-go/ckpt/bench
 
-go 1.23.0
+go 1.25.0
 
 require (
 	github.com/ckpt-go/ckpt v0.0.0
@@ -23,7 +23,7 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/internal/presigned-url v1.13.18 // indirect
 	github.com/aws/aws-sdk-go-v2/service/internal/s3shared v1.19.18 // indirect
 	github.com/aws/smithy-go v1.24.1 // indirect
-	github.com/ebitengine/purego v0.10.2 // indirect
+	github.com/ebitengine/purego v0.11.3 // indirect
 	github.com/klauspost/compress v1.18.0 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
 )
