@@ -42,6 +42,27 @@
 // product in float64, rounded once, NaN bits included) and conversions
 // with dtype.Convert.
 //
+// # The driver emulator
+//
+// Without a GPU, the same GPU tests run on a CUDA driver emulator
+// (testdata/emu): a shared library that the host C++ compiler builds from
+// the kernel sources, with the inline PTX of mma.cu replaced by host
+// versions of those instructions (the mma.sync fragment layouts of the PTX
+// ISA, the FP8 and half conversions), which the executor binds through
+// purego exactly as it binds libcuda.so.1. Each CUDA thread is a fiber,
+// __syncthreads and the warp operations are barriers, and launches switch
+// between schedules that keep warps in step or let one run ahead, so a
+// missing barrier shows. It is stricter than a driver where that finds bugs
+// sooner: allocations end at a guard page and start as NaN bytes, a
+// misaligned vector load traps, asynchronous copies accept only
+// cuMemHostAlloc memory, calls need the context current on the calling OS
+// thread, module loads check the PTX header against the emulated device and
+// driver and each entry's parameters against the kernel source, and
+// launches are checked against .maxntid. Emulated devices: sm_75, sm_80,
+// sm_89 (also under a CUDA 12.0 driver, which must fall back to the sm_80
+// build) and sm_90. What the emulator cannot show is the real JIT, the real
+// tensor cores and the speed; those need the GPU run below.
+//
 // # Running the GPU tests
 //
 // Tests that need a GPU skip with a message when no driver or device is

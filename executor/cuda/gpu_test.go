@@ -19,6 +19,10 @@ import (
 // a device is missing, and fail instead when CKPT_REQUIRE_GPU=1 (set it on
 // the GPU machine, see the package documentation).
 
+// newGPU starts the executor a GPU test runs on: gpu (the machine's
+// driver), or the driver emulator (emu_linux_test.go).
+type newGPU func(t *testing.T, opts ...executor.Option) *Executor
+
 func gpu(t *testing.T, opts ...executor.Option) *Executor {
 	t.Helper()
 	e, err := New(opts...)
@@ -59,7 +63,9 @@ func download(t *testing.T, e executor.Executor, b executor.Buffer) []byte {
 
 // Every FP8 code and scale layout, to F32, BF16 and F16: bit-exact with
 // quant.Weight.Dequantize.
-func TestGPUDequantizeBitExact(t *testing.T) {
+func TestGPUDequantizeBitExact(t *testing.T) { testDequantizeBitExact(t, gpu) }
+
+func testDequantizeBitExact(t *testing.T, gpu newGPU) {
 	e := gpu(t)
 	rng := rand.New(rand.NewPCG(7, 8))
 	for _, c := range dqCases(rng) {
@@ -94,7 +100,9 @@ func TestGPUDequantizeBitExact(t *testing.T) {
 	}
 }
 
-func TestGPUConvertBitExact(t *testing.T) {
+func TestGPUConvertBitExact(t *testing.T) { testConvertBitExact(t, gpu) }
+
+func testConvertBitExact(t *testing.T, gpu newGPU) {
 	e := gpu(t)
 	all16 := make([]byte, 2<<16)
 	for i := range 1 << 16 {
@@ -143,7 +151,9 @@ func maxRel(got, want []float32) float64 {
 // Linear on fresh random inputs against the CPU reference's F32 result:
 // 1e-5 relative for F32 weights, 1e-2 for BF16 and FP8 weights, with the
 // tiled kernel and (sm_80+) the tensor-core one.
-func TestGPULinear(t *testing.T) {
+func TestGPULinear(t *testing.T) { testLinear(t, gpu) }
+
+func testLinear(t *testing.T, gpu newGPU) {
 	e := gpu(t)
 	c := refCPU(t)
 	rng := rand.New(rand.NewPCG(uint64(os.Getpid()), 9))
@@ -182,6 +192,7 @@ func TestGPULinear(t *testing.T) {
 					continue
 				}
 				var ys [2][]float32
+				bb := randBytes(rng, dtype.F32, n, 1) // one bias for both executors
 				for i, ex := range []executor.Executor{c, e} {
 					x, _ := ex.FromHost(ctx, xb, xdt, []int64{m, k}, "x")
 					d, _ := ex.FromHost(ctx, wc.data, wc.dt, []int64{n, k}, "w")
@@ -190,7 +201,7 @@ func TestGPULinear(t *testing.T) {
 						s, _ := ex.FromHost(ctx, wc.sc, dtype.F32, []int64{2, 3}, "s")
 						w.Scales = []executor.Buffer{s}
 					}
-					bias, _ := ex.FromHost(ctx, randBytes(rng, dtype.F32, n, 1), dtype.F32, []int64{n}, "b")
+					bias, _ := ex.FromHost(ctx, bb, dtype.F32, []int64{n}, "b")
 					y, err := ex.Linear(ctx, x, w, bias, dtype.F32)
 					if err != nil {
 						t.Fatalf("%s %s x %s: %v", kern, wc.name, xdt, err)
@@ -211,7 +222,9 @@ func TestGPULinear(t *testing.T) {
 	e.SetLinearKernel("auto")
 }
 
-func TestGPUElementwise(t *testing.T) {
+func TestGPUElementwise(t *testing.T) { testElementwise(t, gpu) }
+
+func testElementwise(t *testing.T, gpu newGPU) {
 	e := gpu(t)
 	c := refCPU(t)
 	rng := rand.New(rand.NewPCG(uint64(os.Getpid()), 10))
@@ -252,7 +265,9 @@ func TestGPUElementwise(t *testing.T) {
 	}
 }
 
-func TestGPUCheckFinite(t *testing.T) {
+func TestGPUCheckFinite(t *testing.T) { testCheckFinite(t, gpu) }
+
+func testCheckFinite(t *testing.T, gpu newGPU) {
 	e := gpu(t, executor.WithCheckFinite())
 	h := []byte{0x00, 0x7A, 0x00, 0x7A}
 	x, err := e.FromHost(ctx, h, dtype.F16, []int64{2}, "blocks.3.fc2")
@@ -275,7 +290,9 @@ func asNonFinite(err error, nf **executor.NonFiniteError) bool {
 
 // A whole model: stored tensors byte for byte, BF16 → F32 and the FP8
 // weight dequantized on the device bit-exact with the loader.
-func TestGPUUploadModel(t *testing.T) {
+func TestGPUUploadModel(t *testing.T) { testUploadModel(t, gpu) }
+
+func testUploadModel(t *testing.T, gpu newGPU) {
 	e := gpu(t)
 	dir := writeModel(t)
 	for _, to := range []dtype.DType{dtype.F32, dtype.BF16} {

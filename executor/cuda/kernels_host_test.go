@@ -3,6 +3,7 @@ package cuda
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -10,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 
@@ -32,17 +34,9 @@ var (
 func harness(t *testing.T) string {
 	t.Helper()
 	harnessOnce.Do(func() {
-		cxx := os.Getenv("CXX")
-		if cxx == "" {
-			for _, c := range []string{"c++", "g++", "clang++"} {
-				if p, err := exec.LookPath(c); err == nil {
-					cxx = p
-					break
-				}
-			}
-		}
-		if cxx == "" {
-			harnessErr = fmt.Errorf("no C++ compiler ($CXX, c++, g++, clang++)")
+		cxx, err := cxxCompiler()
+		if err != nil {
+			harnessErr = err
 			return
 		}
 		dir, err := os.MkdirTemp("", "ckpt-cuda-harness")
@@ -63,6 +57,20 @@ func harness(t *testing.T) string {
 		t.Fatalf("host harness: %v", harnessErr)
 	}
 	return harnessPath
+}
+
+// cxxCompiler returns the host C++ compiler: $CXX, else c++, g++ or
+// clang++ on PATH.
+func cxxCompiler() (string, error) {
+	if cxx := os.Getenv("CXX"); cxx != "" {
+		return cxx, nil
+	}
+	for _, c := range []string{"c++", "g++", "clang++"} {
+		if p, err := exec.LookPath(c); err == nil {
+			return p, nil
+		}
+	}
+	return "", errors.New("no C++ compiler ($CXX, c++, g++, clang++)")
 }
 
 type blob struct{ bytes.Buffer }
@@ -280,11 +288,16 @@ func dqCases(rng *rand.Rand) []dqCase {
 		}
 		fp4 := elem == dtype.F4
 		w := &quant.Weight{Name: name, Shape: shape, Elem: elem, Layout: layout, Scales: scales}
-		dd := elem
+		dd, ds := elem, shape
 		if fp4 {
-			dd = dtype.U8
+			// Stored packed, as the loader finds it: U8 [..., in/2], or
+			// MXFP4's blocks U8 [..., G, 16].
+			dd, ds = dtype.U8, append(slices.Clone(shape[:len(shape)-1]), shape[len(shape)-1]/2)
+			if layout == quant.MXFP4 {
+				ds = append(slices.Clone(shape[:len(shape)-1]), shape[len(shape)-1]/32, 16)
+			}
 		}
-		w.Data = st(name, dd, shape...)
+		w.Data = st(name, dd, ds...)
 		c := dqCase{name: name, w: w, data: codesFor(rng, n, fp4)}
 		for _, s := range scales {
 			sn := int64(1)

@@ -142,7 +142,14 @@ func openLibcuda() (driver, error) {
 	if dlErr != nil {
 		return nil, &Error{Kind: ErrNoDriver, Msg: "cannot load " + libName, Err: dlErr}
 	}
-	l := &libcuda{path: loadedPath(libName)}
+	return bindLibcuda(dlLib, loadedPath(libName), libName)
+}
+
+// bindLibcuda resolves every entry point in the loaded library lib (name
+// for the errors; path, where it was loaded from). The tests bind the
+// driver emulator of testdata/emu through it.
+func bindLibcuda(lib uintptr, path, name string) (*libcuda, error) {
+	l := &libcuda{path: path}
 	bind := []struct {
 		api string
 		fn  any
@@ -167,9 +174,9 @@ func openLibcuda() (driver, error) {
 	}
 	for _, b := range bind {
 		sym := symbols[b.api]
-		p, err := purego.Dlsym(dlLib, sym)
+		p, err := purego.Dlsym(lib, sym)
 		if err != nil || p == 0 {
-			return nil, &Error{Kind: ErrNoDriver, Call: sym, Msg: libName + " lacks this entry point (a driver older than CUDA 12.0?)", Err: err}
+			return nil, &Error{Kind: ErrNoDriver, Call: sym, Msg: name + " lacks this entry point (a driver older than CUDA 12.0?)", Err: err}
 		}
 		purego.RegisterFunc(b.fn, p)
 	}
@@ -465,6 +472,9 @@ func (l *libcuda) LaunchKernel(f cuFunction, grid, block [3]uint32, sharedBytes 
 		binary.LittleEndian.PutUint64(sc[8*i:], a)
 		binary.LittleEndian.PutUint64(ptrs[8*i:], uint64(base)+uint64(8*i))
 	}
+	// No stale pointer of an earlier launch stands in for a parameter
+	// missing from args.
+	clear(ptrs[8*len(args) : 8*maxKernelArgs])
 	var params unsafe.Pointer
 	if len(args) > 0 {
 		params = unsafe.Pointer(&ptrs[0])

@@ -10,6 +10,10 @@
 // block — is applied there, tile by tile). Products are summed in F32 by
 // the tensor cores; the bias is added in F32 and the sum rounded once to
 // the output dtype.
+//
+// Built for the host (no __CUDA_ARCH__: the driver emulator the tests use,
+// testdata/emu), the inline PTX gives way to the emulator's CK_HOST_*
+// versions of the same instructions.
 #include "numerics.h"
 
 #define BM 128
@@ -20,6 +24,9 @@
 
 // T-typed conversions from float32, rounding to nearest even.
 __device__ __forceinline__ ck_u16 to_half_bits(float v, int bf16) {
+#ifndef __CUDA_ARCH__
+  return CK_HOST_HALF_BITS(v, bf16);
+#else
   ck_u16 r;
   if (bf16) {
     asm("{ .reg .b16 h; cvt.rn.bf16.f32 h, %1; mov.b16 %0, h; }" : "=h"(r) : "f"(v));
@@ -27,9 +34,13 @@ __device__ __forceinline__ ck_u16 to_half_bits(float v, int bf16) {
     asm("{ .reg .b16 h; cvt.rn.f16.f32 h, %1; mov.b16 %0, h; }" : "=h"(r) : "f"(v));
   }
   return r;
+#endif
 }
 
 __device__ __forceinline__ void mma16816(float* c, const ck_u32* a, const ck_u32* b, int bf16) {
+#ifndef __CUDA_ARCH__
+  CK_HOST_MMA16816(c, a, b, bf16);
+#else
   if (bf16) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
@@ -41,6 +52,7 @@ __device__ __forceinline__ void mma16816(float* c, const ck_u32* a, const ck_u32
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
   }
+#endif
 }
 
 // load8 reads 8 halves of row r, columns c..c+7, of a [rows, cols] array
@@ -63,7 +75,10 @@ __device__ __forceinline__ uint4 load8(const ck_u16* p, ck_i64 rows, ck_i64 cols
 
 // fp8_to_f32 decodes one FP8 code to its float32 value.
 __device__ __forceinline__ float fp8_to_f32(ck_u32 code, const float* tab, int e5m2) {
-#ifdef CKPT_FP8_CVT
+#if defined(CKPT_FP8_CVT) && !defined(__CUDA_ARCH__)
+  (void)tab;
+  return CK_HOST_FP8_TO_F32(code, e5m2);
+#elif defined(CKPT_FP8_CVT)
   ck_u32 h2;
   ck_u16 pair = (ck_u16)code;
   if (e5m2) {
