@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -78,17 +79,15 @@ func loadEmu(t *testing.T) uintptr {
 			emuErr = err
 			return
 		}
-		lib := filepath.Join(dir, "libcuda_emu.so")
-		src, _ := filepath.Glob(filepath.Join("testdata", "emu", "*.cpp"))
-		args := append([]string{"-std=c++17", "-O1", "-fPIC", "-shared", "-fvisibility=hidden",
-			"-ffp-contract=off", "-fno-fast-math", "-Wno-unknown-pragmas",
-			// A misaligned vector access faults on a GPU: trap on one here too.
-			"-fsanitize=alignment", "-fsanitize-undefined-trap-on-error",
-			"-o", lib}, src...)
-		if out, err := exec.Command(cxx, args...).CombinedOutput(); err != nil {
-			emuErr = fmt.Errorf("%s: %v\n%s", cxx, err, out)
+		// Not as libcuda.so.1: dlopen("libcuda.so.1") would return it in this
+		// process from then on, instead of the machine's driver.
+		cmd := exec.Command("sh", filepath.Join("testdata", "emu", "build.sh"), dir, "libckpt_cudaemu.so")
+		cmd.Env = append(os.Environ(), "CXX="+cxx)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			emuErr = fmt.Errorf("testdata/emu/build.sh: %v\n%s", err, out)
 			return
 		}
+		lib := filepath.Join(dir, "libckpt_cudaemu.so")
 		if emuLib, emuErr = purego.Dlopen(lib, rtldNow); emuErr != nil {
 			return
 		}
@@ -131,7 +130,7 @@ func onEmu(dev emuDevice, total uint64) newGPU {
 		t.Helper()
 		lib := loadEmu(t)
 		emuConfigure(int32(dev.cc), 2, total, int32(dev.driver), cString0("Emulated "+dev.name))
-		d, err := bindLibcuda(lib, "testdata/emu", "libcuda_emu.so")
+		d, err := bindLibcuda(lib, "testdata/emu", "libckpt_cudaemu.so")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -194,7 +193,7 @@ func TestEmulatedGPU(t *testing.T) {
 func TestEmulatedModuleErrors(t *testing.T) {
 	lib := loadEmu(t)
 	emuConfigure(80, 2, 1<<30, 12000, cString0("Emulated"))
-	d, err := bindLibcuda(lib, "", "libcuda_emu.so")
+	d, err := bindLibcuda(lib, "", "libckpt_cudaemu.so")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,5 +276,48 @@ func TestEmulatedStartStop(t *testing.T) {
 			download(t, e, y)
 			e.Free(x)
 		})
+	}
+}
+
+// New finds the driver the way programs do: libcuda.so.1 through the
+// dynamic loader's search path. A child process with the emulator built as
+// libcuda.so.1 on LD_LIBRARY_PATH (the loader reads it at start) must start
+// the executor on it and run an op.
+func TestEmulatedNewFromSearchPath(t *testing.T) {
+	if os.Getenv("CKPT_EMU_CHILD") == "1" {
+		e, err := New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		if info := e.Info(); info.Name != "ckpt emulated GPU" || !strings.HasSuffix(info.Driver, "/libcuda.so.1)") {
+			t.Fatalf("started on %+v", info)
+		}
+		x, err := e.FromHost(ctx, dtype.Float32Bytes([]float32{1, 2}), dtype.F32, []int64{2}, "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		y, err := e.Add(ctx, x, x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Free(x)
+		if got := download(t, e, y); !bytes.Equal(got, dtype.Float32Bytes([]float32{2, 4})) {
+			t.Fatalf("1+1, 2+2 = % x", got)
+		}
+		return
+	}
+	loadEmu(t) // skips without a compiler
+	cxx, _ := cxxCompiler()
+	dir := t.TempDir()
+	build := exec.Command("sh", filepath.Join("testdata", "emu", "build.sh"), dir)
+	build.Env = append(os.Environ(), "CXX="+cxx)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build.sh: %v\n%s", err, out)
+	}
+	child := exec.Command(os.Args[0], "-test.run=^TestEmulatedNewFromSearchPath$", "-test.count=1")
+	child.Env = append(os.Environ(), "CKPT_EMU_CHILD=1", "LD_LIBRARY_PATH="+dir, "CKPT_REQUIRE_GPU=")
+	if out, err := child.CombinedOutput(); err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
 	}
 }

@@ -63,10 +63,16 @@ enum {
 
 namespace {
 
-// The emulated device (ckemu_configure).
+int env_int(const char* name, int def) {
+  const char* v = getenv(name);
+  return v && *v ? atoi(v) : def;
+}
+
+// The emulated device: from the environment (build.sh), then as
+// ckemu_configure sets it.
 struct Config {
-  int cc = 80, sms = 4, driver = 12040;
-  unsigned long long total = 1ull << 30;
+  int cc = env_int("CKPT_EMU_CC", 89), sms = 4, driver = 12040;
+  unsigned long long total = (unsigned long long)env_int("CKPT_EMU_MEM_MIB", 2048) << 20;
   std::string name = "ckpt emulated GPU";
 } cfg;
 
