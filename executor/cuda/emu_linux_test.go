@@ -35,17 +35,19 @@ type emuDevice struct {
 	name   string
 	cc     int
 	driver int
+	// every runs the slow tests too (one device per build of the kernels).
+	every bool
 }
 
 // The devices emulated: the baseline alone (Turing), each tensor-core
 // build, and an sm_89 device under a CUDA 12.0 driver, which must fall
 // back to the sm_80 build.
 var emuDevices = []emuDevice{
-	{"sm75", 75, 12000},
-	{"sm80", 80, 12040},
-	{"sm89", 89, 12040},
-	{"sm89-driver12.0", 89, 12000},
-	{"sm90", 90, 12080},
+	{"sm75", 75, 12000, true},
+	{"sm80", 80, 12040, true},
+	{"sm89", 89, 12040, true},
+	{"sm89-driver12.0", 89, 12000, false},
+	{"sm90", 90, 12080, false},
 }
 
 var (
@@ -174,14 +176,19 @@ func TestEmulatedGPU(t *testing.T) {
 			for _, c := range []struct {
 				name string
 				run  func(*testing.T, newGPU)
+				slow bool
 			}{
-				{"DequantizeBitExact", testDequantizeBitExact},
-				{"ConvertBitExact", testConvertBitExact},
-				{"Linear", testLinear},
-				{"Elementwise", testElementwise},
-				{"CheckFinite", testCheckFinite},
-				{"UploadModel", testUploadModel},
+				{"DequantizeBitExact", testDequantizeBitExact, false},
+				{"ConvertBitExact", testConvertBitExact, false},
+				{"Linear", testLinear, false},
+				{"LinearLayouts", testLinearLayouts, true},
+				{"Elementwise", testElementwise, false},
+				{"CheckFinite", testCheckFinite, false},
+				{"UploadModel", testUploadModel, false},
 			} {
+				if c.slow && !dev.every {
+					continue // the same kernel build as another device's
+				}
 				t.Run(c.name, func(t *testing.T) { c.run(t, mk) })
 			}
 		})

@@ -222,6 +222,101 @@ func testLinear(t *testing.T, gpu newGPU) {
 	e.SetLinearKernel("auto")
 }
 
+// Linear with an FP8 weight in every scale layout Linear takes (per
+// tensor, per output channel, 128×128 blocks, groups of 32 along K, no
+// scale), E4M3 and E5M2, BF16 and F16 activations, and an output in BF16:
+// the tiled and (sm_80+) tensor-core kernels against the CPU reference,
+// within 1e-2. M = 131 and N = 130 cross a 128-row tile; K = 260 is no
+// multiple of 16, so the unaligned tile loads run too (the groups need
+// K = 256).
+func TestGPULinearLayouts(t *testing.T) { testLinearLayouts(t, gpu) }
+
+func testLinearLayouts(t *testing.T, gpu newGPU) {
+	e := gpu(t)
+	c := refCPU(t)
+	rng := rand.New(rand.NewPCG(uint64(os.Getpid()), 11))
+	const m, n = 131, 130
+	sc := func(role string, block [2]int64, shape ...int64) quant.Scale {
+		return quant.Scale{Role: role, Stored: quant.Stored{Name: "s", DType: dtype.F32, Shape: shape}, Block: block}
+	}
+	type layout struct {
+		name   string
+		k      int64
+		layout quant.Layout
+		scales []quant.Scale
+	}
+	layouts := []layout{
+		{"tensor", 260, quant.FP8Scaled, []quant.Scale{sc(quant.RoleScale, [2]int64{n, 260})}},
+		{"channel", 260, quant.FP8Scaled, []quant.Scale{sc(quant.RoleScale, [2]int64{1, 260}, n, 1)}},
+		{"block", 260, quant.DeepSeekFP8Block, []quant.Scale{sc(quant.RoleScaleInv, [2]int64{128, 128}, 2, 3)}},
+		{"group", 256, quant.CompressedTensorsFP8, []quant.Scale{sc(quant.RoleScale, [2]int64{1, 32}, n, 8)}},
+		{"plain", 260, quant.ComfyScaledFP8, nil},
+	}
+	for _, l := range layouts {
+		for _, elem := range []dtype.DType{dtype.F8_E4M3, dtype.F8_E5M2} {
+			codes := make([]byte, n*l.k)
+			for i := range codes {
+				for {
+					codes[i] = byte(rng.IntN(256))
+					var f [1]float32
+					dtype.DecodeFloat32(f[:], codes[i:i+1], elem)
+					v := f[0]
+					if !math.IsNaN(float64(v)) && !math.IsInf(float64(v), 0) && math.Abs(float64(v)) <= 64 {
+						break
+					}
+				}
+			}
+			w := &quant.Weight{Name: "w", Shape: []int64{n, l.k}, Elem: elem, Layout: l.layout,
+				Data: quant.Stored{Name: "w", DType: elem, Shape: []int64{n, l.k}}, Scales: l.scales}
+			var scales [][]byte
+			for _, s := range l.scales {
+				k := int64(1)
+				for _, d := range s.Shape {
+					k *= d
+				}
+				v := make([]float32, k)
+				for i := range v {
+					v[i] = float32(math.Ldexp(0.5+rng.Float64(), -6))
+				}
+				scales = append(scales, dtype.Float32Bytes(v))
+			}
+			for _, xdt := range []dtype.DType{dtype.BF16, dtype.F16} {
+				xb := randBytes(rng, xdt, m*l.k, 1)
+				bb := randBytes(rng, dtype.BF16, n, 1)
+				for _, kern := range []string{"tiled", "mma"} {
+					if e.SetLinearKernel(kern) != nil {
+						continue
+					}
+					var ys [2][]float32
+					for i, ex := range []executor.Executor{c, e} {
+						x, _ := ex.FromHost(ctx, xb, xdt, []int64{m, l.k}, "x")
+						d, _ := ex.FromHost(ctx, codes, elem, []int64{n, l.k}, "w")
+						wt := &executor.Weight{Data: d, Quant: w}
+						for j, s := range l.scales {
+							sb, _ := ex.FromHost(ctx, scales[j], dtype.F32, s.Shape, "s")
+							wt.Scales = append(wt.Scales, sb)
+						}
+						bias, _ := ex.FromHost(ctx, bb, dtype.BF16, []int64{n}, "b")
+						y, err := ex.Linear(ctx, x, wt, bias, dtype.BF16)
+						if err != nil {
+							t.Fatalf("%s Linear, %s %s weight, %s x: %v", kern, l.name, elem, xdt, err)
+						}
+						ys[i] = make([]float32, m*n)
+						dtype.DecodeFloat32(ys[i], download(t, ex, y), dtype.BF16)
+						ex.Free(x)
+						ex.Free(bias)
+						executor.FreeWeight(ex, wt)
+					}
+					if r := maxRel(ys[1], ys[0]); r > 1e-2 || math.IsNaN(r) {
+						t.Errorf("%s Linear, %s %s weight, %s x: relative error %g > 1e-2", kern, l.name, elem, xdt, r)
+					}
+				}
+			}
+		}
+	}
+	e.SetLinearKernel("auto")
+}
+
 func TestGPUElementwise(t *testing.T) { testElementwise(t, gpu) }
 
 func testElementwise(t *testing.T, gpu newGPU) {

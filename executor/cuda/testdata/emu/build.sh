@@ -8,7 +8,8 @@
 # CUDA executor (ckpt devices, ckpt run-mlp, examples/mlp, bench/gpu) run
 # on it, and say so: the device is named "ckpt emulated GPU". Its device:
 # compute capability $CKPT_EMU_CC (default 89), $CKPT_EMU_MEM_MIB MiB
-# (default 2048), a CUDA 12.4 driver.
+# (default 2048), a CUDA 12.4 driver. $CXXFLAGS are added (-DCKEMU_UCONTEXT:
+# switch fibers with ucontext on x86-64 too, as on other processors).
 set -eu
 cd "$(dirname "$0")"
 out=$1
@@ -31,5 +32,5 @@ fi
 # it traps here too.
 exec "$cxx" -std=c++17 -O1 -fPIC -shared -fvisibility=hidden "-Wl,-soname,$name" \
 	-ffp-contract=off -fno-fast-math -Wno-unknown-pragmas \
-	-fsanitize=alignment -fsanitize-undefined-trap-on-error \
+	-fsanitize=alignment -fsanitize-undefined-trap-on-error ${CXXFLAGS:-} \
 	-o "$out/$name" driver.cpp fiber.cpp kern_base.cpp kern_mma80.cpp kern_mma89.cpp

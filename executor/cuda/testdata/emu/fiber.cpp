@@ -1,7 +1,8 @@
 // fiber.cpp: runs a kernel's grid on the host. Each CUDA thread of a block
-// is a fiber (ucontext) on the calling thread; blocks run one after
-// another, and successive launches switch between three schedules of the
-// threads (see run_grid). Barriers (__syncthreads, and the warp-wide ones behind
+// is a fiber on the calling thread (switched by a few instructions of
+// assembly on x86-64, by ucontext elsewhere); blocks run one after another,
+// and successive launches switch between three schedules of the threads
+// (see run_grid). Barriers (__syncthreads, and the warp-wide ones behind
 // __shfl_down_sync and mma.sync) park a fiber until every thread of the
 // block or warp has arrived; a launch in which the live fibers all wait on
 // barriers that can never fill (a __syncthreads some threads skip) ends
@@ -31,15 +32,19 @@ struct Barrier {
 };
 
 struct Fiber {
+#if defined(__x86_64__) && !defined(CKEMU_UCONTEXT)
+  void* sp;  // the saved stack pointer (see ckemu_switch)
+#else
   ucontext_t uc;
+#endif
   dim3 tid;
   int warp, lane;
+  int phase;  // of the warp-collective operations: which exchange buffer
   bool done;
   Barrier* waiting;  // the barrier this fiber is parked on
   unsigned wait_gen;
 };
 
-ucontext_t sched;
 Fiber fibers[kMaxThreads];
 char* stacks[kMaxThreads];
 Fiber* cur;
@@ -48,13 +53,15 @@ Barrier block_bar;
 Barrier warp_bar[kMaxThreads / 32];
 int warp_size[kMaxThreads / 32];  // threads in each warp (the last may be partial)
 
-// Per-warp exchange slots for the collective operations.
+// Per-warp exchange slots for the collective operations, two sets used in
+// turn: a lane writes set p again only after the next operation's barrier,
+// which every lane reaches only after it has read set p.
 struct Slots {
-  unsigned long long v[32];
-  uint32_t a[32][4], b[32][2];
-  float c[32][4];
+  unsigned long long v[2][32];
+  uint32_t a[2][32][4], b[2][32][2];
 };
 Slots slots[kMaxThreads / 32];
+bool released;  // a barrier let its waiters go since the scheduler looked
 
 unsigned long long launches;
 const Kernel* run_kernel;
@@ -65,28 +72,105 @@ void fail(const std::string& why) {
   if (failure.empty()) failure = why;
 }
 
+void entry();
+
+#if defined(__x86_64__) && !defined(CKEMU_UCONTEXT)
+// ckemu_switch(save, to) saves the callee-saved registers, MXCSR and the
+// x87 control word on the current stack, stores the stack pointer in
+// *save, and resumes the context whose stack pointer is to. No system
+// call: ucontext's swapcontext also sets the signal mask, which cost more
+// than the kernels.
+extern "C" void ckemu_switch(void** save, void* to);
+asm(R"(
+	.text
+	.p2align 4
+	.type ckemu_switch, @function
+ckemu_switch:
+	pushq %rbp
+	pushq %rbx
+	pushq %r12
+	pushq %r13
+	pushq %r14
+	pushq %r15
+	subq $8, %rsp
+	stmxcsr (%rsp)
+	fnstcw 4(%rsp)
+	movq %rsp, (%rdi)
+	movq %rsi, %rsp
+	ldmxcsr (%rsp)
+	fldcw 4(%rsp)
+	addq $8, %rsp
+	popq %r15
+	popq %r14
+	popq %r13
+	popq %r12
+	popq %rbx
+	popq %rbp
+	ret
+	.size ckemu_switch, .-ckemu_switch
+)");
+
+void* sched_sp;
+
+extern "C" void ckemu_fiber_start() {
+  entry();
+  cur->done = true;
+  ckemu_switch(&cur->sp, sched_sp);
+  __builtin_unreachable();
+}
+
+// start prepares f to run entry on stack: a frame that ckemu_switch
+// returns from into ckemu_fiber_start, with the stack aligned as at a call.
+void start(Fiber& f, char* stack) {
+  uintptr_t top = ((uintptr_t)stack + kStack) & ~(uintptr_t)15;
+  uint64_t* p = (uint64_t*)top;
+  *--p = 0;                                 // ckemu_fiber_start's return address: none
+  *--p = (uint64_t)(uintptr_t)&ckemu_fiber_start;
+  for (int i = 0; i < 6; i++) *--p = 0;     // rbp, rbx, r12-r15
+  uint32_t csr[2];
+  __asm__ volatile("stmxcsr %0" : "=m"(csr[0]));
+  __asm__ volatile("fnstcw %0" : "=m"(*(uint16_t*)&csr[1]));
+  --p;
+  memcpy(p, csr, 8);
+  f.sp = p;
+}
+void resume(Fiber& f) { ckemu_switch(&sched_sp, f.sp); }
+void yield(Fiber& f) { ckemu_switch(&f.sp, sched_sp); }
+#else
+ucontext_t sched;
+void start(Fiber& f, char* stack) {
+  getcontext(&f.uc);
+  f.uc.uc_stack.ss_sp = stack;
+  f.uc.uc_stack.ss_size = kStack;
+  f.uc.uc_link = &sched;
+  makecontext(&f.uc, [] {
+    entry();
+    cur->done = true;
+  }, 0);
+}
+void resume(Fiber& f) { swapcontext(&sched, &f.uc); }
+void yield(Fiber& f) { swapcontext(&f.uc, &sched); }
+#endif
+
 // wait parks the running fiber on b until expected fibers have arrived.
 void wait(Barrier* b, int expected) {
   unsigned gen = b->gen;
   if (++b->arrived == expected) {
     b->arrived = 0;
     b->gen++;
+    released = true;
     return;
   }
   Fiber* f = cur;
   f->waiting = b;
   f->wait_gen = gen;
-  swapcontext(&f->uc, &sched);
+  yield(*f);
   f->waiting = nullptr;
 }
 
 void warp_wait() { wait(&warp_bar[cur->warp], warp_size[cur->warp]); }
 
-void entry() {
-  run_kernel->call(run_kernel->fn, run_params);
-  cur->done = true;
-  // returning resumes sched (uc_link)
-}
+void entry() { run_kernel->call(run_kernel->fn, run_params); }
 
 // operand widens one BF16 or F16 element to float (exact).
 double operand(uint16_t h, int bf16) {
@@ -105,12 +189,12 @@ unsigned long long shfl_down(unsigned mask, unsigned long long v, unsigned delta
   if (mask != 0xFFFFFFFFu || warp_size[cur->warp] != 32) {
     fail("__shfl_down_sync: the emulator supports only full warps with the full mask");
   }
-  s.v[cur->lane] = v;
+  int p = cur->phase;
+  cur->phase ^= 1;
+  s.v[p][cur->lane] = v;
   warp_wait();
   unsigned src = cur->lane + delta;
-  unsigned long long r = src < 32 ? s.v[src] : v;
-  warp_wait();
-  return r;
+  return src < 32 ? s.v[p][src] : v;
 }
 
 // The fragments of mma.m16n8k16 with .bf16/.f16 inputs, as the PTX ISA
@@ -126,20 +210,21 @@ unsigned long long shfl_down(unsigned mask, unsigned long long v, unsigned delta
 void mma16816(float* c, const uint32_t* a, const uint32_t* b, int bf16) {
   Slots& s = slots[cur->warp];
   if (warp_size[cur->warp] != 32) fail("mma.sync with a partial warp");
-  int lane = cur->lane;
-  memcpy(s.a[lane], a, sizeof s.a[lane]);
-  memcpy(s.b[lane], b, sizeof s.b[lane]);
+  int lane = cur->lane, p = cur->phase;
+  cur->phase ^= 1;
+  memcpy(s.a[p][lane], a, sizeof s.a[p][lane]);
+  memcpy(s.b[p][lane], b, sizeof s.b[p][lane]);
   warp_wait();
   auto A = [&](int row, int k) -> double {
     int i = (k & 1) | ((row >= 8) ? 2 : 0) | ((k >= 8) ? 4 : 0);  // a_i
     int holder = (row & 7) * 4 + (k & 7) / 2;
-    uint32_t reg = s.a[holder][i / 2];
+    uint32_t reg = s.a[p][holder][i / 2];
     return operand((uint16_t)(i & 1 ? reg >> 16 : reg), bf16);
   };
   auto B = [&](int k, int col) -> double {
     int i = (k & 1) | ((k >= 8) ? 2 : 0);  // b_i
     int holder = col * 4 + (k & 7) / 2;
-    uint32_t reg = s.b[holder][i / 2];
+    uint32_t reg = s.b[p][holder][i / 2];
     return operand((uint16_t)(i & 1 ? reg >> 16 : reg), bf16);
   };
   float d[4];
@@ -149,7 +234,6 @@ void mma16816(float* c, const uint32_t* a, const uint32_t* b, int bf16) {
     for (int k = 0; k < 16; k++) sum += A(row, k) * B(k, col);
     d[e] = (float)sum;
   }
-  warp_wait();
   memcpy(c, d, sizeof d);
 }
 
@@ -218,18 +302,19 @@ std::string run_grid(const Kernel* k, void** params, dim3 grid, dim3 block) {
           f.tid = dim3{(unsigned)i % block.x, (unsigned)i / block.x % block.y, (unsigned)i / (block.x * block.y)};
           f.warp = i / 32;
           f.lane = i % 32;
+          f.phase = 0;
           f.done = false;
           f.waiting = nullptr;
-          getcontext(&f.uc);
-          f.uc.uc_stack.ss_sp = stacks[i];
-          f.uc.uc_stack.ss_size = kStack;
-          f.uc.uc_link = &sched;
-          makecontext(&f.uc, entry, 0);
+          start(f, stacks[i]);
         }
-        int live = n;
+        int live = n, from = 0;
         while (live > 0) {
           bool ran = false;
-          for (int j = 0; j < n; j++) {
+          // Fibers a greedy scan passed over stay parked until a barrier
+          // releases: until then the scan goes on from where it stopped.
+          if (released) from = 0;
+          released = false;
+          for (int j = policy == 0 ? 0 : from; j < n; j++) {
             // Round robin keeps the threads in step; the greedy orders run
             // the lowest (or highest) runnable thread again and again, so
             // that its warp gets as far ahead of the others as the
@@ -239,9 +324,12 @@ std::string run_grid(const Kernel* k, void** params, dim3 grid, dim3 block) {
             if (f.done || (f.waiting && f.waiting->gen == f.wait_gen)) continue;
             cur = &f;
             ran = true;
-            swapcontext(&sched, &f.uc);
+            resume(f);
             if (f.done) live--;
-            if (policy != 0) break;
+            if (policy != 0) {
+              from = j;
+              break;
+            }
           }
           if (!ran) {
             char msg[160];
