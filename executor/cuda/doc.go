@@ -58,7 +58,10 @@
 // cuMemHostAlloc memory, calls need the context current on the calling OS
 // thread, module loads check the PTX header against the emulated device and
 // driver and each entry's parameters against the kernel source, and
-// launches are checked against .maxntid. Emulated devices: sm_75, sm_80,
+// launches are checked against .maxntid. Copies and launches run as late as
+// the stream semantics allow (at the wait for them), so a staging buffer
+// refilled before its copy was waited for, or a missing wait between
+// streams, changes the results. Emulated devices: sm_75, sm_80,
 // sm_89 (also under a CUDA 12.0 driver, which must fall back to the sm_80
 // build) and sm_90. What the emulator cannot show is the real JIT, the real
 // tensor cores and the speed; those need the GPU run below.

@@ -185,6 +185,7 @@ func TestEmulatedGPU(t *testing.T) {
 				{"Elementwise", testElementwise, false},
 				{"CheckFinite", testCheckFinite, false},
 				{"UploadModel", testUploadModel, false},
+				{"UploadRing", testUploadRing, false},
 			} {
 				if c.slow && !dev.every {
 					continue // the same kernel build as another device's

@@ -3,9 +3,11 @@ package cuda
 import (
 	"bytes"
 	"fmt"
+	"github.com/ckpt-go/ckpt/ckpttest"
 	"math"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/ckpt-go/ckpt"
@@ -412,6 +414,64 @@ func testUploadModel(t *testing.T, gpu newGPU) {
 			e.Download(ctx, w.Data, got)
 			if !bytes.Equal(got, want.Bytes()) {
 				t.Errorf("%s as %s: the device's bytes differ from the loader's", name, to)
+			}
+		}
+		ref.Close()
+		um.Close()
+		m.Close()
+	}
+}
+
+// A model several times the staging ring (one reader: five slots of 1 MiB)
+// so that every slot is refilled while copies and conversions of earlier
+// chunks may still be in flight: stored, BF16 → F32 and block-FP8 → BF16
+// on the device, each bit-exact with the loader.
+func TestGPUUploadRing(t *testing.T) { testUploadRing(t, gpu) }
+
+func testUploadRing(t *testing.T, gpu newGPU) {
+	e := gpu(t)
+	dir := filepath.Join(t.TempDir(), "ring")
+	os.Mkdir(dir, 0o755)
+	rng := rand.New(rand.NewPCG(3, 4))
+	codes := make([]byte, 1024*1024)
+	for i := range codes {
+		codes[i] = byte(rng.IntN(256))
+	}
+	sc := make([]float32, 8*8)
+	for i := range sc {
+		sc[i] = float32(math.Ldexp(1+rng.Float64(), -rng.IntN(8)))
+	}
+	if err := ckpttest.WriteFile(filepath.Join(dir, "model.safetensors"), []ckpttest.Tensor{
+		{Name: "big.weight", DType: dtype.BF16, Shape: []int64{1536, 1536}, Data: randBytes(rng, dtype.BF16, 1536*1536, 1)},
+		{Name: "fc.weight", DType: dtype.F8_E4M3, Shape: []int64{1024, 1024}, Data: codes},
+		{Name: "fc.weight_scale_inv", DType: dtype.F32, Shape: []int64{8, 8}, Data: dtype.Float32Bytes(sc)},
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+	cfg := `{"quantization_config":{"quant_method":"fp8","fmt":"e4m3","weight_block_size":[128,128]}}`
+	os.WriteFile(filepath.Join(dir, "config.json"), []byte(cfg), 0o644)
+	for _, target := range []ckpt.Target{ckpt.Quantized, ckpt.To(dtype.F32), ckpt.To(dtype.BF16)} {
+		m, err := ckpt.Open(dir, ckpt.WithDType(target))
+		if err != nil {
+			t.Fatal(err)
+		}
+		um, err := e.UploadModel(ctx, m, executor.WithReaders(1), executor.WithStaging(5<<20))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, err := m.Load(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, want := range ref.All() {
+			w, err := um.Weight(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make([]byte, w.Data.Bytes())
+			e.Download(ctx, w.Data, got)
+			if !bytes.Equal(got, want.Bytes()) {
+				t.Errorf("%s (%v): the device's bytes differ from the loader's", name, target)
 			}
 		}
 		ref.Close()

@@ -18,15 +18,17 @@
 //   - the PTX header is checked the way the JIT would: a .target newer than
 //     the device or a .version newer than the driver fails with the JIT's
 //     message in the error log.
-// Streams run in order at the call (every copy and launch completes before
-// the call returns; the grids run on a thread of the emulator's own); events
-// record host time.
+// Copies, memsets and launches run as late as the stream semantics allow
+// (see queues below; the grids on a thread of the emulator's own); events
+// record host time when they run.
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <condition_variable>
+#include <deque>
+#include <functional>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -97,8 +99,21 @@ struct HostAlloc {
 };
 std::map<uintptr_t, HostAlloc> host;
 
-std::set<uintptr_t> streams;
-std::map<uintptr_t, double> events;  // recorded time in ms, <0 not recorded
+// Streams run late: each operation is queued on its stream and runs only
+// when something waits for it (cuStreamSynchronize, cuEventSynchronize, a
+// cuStreamWaitEvent on another stream that runs, cuCtxSynchronize, and the
+// calls that synchronize implicitly: frees, unloads, destroys). A real
+// device may run an operation at any moment between the call and the wait;
+// running it as late as allowed shows a host buffer reused, or a result
+// read, before its copy was waited for, and a missing wait between streams.
+std::map<uintptr_t, std::deque<std::function<void()>>> queues;  // by stream; 0 is the legacy stream
+struct Event {
+  double ms = -1;                  // host time when its last record ran
+  uintptr_t stream = 0;            // where it was last recorded
+  unsigned long long recorded = 0, done = 0;  // records queued, records run
+};
+std::map<uintptr_t, Event> events;
+CUresult sticky = CUDA_SUCCESS;  // an asynchronous failure, as the driver reports it at the next wait
 uintptr_t next_handle = 0x1000;
 
 struct Entry {
@@ -144,7 +159,41 @@ bool pinned(const void* p, unsigned long long n) {
   return a >= it->first && a + n <= it->first + it->second.n;
 }
 
-bool stream_ok(uintptr_t s) { return s == 0 || streams.count(s) != 0; }
+bool stream_ok(uintptr_t s) { return s == 0 || queues.count(s) != 0; }
+
+// run_front runs the oldest queued operation of stream s.
+void run_front(uintptr_t s) {
+  auto& q = queues[s];
+  if (q.empty()) return;
+  std::function<void()> op = std::move(q.front());
+  q.pop_front();
+  op();
+}
+
+void flush(uintptr_t s) {
+  while (!queues[s].empty()) run_front(s);
+}
+
+void flush_all() {
+  for (bool any = true; any;) {
+    any = false;
+    for (auto& q : queues) {
+      if (!q.second.empty()) {
+        flush(q.first);
+        any = true;
+      }
+    }
+  }
+}
+
+// until_done runs stream st until record number target of event e has run.
+void until_done(uintptr_t e, uintptr_t st, unsigned long long target) {
+  while (events.count(e) && events[e].done < target && !queues[st].empty()) run_front(st);
+}
+
+void enqueue(uintptr_t s, std::function<void()> op) { queues[s].push_back(std::move(op)); }
+
+CUresult wait_result() { return sticky; }
 
 double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -273,7 +322,7 @@ API void ckemu_stats(long long* devAllocs, long long* hostAllocs, long long* obj
   std::lock_guard<std::mutex> l(mu);
   *devAllocs = (long long)dev.size();
   *hostAllocs = (long long)host.size();
-  *objects = (long long)(streams.size() + events.size() + modules.size());
+  *objects = (long long)(queues.size() - queues.count(0) + events.size() + modules.size());
   *nthreads = (long long)threads.size();
   *retained = retains;
 }
@@ -389,7 +438,9 @@ API CUresult cuCtxSetCurrent(uintptr_t c) {
 
 API CUresult cuCtxSynchronize() {
   std::lock_guard<std::mutex> l(mu);
-  return ctx_call();
+  if (CUresult r = ctx_call()) return r;
+  flush_all();
+  return wait_result();
 }
 
 API CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
@@ -424,6 +475,7 @@ API CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t n) {
 API CUresult cuMemFree_v2(CUdeviceptr p) {
   std::lock_guard<std::mutex> l(mu);
   if (CUresult r = ctx_call()) return r;
+  flush_all();  // cuMemFree waits for the device
   auto it = dev.find(p);
   if (it == dev.end()) return bad(CUDA_ERROR_INVALID_VALUE, "cuMemFree of an address cuMemAlloc did not return");
   used -= it->second.n;
@@ -448,6 +500,7 @@ API CUresult cuMemHostAlloc(void** p, size_t n, unsigned flags) {
 API CUresult cuMemFreeHost(void* p) {
   std::lock_guard<std::mutex> l(mu);
   if (CUresult r = ctx_call()) return r;
+  flush_all();  // so does cuMemFreeHost
   auto it = host.find((uintptr_t)p);
   if (it == host.end()) return bad(CUDA_ERROR_INVALID_VALUE, "cuMemFreeHost of memory cuMemHostAlloc did not return");
   munmap(it->second.map, it->second.n);
@@ -461,7 +514,7 @@ API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, ui
   if (!stream_ok(s)) return CUDA_ERROR_INVALID_HANDLE;
   if (!devrange(dst, n)) return bad(CUDA_ERROR_INVALID_VALUE, "cuMemcpyHtoDAsync: destination outside a device allocation");
   if (!pinned(src, n)) return bad(CUDA_ERROR_INVALID_VALUE, "cuMemcpyHtoDAsync: source is not page-locked memory from cuMemHostAlloc");
-  memcpy((void*)(uintptr_t)dst, src, n);
+  enqueue(s, [=] { memcpy((void*)(uintptr_t)dst, src, n); });
   return CUDA_SUCCESS;
 }
 
@@ -471,7 +524,7 @@ API CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, uintptr_
   if (!stream_ok(s)) return CUDA_ERROR_INVALID_HANDLE;
   if (!devrange(src, n)) return bad(CUDA_ERROR_INVALID_VALUE, "cuMemcpyDtoHAsync: source outside a device allocation");
   if (!pinned(dst, n)) return bad(CUDA_ERROR_INVALID_VALUE, "cuMemcpyDtoHAsync: destination is not page-locked memory from cuMemHostAlloc");
-  memcpy(dst, (const void*)(uintptr_t)src, n);
+  enqueue(s, [=] { memcpy(dst, (const void*)(uintptr_t)src, n); });
   return CUDA_SUCCESS;
 }
 
@@ -480,7 +533,7 @@ API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, ui
   if (CUresult r = ctx_call()) return r;
   if (!stream_ok(s)) return CUDA_ERROR_INVALID_HANDLE;
   if (!devrange(dst, n) || !devrange(src, n)) return bad(CUDA_ERROR_INVALID_VALUE, "cuMemcpyDtoDAsync: a range outside a device allocation");
-  memmove((void*)(uintptr_t)dst, (const void*)(uintptr_t)src, n);
+  enqueue(s, [=] { memmove((void*)(uintptr_t)dst, (const void*)(uintptr_t)src, n); });
   return CUDA_SUCCESS;
 }
 
@@ -489,7 +542,7 @@ API CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, uintptr
   if (CUresult r = ctx_call()) return r;
   if (!stream_ok(s)) return CUDA_ERROR_INVALID_HANDLE;
   if (!devrange(dst, n)) return bad(CUDA_ERROR_INVALID_VALUE, "cuMemsetD8Async: outside a device allocation");
-  memset((void*)(uintptr_t)dst, v, n);
+  enqueue(s, [=] { memset((void*)(uintptr_t)dst, v, n); });
   return CUDA_SUCCESS;
 }
 
@@ -498,28 +551,38 @@ API CUresult cuStreamCreate(uintptr_t* s, unsigned flags) {
   if (CUresult r = ctx_call()) return r;
   if (flags > 1) return CUDA_ERROR_INVALID_VALUE;
   *s = next_handle++;
-  streams.insert(*s);
+  queues[*s];
   return CUDA_SUCCESS;
 }
 
 API CUresult cuStreamDestroy_v2(uintptr_t s) {
   std::lock_guard<std::mutex> l(mu);
   if (CUresult r = ctx_call()) return r;
-  if (!streams.erase(s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (s == 0 || !queues.count(s)) return CUDA_ERROR_INVALID_HANDLE;
+  flush(s);  // its work completes first
+  queues.erase(s);
   return CUDA_SUCCESS;
 }
 
 API CUresult cuStreamSynchronize(uintptr_t s) {
   std::lock_guard<std::mutex> l(mu);
   if (CUresult r = ctx_call()) return r;
-  return stream_ok(s) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+  if (!stream_ok(s)) return CUDA_ERROR_INVALID_HANDLE;
+  flush(s);
+  return wait_result();
 }
 
 API CUresult cuStreamWaitEvent(uintptr_t s, uintptr_t e, unsigned flags) {
   std::lock_guard<std::mutex> l(mu);
   if (CUresult r = ctx_call()) return r;
   if (!stream_ok(s) || !events.count(e)) return CUDA_ERROR_INVALID_HANDLE;
-  return flags == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  // Later work on s waits for the event's most recent record at this call.
+  Event& ev = events[e];
+  uintptr_t st = ev.stream;
+  unsigned long long target = ev.recorded;
+  enqueue(s, [=] { until_done(e, st, target); });
+  return CUDA_SUCCESS;
 }
 
 API CUresult cuEventCreate(uintptr_t* e, unsigned flags) {
@@ -527,7 +590,7 @@ API CUresult cuEventCreate(uintptr_t* e, unsigned flags) {
   if (CUresult r = ctx_call()) return r;
   (void)flags;
   *e = next_handle++;
-  events[*e] = -1;
+  events[*e] = Event{};
   return CUDA_SUCCESS;
 }
 
@@ -535,22 +598,35 @@ API CUresult cuEventRecord(uintptr_t e, uintptr_t s) {
   std::lock_guard<std::mutex> l(mu);
   if (CUresult r = ctx_call()) return r;
   if (!events.count(e) || !stream_ok(s)) return CUDA_ERROR_INVALID_HANDLE;
-  events[e] = now_ms();
+  Event& ev = events[e];
+  ev.stream = s;
+  unsigned long long n = ++ev.recorded;
+  enqueue(s, [=] {
+    auto it = events.find(e);
+    if (it == events.end()) return;
+    it->second.ms = now_ms();
+    if (it->second.done < n) it->second.done = n;
+  });
   return CUDA_SUCCESS;
 }
 
 API CUresult cuEventSynchronize(uintptr_t e) {
   std::lock_guard<std::mutex> l(mu);
   if (CUresult r = ctx_call()) return r;
-  return events.count(e) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+  if (!events.count(e)) return CUDA_ERROR_INVALID_HANDLE;
+  Event ev = events[e];
+  until_done(e, ev.stream, ev.recorded);
+  return wait_result();
 }
 
 API CUresult cuEventElapsedTime(float* ms, uintptr_t a, uintptr_t b) {
   std::lock_guard<std::mutex> l(mu);
   if (CUresult r = ctx_call()) return r;
   if (!events.count(a) || !events.count(b)) return CUDA_ERROR_INVALID_HANDLE;
-  if (events[a] < 0 || events[b] < 0) return CUDA_ERROR_INVALID_HANDLE;
-  *ms = (float)(events[b] - events[a]);
+  const Event &ea = events[a], &eb = events[b];
+  if (ea.recorded == 0 || eb.recorded == 0) return CUDA_ERROR_INVALID_HANDLE;
+  if (ea.done < ea.recorded || eb.done < eb.recorded) return CUDA_ERROR_NOT_READY;
+  *ms = (float)(eb.ms - ea.ms);
   return CUDA_SUCCESS;
 }
 
@@ -674,6 +750,7 @@ API CUresult cuModuleUnload(uintptr_t m) {
   if (CUresult r = ctx_call()) return r;
   auto it = modules.find(m);
   if (it == modules.end()) return CUDA_ERROR_INVALID_HANDLE;
+  flush_all();  // its kernels finish first
   for (auto f = functions.begin(); f != functions.end();) {
     bool mine = false;
     for (auto& e : it->second.entries) mine = mine || f->second == &e.second;
@@ -712,17 +789,24 @@ API CUresult cuLaunchKernel(uintptr_t f, unsigned gx, unsigned gy, unsigned gz, 
   if (threads_per_block > 1024 || (e.maxntid && threads_per_block > e.maxntid)) {
     return bad(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, std::string("cuLaunchKernel ") + e.k->name + ": more threads than .maxntid");
   }
-  // The driver copies each parameter's bytes, as many as the PTX declares.
+  // The driver copies each parameter's bytes, as many as the PTX declares,
+  // before the call returns.
   std::vector<unsigned long long> vals(e.ptx_sizes.size(), 0);
-  std::vector<void*> ptrs(e.ptx_sizes.size());
   for (size_t i = 0; i < e.ptx_sizes.size(); i++) {
     if (!params || !params[i]) {
       return bad(CUDA_ERROR_INVALID_VALUE, std::string("cuLaunchKernel ") + e.k->name + ": parameter " + std::to_string(i) + " missing");
     }
     memcpy(&vals[i], params[i], e.ptx_sizes[i]);
-    ptrs[i] = &vals[i];
   }
-  std::string why = run_on_worker(e.k, ptrs.data(), ckemu::dim3{gx, gy, gz}, ckemu::dim3{bx, by, bz});
-  if (!why.empty()) return bad(CUDA_ERROR_LAUNCH_FAILED, std::string(e.k->name) + ": " + why);
+  const ckemu::Kernel* k = e.k;
+  enqueue(s, [=]() mutable {
+    std::vector<void*> ptrs(vals.size());
+    for (size_t i = 0; i < vals.size(); i++) ptrs[i] = &vals[i];
+    std::string why = run_on_worker(k, ptrs.data(), ckemu::dim3{gx, gy, gz}, ckemu::dim3{bx, by, bz});
+    if (!why.empty() && sticky == CUDA_SUCCESS) {
+      sticky = CUDA_ERROR_LAUNCH_FAILED;
+      last_error = std::string(k->name) + ": " + why;
+    }
+  });
   return CUDA_SUCCESS;
 }
