@@ -4,8 +4,10 @@ package cuda
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"github.com/ckpt-go/ckpt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -328,4 +330,49 @@ func TestEmulatedNewFromSearchPath(t *testing.T) {
 	if out, err := child.CombinedOutput(); err != nil {
 		t.Fatalf("child: %v\n%s", err, out)
 	}
+}
+
+// emuAllocs returns the device and pinned allocations the emulator holds.
+func emuAllocs() (dev, host int64) {
+	var objs, threads int64
+	var retained int32
+	emuStats(&dev, &host, &objs, &threads, &retained)
+	return dev, host
+}
+
+// On the emulator as on the fake driver: a model that does not fit the
+// device is refused before any allocation, and a cancelled upload leaves
+// no allocation behind.
+func TestEmulatedUploadRefusedAndCanceled(t *testing.T) {
+	dir := writeRingModel(t)
+	m, err := ckpt.Open(dir, ckpt.WithDType(ckpt.To(dtype.F32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	t.Run("does not fit", func(t *testing.T) {
+		e := onEmu(emuDevices[1], 8<<20)(t)
+		dev, host := emuAllocs()
+		_, err := e.UploadModel(ctx, m)
+		if !errors.Is(err, executor.ErrBudget) {
+			t.Fatalf("%v, want ErrBudget", err)
+		}
+		if d, h := emuAllocs(); d != dev || h != host {
+			t.Errorf("refused after allocating: %d device and %d pinned allocations, were %d and %d", d, h, dev, host)
+		}
+	})
+	t.Run("canceled", func(t *testing.T) {
+		e := onEmu(emuDevices[1], 1<<30)(t)
+		dev, host := emuAllocs()
+		cx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		_, err := e.UploadModel(cx, m, executor.WithReaders(1), executor.WithStaging(5<<20),
+			executor.WithProgress(func(ckpt.Progress) { cancel() }))
+		if !errors.Is(err, executor.ErrCanceled) {
+			t.Fatalf("%v, want ErrCanceled", err)
+		}
+		if d, h := emuAllocs(); d != dev || h != host {
+			t.Errorf("after the cancelled upload: %d device and %d pinned allocations, were %d and %d", d, h, dev, host)
+		}
+	})
 }

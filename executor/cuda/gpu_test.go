@@ -430,26 +430,7 @@ func TestGPUUploadRing(t *testing.T) { testUploadRing(t, gpu) }
 
 func testUploadRing(t *testing.T, gpu newGPU) {
 	e := gpu(t)
-	dir := filepath.Join(t.TempDir(), "ring")
-	os.Mkdir(dir, 0o755)
-	rng := rand.New(rand.NewPCG(3, 4))
-	codes := make([]byte, 1024*1024)
-	for i := range codes {
-		codes[i] = byte(rng.IntN(256))
-	}
-	sc := make([]float32, 8*8)
-	for i := range sc {
-		sc[i] = float32(math.Ldexp(1+rng.Float64(), -rng.IntN(8)))
-	}
-	if err := ckpttest.WriteFile(filepath.Join(dir, "model.safetensors"), []ckpttest.Tensor{
-		{Name: "big.weight", DType: dtype.BF16, Shape: []int64{1536, 1536}, Data: randBytes(rng, dtype.BF16, 1536*1536, 1)},
-		{Name: "fc.weight", DType: dtype.F8_E4M3, Shape: []int64{1024, 1024}, Data: codes},
-		{Name: "fc.weight_scale_inv", DType: dtype.F32, Shape: []int64{8, 8}, Data: dtype.Float32Bytes(sc)},
-	}, nil); err != nil {
-		t.Fatal(err)
-	}
-	cfg := `{"quantization_config":{"quant_method":"fp8","fmt":"e4m3","weight_block_size":[128,128]}}`
-	os.WriteFile(filepath.Join(dir, "config.json"), []byte(cfg), 0o644)
+	dir := writeRingModel(t)
 	for _, target := range []ckpt.Target{ckpt.Quantized, ckpt.To(dtype.F32), ckpt.To(dtype.BF16)} {
 		m, err := ckpt.Open(dir, ckpt.WithDType(target))
 		if err != nil {
@@ -478,4 +459,30 @@ func testUploadRing(t *testing.T, gpu newGPU) {
 		um.Close()
 		m.Close()
 	}
+}
+
+// writeRingModel writes a model of 6.7 MB: a 1536×1536 BF16 weight and a
+// 1024×1024 block-FP8 one with its 8×8 scales.
+func writeRingModel(t *testing.T) string {
+	dir := filepath.Join(t.TempDir(), "ring")
+	os.Mkdir(dir, 0o755)
+	rng := rand.New(rand.NewPCG(3, 4))
+	codes := make([]byte, 1024*1024)
+	for i := range codes {
+		codes[i] = byte(rng.IntN(256))
+	}
+	sc := make([]float32, 8*8)
+	for i := range sc {
+		sc[i] = float32(math.Ldexp(1+rng.Float64(), -rng.IntN(8)))
+	}
+	if err := ckpttest.WriteFile(filepath.Join(dir, "model.safetensors"), []ckpttest.Tensor{
+		{Name: "big.weight", DType: dtype.BF16, Shape: []int64{1536, 1536}, Data: randBytes(rng, dtype.BF16, 1536*1536, 1)},
+		{Name: "fc.weight", DType: dtype.F8_E4M3, Shape: []int64{1024, 1024}, Data: codes},
+		{Name: "fc.weight_scale_inv", DType: dtype.F32, Shape: []int64{8, 8}, Data: dtype.Float32Bytes(sc)},
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+	cfg := `{"quantization_config":{"quant_method":"fp8","fmt":"e4m3","weight_block_size":[128,128]}}`
+	os.WriteFile(filepath.Join(dir, "config.json"), []byte(cfg), 0o644)
+	return dir
 }
