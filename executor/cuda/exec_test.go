@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -248,12 +249,10 @@ func TestCheckFiniteOnFake(t *testing.T) {
 	}
 }
 
-// writeModel writes a two-shard model: BF16 tensors, an F32 norm, and a
-// DeepSeek block-FP8 weight with its scale_inv.
+// writeModel writes a model of BF16 tensors, an F32 norm, and a DeepSeek
+// block-FP8 weight with its scale_inv.
 func writeModel(t *testing.T) string {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), "m")
-	os.Mkdir(dir, 0o755)
 	codes := make([]byte, 40*70)
 	for i := range codes {
 		codes[i] = byte(i*13 + 1)
@@ -262,17 +261,34 @@ func writeModel(t *testing.T) string {
 	for i := range sc {
 		sc[i] = float32(math.Ldexp(1+float64(i)/4, i-3))
 	}
-	if err := ckpttest.WriteFile(filepath.Join(dir, "model.safetensors"), []ckpttest.Tensor{
+	return writeBlockFP8Model(t, "m", []ckpttest.Tensor{
 		ckpttest.T("a.weight", dtype.BF16, 300, 1000),
 		ckpttest.T("a.bias", dtype.BF16, 1000),
 		ckpttest.T("norm.weight", dtype.F32, 64),
-		{Name: "fc.weight", DType: dtype.F8_E4M3, Shape: []int64{40, 70}, Data: codes},
-		{Name: "fc.weight_scale_inv", DType: dtype.F32, Shape: []int64{2, 3}, Data: dtype.Float32Bytes(sc)},
-	}, nil); err != nil {
+	}, []int64{40, 70}, 32, codes, sc)
+}
+
+// writeBlockFP8Model writes folder name of a temporary folder: a
+// model.safetensors with the tensors plain and the DeepSeek block-FP8
+// weight fc.weight (shape, codes) with its fc.weight_scale_inv (scales, one
+// per block×block block), and the config.json that declares the format.
+func writeBlockFP8Model(t *testing.T, name string, plain []ckpttest.Tensor, shape []int64, block int64, codes []byte, scales []float32) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cfg := `{"quantization_config":{"quant_method":"fp8","fmt":"e4m3","weight_block_size":[32,32]}}`
-	os.WriteFile(filepath.Join(dir, "config.json"), []byte(cfg), 0o644)
+	grid := []int64{(shape[0] + block - 1) / block, (shape[1] + block - 1) / block}
+	ts := append(plain,
+		ckpttest.Tensor{Name: "fc.weight", DType: dtype.F8_E4M3, Shape: shape, Data: codes},
+		ckpttest.Tensor{Name: "fc.weight_scale_inv", DType: dtype.F32, Shape: grid, Data: dtype.Float32Bytes(scales)})
+	if err := ckpttest.WriteFile(filepath.Join(dir, "model.safetensors"), ts, nil); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fmt.Sprintf(`{"quantization_config":{"quant_method":"fp8","fmt":"e4m3","weight_block_size":[%d,%d]}}`, block, block)
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	return dir
 }
 

@@ -7,7 +7,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/ckpt-go/ckpt"
@@ -393,32 +392,7 @@ func testUploadModel(t *testing.T, gpu newGPU) {
 	e := gpu(t)
 	dir := writeModel(t)
 	for _, to := range []dtype.DType{dtype.F32, dtype.BF16} {
-		m, err := ckpt.Open(dir, ckpt.WithDType(ckpt.To(to)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		um, err := e.UploadModel(ctx, m, executor.WithStaging(4<<20))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ref, err := m.Load(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for name, want := range ref.All() {
-			w, err := um.Weight(name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := make([]byte, w.Data.Bytes())
-			e.Download(ctx, w.Data, got)
-			if !bytes.Equal(got, want.Bytes()) {
-				t.Errorf("%s as %s: the device's bytes differ from the loader's", name, to)
-			}
-		}
-		ref.Close()
-		um.Close()
-		m.Close()
+		uploadMatchesLoader(t, e, dir, ckpt.To(to), executor.WithStaging(4<<20))
 	}
 }
 
@@ -432,40 +406,47 @@ func testUploadRing(t *testing.T, gpu newGPU) {
 	e := gpu(t)
 	dir := writeRingModel(t)
 	for _, target := range []ckpt.Target{ckpt.Quantized, ckpt.To(dtype.F32), ckpt.To(dtype.BF16)} {
-		m, err := ckpt.Open(dir, ckpt.WithDType(target))
+		uploadMatchesLoader(t, e, dir, target, executor.WithReaders(1), executor.WithStaging(5<<20))
+	}
+}
+
+// uploadMatchesLoader uploads the model in dir, loaded as target, and
+// checks every weight on the device byte for byte against the loader's.
+func uploadMatchesLoader(t *testing.T, e *Executor, dir string, target ckpt.Target, opts ...executor.UploadOption) {
+	t.Helper()
+	m, err := ckpt.Open(dir, ckpt.WithDType(target))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	um, err := e.UploadModel(ctx, m, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer um.Close()
+	ref, err := m.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	for name, want := range ref.All() {
+		w, err := um.Weight(name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		um, err := e.UploadModel(ctx, m, executor.WithReaders(1), executor.WithStaging(5<<20))
-		if err != nil {
+		got := make([]byte, w.Data.Bytes())
+		if err := e.Download(ctx, w.Data, got); err != nil {
 			t.Fatal(err)
 		}
-		ref, err := m.Load(ctx)
-		if err != nil {
-			t.Fatal(err)
+		if !bytes.Equal(got, want.Bytes()) {
+			t.Errorf("%s (%v): the device's bytes differ from the loader's", name, target)
 		}
-		for name, want := range ref.All() {
-			w, err := um.Weight(name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := make([]byte, w.Data.Bytes())
-			e.Download(ctx, w.Data, got)
-			if !bytes.Equal(got, want.Bytes()) {
-				t.Errorf("%s (%v): the device's bytes differ from the loader's", name, target)
-			}
-		}
-		ref.Close()
-		um.Close()
-		m.Close()
 	}
 }
 
 // writeRingModel writes a model of 6.7 MB: a 1536×1536 BF16 weight and a
 // 1024×1024 block-FP8 one with its 8×8 scales.
 func writeRingModel(t *testing.T) string {
-	dir := filepath.Join(t.TempDir(), "ring")
-	os.Mkdir(dir, 0o755)
 	rng := rand.New(rand.NewPCG(3, 4))
 	codes := make([]byte, 1024*1024)
 	for i := range codes {
@@ -475,14 +456,7 @@ func writeRingModel(t *testing.T) string {
 	for i := range sc {
 		sc[i] = float32(math.Ldexp(1+rng.Float64(), -rng.IntN(8)))
 	}
-	if err := ckpttest.WriteFile(filepath.Join(dir, "model.safetensors"), []ckpttest.Tensor{
+	return writeBlockFP8Model(t, "ring", []ckpttest.Tensor{
 		{Name: "big.weight", DType: dtype.BF16, Shape: []int64{1536, 1536}, Data: randBytes(rng, dtype.BF16, 1536*1536, 1)},
-		{Name: "fc.weight", DType: dtype.F8_E4M3, Shape: []int64{1024, 1024}, Data: codes},
-		{Name: "fc.weight_scale_inv", DType: dtype.F32, Shape: []int64{8, 8}, Data: dtype.Float32Bytes(sc)},
-	}, nil); err != nil {
-		t.Fatal(err)
-	}
-	cfg := `{"quantization_config":{"quant_method":"fp8","fmt":"e4m3","weight_block_size":[128,128]}}`
-	os.WriteFile(filepath.Join(dir, "config.json"), []byte(cfg), 0o644)
-	return dir
+	}, []int64{1024, 1024}, 128, codes, sc)
 }

@@ -137,6 +137,12 @@ CUresult ctx_call() {
   return CUDA_SUCCESS;
 }
 
+// dev_call checks what a call about device d needs.
+CUresult dev_call(int d) {
+  if (!inited) return CUDA_ERROR_NOT_INITIALIZED;
+  return d == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
 CUresult bad(CUresult r, const std::string& why) {
   last_error = why;
   return r;
@@ -370,16 +376,14 @@ API CUresult cuDeviceGetCount(int* n) {
 
 API CUresult cuDeviceGet(int* d, int ordinal) {
   std::lock_guard<std::mutex> l(mu);
-  if (!inited) return CUDA_ERROR_NOT_INITIALIZED;
-  if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (CUresult r = dev_call(ordinal)) return r;
   *d = 0;
   return CUDA_SUCCESS;
 }
 
 API CUresult cuDeviceGetName(char* buf, int len, int d) {
   std::lock_guard<std::mutex> l(mu);
-  if (!inited) return CUDA_ERROR_NOT_INITIALIZED;
-  if (d != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (CUresult r = dev_call(d)) return r;
   if (!buf || len <= 0) return CUDA_ERROR_INVALID_VALUE;
   write_log(buf, (size_t)len, nullptr, cfg.name);
   return CUDA_SUCCESS;
@@ -387,8 +391,7 @@ API CUresult cuDeviceGetName(char* buf, int len, int d) {
 
 API CUresult cuDeviceGetAttribute(int* v, int attr, int d) {
   std::lock_guard<std::mutex> l(mu);
-  if (!inited) return CUDA_ERROR_NOT_INITIALIZED;
-  if (d != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (CUresult r = dev_call(d)) return r;
   switch (attr) {
     case 16: *v = cfg.sms; break;              // multiprocessor count
     case 75: *v = cfg.cc / 10; break;          // compute capability major
@@ -401,16 +404,14 @@ API CUresult cuDeviceGetAttribute(int* v, int attr, int d) {
 
 API CUresult cuDeviceTotalMem_v2(size_t* n, int d) {
   std::lock_guard<std::mutex> l(mu);
-  if (!inited) return CUDA_ERROR_NOT_INITIALIZED;
-  if (d != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (CUresult r = dev_call(d)) return r;
   *n = cfg.total;
   return CUDA_SUCCESS;
 }
 
 API CUresult cuDevicePrimaryCtxRetain(uintptr_t* c, int d) {
   std::lock_guard<std::mutex> l(mu);
-  if (!inited) return CUDA_ERROR_NOT_INITIALIZED;
-  if (d != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (CUresult r = dev_call(d)) return r;
   retains++;
   *c = kCtx;
   return CUDA_SUCCESS;
@@ -418,8 +419,7 @@ API CUresult cuDevicePrimaryCtxRetain(uintptr_t* c, int d) {
 
 API CUresult cuDevicePrimaryCtxRelease_v2(int d) {
   std::lock_guard<std::mutex> l(mu);
-  if (!inited) return CUDA_ERROR_NOT_INITIALIZED;
-  if (d != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (CUresult r = dev_call(d)) return r;
   if (retains == 0) return CUDA_ERROR_INVALID_CONTEXT;
   retains--;
   // When the last retain goes, the real driver destroys the context and
