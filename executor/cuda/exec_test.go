@@ -265,14 +265,15 @@ func writeModel(t *testing.T) string {
 		ckpttest.T("a.weight", dtype.BF16, 300, 1000),
 		ckpttest.T("a.bias", dtype.BF16, 1000),
 		ckpttest.T("norm.weight", dtype.F32, 64),
-	}, []int64{40, 70}, 32, codes, sc)
+	}, []int64{40, 70}, 32, codes, sc, 1)
 }
 
-// writeBlockFP8Model writes folder name of a temporary folder: a
-// model.safetensors with the tensors plain and the DeepSeek block-FP8
-// weight fc.weight (shape, codes) with its fc.weight_scale_inv (scales, one
-// per block×block block), and the config.json that declares the format.
-func writeBlockFP8Model(t *testing.T, name string, plain []ckpttest.Tensor, shape []int64, block int64, codes []byte, scales []float32) string {
+// writeBlockFP8Model writes folder name of a temporary folder: the tensors
+// plain and the DeepSeek block-FP8 weight fc.weight (shape, codes) with its
+// fc.weight_scale_inv (scales, one per block×block block), in one
+// model.safetensors or a set of shards with its index, and the config.json
+// that declares the format.
+func writeBlockFP8Model(t *testing.T, name string, plain []ckpttest.Tensor, shape []int64, block int64, codes []byte, scales []float32, shards int) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), name)
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -282,7 +283,7 @@ func writeBlockFP8Model(t *testing.T, name string, plain []ckpttest.Tensor, shap
 	ts := append(plain,
 		ckpttest.Tensor{Name: "fc.weight", DType: dtype.F8_E4M3, Shape: shape, Data: codes},
 		ckpttest.Tensor{Name: "fc.weight_scale_inv", DType: dtype.F32, Shape: grid, Data: dtype.Float32Bytes(scales)})
-	if err := ckpttest.WriteFile(filepath.Join(dir, "model.safetensors"), ts, nil); err != nil {
+	if _, err := ckpttest.WriteWeights(dir, ckpttest.Weights{Shards: shards, Tensors: ts}); err != nil {
 		t.Fatal(err)
 	}
 	cfg := fmt.Sprintf(`{"quantization_config":{"quant_method":"fp8","fmt":"e4m3","weight_block_size":[%d,%d]}}`, block, block)

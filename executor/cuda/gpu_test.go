@@ -396,7 +396,8 @@ func testUploadModel(t *testing.T, gpu newGPU) {
 	}
 }
 
-// A model several times the staging ring (one reader: five slots of 1 MiB)
+// A sharded model several times the staging ring (one reader: five slots
+// of 1 MiB)
 // so that every slot is refilled while copies and conversions of earlier
 // chunks may still be in flight: stored, BF16 → F32 and block-FP8 → BF16
 // on the device, each bit-exact with the loader.
@@ -444,8 +445,9 @@ func uploadMatchesLoader(t *testing.T, e *Executor, dir string, target ckpt.Targ
 	}
 }
 
-// writeRingModel writes a model of 6.7 MB: a 1536×1536 BF16 weight and a
-// 1024×1024 block-FP8 one with its 8×8 scales.
+// writeRingModel writes a model of 6.7 MB in three shards: a 1536×1536
+// BF16 weight, and a 1024×1024 block-FP8 one with its 8×8 scales in the
+// next shard.
 func writeRingModel(t *testing.T) string {
 	rng := rand.New(rand.NewPCG(3, 4))
 	codes := make([]byte, 1024*1024)
@@ -458,5 +460,5 @@ func writeRingModel(t *testing.T) string {
 	}
 	return writeBlockFP8Model(t, "ring", []ckpttest.Tensor{
 		{Name: "big.weight", DType: dtype.BF16, Shape: []int64{1536, 1536}, Data: randBytes(rng, dtype.BF16, 1536*1536, 1)},
-	}, []int64{1024, 1024}, 128, codes, sc)
+	}, []int64{1024, 1024}, 128, codes, sc, 3)
 }
