@@ -397,10 +397,9 @@ func testUploadModel(t *testing.T, gpu newGPU) {
 }
 
 // A sharded model several times the staging ring (one reader: five slots
-// of 1 MiB)
-// so that every slot is refilled while copies and conversions of earlier
-// chunks may still be in flight: stored, BF16 → F32 and block-FP8 → BF16
-// on the device, each bit-exact with the loader.
+// of 1 MiB), so that every slot is refilled while copies and conversions
+// of earlier chunks may still be in flight: stored, BF16 → F32 and
+// block-FP8 → BF16 on the device, each bit-exact with the loader.
 func TestGPUUploadRing(t *testing.T) { testUploadRing(t, gpu) }
 
 func testUploadRing(t *testing.T, gpu newGPU) {
