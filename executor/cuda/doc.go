@@ -52,19 +52,25 @@
 // purego exactly as it binds libcuda.so.1. Each CUDA thread is a fiber,
 // __syncthreads and the warp operations are barriers, and launches switch
 // between schedules that keep warps in step or let one run ahead, so a
-// missing barrier shows. It is stricter than a driver where that finds bugs
-// sooner: allocations end at a guard page and start as NaN bytes, a
-// misaligned vector load traps, asynchronous copies accept only
-// cuMemHostAlloc memory, calls need the context current on the calling OS
-// thread, module loads check the PTX header against the emulated device and
-// driver and each entry's parameters against the kernel source, and
-// launches are checked against .maxntid. Copies and launches run as late as
-// the stream semantics allow (at the wait for them), so a staging buffer
-// refilled before its copy was waited for, or a missing wait between
-// streams, changes the results. Emulated devices: sm_75, sm_80,
-// sm_89 (also under a CUDA 12.0 driver, which must fall back to the sm_80
-// build) and sm_90. What the emulator cannot show is the real JIT, the real
-// tensor cores and the speed; those need the GPU run below.
+// missing barrier shows. It is stricter than a driver where that finds
+// bugs sooner:
+//   - allocations start as NaN bytes and end at a guard page: a kernel
+//     reading or writing past one ends the test process with SIGSEGV, and
+//     a misaligned vector load with SIGILL (run the test under gdb to see
+//     where);
+//   - asynchronous copies accept only cuMemHostAlloc memory, and calls need
+//     the context current on the calling OS thread;
+//   - module loads check the PTX header against the emulated device and
+//     driver, and each entry's parameters against the kernel source;
+//     launches are checked against .maxntid;
+//   - copies and launches run as late as the stream semantics allow (at the
+//     wait for them), so a staging buffer refilled before its copy was
+//     waited for, or a missing wait between streams, changes the results.
+//
+// Emulated devices: sm_75, sm_80, sm_89 (also under a CUDA 12.0 driver,
+// which must fall back to the sm_80 build) and sm_90. What the emulator
+// cannot show is the real JIT, the real tensor cores and the speed; those
+// need the GPU run below.
 //
 // # Running the GPU tests
 //

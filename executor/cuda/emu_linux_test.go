@@ -184,6 +184,7 @@ func TestEmulatedGPU(t *testing.T) {
 				{"ConvertBitExact", testConvertBitExact, false},
 				{"Linear", testLinear, false},
 				{"LinearLayouts", testLinearLayouts, true},
+				{"LinearShapes", testLinearShapes, true},
 				{"Elementwise", testElementwise, false},
 				{"CheckFinite", testCheckFinite, false},
 				{"UploadModel", testUploadModel, false},

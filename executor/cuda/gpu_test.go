@@ -318,6 +318,67 @@ func testLinearLayouts(t *testing.T, gpu newGPU) {
 	e.SetLinearKernel("auto")
 }
 
+// Linear at shapes that end inside every kind of tile (M, N and K of 1,
+// odd, one past and one short of 128-, 64-, 32- and 16-element tiles),
+// BF16 and block-FP8 weights, BF16 activations: every output written (the
+// emulator's fresh allocations are NaN), within 1e-2 of the CPU reference.
+func TestGPULinearShapes(t *testing.T) { testLinearShapes(t, gpu) }
+
+func testLinearShapes(t *testing.T, gpu newGPU) {
+	e := gpu(t)
+	c := refCPU(t)
+	rng := rand.New(rand.NewPCG(uint64(os.Getpid()), 12))
+	for _, sh := range [][3]int64{{1, 1, 1}, {1, 8, 1}, {3, 7, 5}, {17, 33, 9}, {64, 16, 64}, {129, 31, 127}, {65, 129, 1}, {1, 300, 255}, {200, 17, 130}} {
+		m, k, n := sh[0], sh[1], sh[2]
+		xb := randBytes(rng, dtype.BF16, m*k, 1)
+		wb := randBytes(rng, dtype.BF16, n*k, 0.1)
+		codes := make([]byte, n*k)
+		for i := range codes {
+			codes[i] = byte(rng.IntN(0x70)) | byte(rng.IntN(2))<<7 // finite E4M3 codes
+		}
+		grid := []int64{(n + 127) / 128, (k + 127) / 128}
+		scales := make([]float32, grid[0]*grid[1])
+		for i := range scales {
+			scales[i] = float32(math.Ldexp(0.5+rng.Float64(), -4))
+		}
+		block := &quant.Weight{Name: "w", Shape: []int64{n, k}, Elem: dtype.F8_E4M3, Layout: quant.DeepSeekFP8Block,
+			Data:   quant.Stored{Name: "w", DType: dtype.F8_E4M3, Shape: []int64{n, k}},
+			Scales: []quant.Scale{{Role: quant.RoleScaleInv, Stored: quant.Stored{Name: "s", DType: dtype.F32, Shape: grid}, Block: [2]int64{128, 128}}}}
+		for _, fp8 := range []bool{false, true} {
+			for _, kern := range []string{"tiled", "mma"} {
+				if e.SetLinearKernel(kern) != nil {
+					continue
+				}
+				var ys [2][]float32
+				for i, ex := range []executor.Executor{c, e} {
+					x, _ := ex.FromHost(ctx, xb, dtype.BF16, []int64{m, k}, "x")
+					w := &executor.Weight{}
+					if fp8 {
+						w.Data, _ = ex.FromHost(ctx, codes, dtype.F8_E4M3, []int64{n, k}, "w")
+						w.Quant = block
+						s, _ := ex.FromHost(ctx, dtype.Float32Bytes(scales), dtype.F32, grid, "s")
+						w.Scales = []executor.Buffer{s}
+					} else {
+						w.Data, _ = ex.FromHost(ctx, wb, dtype.BF16, []int64{n, k}, "w")
+					}
+					y, err := ex.Linear(ctx, x, w, nil, dtype.F32)
+					if err != nil {
+						t.Fatalf("%s Linear %v (FP8 %v): %v", kern, sh, fp8, err)
+					}
+					ys[i] = make([]float32, m*n)
+					dtype.DecodeFloat32(ys[i], download(t, ex, y), dtype.F32)
+					ex.Free(x)
+					executor.FreeWeight(ex, w)
+				}
+				if r := maxRel(ys[1], ys[0]); r > 1e-2 || math.IsNaN(r) {
+					t.Errorf("%s Linear %v (M, K, N), FP8 weight %v: relative error %g", kern, sh, fp8, r)
+				}
+			}
+		}
+	}
+	e.SetLinearKernel("auto")
+}
+
 func TestGPUElementwise(t *testing.T) { testElementwise(t, gpu) }
 
 func testElementwise(t *testing.T, gpu newGPU) {
