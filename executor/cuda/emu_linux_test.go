@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ckpt-go/ckpt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/ebitengine/purego"
 
+	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/executor"
 )
@@ -83,6 +83,7 @@ func loadEmu(t *testing.T) uintptr {
 			emuErr = err
 			return
 		}
+		defer os.RemoveAll(dir) // once loaded, the library stays mapped
 		// Not as libcuda.so.1: dlopen("libcuda.so.1") would return it in this
 		// process from then on, instead of the machine's driver.
 		cmd := exec.Command("sh", filepath.Join("testdata", "emu", "build.sh"), dir, "libckpt_cudaemu.so")
