@@ -31,6 +31,15 @@ var (
 	harnessErr  error
 )
 
+// TestMain removes the harness binary when the tests are done.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if harnessPath != "" {
+		os.RemoveAll(filepath.Dir(harnessPath))
+	}
+	os.Exit(code)
+}
+
 func harness(t *testing.T) string {
 	t.Helper()
 	harnessOnce.Do(func() {
