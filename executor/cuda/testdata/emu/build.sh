@@ -27,10 +27,12 @@ if [ -z "$cxx" ]; then
 	echo "build.sh: no C++ compiler (\$CXX, c++, g++, clang++)" >&2
 	exit 1
 fi
+# -Bsymbolic-functions: its own calls between entry points stay its own,
+# even in a process that has also loaded the real libcuda.so.1 globally.
 # -ffp-contract=off: no fused multiply-add the kernels did not write.
 # -fsanitize=alignment with trap: a misaligned vector load faults on a GPU;
 # it traps here too.
-exec "$cxx" -std=c++17 -O1 -fPIC -shared -fvisibility=hidden "-Wl,-soname,$name" \
+exec "$cxx" -std=c++17 -O1 -fPIC -shared -fvisibility=hidden "-Wl,-soname,$name" -Wl,-Bsymbolic-functions \
 	-ffp-contract=off -fno-fast-math -Wno-unknown-pragmas \
 	-fsanitize=alignment -fsanitize-undefined-trap-on-error ${CXXFLAGS:-} \
 	-o "$out/$name" driver.cpp fiber.cpp kern_base.cpp kern_mma80.cpp kern_mma89.cpp
