@@ -39,12 +39,12 @@ if command -v nvidia-smi >/dev/null 2>&1; then
 	nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv | tee "$out/gpu.txt"
 fi
 cd "$root/executor/cuda" # the tests read testdata/ from here
-step gpu-tests 180 env CKPT_REQUIRE_GPU=1 "$bin/cuda.test" -test.v -test.count=1 -test.run 'GPU'
+step gpu-tests 180 env CKPT_REQUIRE_GPU=1 "$bin/cuda.test" -test.v -test.count=1 -test.run '^TestGPU'
 if command -v compute-sanitizer >/dev/null 2>&1; then
 	step memcheck 150 env CKPT_REQUIRE_GPU=1 compute-sanitizer --tool memcheck --error-exitcode 3 \
-		"$bin/cuda.test" -test.count=1 -test.run 'GPU(DequantizeBitExact|LinearLayouts|UploadRing|Elementwise)$'
+		"$bin/cuda.test" -test.count=1 -test.run '^TestGPU(DequantizeBitExact|LinearLayouts|UploadRing|Elementwise)$'
 	step racecheck 120 env CKPT_REQUIRE_GPU=1 compute-sanitizer --tool racecheck --error-exitcode 3 \
-		"$bin/cuda.test" -test.count=1 -test.run 'GPULinear$'
+		"$bin/cuda.test" -test.count=1 -test.run '^TestGPULinear$'
 else
 	echo "== compute-sanitizer not found: memcheck and racecheck not run"
 fi
