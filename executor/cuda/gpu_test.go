@@ -488,17 +488,20 @@ func testUploadModel(t *testing.T, gpu newGPU) {
 	}
 }
 
-// A sharded model several times the staging ring (one reader: five slots
-// of 1 MiB), so that every slot is refilled while copies and conversions
-// of earlier chunks may still be in flight: stored, BF16 → F32 and
-// block-FP8 → BF16 on the device, each bit-exact with the loader.
+// A sharded model several times the staging ring (one reader and five
+// slots of 1 MiB, four readers and eight), so that every slot is refilled
+// while copies and conversions of earlier chunks may still be in flight:
+// stored, BF16 → F32 and block-FP8 → BF16 on the device, each bit-exact
+// with the loader.
 func TestGPUUploadRing(t *testing.T) { testUploadRing(t, gpu) }
 
 func testUploadRing(t *testing.T, gpu newGPU) {
 	e := gpu(t)
 	dir := writeRingModel(t)
-	for _, target := range []ckpt.Target{ckpt.Quantized, ckpt.To(dtype.F32), ckpt.To(dtype.BF16)} {
-		uploadMatchesLoader(t, e, dir, target, executor.WithReaders(1), executor.WithStaging(5<<20))
+	for _, readers := range []int{1, 4} {
+		for _, target := range []ckpt.Target{ckpt.Quantized, ckpt.To(dtype.F32), ckpt.To(dtype.BF16)} {
+			uploadMatchesLoader(t, e, dir, target, executor.WithReaders(readers), executor.WithStaging(int64(readers+4)<<20))
+		}
 	}
 }
 
