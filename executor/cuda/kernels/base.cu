@@ -24,7 +24,7 @@ extern "C" __global__ void ck_dequant(const ck_u8* data, const double* qtab, int
   d.g = g; d.gkind = gkind; d.gtab = gtab; d.gmode = gmode;
   GRID_STRIDE(j, n) {
     ck_i64 i = e0 + j;
-    ck_store(dst, to, i, ck_encode(ck_dq_value(&d, i, j), to, sat));
+    ck_store(dst, to, i, ck_dequant_elem(&d, i, j, to, sat));
   }
 }
 
@@ -164,7 +164,7 @@ extern "C" __global__ void __launch_bounds__(256) ck_linear(
       if (gn < n && gk < k) {
         ck_i64 i = gn * k + gk;
         if (wdt == 3) {
-          wv = ck_float(ck_encode(ck_dq_value(&d, i, i), CK_F32, 0));
+          wv = ck_float(ck_dequant_elem(&d, i, i, CK_F32, 0));
         } else {
           wv = ck_float(ck_load_bits(w, wdt, i));
         }

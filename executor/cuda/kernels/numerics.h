@@ -269,6 +269,17 @@ typedef struct {
 // i is the element's index in the tensor (for its scale); j its index in
 // d->data, which may hold a chunk of the tensor (j = i - the chunk's first
 // element, an even number for F4).
+// ck_dq_scale returns the primary scale of element i (1 without one).
+CK_FN double ck_dq_scale(const ck_dq* d, ck_i64 i) {
+  if (d->s == 0) return 1.0;
+  ck_i64 si = 0;
+  if (d->svaries) {
+    ck_i64 row = i / d->c, col = i - row * d->c;
+    si = (row / d->br) * d->gridc + col / d->bc;
+  }
+  return ck_scale(d->s, d->skind, d->stab, si);
+}
+
 CK_FN double ck_dq_value(const ck_dq* d, ck_i64 i, ck_i64 j) {
   ck_u32 code;
   if (d->fp4) {
@@ -278,15 +289,7 @@ CK_FN double ck_dq_value(const ck_dq* d, ck_i64 i, ck_i64 j) {
     code = d->data[j];
   }
   double q = d->qtab[code];
-  double s1 = 1.0;
-  if (d->s != 0) {
-    ck_i64 si = 0;
-    if (d->svaries) {
-      ck_i64 row = i / d->c, col = i - row * d->c;
-      si = (row / d->br) * d->gridc + col / d->bc;
-    }
-    s1 = ck_scale(d->s, d->skind, d->stab, si);
-  }
+  double s1 = ck_dq_scale(d, i);
   if (d->gmode == CK_G_DIV) {
     double g = ck_scale(d->g, d->gkind, d->gtab, 0);
     return ck_div(ck_mul(q, s1), g);
@@ -294,6 +297,42 @@ CK_FN double ck_dq_value(const ck_dq* d, ck_i64 i, ck_i64 j) {
   double g = 1.0;
   if (d->gmode == CK_G_MUL) g = ck_scale(d->g, d->gkind, d->gtab, 0);
   return ck_mul(q, ck_mul(s1, g));
+}
+
+// ck_round_normal rounds the float64 bits x once, to nearest with ties to
+// even, into a binary format with e exponent bits and m mantissa bits, when
+// the result is a normal number of that format: it stores the bits in *out
+// and returns 1. Otherwise (zero, subnormal, overflow, Inf, NaN) it returns
+// 0 and the caller takes ck_round's general path. A few integer operations
+// and no branch on the value: the sum below carries a rounded-up mantissa
+// into the exponent by itself.
+CK_FN int ck_round_normal(ck_u64 x, int e, int m, ck_u32* out) {
+  ck_u64 a = x & 0x7FFFFFFFFFFFFFFFull;
+  int drop = 52 - m;
+  ck_u64 r = (a + ((1ull << (drop - 1)) - 1) + ((a >> drop) & 1)) >> drop;
+  int te = (int)(r >> m) - 1023 + (1 << (e - 1)) - 1;  // the target's biased exponent
+  if (a >= 0x7FF0000000000000ull || te < 1 || te > (1 << e) - 2) return 0;
+  *out = ((ck_u32)(x >> 63) << (e + m)) | ((ck_u32)te << m) | ((ck_u32)r & ((1u << m) - 1));
+  return 1;
+}
+
+// ck_dequant_elem returns element i of a dequantized weight in dtype to:
+// ck_encode(ck_dq_value(d, i, j), to, sat), bit for bit. The common case
+// takes a short path: an FP8 code times one scale is exact in float64 (at
+// most 4 + 24 significant bits), so when no per-tensor factor follows and
+// the product is a normal number of the target, ck_round_normal rounds it
+// once, as ck_encode would; zeros keep their sign. Everything else (FP4,
+// a factor, NaN, Inf, zero or subnormal or overflowing results, where the
+// NaN encodings and saturation apply) takes the general path.
+CK_FN ck_u32 ck_dequant_elem(const ck_dq* d, ck_i64 i, ck_i64 j, int to, int sat) {
+  if (!d->fp4 && d->gmode == CK_G_NONE) {
+    ck_u64 x = ck_bits(d->qtab[d->data[j]] * ck_dq_scale(d, i));
+    ck_u32 out;
+    int e = to == CK_F16 ? 5 : 8, m = to == CK_F32 ? 23 : (to == CK_BF16 ? 7 : 10);
+    if ((x & 0x7FFFFFFFFFFFFFFFull) == 0) return (ck_u32)(x >> 63) << (e + m);
+    if (ck_round_normal(x, e, m, &out)) return out;
+  }
+  return ck_encode(ck_dq_value(d, i, j), to, sat);
 }
 
 // ck_load_f32 widens element i of an F32, BF16 or F16 array to float32

@@ -49,7 +49,7 @@ int main() {
     std::vector<unsigned char> dst((size_t)(e0 + n) * width(to));
     for (long long j = 0; j < n; j++) {
       long long i = e0 + j;
-      ck_store(dst.data(), to, i, ck_encode(ck_dq_value(&d, i, j), to, sat));
+      ck_store(dst.data(), to, i, ck_dequant_elem(&d, i, j, to, sat));
     }
     fwrite(dst.data() + e0 * width(to), 1, (size_t)n * width(to), stdout);
     return 0;
