@@ -364,6 +364,14 @@ CK_FN ck_u32 ck_from_f32(ck_u32 f, int dt, int sat) {
     if (sat && (f & 0x7FFFFFFFu) == 0x7F800000u) return (f & 0x80000000u) | 0x7F7FFFFFu;
     return f;
   }
+  ck_u32 ex = (f >> 23) & 0xFF;
+  if (ex != 0 && ex != 0xFF) {
+    // A normal float32 widens to float64 by moving bits; when it rounds to
+    // a normal number of dt, ck_round_normal is the whole conversion.
+    ck_u64 x = ((ck_u64)(f >> 31) << 63) | ((ck_u64)(ex - 127 + 1023) << 52) | ((ck_u64)(f & 0x7FFFFFu) << 29);
+    ck_u32 out;
+    if (ck_round_normal(x, dt == CK_F16 ? 5 : 8, dt == CK_BF16 ? 7 : 10, &out)) return out;
+  }
   if ((f & 0x7FFFFFFFu) > 0x7F800000u) {
     ck_u32 s = f >> 31;
     if (dt == CK_BF16) return (s << 15) | 0x7FC0u;
@@ -380,7 +388,8 @@ CK_FN ck_u32 ck_from_f32(ck_u32 f, int dt, int sat) {
 CK_FN ck_u32 ck_convert_elem(const void* src, int sdt, const double* tab, int to, int sat, ck_i64 j) {
   ck_u32 f;
   if (sdt == 3) {
-    f = ck_encode(tab[((const ck_u8*)src)[j]], CK_F32, 0);
+    double v = tab[((const ck_u8*)src)[j]];
+    if (!ck_round_normal(ck_bits(v), 8, 23, &f)) f = ck_encode(v, CK_F32, 0);
   } else {
     f = ck_load_bits(src, sdt, j);
   }
