@@ -27,10 +27,10 @@
 
 #include <chrono>
 #include <condition_variable>
-#include <deque>
-#include <functional>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -320,6 +320,7 @@ API void ckemu_configure(int cc, int sms, unsigned long long total, int driver, 
   cfg.name = name ? name : "ckpt emulated GPU";
   threads.clear();
   last_error.clear();
+  sticky = CUDA_SUCCESS;
 }
 
 // ckemu_stats reports what is still allocated and how many OS threads made
