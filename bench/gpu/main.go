@@ -216,6 +216,17 @@ func run(ctx context.Context, c *config, out io.Writer) error {
 	if cold {
 		caches = append(caches, "cold")
 	}
+	// The baseline's pinned buffers, allocated once like the upload's
+	// staging ring: pinning is not part of either measurement.
+	var bufs []*cuda.Pinned
+	for range c.readers {
+		p, err := e.AllocPinned(preadPiece)
+		if err != nil {
+			return err
+		}
+		defer p.Free()
+		bufs = append(bufs, p)
+	}
 	for _, cache := range caches {
 		measure := func(f func() error) (time.Duration, error) {
 			var ds []time.Duration
@@ -233,7 +244,7 @@ func run(ctx context.Context, c *config, out io.Writer) error {
 			}
 			return median(ds), nil
 		}
-		pread, err := measure(func() error { return preadPinned(e, files, c.readers) })
+		pread, err := measure(func() error { return preadPinned(bufs, files) })
 		if err != nil {
 			return err
 		}
@@ -274,23 +285,22 @@ func run(ctx context.Context, c *config, out io.Writer) error {
 	return nil
 }
 
-// preadPinned reads every file with c.readers parallel preads of 16 MiB
-// into pinned memory, no GPU copy: the host's limit.
-func preadPinned(e *cuda.Executor, files []string, readers int) error {
-	const piece = 16 << 20
+// preadPiece is the size of one pread of the baseline.
+const preadPiece = 16 << 20
+
+// preadPinned reads every file with one reader per buffer, in parallel
+// preads of preadPiece bytes into those pinned buffers, no GPU copy: the
+// host's limit.
+func preadPinned(bufs []*cuda.Pinned, files []string) error {
+	const piece = preadPiece
 	type job struct {
 		f   *os.File
 		off int64
 	}
 	jobs := make(chan job)
 	var wg sync.WaitGroup
-	errs := make(chan error, readers)
-	for range readers {
-		p, err := e.AllocPinned(piece)
-		if err != nil {
-			return err
-		}
-		defer p.Free()
+	errs := make(chan error, len(bufs))
+	for _, p := range bufs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
