@@ -58,9 +58,16 @@ type Executor struct {
 	io      hostMem    // pinned, ioBytes, allocated at first use
 	staging *ring      // UploadModel's pinned ring, kept between uploads
 
-	mu       sync.Mutex
-	live     map[*buffer]struct{}
-	arenas   map[*arena]struct{}
+	mu     sync.Mutex
+	live   map[*buffer]struct{}
+	arenas map[*arena]struct{}
+	// cache holds the device memory of freed buffers for the next buffer of
+	// the same size class (see sizeClass): an op's output otherwise costs a
+	// cuMemAlloc and, when freed, a cuMemFree, which waits for the whole
+	// device. cached is its total. Never call th.do while holding mu: the
+	// driver thread takes mu for the cache.
+	cache    map[int64][]devPtr
+	cached   int64
 	closed   bool
 	released bool
 }
@@ -98,7 +105,7 @@ func newExecutor(d driver, o executor.Options) (*Executor, error) {
 		return nil, &executor.Error{Kind: executor.ErrArgument, Executor: Name, Msg: fmt.Sprintf("device %d", o.Device)}
 	}
 	e := &Executor{opts: o, drv: d, th: newThread(), funcs: map[string]cuFunction{},
-		live: map[*buffer]struct{}{}, arenas: map[*arena]struct{}{}}
+		live: map[*buffer]struct{}{}, arenas: map[*arena]struct{}{}, cache: map[int64][]devPtr{}}
 	var retained bool
 	err := e.th.do(func() error {
 		if err := d.Init(); err != nil {
@@ -264,7 +271,8 @@ func (e *Executor) release(retained bool) error {
 	return first
 }
 
-// Info describes the device; FreeBytes is current (cuMemGetInfo).
+// Info describes the device; FreeBytes is current (cuMemGetInfo, plus the
+// memory of freed buffers the executor keeps for reuse: see ReleaseCached).
 func (e *Executor) Info() executor.DeviceInfo {
 	info := e.info
 	if free, _, err := e.memInfo(); err == nil {
@@ -273,14 +281,96 @@ func (e *Executor) Info() executor.DeviceInfo {
 	return info
 }
 
-// memInfo is cuMemGetInfo.
+// memInfo is cuMemGetInfo, the cached memory counted as free.
 func (e *Executor) memInfo() (free, total int64, err error) {
 	err = e.th.do(func() error {
 		var err error
 		free, total, err = e.drv.MemGetInfo()
 		return err
 	})
+	e.mu.Lock()
+	free += e.cached
+	e.mu.Unlock()
 	return free, total, err
+}
+
+// sizeClass is the size of the allocation that holds n bytes: a power of
+// two from 512 bytes up to 1 MiB, then a multiple of 2 MiB. Freed
+// allocations are reused by size class.
+func sizeClass(n int64) int64 {
+	if n > 1<<20 {
+		return (n + 2<<20 - 1) &^ (2<<20 - 1)
+	}
+	c := int64(512)
+	for c < n {
+		c <<= 1
+	}
+	return c
+}
+
+// alloc returns device memory of size class c: a cached allocation, or a
+// new one; when the device is out of memory it frees the cache and tries
+// again (on the driver thread).
+func (e *Executor) alloc(c int64) (devPtr, error) {
+	e.mu.Lock()
+	if l := e.cache[c]; len(l) > 0 {
+		p := l[len(l)-1]
+		e.cache[c] = l[:len(l)-1]
+		e.cached -= c
+		e.mu.Unlock()
+		return p, nil
+	}
+	e.mu.Unlock()
+	var p devPtr
+	err := e.th.do(func() error {
+		var err error
+		p, err = e.drv.MemAlloc(c)
+		var ce *Error
+		if errors.As(err, &ce) && ce.Code == cudaErrorOutOfMemory {
+			if n, ferr := e.freeCached(); n > 0 && ferr == nil {
+				p, err = e.drv.MemAlloc(c)
+			}
+		}
+		return err
+	})
+	return p, err
+}
+
+// freeCache frees the cached allocations (on the driver thread).
+func (e *Executor) freeCache() error {
+	_, err := e.freeCached()
+	return err
+}
+
+// freeCached frees the cached allocations and returns how many there were
+// (on the driver thread).
+func (e *Executor) freeCached() (int, error) {
+	e.mu.Lock()
+	var ptrs []devPtr
+	for _, l := range e.cache {
+		ptrs = append(ptrs, l...)
+	}
+	clear(e.cache)
+	e.cached = 0
+	e.mu.Unlock()
+	var first error
+	for _, p := range ptrs {
+		if err := e.drv.MemFree(p); err != nil && first == nil {
+			first = err
+		}
+	}
+	return len(ptrs), first
+}
+
+// ReleaseCached frees the device memory the executor keeps from freed
+// buffers for reuse, as torch.cuda.empty_cache does: for other programs
+// on the device. The executor releases it by itself when an allocation
+// would fail without it and before UploadModel allocates a model.
+func (e *Executor) ReleaseCached() error {
+	if err := e.start(context.Background(), "ReleaseCached"); err != nil {
+		return err
+	}
+	return e.devErr("ReleaseCached", "", e.th.do(e.freeCache))
 }
 
 // SetLinearKernel chooses Linear's kernel: "auto" (the default: tensor
@@ -325,7 +415,7 @@ func (e *Executor) Close() error {
 	defer e.opMu.Unlock()
 	var errs []error
 	errs = append(errs, e.th.do(func() error {
-		var first error
+		first := e.freeCache()
 		for _, b := range bufs {
 			b.freed.Store(true)
 			if b.arena == nil && b.ptr != 0 {
@@ -356,6 +446,7 @@ type buffer struct {
 	shape []int64
 	name  string
 	size  int64
+	class int64 // the size of its own allocation (sizeClass); 0 in an arena
 	ptr   devPtr
 	arena *arena
 	freed atomic.Bool
@@ -468,18 +559,17 @@ func (e *Executor) newBuffer(op string, dt dtype.DType, shape []int64, name stri
 	}
 	b := &buffer{ex: e, dt: dt, shape: slices.Clone(shape), name: name, size: size}
 	if size > 0 {
-		if err := e.th.do(func() error {
-			var err error
-			b.ptr, err = e.drv.MemAlloc(size)
-			return err
-		}); err != nil {
+		b.class = sizeClass(size)
+		if b.ptr, err = e.alloc(b.class); err != nil {
 			return nil, e.devErr(op, name, err)
 		}
 	}
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
-		e.th.do(func() error { return e.drv.MemFree(b.ptr) })
+		if b.ptr != 0 {
+			e.th.do(func() error { return e.drv.MemFree(b.ptr) })
+		}
 		return nil, errorf(executor.ErrClosed, op, name, "executor closed")
 	}
 	e.live[b] = struct{}{}
@@ -487,8 +577,9 @@ func (e *Executor) newBuffer(op string, dt dtype.DType, shape []int64, name stri
 	return b, nil
 }
 
-// Free releases b. A buffer of UploadModel's arena releases the arena with
-// the last of its buffers.
+// Free releases b: its device memory stays with the executor for the next
+// buffer of its size class (ReleaseCached frees it). A buffer of
+// UploadModel's arena releases the arena with the last of its buffers.
 func (e *Executor) Free(b executor.Buffer) error {
 	cb, err := e.own(executor.OpFree, b)
 	if err != nil {
@@ -510,8 +601,11 @@ func (e *Executor) Free(b executor.Buffer) error {
 			ptr = a.ptr
 			delete(e.arenas, a)
 		}
-	} else {
-		ptr = cb.ptr
+	} else if cb.ptr != 0 {
+		// Every op synchronizes its stream before it returns, so no work
+		// on the device uses this memory any more.
+		e.cache[cb.class] = append(e.cache[cb.class], cb.ptr)
+		e.cached += cb.class
 	}
 	e.mu.Unlock()
 	if ptr == 0 {

@@ -211,7 +211,12 @@ func TestOpsOnFake(t *testing.T) {
 	if _, err := e.Add(ctx, x, ob); !errors.Is(err, executor.ErrForeign) {
 		t.Errorf("foreign: %v", err)
 	}
-	// An output that cannot be allocated: ErrOutOfMemory, nothing leaks.
+	// An output that cannot be allocated: ErrOutOfMemory, nothing leaks
+	// (the freed outputs above wait in the executor's cache: release them
+	// so that the next output needs cuMemAlloc).
+	if err := e.ReleaseCached(); err != nil {
+		t.Fatal(err)
+	}
 	live := f.liveDevice()
 	f.fail["MemAlloc"] = 1
 	if _, err := e.SiLU(ctx, x); !errors.Is(err, executor.ErrOutOfMemory) || !strings.Contains(err.Error(), "CUDA_ERROR_OUT_OF_MEMORY") {
@@ -221,9 +226,58 @@ func TestOpsOnFake(t *testing.T) {
 	if _, err := e.SiLU(ctx, x); !errors.Is(err, executor.ErrDevice) {
 		t.Errorf("launch failure: %v", err)
 	}
+	if err := e.ReleaseCached(); err != nil {
+		t.Fatal(err)
+	}
 	if f.liveDevice() != live {
 		t.Errorf("%d device allocations after failed ops, want %d", f.liveDevice(), live)
 	}
+}
+
+// Freed buffers' memory is reused by size class instead of going back to
+// the driver; an allocation the device cannot satisfy releases the cache
+// and tries again; Close frees the cache.
+func TestDeviceCacheOnFake(t *testing.T) {
+	f := newFake()
+	e := fakeEx(t, f)
+	x, _ := e.FromHost(ctx, make([]byte, 4000), dtype.F32, []int64{1000}, "x")
+	allocs, frees := f.calls["MemAlloc"], f.calls["MemFree"]
+	for range 5 {
+		y, err := e.Add(ctx, x, x) // 4000 bytes: the 4 KiB class
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Free(y)
+	}
+	if n := f.calls["MemAlloc"] - allocs; n != 1 {
+		t.Errorf("5 outputs of one size class: %d cuMemAlloc calls, want 1", n)
+	}
+	if n := f.calls["MemFree"] - frees; n != 0 {
+		t.Errorf("5 outputs freed: %d cuMemFree calls, want 0", n)
+	}
+	before := e.Info().FreeBytes
+	y, _ := e.Add(ctx, x, x)
+	if after := e.Info().FreeBytes; after != before-4096 {
+		t.Errorf("free bytes %d with the cached 4 KiB in use, %d before", after, before)
+	}
+	e.Free(y)
+	// Another class while the device is out of memory: the cache goes
+	// and the allocation is tried again.
+	f.fail["MemAlloc"] = 1
+	z, err := e.FromHost(ctx, make([]byte, 40000), dtype.F32, []int64{10000}, "z")
+	if err != nil {
+		t.Fatalf("after releasing the cache: %v", err)
+	}
+	if n := f.calls["MemFree"] - frees; n != 1 {
+		t.Errorf("%d cuMemFree calls, want 1 (the cached 4 KiB)", n)
+	}
+	e.Free(z)
+	e.Free(x)
+	if n, _ := e.Live(); n != 0 {
+		t.Errorf("%d live", n)
+	}
+	e.Close()
+	checkReleased(t, f)
 }
 
 // An F16 activation that overflows in Add: the check-finite report names

@@ -244,6 +244,10 @@ func (e *Executor) UploadModel(ctx context.Context, m *ckpt.Model, opts ...execu
 		return nil, errors.Join(e.devErr(op, "", err), cerr)
 	}
 	err = e.th.do(func() error {
+		// The budget counted the cached memory of freed buffers as free.
+		if err := e.freeCache(); err != nil {
+			return err
+		}
 		if e.staging != nil && (len(e.staging.slots) != nslots || e.staging.size != slotSize) {
 			if err := e.staging.free(e.drv); err != nil {
 				return err
