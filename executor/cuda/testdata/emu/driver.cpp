@@ -271,8 +271,11 @@ struct Job {
   std::string why;
   bool pending = false, done = false;
 };
-std::mutex job_mu;
-std::condition_variable job_cv;
+// Never destroyed: at exit (a C program's, or the race detector's), the
+// destructor of a condition variable the worker waits on would wait for
+// it forever.
+std::mutex& job_mu = *new std::mutex;
+std::condition_variable& job_cv = *new std::condition_variable;
 Job job;
 bool worker_started;
 
