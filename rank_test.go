@@ -19,6 +19,7 @@ import (
 
 	"github.com/ckpt-go/ckpt/ckpttest"
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/testutil"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
 )
@@ -387,6 +388,7 @@ func TestRankDiskBytesMeasured(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("reads /proc/self/io")
 	}
+	testutil.SkipUnderRace(t)
 	var ts []ckpttest.Tensor
 	for i := range 6 {
 		ts = append(ts, ckpttest.T(fmt.Sprintf("l.%d.up.weight", i), dtype.BF16, 301, 64), ckpttest.T(fmt.Sprintf("l.%d.down.weight", i), dtype.BF16, 64, 301))

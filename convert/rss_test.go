@@ -42,6 +42,7 @@ func TestRunPeakRSS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes 1 GiB")
 	}
+	testutil.SkipUnderRace(t)
 	if err := testutil.ResetPeakRSS(); err != nil {
 		t.Skipf("cannot reset the peak RSS (/proc/self/clear_refs): %v", err)
 	}

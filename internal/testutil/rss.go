@@ -65,3 +65,13 @@ func RunChild(t testing.TB, test string, env []string, v any) []byte {
 	}
 	return out
 }
+
+// SkipUnderRace skips a test that measures the process (resident memory,
+// bytes read from disk) when the race detector is built in: its shadow
+// memory and its own reads are counted too.
+func SkipUnderRace(t testing.TB) {
+	t.Helper()
+	if Race {
+		t.Skip("measures the process; the race detector's own memory and reads would count")
+	}
+}
