@@ -672,15 +672,5 @@ func readManifest(folder string) (*manifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	var m manifest
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("%s: %w", manifestName, err)
-	}
-	if m.Format != manifestFormat {
-		return nil, fmt.Errorf("%s: format %q, want %q", manifestName, m.Format, manifestFormat)
-	}
-	if m.Seq < 1 || m.Seq > maxSeq {
-		return nil, fmt.Errorf("%s: seq %d out of range [1, %d]", manifestName, m.Seq, int64(maxSeq))
-	}
-	return &m, nil
+	return parseManifest(b)
 }
