@@ -458,3 +458,72 @@ func TestRunPipelineToS3(t *testing.T) {
 		return err
 	})
 }
+
+// What a killed save or removal leaves on S3, made by hand: a name that
+// holds files of a save killed there (the marker, no manifest) is saved
+// again without Overwrite and holds only the new checkpoint after it; files
+// without the marker are refused; a folder that a killed removal left is
+// removed by the next save's KeepLast pass, and one that a killed save left
+// under another name is named in its warnings.
+func TestSaveS3AfterKill(t *testing.T) {
+	s := needS3(t)
+	bucket := s.NewBucket(t)
+	dir := "s3://" + bucket + "/run"
+	ctx := context.Background()
+	marker := func(state string) []byte {
+		return []byte(`{"format":"ckpt.incomplete/v1","state":"` + state + `","seq":1,"at":"2026-11-25T00:00:00Z"}`)
+	}
+	garbage := []byte("the first shard of a killed save")
+	s.Put(t, bucket, "run/checkpoint-1/model-00001-of-00002.safetensors", garbage)
+	s.Put(t, bucket, "run/checkpoint-1/"+convert.IncompleteName, marker("saving"))
+	s.Put(t, bucket, "run/checkpoint-0/model-00002-of-00002.safetensors", garbage)
+	s.Put(t, bucket, "run/checkpoint-0/"+convert.IncompleteName, marker("removing"))
+	s.Put(t, bucket, "run/stray/model-00001-of-00002.safetensors", garbage)
+	s.Put(t, bucket, "run/stray/"+convert.IncompleteName, marker("saving"))
+	s.Put(t, bucket, "run/mine/model-00001-of-00002.safetensors", garbage)
+
+	ts := allTensors(t, 1, 3)
+	p, err := convert.Save(ctx, dir, ts, convert.SaveOptions{Step: 1, MaxShardSize: 600, KeepLast: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, _ := p.Wait()
+	checkLoaded(t, dir+"/checkpoint-1", ts)
+	if res.Replaced || len(res.Files) < 2 {
+		t.Errorf("save over a killed one: %+v", res)
+	}
+	keys, _ := objects(t, s, bucket, "run/checkpoint-1")
+	if want := append(slices.Clone(res.Files), "checkpoint.json", "model.safetensors.index.json"); !sameSet(keys, want) {
+		t.Errorf("checkpoint-1 holds %v, want %v", keys, want)
+	}
+	if keys, _ := objects(t, s, bucket, "run/checkpoint-0"); len(keys) != 0 {
+		t.Errorf("a killed removal's folder holds %v after a save", keys)
+	}
+	if len(res.Leftovers) != 1 || !strings.Contains(res.Leftovers[0], "checkpoint-0") {
+		t.Errorf("leftovers: %q", res.Leftovers)
+	}
+	if !slices.ContainsFunc(res.Warnings, func(w string) bool { return strings.Contains(w, "run/stray") }) {
+		t.Errorf("warnings name no stray save: %q", res.Warnings)
+	}
+	if keys, _ := objects(t, s, bucket, "run/stray"); len(keys) != 2 {
+		t.Errorf("a killed save's folder under another name: %v", keys)
+	}
+	// Without the marker the files are not Save's, even with Overwrite.
+	for _, overwrite := range []bool{false, true} {
+		_, err := convert.Save(ctx, dir, ts, convert.SaveOptions{Name: "mine", Overwrite: overwrite})
+		if !errors.Is(err, convert.ErrExists) {
+			t.Errorf("save over files without the marker (overwrite %v): %v", overwrite, err)
+		}
+	}
+	if cps, err := convert.Checkpoints(dir); err != nil || len(cps) != 1 || cps[0].Name != "checkpoint-1" {
+		t.Errorf("Checkpoints: %+v, %v", cps, err)
+	}
+}
+
+// sameSet reports whether a and b hold the same strings.
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}

@@ -140,6 +140,17 @@ func (p *Pending) Wait() (*SaveResult, error) {
 // manifestName is the manifest file in every checkpoint folder.
 const manifestName = "checkpoint.json"
 
+// IncompleteName is the marker that Save puts in a checkpoint folder of an
+// object store (an s3:// location), which has no folders to rename, while
+// the folder holds files of no committed checkpoint: from before the first
+// shard of a new checkpoint until its manifest is written, and while
+// KeepLast removes an old one. A folder with the marker and no manifest is
+// Save's: a save killed there left it. Saving that name again replaces it
+// (Overwrite is not needed: nothing was committed under it), and a save's
+// KeepLast pass removes the folders that a killed removal left. Folders on
+// a file system never hold it: there a save is renamed into place.
+const IncompleteName = ".ckpt-incomplete"
+
 // manifestFormat marks a manifest as Save's.
 const manifestFormat = "ckpt.checkpoint/v1"
 
@@ -222,14 +233,23 @@ const (
 // in parallel with their CRC-32C, aborted on failure or cancellation: no
 // part is left behind), its index last, in one request (exclusive where
 // there was none: If-None-Match: *), then its manifest; a reader never sees
-// a partial checkpoint. A name that holds files already is refused
-// (ErrExists) unless Overwrite is set and it is a checkpoint Save wrote:
-// then the new shards take new names, the index is replaced last and the
-// old shards are removed after it. KeepLast removes older checkpoints after
-// the new one's manifest is written, each losing its manifest first, then
-// its index. Saves of one location are serialized in this process only
-// (IfRunning); a process killed in the middle leaves unreferenced objects
-// under the name, which a later save with Overwrite replaces.
+// a partial checkpoint. A new name holds the marker IncompleteName from
+// before its first shard until its manifest is written. A name that holds
+// files already is refused (ErrExists) unless Overwrite is set and it is a
+// checkpoint Save wrote, or it holds only what a save killed there left
+// (the marker, no manifest: replaced without Overwrite, as a trainer that
+// resumes saves that step again): then the new shards take new names, the
+// index is replaced last and the old shards are removed after it. Between
+// the index and the manifest of a replacing save, the folder loads the new
+// weights while its manifest still describes the previous save. KeepLast
+// removes older checkpoints after the new one's manifest is written, each
+// marked first, then losing its manifest, its index, its shards and the
+// marker last; the next save removes what a killed removal left. Saves of
+// one location are serialized in this process only (IfRunning). A kill at
+// any instant leaves every committed checkpoint loadable, except the one
+// being replaced, which loads the previous or the new save
+// (TestSaveS3Killed); the killed upload's parts stay on the server until a
+// bucket lifecycle rule (AbortIncompleteMultipartUpload) removes them.
 func Save(ctx context.Context, dir string, tensors []safetensors.TensorData, opts SaveOptions) (*Pending, error) {
 	specs := make([]safetensors.TensorSpec, len(tensors))
 	lens := make([]int, len(tensors))

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"path"
 	"regexp"
 	"slices"
@@ -41,14 +42,23 @@ func (p *plan) saveSink(ctx context.Context, data func(string) ([]byte, error)) 
 	}
 	res := &SaveResult{Name: p.name, Path: joinLocation(dir, p.name), Step: p.opts.Step, Epoch: p.opts.Epoch, Tensors: len(p.specs), TotalSize: p.data}
 	fsys := sink.FS()
-	replacing, err := p.checkNameFS(fsys, res.Path)
+	replacing, abandoned, err := p.checkNameFS(fsys, res.Path)
 	if err != nil {
 		return nil, err
 	}
-	_, highest, warns := scanFS(fsys, dir)
-	res.Warnings = append(res.Warnings, warns...)
-	res.Seq = highest + 1
+	scan := scanFS(fsys, dir)
+	res.Warnings = append(res.Warnings, scan.warnings...)
+	res.Seq = scan.highest + 1
 	at("locked")
+	// A new name holds the marker until the manifest is written: what a
+	// kill leaves there is Save's to replace.
+	marker := path.Join(p.name, IncompleteName)
+	if !replacing {
+		if err := writeIncomplete(ctx, sink, p.name, stateSaving, res.Seq); err != nil {
+			return nil, sinkErr(ctx, sink.Location(marker), -1, err)
+		}
+		at("marked")
+	}
 
 	write := func(s safetensors.TensorSpec, w io.Writer) error {
 		b, err := data(s.Name)
@@ -62,8 +72,12 @@ func (p *plan) saveSink(ctx context.Context, data func(string) ([]byte, error)) 
 		return err
 	}
 	sres, err := writeSinkSet(ctx, &sinkSet{sink: sink, dir: p.name, prefix: p.prefix, specs: p.specs, write: write,
-		metadata: p.metadata, maxShard: p.maxShard, overwrite: replacing})
+		metadata: p.metadata, maxShard: p.maxShard, overwrite: replacing || abandoned})
 	if err != nil {
+		if !replacing && !abandoned {
+			// The set removed its files: the name is free again.
+			sink.Remove(context.WithoutCancel(ctx), marker)
+		}
 		var ce *Error
 		if errors.As(err, &ce) && ce.Kind != ErrWrite {
 			return nil, ce
@@ -88,6 +102,11 @@ func (p *plan) saveSink(ctx context.Context, data func(string) ([]byte, error)) 
 		return nil, &Error{Kind: ErrCommit, Path: res.Path, Msg: "the checkpoint is in place, but writing " + manifestName + " failed", Err: err}
 	}
 	at("committed")
+	if !replacing {
+		if err := sink.Remove(context.WithoutCancel(ctx), marker); err != nil {
+			res.Warnings = append(res.Warnings, fmt.Sprintf("removing %s: %v (the manifest is written: the checkpoint counts)", sink.Location(marker), err))
+		}
+	}
 	if p.opts.KeepLast > 0 {
 		p.pruneSink(sink, res)
 	}
@@ -97,22 +116,72 @@ func (p *plan) saveSink(ctx context.Context, data func(string) ([]byte, error)) 
 
 // checkNameFS refuses a name that holds a checkpoint (or files of one)
 // unless Overwrite is set and it is a checkpoint that Save wrote; it
-// reports whether one is replaced.
-func (p *plan) checkNameFS(fsys fs.FS, where string) (bool, error) {
+// reports whether one is replaced, and whether the name holds only what a
+// killed save left (IncompleteName without a manifest), which is replaced
+// without Overwrite: nothing was committed under it.
+func (p *plan) checkNameFS(fsys fs.FS, where string) (replacing, abandoned bool, err error) {
 	es, err := fs.ReadDir(fsys, p.name)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return false, &Error{Kind: ErrTarget, Path: where, Msg: "listing the location", Err: err}
+		return false, false, &Error{Kind: ErrTarget, Path: where, Msg: "listing the location", Err: err}
 	}
 	if len(es) == 0 {
-		return false, nil
+		return false, false, nil
+	}
+	_, merr := readManifestFS(fsys, p.name)
+	if errors.Is(merr, fs.ErrNotExist) {
+		if _, err := readIncomplete(fsys, p.name); err == nil {
+			return false, true, nil
+		}
 	}
 	if !p.opts.Overwrite {
-		return false, &Error{Kind: ErrExists, Path: where, Msg: "a checkpoint of this name exists (SaveOptions.Overwrite replaces it)"}
+		return false, false, &Error{Kind: ErrExists, Path: where, Msg: "a checkpoint of this name exists (SaveOptions.Overwrite replaces it)"}
 	}
-	if _, err := readManifestFS(fsys, p.name); err != nil {
-		return false, &Error{Kind: ErrExists, Path: where, Msg: "exists and is not a checkpoint that Save wrote (no readable " + manifestName + "): Overwrite replaces only those", Err: err}
+	if merr != nil {
+		return false, false, &Error{Kind: ErrExists, Path: where, Msg: "exists and is not a checkpoint that Save wrote (no readable " + manifestName + "): Overwrite replaces only those", Err: merr}
 	}
-	return true, nil
+	return true, false, nil
+}
+
+// The states of a folder that IncompleteName marks.
+const (
+	stateSaving   = "saving"   // a new checkpoint, its manifest not written yet
+	stateRemoving = "removing" // an old checkpoint that KeepLast removes
+)
+
+// incompleteFormat marks an IncompleteName file as Save's.
+const incompleteFormat = "ckpt.incomplete/v1"
+
+// incomplete is the content of IncompleteName.
+type incomplete struct {
+	Format string    `json:"format"`
+	State  string    `json:"state"`
+	Seq    int64     `json:"seq"`
+	At     time.Time `json:"at"`
+}
+
+// writeIncomplete marks the folder name of sink as being in state.
+func writeIncomplete(ctx context.Context, sink Sink, name, state string, seq int64) error {
+	b, err := json.Marshal(incomplete{Format: incompleteFormat, State: state, Seq: seq, At: time.Now().UTC()})
+	if err != nil {
+		return err
+	}
+	return writeSinkFile(ctx, sink, path.Join(name, IncompleteName), append(b, '\n'), false)
+}
+
+// readIncomplete reads and checks the marker of the folder name.
+func readIncomplete(fsys fs.FS, name string) (*incomplete, error) {
+	b, err := safeopen.ReadFileFS(fsys, path.Join(name, IncompleteName), maxManifest)
+	if err != nil {
+		return nil, err
+	}
+	var m incomplete
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("%s: %w", IncompleteName, err)
+	}
+	if m.Format != incompleteFormat || (m.State != stateSaving && m.State != stateRemoving) {
+		return nil, fmt.Errorf("%s: format %q, state %q", IncompleteName, m.Format, m.State)
+	}
+	return &m, nil
 }
 
 // readManifestFS reads and checks NAME/checkpoint.json of fsys.
@@ -139,15 +208,25 @@ func parseManifest(b []byte) (*manifest, error) {
 	return &m, nil
 }
 
+// sinkScan is what scanFS found.
+type sinkScan struct {
+	cps        []CheckpointInfo // sorted by Seq
+	highest    int64            // the highest Seq of all manifests
+	warnings   []string
+	incomplete map[string]string // folder -> the state its IncompleteName gives, where it has no manifest
+}
+
 // scanFS is scan for a sink's files: the checkpoints in the folders of
-// its root, sorted by Seq, and the highest Seq of all manifests.
-func scanFS(fsys fs.FS, dir string) (cps []CheckpointInfo, highest int64, warnings []string) {
+// its root and the highest Seq of all manifests, and the folders that
+// killed saves or removals left.
+func scanFS(fsys fs.FS, dir string) sinkScan {
+	var r sinkScan
 	es, err := fs.ReadDir(fsys, ".")
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, 0, nil
+		if !errors.Is(err, fs.ErrNotExist) {
+			r.warnings = []string{fmt.Sprintf("listing %s: %v", dir, err)}
 		}
-		return nil, 0, []string{fmt.Sprintf("listing %s: %v", dir, err)}
+		return r
 	}
 	for _, e := range es {
 		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
@@ -155,75 +234,113 @@ func scanFS(fsys fs.FS, dir string) (cps []CheckpointInfo, highest int64, warnin
 		}
 		m, err := readManifestFS(fsys, e.Name())
 		if errors.Is(err, fs.ErrNotExist) {
+			if inc, err := readIncomplete(fsys, e.Name()); err == nil {
+				if r.incomplete == nil {
+					r.incomplete = map[string]string{}
+				}
+				r.incomplete[e.Name()] = inc.State
+			}
 			continue
 		}
 		if err != nil {
-			warnings = append(warnings, fmt.Sprintf("%s: not counted as a checkpoint: %v", joinLocation(dir, e.Name()), err))
+			r.warnings = append(r.warnings, fmt.Sprintf("%s: not counted as a checkpoint: %v", joinLocation(dir, e.Name()), err))
 			continue
 		}
-		highest = max(highest, m.Seq)
+		r.highest = max(r.highest, m.Seq)
 		if m.Name != e.Name() {
 			continue // a copy or a renamed checkpoint: the user's
 		}
-		cps = append(cps, CheckpointInfo{Path: joinLocation(dir, e.Name()), Name: e.Name(), Step: m.Step, Epoch: m.Epoch, Seq: m.Seq,
+		r.cps = append(r.cps, CheckpointInfo{Path: joinLocation(dir, e.Name()), Name: e.Name(), Step: m.Step, Epoch: m.Epoch, Seq: m.Seq,
 			SavedAt: m.SavedAt, Files: m.Files, TotalSize: m.TotalSize, Metadata: m.Metadata})
 	}
-	slices.SortFunc(cps, func(a, b CheckpointInfo) int {
+	slices.SortFunc(r.cps, func(a, b CheckpointInfo) int {
 		return cmp.Or(cmp.Compare(a.Seq, b.Seq), strings.Compare(a.Name, b.Name))
 	})
-	return cps, highest, warnings
+	return r
 }
 
 // pruneSink removes the oldest checkpoints beyond KeepLast, never the one
-// just written: each loses its manifest first (it is no longer counted),
-// then its index or single file (no longer loadable), then the rest.
+// just written, and what killed removals left. A folder to remove is
+// marked first (IncompleteName, "removing"); then it loses its manifest
+// (it is no longer counted), its index or single file (no longer
+// loadable), the rest, and the marker last: a kill anywhere leaves a
+// marked folder, which the next save's pass removes. Folders that killed
+// saves left are named in the warnings: saving the name again replaces
+// them, and a save running elsewhere may own them.
 func (p *plan) pruneSink(sink Sink, res *SaveResult) {
 	ctx := context.Background()
 	fsys := sink.FS()
-	cps, _, _ := scanFS(fsys, p.dir)
-	if len(cps) <= p.opts.KeepLast {
+	scan := scanFS(fsys, p.dir)
+	for _, name := range slices.Sorted(maps.Keys(scan.incomplete)) {
+		loc := sink.Location(name)
+		switch scan.incomplete[name] {
+		case stateRemoving:
+			if err := removeSinkFolder(ctx, sink, fsys, name); err != nil {
+				res.Warnings = append(res.Warnings, err.Error()+" (the next save retries)")
+				continue
+			}
+			res.Leftovers = append(res.Leftovers, loc+": what a killed removal left, removed")
+		case stateSaving:
+			res.Warnings = append(res.Warnings, fmt.Sprintf("%s holds what a save killed there left (%s, no %s): not a checkpoint; saving %s again replaces it",
+				loc, IncompleteName, manifestName, name))
+		}
+	}
+	if len(scan.cps) <= p.opts.KeepLast {
 		return
 	}
-	for _, c := range cps[:len(cps)-p.opts.KeepLast] {
+	for _, c := range scan.cps[:len(scan.cps)-p.opts.KeepLast] {
 		if c.Name == res.Name {
 			continue
 		}
-		var files []string
-		err := fs.WalkDir(fsys, c.Name, func(name string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if !d.IsDir() {
-				files = append(files, name)
-			}
-			return nil
-		})
-		if err != nil {
-			res.Warnings = append(res.Warnings, fmt.Sprintf("removing old checkpoint %s: %v", c.Name, err))
+		if err := writeIncomplete(ctx, sink, c.Name, stateRemoving, c.Seq); err != nil {
+			res.Warnings = append(res.Warnings, fmt.Sprintf("removing old checkpoint %s: marking it: %v (the next save retries)", c.Name, err))
 			continue
 		}
-		rank := func(n string) int {
-			switch b := path.Base(n); {
-			case b == manifestName:
-				return 0
-			case strings.HasSuffix(b, ".json"), strings.HasSuffix(b, ".safetensors") && !shardNumRE.MatchString(b):
-				return 1 // indexes and single files
-			}
-			return 2
+		at("pruning")
+		if err := removeSinkFolder(ctx, sink, fsys, c.Name); err != nil {
+			res.Warnings = append(res.Warnings, err.Error()+" (the next save retries)")
+			continue
 		}
-		slices.SortStableFunc(files, func(a, b string) int { return rank(a) - rank(b) })
-		failed := false
-		for _, f := range files {
-			if err := sink.Remove(ctx, f); err != nil {
-				res.Warnings = append(res.Warnings, fmt.Sprintf("removing %s: %v (the next save retries)", sink.Location(f), err))
-				failed = true
-				break
-			}
-		}
-		if !failed {
-			res.Removed = append(res.Removed, c.Name)
-		}
+		res.Removed = append(res.Removed, c.Name)
 	}
+}
+
+// removeSinkFolder removes every file under the folder name of a sink: its
+// manifest first, then its index or single file, the rest, and its
+// IncompleteName marker last.
+func removeSinkFolder(ctx context.Context, sink Sink, fsys fs.FS, name string) error {
+	var files []string
+	err := fs.WalkDir(fsys, name, func(f string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			files = append(files, f)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("removing %s: %w", sink.Location(name), err)
+	}
+	rank := func(n string) int {
+		switch b := path.Base(n); {
+		case b == manifestName:
+			return 0
+		case b == IncompleteName:
+			return 3
+		case strings.HasSuffix(b, ".json"), strings.HasSuffix(b, ".safetensors") && !shardNumRE.MatchString(b):
+			return 1 // indexes and single files
+		}
+		return 2
+	}
+	slices.SortStableFunc(files, func(a, b string) int { return rank(a) - rank(b) })
+	for _, f := range files {
+		if err := sink.Remove(ctx, f); err != nil {
+			return fmt.Errorf("removing %s: %w", sink.Location(f), err)
+		}
+		at("pruning")
+	}
+	return nil
 }
 
 var shardNumRE = regexp.MustCompile(`-\d{5,}-of-\d{5,}`)
@@ -234,12 +351,12 @@ func checkpointsSink(dir string) ([]CheckpointInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	cps, _, warns := scanFS(sink.FS(), dir)
+	scan := scanFS(sink.FS(), dir)
 	var errs []error
-	for _, w := range warns {
+	for _, w := range scan.warnings {
 		errs = append(errs, &Error{Kind: ErrTarget, Path: dir, Msg: w})
 	}
-	return cps, errors.Join(errs...)
+	return scan.cps, errors.Join(errs...)
 }
 
 // checkTargetSink is Check's target check for a location of a registered
@@ -254,7 +371,7 @@ func (p *plan) checkTargetSink() []error {
 	if _, err := fs.ReadDir(fsys, "."); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return []error{&Error{Kind: ErrTarget, Path: p.dir, Msg: "listing the location", Err: err}}
 	}
-	if _, err := p.checkNameFS(fsys, joinLocation(p.dir, p.name)); err != nil {
+	if _, _, err := p.checkNameFS(fsys, joinLocation(p.dir, p.name)); err != nil {
 		return []error{err}
 	}
 	return nil
