@@ -481,6 +481,18 @@ func TestSaveS3AfterKill(t *testing.T) {
 	s.Put(t, bucket, "run/stray/model-00001-of-00002.safetensors", garbage)
 	s.Put(t, bucket, "run/stray/"+convert.IncompleteName, marker("saving"))
 	s.Put(t, bucket, "run/mine/model-00001-of-00002.safetensors", garbage)
+	// The upload a killed save was in the middle of, and one of a save
+	// under another name.
+	for _, key := range []string{"run/checkpoint-1/model-00002-of-00002.safetensors", "run/stray/model-00002-of-00002.safetensors"} {
+		up, err := s.Client().CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Client().UploadPart(ctx, &s3.UploadPartInput{Bucket: aws.String(bucket), Key: aws.String(key), UploadId: up.UploadId,
+			PartNumber: aws.Int32(1), Body: strings.NewReader("a part")}); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	ts := allTensors(t, 1, 3)
 	p, err := convert.Save(ctx, dir, ts, convert.SaveOptions{Step: 1, MaxShardSize: 600, KeepLast: 2})
@@ -499,8 +511,12 @@ func TestSaveS3AfterKill(t *testing.T) {
 	if keys, _ := objects(t, s, bucket, "run/checkpoint-0"); len(keys) != 0 {
 		t.Errorf("a killed removal's folder holds %v after a save", keys)
 	}
-	if len(res.Leftovers) != 1 || !strings.Contains(res.Leftovers[0], "checkpoint-0") {
+	if len(res.Leftovers) != 2 || !strings.Contains(res.Leftovers[0], "checkpoint-1: 1 unfinished uploads") ||
+		!strings.Contains(res.Leftovers[1], "checkpoint-0") {
 		t.Errorf("leftovers: %q", res.Leftovers)
+	}
+	if _, uploads := objects(t, s, bucket, "run"); !slices.Equal(uploads, []string{"run/stray/model-00002-of-00002.safetensors"}) {
+		t.Errorf("uploads left: %v", uploads)
 	}
 	if !slices.ContainsFunc(res.Warnings, func(w string) bool { return strings.Contains(w, "run/stray") }) {
 		t.Errorf("warnings name no stray save: %q", res.Warnings)

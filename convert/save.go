@@ -248,8 +248,10 @@ const (
 // one location are serialized in this process only (IfRunning). A kill at
 // any instant leaves every committed checkpoint loadable, except the one
 // being replaced, which loads the previous or the new save
-// (TestSaveS3Killed); the killed upload's parts stay on the server until a
-// bucket lifecycle rule (AbortIncompleteMultipartUpload) removes them.
+// (TestSaveS3Killed). The multipart uploads a killed save left are aborted
+// (UploadAborter) when its name is saved again or its removal finished;
+// those of names never saved again stay until a bucket lifecycle rule
+// (AbortIncompleteMultipartUpload) removes them.
 func Save(ctx context.Context, dir string, tensors []safetensors.TensorData, opts SaveOptions) (*Pending, error) {
 	specs := make([]safetensors.TensorSpec, len(tensors))
 	lens := make([]int, len(tensors))

@@ -59,6 +59,9 @@ func (p *plan) saveSink(ctx context.Context, data func(string) ([]byte, error)) 
 		}
 		at("marked")
 	}
+	if replacing || abandoned {
+		abortUploads(ctx, sink, p.name, "a save killed there", res)
+	}
 
 	write := func(s safetensors.TensorSpec, w io.Writer) error {
 		b, err := data(s.Name)
@@ -275,6 +278,7 @@ func (p *plan) pruneSink(sink Sink, res *SaveResult) {
 		loc := sink.Location(name)
 		switch scan.incomplete[name] {
 		case stateRemoving:
+			abortUploads(ctx, sink, name, "a killed save", res)
 			if err := removeSinkFolder(ctx, sink, fsys, name); err != nil {
 				res.Warnings = append(res.Warnings, err.Error()+" (the next save retries)")
 				continue
@@ -302,6 +306,23 @@ func (p *plan) pruneSink(sink Sink, res *SaveResult) {
 			continue
 		}
 		res.Removed = append(res.Removed, c.Name)
+	}
+}
+
+// abortUploads aborts the unfinished uploads under the folder name of an
+// UploadAborter sink (who: what left them), noting it in res's leftovers.
+// A failure is a warning: the uploads are only storage.
+func abortUploads(ctx context.Context, sink Sink, name, who string, res *SaveResult) {
+	a, ok := sink.(UploadAborter)
+	if !ok {
+		return
+	}
+	n, err := a.AbortUploads(ctx, name)
+	if err != nil {
+		res.Warnings = append(res.Warnings, fmt.Sprintf("%s: aborting the unfinished uploads of %s: %v", sink.Location(name), who, err))
+	}
+	if n > 0 {
+		res.Leftovers = append(res.Leftovers, fmt.Sprintf("%s: %d unfinished uploads of %s aborted", sink.Location(name), n, who))
 	}
 }
 

@@ -75,6 +75,17 @@ type ConditionalSink interface {
 	CreateReplacing(ctx context.Context, name, version string) (SinkFile, error)
 }
 
+// UploadAborter is a Sink whose writers killed in the middle of a file
+// leave its upload behind, unseen but stored (an object store's multipart
+// uploads); package remote's S3Sink is one. Save aborts those under a
+// checkpoint folder it writes into that already holds files: one it takes
+// over from a killed save, or replaces, and one that a killed removal left.
+type UploadAborter interface {
+	// AbortUploads aborts the unfinished uploads of the files under the
+	// folder dir and returns how many it aborted.
+	AbortUploads(ctx context.Context, dir string) (int, error)
+}
+
 // seenVersion returns the version of name that a writer is about to
 // replace, on a ConditionalSink ("" on another sink). gone reports that
 // name no longer exists: its write is then exclusive.

@@ -115,8 +115,9 @@ func WithReadOptions(opts ...Option) SinkOption {
 // ErrExists too: two writers replacing the same object never both win.
 // On a failed upload, Abort, or a cancelled context, the multipart upload
 // is aborted: no part is left behind. (A process killed in the middle of an
-// upload cannot abort it; a bucket lifecycle rule,
-// AbortIncompleteMultipartUpload, removes such parts.)
+// upload cannot abort it: AbortUploads does, as convert.Save does for a
+// checkpoint folder it takes over; a bucket lifecycle rule,
+// AbortIncompleteMultipartUpload, removes the others.)
 //
 // Requests are retried by the client's retryer (the SDK's standard one by
 // default). Build the client with NewS3Client, or pin
@@ -174,6 +175,45 @@ func (s *S3Sink) Remove(ctx context.Context, name string) error {
 		}
 	}
 	return nil
+}
+
+// AbortUploads aborts the multipart uploads in progress of the objects
+// under the folder dir ("" or "." for the whole sink) and returns how
+// many it aborted: what writers killed in the middle of a file left (their
+// parts are stored, and billed, until aborted). It is
+// convert.UploadAborter's method: Save calls it for a checkpoint folder it
+// takes over from a killed save. An upload of a writer still running there
+// is aborted too: its Close then fails.
+func (s *S3Sink) AbortUploads(ctx context.Context, dir string) (int, error) {
+	prefix := s.key
+	if dir != "" && dir != "." {
+		if !fs.ValidPath(dir) {
+			return 0, &Error{Kind: ErrLocation, Location: s.Location(dir), Msg: "not a folder name"}
+		}
+		prefix = s.objectKey(dir)
+	}
+	if prefix != "" {
+		prefix += "/"
+	}
+	in := &s3.ListMultipartUploadsInput{Bucket: aws.String(s.bucket), Prefix: aws.String(prefix)}
+	n := 0
+	for {
+		out, err := s.client.ListMultipartUploads(ctx, in)
+		if err != nil {
+			return n, s.wrap(dir, s3Err(err), "listing the uploads in progress")
+		}
+		for _, u := range out.Uploads {
+			_, err := s.client.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: aws.String(s.bucket), Key: u.Key, UploadId: u.UploadId})
+			if err != nil && !errors.Is(s3Err(err), fs.ErrNotExist) {
+				return n, s.wrap(strings.TrimPrefix(aws.ToString(u.Key), s.key+"/"), s3Err(err), "aborting an upload")
+			}
+			n++
+		}
+		if !aws.ToBool(out.IsTruncated) || (aws.ToString(out.NextKeyMarker) == "" && aws.ToString(out.NextUploadIdMarker) == "") {
+			return n, nil
+		}
+		in.KeyMarker, in.UploadIdMarker = out.NextKeyMarker, out.NextUploadIdMarker
+	}
 }
 
 // Create starts the upload of name (see S3Sink).

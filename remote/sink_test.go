@@ -349,3 +349,39 @@ func BenchmarkS3SinkWrite(b *testing.B) {
 		}
 	})
 }
+
+// AbortUploads aborts the uploads in progress under one folder of the
+// sink, and under the whole sink with "", never those outside it.
+func TestS3SinkAbortUploads(t *testing.T) {
+	s := needS3(t)
+	bucket := s.NewBucket(t)
+	ctx := context.Background()
+	for _, key := range []string{"run/a/x.safetensors", "run/a/deeper/y.safetensors", "run/ab/z.safetensors", "other/w.safetensors"} {
+		if _, err := s.Client().CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: aws.String(bucket), Key: aws.String(key)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sink := remote.NewS3Sink(s.Client(), bucket, "run")
+	left := func() (keys []string) {
+		for _, u := range openUploads(t, s, bucket) {
+			k, _, _ := strings.Cut(u, " ")
+			keys = append(keys, k)
+		}
+		return keys
+	}
+	if n, err := sink.AbortUploads(ctx, "a"); n != 2 || err != nil {
+		t.Fatalf("AbortUploads(a): %d, %v", n, err)
+	}
+	if got := left(); len(got) != 2 || got[0] != "other/w.safetensors" || got[1] != "run/ab/z.safetensors" {
+		t.Fatalf("left after a: %v", got)
+	}
+	if n, err := sink.AbortUploads(ctx, ""); n != 1 || err != nil {
+		t.Fatalf("AbortUploads(\"\"): %d, %v", n, err)
+	}
+	if got := left(); len(got) != 1 || got[0] != "other/w.safetensors" {
+		t.Fatalf("left after the sink's root: %v", got)
+	}
+	if _, err := sink.AbortUploads(ctx, "../other"); !errors.Is(err, remote.ErrLocation) {
+		t.Errorf("AbortUploads(../other): %v", err)
+	}
+}
