@@ -135,17 +135,7 @@ func TestSaveKilled(t *testing.T) {
 			kill.Env = []string{killNoSwapEnv + "=1"}
 		}
 		killed := kill.Run(t)
-		last, ended := -1, false
-		var completed []int
-		for _, e := range killed.Events {
-			switch e.Op {
-			case "b":
-				last, ended = e.N, false
-			case "e":
-				ended = true
-				completed = append(completed, e.N)
-			}
-		}
+		last, ended, completed := killed.Saves()
 		if last >= 0 && !ended {
 			midSave++
 		}

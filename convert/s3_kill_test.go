@@ -69,17 +69,7 @@ func TestSaveS3Killed(t *testing.T) {
 			kill.Slow, kill.MaxDelay = 2*time.Millisecond, 200*time.Millisecond
 		}
 		killed := kill.Run(t)
-		last, ended := -1, false
-		var completed []int
-		for _, e := range killed.Events {
-			switch e.Op {
-			case "b":
-				last, ended = e.N, false
-			case "e":
-				ended = true
-				completed = append(completed, e.N)
-			}
-		}
+		last, ended, completed := killed.Saves()
 		if last >= 0 && !ended {
 			midSave++
 		}

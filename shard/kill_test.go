@@ -147,15 +147,7 @@ func TestWriteKilled(t *testing.T) {
 
 		// Which saves may readers load? The last one begun, or the one
 		// before it (what readers loaded before, for the child's first).
-		last, ended := -1, false
-		for _, e := range killed.Events {
-			switch e.Op {
-			case "b":
-				last, ended = e.N, false
-			case "e":
-				ended = true
-			}
-		}
+		last, ended, _ := killed.Saves()
 		var allowed []int
 		switch {
 		case last < 0:

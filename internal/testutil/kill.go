@@ -108,6 +108,22 @@ type Killed struct {
 	Stderr string
 }
 
+// Saves reads the "b" and "e" events: the last save begun (-1 for none),
+// whether it ended, and the saves that ended, in order.
+func (r Killed) Saves() (last int, ended bool, completed []int) {
+	last = -1
+	for _, e := range r.Events {
+		switch e.Op {
+		case "b":
+			last, ended = e.N, false
+		case "e":
+			ended = true
+			completed = append(completed, e.N)
+		}
+	}
+	return last, ended, completed
+}
+
 // Run runs the child and kills it. It fails t when the child does not start
 // or logs a failed save.
 func (k Kill) Run(t *testing.T) Killed {
