@@ -20,6 +20,7 @@ import (
 
 	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/convert"
+	"github.com/ckpt-go/ckpt/internal/s3test"
 	"github.com/ckpt-go/ckpt/internal/testutil"
 	"github.com/ckpt-go/ckpt/shard"
 )
@@ -37,13 +38,21 @@ func commitWorld(i int) int {
 	return 1 + i%3
 }
 
-// TestCommitKillChild is the job that TestCommitKilled runs and kills: it
+// killParentEnv names the test that runs TestCommitKillChild.
+const killParentEnv = "CKPT_KILL_PARENT"
+
+// TestCommitKillChild is the job that TestCommitKilled and
+// TestCommitS3Killed run and kill: it
 // first runs Commit once (to finish a commit killed before), then saves in
 // a loop, its ranks as goroutines, and commits; it logs "b N" before save
 // N begins, "c N" before its Commit and "e N" when it is committed.
 func TestCommitKillChild(t *testing.T) {
-	c := testutil.AsKillChild(t, "TestCommitKilled")
+	c := testutil.AsKillChild(t, os.Getenv(killParentEnv))
 	dir := c.Dir
+	remote := strings.HasPrefix(dir, "s3://")
+	if remote {
+		needS3(t)
+	}
 	if d := c.Slow; d > 0 {
 		convert.SetHook(func(string) { time.Sleep(d) })
 	}
@@ -57,6 +66,9 @@ func TestCommitKillChild(t *testing.T) {
 	for i := c.Start; ; i++ {
 		c.Log("b", i)
 		world := commitWorld(i)
+		if world == 0 && remote {
+			world = 2 // package shard writes files only: two ranks instead
+		}
 		if world == 0 {
 			c.Log("c", i)
 			if _, err := shard.Write(ctx, dir, "model", "", allTensors(t, i, 2), nil); err != nil {
@@ -125,18 +137,48 @@ func commitLoaded(t *testing.T, dir string) int {
 // save: the newest committed one, or the one whose Commit was killed. A
 // last save and Commit must leave nothing but the checkpoint.
 func TestCommitKilled(t *testing.T) {
-	kills, budget := 150, 3*time.Second
-	if testing.Short() {
-		kills, budget = 30, time.Second
-	}
 	dir := t.TempDir()
-	next, newest := 0, -1 // the next save's number; the newest committed
+	commitKilled(t, "TestCommitKilled", dir, nil, 12*time.Millisecond, func() []string { return testutil.Entries(t, dir) })
+}
+
+// TestCommitS3Killed is TestCommitKilled with the ranks and the commits
+// writing to an s3:// location of the test's server (every save written
+// by ranks: package shard's single files are local only).
+func TestCommitS3Killed(t *testing.T) {
+	s := needS3(t)
+	bucket := s.NewBucket(t)
+	commitKilled(t, "TestCommitS3Killed", "s3://"+bucket+"/step", s3ChildEnv(s), 120*time.Millisecond, func() []string {
+		keys, uploads := objects(t, s, bucket, "step")
+		if len(uploads) > 0 {
+			t.Fatalf("uploads in progress: %v", uploads)
+		}
+		return keys
+	})
+}
+
+// s3ChildEnv is the environment that points a kill test's child at s.
+func s3ChildEnv(s *s3test.Server) []string {
+	return []string{"CKPT_S3_ENDPOINT=" + s.Endpoint, "AWS_ACCESS_KEY_ID=" + s.AccessKey,
+		"AWS_SECRET_ACCESS_KEY=" + s.SecretKey, "AWS_REGION=" + s.Region}
+}
+
+// commitKilled is TestCommitKilled at dir, a folder or an s3:// location
+// (env points the child at its server), whose files list gives; the child
+// is killed within maxDelay of its start.
+func commitKilled(t *testing.T, name, dir string, env []string, maxDelay time.Duration, list func() []string) {
+	kills, budget, least := 150, 3*time.Second, 20
+	if testing.Short() {
+		kills, budget, least = 30, time.Second, 8
+	}
+	budget += 10 * maxDelay // slower children (S3) get more time
+	next, newest := 0, -1   // the next save's number; the newest committed
 	begun := map[int]bool{}
 	var during, switched int
 	deadline := time.Now().Add(budget)
 	k := 0
 	for ; k < kills && time.Now().Before(deadline); k++ {
-		kill := testutil.Kill{Child: "TestCommitKillChild", Dir: dir, Start: next, MaxDelay: 12 * time.Millisecond}
+		kill := testutil.Kill{Child: "TestCommitKillChild", Dir: dir, Start: next, MaxDelay: maxDelay,
+			Env: append([]string{killParentEnv + "=" + name}, env...)}
 		if k%2 == 1 {
 			kill.Slow = 300 * time.Microsecond
 		}
@@ -167,14 +209,14 @@ func TestCommitKilled(t *testing.T) {
 			switched++
 		default:
 			t.Fatalf("kill %d (save %d, committing %v): the folder loads save %d, the newest committed is %d\n%v\nlog: %s",
-				k, last, committing, got, newest, testutil.Entries(t, dir), killed.Log)
+				k, last, committing, got, newest, list(), killed.Log)
 		}
 		if last >= 0 {
 			next = last + 1
 		}
 	}
 	t.Logf("%d kills: %d during a commit, %d of which had switched", k, during, switched)
-	if k < 20 || during < k/10 {
+	if k < least || during < k/10 {
 		t.Errorf("%d kills, %d of them during a commit", k, during)
 	}
 
@@ -189,7 +231,7 @@ func TestCommitKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkLoaded(t, dir, allTensors(t, next, world))
-	if got, want := testutil.Entries(t, dir), sorted(append(slices.Clone(cr.Files), cr.Index)); !slices.Equal(got, want) {
+	if got, want := list(), sorted(append(slices.Clone(cr.Files), cr.Index)); !slices.Equal(got, want) {
 		t.Errorf("after a last commit the folder holds %v, want %v (removed %v)", got, want, cr.Removed)
 	}
 }

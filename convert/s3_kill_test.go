@@ -56,8 +56,7 @@ func TestSaveS3Killed(t *testing.T) {
 	}
 	bucket := s.NewBucket(t)
 	dir := "s3://" + bucket + "/run"
-	env := []string{"CKPT_S3_ENDPOINT=" + s.Endpoint, "AWS_ACCESS_KEY_ID=" + s.AccessKey,
-		"AWS_SECRET_ACCESS_KEY=" + s.SecretKey, "AWS_REGION=" + s.Region}
+	env := s3ChildEnv(s)
 	next := 0                     // the next save's number
 	committed := map[string]int{} // checkpoint name -> the newest save committed under it
 	var midSave, resaved, incomplete, removing, stale int
