@@ -154,7 +154,9 @@ type detector struct {
 }
 
 // read returns the contents of path, or ok=false when it does not exist or
-// cannot be read (the latter is recorded as the call's error).
+// cannot be read (the latter is recorded as the call's error). A path that
+// cannot exist (a file as a folder, a name longer than the system allows:
+// /proc/self/cgroup is read as hostile) counts as missing.
 func (d *detector) read(path string) (string, bool) {
 	f, err := os.Open(path)
 	if err == nil {
@@ -165,7 +167,7 @@ func (d *detector) read(path string) (string, bool) {
 			return string(b), true
 		}
 	}
-	if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) && d.err == nil {
+	if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) && !errors.Is(err, syscall.ENAMETOOLONG) && d.err == nil {
 		d.err = &Error{Path: path, Err: err}
 	}
 	return "", false
