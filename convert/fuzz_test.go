@@ -76,3 +76,30 @@ func FuzzParseScale(f *testing.F) {
 		}
 	})
 }
+
+// FuzzIncompleteMarker: hostile bytes in an IncompleteName marker never
+// make parseIncomplete panic; what it accepts is Save's format in one of
+// the two states, and comes back the same when written anew.
+func FuzzIncompleteMarker(f *testing.F) {
+	for _, s := range []string{`{"format":"ckpt.incomplete/v1","state":"saving","seq":1,"at":"2026-11-25T00:00:00Z"}`,
+		`{"format":"ckpt.incomplete/v1","state":"removing","seq":-1,"at":"2026-11-25T01:00:00+01:00"}`, `{"format":"ckpt.incomplete/v1","state":"done"}`,
+		`{"format":"ckpt.checkpoint/v1"}`, `{"state":"saving","state":"removing","format":"ckpt.incomplete/v1"}`, `null`, ``} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := parseIncomplete(b)
+		if err != nil {
+			return
+		}
+		if m.Format != incompleteFormat || (m.State != stateSaving && m.State != stateRemoving) {
+			t.Fatalf("%q accepted as %+v", b, m)
+		}
+		again, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m2, err := parseIncomplete(again); err != nil || m2.Format != m.Format || m2.State != m.State || m2.Seq != m.Seq || !m2.At.Equal(m.At) {
+			t.Fatalf("%q -> %+v -> %q -> %+v, %v", b, m, again, m2, err)
+		}
+	})
+}

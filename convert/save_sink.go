@@ -177,6 +177,11 @@ func readIncomplete(fsys fs.FS, name string) (*incomplete, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseIncomplete(b)
+}
+
+// parseIncomplete parses and checks a marker's bytes.
+func parseIncomplete(b []byte) (*incomplete, error) {
 	var m incomplete
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("%s: %w", IncompleteName, err)
