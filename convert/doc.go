@@ -107,5 +107,9 @@
 // reader never sees a partial set, and on failure or cancellation the
 // uploads are aborted. A location that holds weights already is replaced
 // only with Options.Overwrite: new shards under new names, the index
-// replaced last, the old shards removed after it.
+// replaced last, the old shards removed after it. With no rename there,
+// Save marks a checkpoint folder (IncompleteName) while it holds files of
+// no committed checkpoint, so that a trainer killed in a save saves that
+// step again after it resumes, and a killed KeepLast removal is finished by
+// the next save; the kill tests run against a real S3 server too.
 package convert
