@@ -78,19 +78,21 @@ func (r *runner) checkRemoteDest() error {
 	fsys := r.sink.FS()
 	for _, c := range r.comps {
 		var taken []string
+		names := newSetNames(c.prefix, c.variant)
 		if c.single != "" {
 			if _, err := fs.Stat(fsys, path.Join(c.outDir, c.single)); err == nil {
 				taken = []string{c.single}
 			}
+			names.single = c.single
 		} else {
 			var err error
-			if taken, err = existingSet(fsys, c.outDir, newSetNames(c.prefix, c.variant)); err != nil {
+			if taken, err = existingSet(fsys, c.outDir, names); err != nil {
 				return &Error{Kind: ErrTarget, Path: r.sink.Location(c.outDir), Component: c.name, Msg: "listing the destination", Err: err}
 			}
 		}
 		if len(taken) > 0 {
 			return &Error{Kind: ErrExists, Path: r.sink.Location(path.Join(c.outDir, taken[0])), Component: c.name,
-				Msg: "the destination holds weights already: Options.Overwrite (ckpt convert --overwrite) replaces them"}
+				Msg: "the destination " + takenMsg(taken, names, "Options.Overwrite (ckpt convert --overwrite)")}
 		}
 	}
 	return nil

@@ -543,3 +543,31 @@ func sameSet(a, b []string) bool {
 	slices.Sort(b)
 	return slices.Equal(a, b)
 }
+
+// What a Run killed before its index leaves (shards, no index) is refused
+// with a message that says so, and replaced with Overwrite: nothing of it
+// is left.
+func TestRunToS3AfterKill(t *testing.T) {
+	s := needS3(t)
+	bucket := s.NewBucket(t)
+	src := ckpttest.Dir(t, ckpttest.Weights{Shards: 2, Tensors: ckpttest.Tensors(t, "a:F32[64,64] b:F32[64,64]")})
+	loc := "s3://" + bucket + "/out"
+	s.Put(t, bucket, "out/model-00001-of-00003.safetensors", []byte("the first shard of a killed run"))
+	opts := convert.Options{DType: ckpt.To(dtype.BF16), MaxShardSize: 9000}
+	_, err := convert.Run(context.Background(), src, loc, opts)
+	if !errors.Is(err, convert.ErrExists) || !strings.Contains(err.Error(), "without their index") {
+		t.Fatalf("Run over a killed one's shards: %v", err)
+	}
+	opts.Overwrite = true
+	rep, err := convert.Run(context.Background(), src, loc, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, _ := objects(t, s, bucket, "out")
+	if want := append(slices.Clone(rep.Components[0].Files), rep.Components[0].Index); !sameSet(keys, want) {
+		t.Errorf("after Overwrite: %v, want %v", keys, want)
+	}
+	if got, want := loadAll(t, loc), loadAll(t, src); len(got) != len(want) {
+		t.Errorf("loads %d tensors, want %d", len(got), len(want))
+	}
+}

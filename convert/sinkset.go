@@ -11,6 +11,7 @@ import (
 	"path"
 	"regexp"
 	"slices"
+	"strings"
 
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
@@ -129,6 +130,16 @@ func existingSet(fsys fs.FS, dir string, names setNames) ([]string, error) {
 	return out, nil
 }
 
+// takenMsg says what the files prev of a set in a folder are, for a
+// writer refused for them, and that remedy replaces them: a set, or shards
+// without an index or single file (a write that did not finish).
+func takenMsg(prev []string, names setNames, remedy string) string {
+	if slices.ContainsFunc(prev, func(f string) bool { return f == names.single || strings.HasSuffix(f, ".json") }) {
+		return fmt.Sprintf("holds weights of this set already (%s): %s replaces them", prev[0], remedy)
+	}
+	return fmt.Sprintf("holds shards of this set without their index (%s), left by a write that did not finish (killed?): no reader loads them; %s replaces them", prev[0], remedy)
+}
+
 // writeSinkSet writes a set through a Sink, so that a reader never sees a
 // partial one: the shards under names no reader follows yet (their
 // standard names when the folder holds no file of the set, else swap
@@ -153,8 +164,7 @@ func writeSinkSet(ctx context.Context, s *sinkSet) (*sinkSetResult, error) {
 		return nil, &Error{Kind: ErrTarget, Path: where, Msg: "listing the folder", Err: err}
 	}
 	if len(prev) > 0 && !s.overwrite {
-		return nil, &Error{Kind: ErrExists, Path: where,
-			Msg: fmt.Sprintf("the location holds weights of this set already (%s): the overwrite option replaces them", prev[0])}
+		return nil, &Error{Kind: ErrExists, Path: where, Msg: "the location " + takenMsg(prev, names, "the overwrite option")}
 	}
 	sizes := make([]int64, len(s.specs))
 	var total int64
