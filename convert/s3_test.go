@@ -571,3 +571,55 @@ func TestRunToS3AfterKill(t *testing.T) {
 		t.Errorf("loads %d tensors, want %d", len(got), len(want))
 	}
 }
+
+// Two processes saving the same new checkpoint name at once (a trainer
+// restarted while its first instance still runs): at most one wins, and
+// the checkpoint loads as exactly one writer's tensors, never shards of
+// both. (Two location strings of one prefix are not serialized by
+// IfRunning, as two processes are not.)
+func TestSaveS3SameNameRace(t *testing.T) {
+	s := needS3(t)
+	bucket := s.NewBucket(t)
+	ctx := context.Background()
+	bothFailed := 0
+	defer func() { t.Logf("12 rounds, %d with no winner", bothFailed) }()
+	for round := range 12 {
+		name := "checkpoint-" + strconv.Itoa(round)
+		writers := [2][]safetensors.TensorData{allTensors(t, 100+2*round, 3), allTensors(t, 101+2*round, 3)}
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for w := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				dir := "s3://" + bucket + "/run" + strings.Repeat("/", w) // "run" and "run/": one prefix
+				_, errs[w] = convert.Save(ctx, dir, writers[w], convert.SaveOptions{Name: name, MaxShardSize: 600})
+			}()
+		}
+		wg.Wait()
+		if errs[0] == nil && errs[1] == nil {
+			t.Fatalf("round %d: both saves of %s succeeded", round, name)
+		}
+		m, err := ckpt.Open("s3://"+bucket+"/run/"+name, ckpt.WithDType(ckpt.AsStored))
+		if err != nil {
+			if errs[0] == nil || errs[1] == nil {
+				t.Fatalf("round %d: a save succeeded, but the checkpoint does not open: %v (%v)", round, err, errs)
+			}
+			bothFailed++
+			continue // both failed: nothing committed
+		}
+		names := m.Names()
+		m.Close()
+		w := 0
+		if errs[0] != nil {
+			w = 1
+		}
+		if errs[w] != nil {
+			t.Fatalf("round %d: the checkpoint opens, but both saves failed: %v", round, errs)
+		}
+		if len(names) != len(writers[w]) {
+			t.Fatalf("round %d: %d tensors, writer %d saved %d", round, len(names), w, len(writers[w]))
+		}
+		checkLoaded(t, "s3://"+bucket+"/run/"+name, writers[w])
+	}
+}

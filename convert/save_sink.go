@@ -77,8 +77,9 @@ func (p *plan) saveSink(ctx context.Context, data func(string) ([]byte, error)) 
 	sres, err := writeSinkSet(ctx, &sinkSet{sink: sink, dir: p.name, prefix: p.prefix, specs: p.specs, write: write,
 		metadata: p.metadata, maxShard: p.maxShard, overwrite: replacing || abandoned})
 	if err != nil {
-		if !replacing && !abandoned {
-			// The set removed its files: the name is free again.
+		if !replacing && !abandoned && !errors.Is(err, ErrConflict) {
+			// The set removed its files: the name is free again (unless
+			// another writer took it meanwhile: the marker is its too).
 			sink.Remove(context.WithoutCancel(ctx), marker)
 		}
 		var ce *Error

@@ -236,9 +236,12 @@ func writeSinkSet(ctx context.Context, s *sinkSet) (*sinkSetResult, error) {
 	weightMap := map[string]string{}
 	for gi, gs := range gspecs {
 		name := res.files[gi]
-		// A single file is the set's entry point: where none was, it is
-		// written exclusively too.
-		excl, ver := false, ""
+		// Shards under their standard names (a new set) are written
+		// exclusively: a writer racing for the same names never replaces
+		// another's shard, nor removes it when it fails. Swap names are
+		// this writer's alone. A single file is the set's entry point:
+		// where none was, it is written exclusively too.
+		excl, ver := token == "", ""
 		if n == 1 {
 			excl, ver = entryExcl, entryVersion
 		}
