@@ -429,6 +429,16 @@ func TestTargetErrors(t *testing.T) {
 	if err != nil || r.Component != "text_encoder" || r.Pattern.String() != "**.norm" {
 		t.Errorf("ParseRule: %+v %v", r, err)
 	}
+	// A "/" with no component before it is refused, not read as a rule
+	// for every component (found by FuzzParseRule: "//=F32").
+	for _, s := range []string{"/norm=F32", "//=F32"} {
+		if r, err := ParseRule(s); !errors.Is(err, ErrOption) {
+			t.Errorf("ParseRule(%q): %+v, %v", s, r, err)
+		}
+	}
+	if s, err := ParseSplit("/q_proj=0"); !errors.Is(err, ErrOption) {
+		t.Errorf("ParseSplit(/q_proj=0): %+v, %v", s, err)
+	}
 }
 
 func TestModelCheckpointAndScheme(t *testing.T) {

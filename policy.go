@@ -111,6 +111,9 @@ func parseScoped(s, what, form string) (comp string, p Pattern, value string, er
 		return "", Pattern{}, "", &Error{Kind: ErrOption, Msg: fmt.Sprintf("%s %q is not %s", what, s, form)}
 	}
 	if c, rest, ok := strings.Cut(lhs, "/"); ok {
+		if c == "" {
+			return "", Pattern{}, "", &Error{Kind: ErrOption, Msg: fmt.Sprintf("%s %q: no component before \"/\" (COMPONENT/%s, or %s for every component)", what, s, form, form)}
+		}
 		comp, lhs = c, rest
 	}
 	p, err = ParsePattern(lhs)
