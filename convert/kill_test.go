@@ -120,6 +120,10 @@ func TestSaveKilled(t *testing.T) {
 		kills, budget = 40, time.Second
 	}
 	dir := filepath.Join(t.TempDir(), "run")
+	// Save creates it, but a child may be killed before its first save.
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	next := 0                     // the next save's number
 	committed := map[string]int{} // checkpoint name -> the newest save committed under it
 	var midSave, hidden, aside int
