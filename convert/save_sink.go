@@ -291,7 +291,7 @@ func (p *plan) pruneSink(sink Sink, res *SaveResult) {
 			}
 			res.Leftovers = append(res.Leftovers, loc+": what a killed removal left, removed")
 		case stateSaving:
-			res.Warnings = append(res.Warnings, fmt.Sprintf("%s holds what a save killed there left (%s, no %s): not a checkpoint; saving %s again replaces it",
+			res.Warnings = append(res.Warnings, fmt.Sprintf("%s holds files of a save that did not finish (%s, no %s): killed, or still running in another process; not a checkpoint; saving %s again replaces them",
 				loc, IncompleteName, manifestName, name))
 		}
 	}
