@@ -285,7 +285,7 @@ func (p *plan) pruneSink(sink Sink, res *SaveResult) {
 		switch scan.incomplete[name] {
 		case stateRemoving:
 			abortUploads(ctx, sink, name, "a killed save", res)
-			if err := removeSinkFolder(ctx, sink, fsys, name); err != nil {
+			if err := removeSinkFolder(ctx, sink, name); err != nil {
 				res.Warnings = append(res.Warnings, err.Error()+" (the next save retries)")
 				continue
 			}
@@ -307,7 +307,7 @@ func (p *plan) pruneSink(sink Sink, res *SaveResult) {
 			continue
 		}
 		at("pruning")
-		if err := removeSinkFolder(ctx, sink, fsys, c.Name); err != nil {
+		if err := removeSinkFolder(ctx, sink, c.Name); err != nil {
 			res.Warnings = append(res.Warnings, err.Error()+" (the next save retries)")
 			continue
 		}
@@ -334,10 +334,11 @@ func abortUploads(ctx context.Context, sink Sink, name, who string, res *SaveRes
 
 // removeSinkFolder removes every file under the folder name of a sink: its
 // manifest first, then its index or single file, the rest, and its
-// IncompleteName marker last.
-func removeSinkFolder(ctx context.Context, sink Sink, fsys fs.FS, name string) error {
+// IncompleteName marker last. It lists the folder in a fresh view of the
+// sink (Sink.FS), which holds the marker just written.
+func removeSinkFolder(ctx context.Context, sink Sink, name string) error {
 	var files []string
-	err := fs.WalkDir(fsys, name, func(f string, d fs.DirEntry, err error) error {
+	err := fs.WalkDir(sink.FS(), name, func(f string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
