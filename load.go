@@ -288,6 +288,14 @@ func (m *Model) loadOne(ctx context.Context, name string, dst []byte) (*Tensor, 
 	if err != nil {
 		return nil, err
 	}
+	return m.loadEntry(ctx, c, e, dst)
+}
+
+// loadEntry loads one tensor, into dst when it is not nil.
+func (m *Model) loadEntry(ctx context.Context, c *Component, e *entry, dst []byte) (*Tensor, error) {
+	if err := m.checkOpen(); err != nil {
+		return nil, err
+	}
 	if dst != nil && int64(len(dst)) != e.outBytes {
 		return nil, &Error{Kind: ErrBuffer, Component: c.name, Tensor: e.name,
 			Msg: fmt.Sprintf("buffer is %d bytes; the tensor loads as %s %v = %d bytes", len(dst), e.out, e.shape, e.outBytes)}

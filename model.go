@@ -52,21 +52,6 @@ type Component struct {
 	why      string // why this read strategy
 }
 
-// action is how a tensor is produced.
-type action uint8
-
-const (
-	actView       action = iota // zero-copy view of the mapping
-	actRead                     // copy of the stored bytes into owned memory (pread)
-	actConvert                  // dtype conversion into owned memory
-	actDequantize               // scaled low-precision weight dequantized into owned memory
-	actQuantized                // kept quantized, scales attached (views or reads)
-)
-
-func (a action) String() string {
-	return [...]string{"view", "read", "convert", "dequantize", "quantized"}[a]
-}
-
 // entry is one logical tensor of a component.
 type entry struct {
 	name     string

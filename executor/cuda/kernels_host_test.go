@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/s3test"
 	"github.com/ckpt-go/ckpt/quant"
 )
 
@@ -31,9 +32,19 @@ var (
 	harnessErr  error
 )
 
-// TestMain removes the harness binary when the tests are done.
+// The S3 test server, started by the first test that reads from S3.
+var (
+	s3Once   sync.Once
+	s3Srv    *s3test.Server
+	s3Reason string
+	s3Err    error
+)
+
+// TestMain removes the harness binary and stops the S3 test server when
+// the tests are done.
 func TestMain(m *testing.M) {
 	code := m.Run()
+	s3Srv.Stop()
 	if harnessPath != "" {
 		os.RemoveAll(filepath.Dir(harnessPath))
 	}

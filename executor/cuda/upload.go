@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"sync"
 
@@ -102,11 +101,11 @@ const (
 	upScratch               // a scale of a dequantized weight: copied to scratch memory, freed after the upload
 )
 
-// upSource is one stored tensor to read.
+// upSource is one stored tensor (or this rank's part of it) to read.
 type upSource struct {
-	name   string // stored name
-	file   string
-	offset int64
+	name   string     // stored name
+	part   *ckpt.Part // what is read of it, through the model's files
+	host   *hostItem  // or: the bytes the loader produces on the host
 	length int64
 	dt     dtype.DType
 	shape  []int64
@@ -152,7 +151,7 @@ func (e *Executor) UploadModel(ctx context.Context, m *ckpt.Model, opts ...execu
 	if o.Readers < 0 || o.StagingBytes < 0 {
 		return nil, errorf(executor.ErrArgument, op, "", "readers %d, staging %d bytes", o.Readers, o.StagingBytes)
 	}
-	ts, err := uploadList(m)
+	ts, err := uploadList(ctx, m)
 	if err != nil {
 		return nil, err
 	}
@@ -208,11 +207,7 @@ func (e *Executor) UploadModel(ctx context.Context, m *ckpt.Model, opts ...execu
 	e.opMu.Lock()
 	defer e.opMu.Unlock()
 	var ar, scratch devPtr
-	files := map[string]*os.File{}
 	cleanup := func(freeRing bool) error {
-		for _, f := range files {
-			f.Close()
-		}
 		return e.th.do(func() error {
 			var errs []error
 			if e.staging != nil {
@@ -285,16 +280,9 @@ func (e *Executor) UploadModel(ctx context.Context, m *ckpt.Model, opts ...execu
 			} else {
 				s.dst = ar + devPtr(s.off)
 			}
-			if _, ok := files[s.file]; !ok {
-				f, err := os.Open(s.file)
-				if err != nil {
-					return fail(&Error{Kind: ErrRead, Tensor: s.name, Err: err})
-				}
-				files[s.file] = f
-			}
 		}
 	}
-	up := &uploader{e: e, ctx: ctx, files: files, r: e.staging, progress: o.Progress}
+	up := &uploader{e: e, ctx: ctx, r: e.staging, progress: o.Progress}
 	if converts {
 		up.staging = scratch + devPtr(stagingOff)
 	}
@@ -383,98 +371,113 @@ func ptrs(s []upSource) []*upSource {
 
 func alignUp(n int64) int64 { return (n + align - 1) / align * align }
 
-// uploadList lists what UploadModel reads for every logical tensor of m,
-// from its plan (the policy's decisions), its stored tensors and its
-// detected quantization scheme.
-func uploadList(m *ckpt.Model) ([]upTensor, error) {
+// uploadList lists what UploadModel reads for every logical tensor of m:
+// the loader's items (the policy's decisions, this rank's parts, the
+// layouts of quantized weights), read through the model's own files.
+func uploadList(ctx context.Context, m *ckpt.Model) ([]upTensor, error) {
 	const op = "UploadModel"
-	plan, err := m.Plan()
+	items, err := m.Items()
 	if err != nil {
 		return nil, &executor.Error{Kind: executor.ErrRead, Executor: Name, Op: op, Err: err}
 	}
-	var out []upTensor
-	for _, cp := range plan.Components {
-		ck, err := m.Checkpoint(cp.Name)
-		if err != nil {
-			return nil, &executor.Error{Kind: executor.ErrRead, Executor: Name, Op: op, Err: err}
+	src := func(p *ckpt.Part, kind upKind) upSource {
+		return upSource{name: p.Tensor, part: p, length: p.Size(), dt: p.DType, shape: slices.Clone(p.Shape), kind: kind}
+	}
+	out := make([]upTensor, 0, len(items))
+	for _, it := range items {
+		key := it.Key
+		t := upTensor{key: key, shape: slices.Clone(it.Shape), out: it.DType, bytes: it.Bytes}
+		if _, err := executor.Elements(it.Shape); err != nil {
+			return nil, fail(err)
 		}
-		sch, err := m.Scheme(cp.Name)
-		if err != nil {
-			return nil, &executor.Error{Kind: executor.ErrRead, Executor: Name, Op: op, Err: err}
+		switch it.Action {
+		case ckpt.ActionView, ckpt.ActionRead:
+			t.data = src(&it.Data, upCopy)
+		case ckpt.ActionConvert:
+			t.data = src(&it.Data, upConvert)
+			if _, ok := kernelDType(t.out); !ok {
+				return nil, errorf(executor.ErrDType, op, key, "the policy converts it to %s; the CUDA executor converts to F32, BF16 or F16 on the device", t.out)
+			}
+			if !convertible(t.data.dt) {
+				return nil, errorf(executor.ErrDType, op, key, "the policy converts it from %s; the CUDA executor converts F32, BF16, F16 and FP8 on the device", t.data.dt)
+			}
+		case ckpt.ActionQuantized:
+			t.q = it.Quant
+			t.data = src(&it.Data, upCopy)
+			for i := range it.Scales {
+				t.scales = append(t.scales, src(&it.Scales[i], upCopy))
+			}
+		case ckpt.ActionDequantize:
+			if it.Quant == nil {
+				// The part starts inside a scale block: its bytes are no
+				// weight of their own, so the loader dequantizes it on the
+				// host and the result is copied.
+				t.data = upSource{name: key, host: &hostItem{it: it}, length: it.Bytes, dt: it.DType, shape: slices.Clone(it.Shape), kind: upCopy}
+				break
+			}
+			if _, ok := kernelDType(t.out); !ok {
+				return nil, errorf(executor.ErrDType, op, key, "the policy dequantizes it to %s; the CUDA executor dequantizes to F32, BF16 or F16", t.out)
+			}
+			t.q = it.Quant
+			if t.plan, err = planDequant(t.q); err != nil {
+				return nil, errorf(executor.ErrArgument, op, key, "%v", err)
+			}
+			t.data = src(&it.Data, upDequant)
+			for i := range it.Scales {
+				t.scales = append(t.scales, src(&it.Scales[i], upScratch))
+			}
+		default:
+			return nil, errorf(executor.ErrArgument, op, key, "action %v", it.Action)
 		}
-		src := func(name string, kind upKind) (upSource, error) {
-			st, err := ck.Tensor(name)
-			if err != nil {
-				return upSource{}, &executor.Error{Kind: executor.ErrRead, Executor: Name, Op: op, Tensor: name, Err: err}
-			}
-			return upSource{name: name, file: st.File().Path(), offset: st.Offset(), length: st.ByteLen(),
-				dt: st.DType(), shape: st.Shape(), kind: kind}, nil
-		}
-		for _, tp := range cp.Tensors {
-			key := tp.Name
-			if len(plan.Components) > 1 {
-				key = cp.Name + "/" + tp.Name
-			}
-			t := upTensor{key: key, shape: slices.Clone(tp.Shape)}
-			if t.out, err = dtype.Parse(tp.DType); err != nil {
-				return nil, errorf(executor.ErrDType, op, key, "plan dtype %q: %v", tp.DType, err)
-			}
-			n, err := executor.Elements(tp.Shape)
-			if err != nil {
-				return nil, fail(err)
-			}
-			switch tp.Action {
-			case "view", "read", "convert":
-				if t.data, err = src(tp.Name, upCopy); err != nil {
-					return nil, err
-				}
-				if tp.Action == "convert" {
-					if _, ok := kernelDType(t.out); !ok {
-						return nil, errorf(executor.ErrDType, op, key, "the policy converts it to %s; the CUDA executor converts to F32, BF16 or F16 on the device", t.out)
-					}
-					if !convertible(t.data.dt) {
-						return nil, errorf(executor.ErrDType, op, key, "the policy converts it from %s; the CUDA executor converts F32, BF16, F16 and FP8 on the device", t.data.dt)
-					}
-					t.data.kind = upConvert
-					t.bytes, _ = t.out.ByteLen(n)
-				}
-			case "quantized", "dequantize":
-				qw := sch.Weight(tp.Name)
-				if qw == nil {
-					return nil, errorf(executor.ErrArgument, op, key, "the plan says %s but the scheme has no such weight", tp.Action)
-				}
-				q := *qw
-				q.Shape = slices.Clone(q.Shape)
-				q.Scales = slices.Clone(q.Scales)
-				t.q = &q
-				if t.data, err = src(q.Data.Name, upCopy); err != nil {
-					return nil, err
-				}
-				sk := upCopy
-				if tp.Action == "dequantize" {
-					if _, ok := kernelDType(t.out); !ok {
-						return nil, errorf(executor.ErrDType, op, key, "the policy dequantizes it to %s; the CUDA executor dequantizes to F32, BF16 or F16", t.out)
-					}
-					if t.plan, err = planDequant(&q); err != nil {
-						return nil, errorf(executor.ErrArgument, op, key, "%v", err)
-					}
-					t.data.kind, sk = upDequant, upScratch
-					t.bytes, _ = t.out.ByteLen(n)
-				}
-				for _, s := range q.Scales {
-					ss, err := src(s.Name, sk)
-					if err != nil {
-						return nil, err
-					}
-					t.scales = append(t.scales, ss)
-				}
-			default:
-				return nil, errorf(executor.ErrArgument, op, key, "plan action %q", tp.Action)
-			}
-			out = append(out, t)
-		}
+		out = append(out, t)
 	}
 	return out, nil
+}
+
+// hostItem is an item the loader produces on the host (UploadModel then
+// copies its bytes): produced on the first read, released after the last.
+type hostItem struct {
+	it   *ckpt.Item
+	once sync.Once
+	mu   sync.Mutex
+	buf  []byte
+	err  error
+	left int64
+}
+
+// readAt copies the produced bytes [off, off+len(b)) into b.
+func (h *hostItem) readAt(ctx context.Context, b []byte, off int64) error {
+	h.once.Do(func() {
+		h.buf = make([]byte, h.it.Bytes)
+		h.left = h.it.Bytes
+		_, h.err = h.it.Produce(ctx, h.buf)
+	})
+	if h.err != nil {
+		return h.err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.buf == nil || off < 0 || off+int64(len(b)) > int64(len(h.buf)) {
+		return fmt.Errorf("read of [%d, %d) outside the %d bytes produced (or read twice)", off, off+int64(len(b)), h.it.Bytes)
+	}
+	copy(b, h.buf[off:])
+	if h.left -= int64(len(b)); h.left <= 0 {
+		h.buf = nil
+	}
+	return nil
+}
+
+// readAt reads the bytes [off, off+len(b)) of s: of its part of the stored
+// tensor, through the model's files, or of what the loader produced.
+func (s *upSource) readAt(ctx context.Context, b []byte, off int64) error {
+	if s.host != nil {
+		return s.host.readAt(ctx, b, off)
+	}
+	_, err := s.part.ReadAt(b, off)
+	if errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF
+	}
+	return err
 }
 
 func convertible(d dtype.DType) bool {
@@ -497,7 +500,6 @@ type chunk struct {
 type uploader struct {
 	e        *Executor
 	ctx      context.Context
-	files    map[string]*os.File
 	r        *ring
 	staging  devPtr // device staging, a slot's size per slot (conversions)
 	progress func(ckpt.Progress)
@@ -597,11 +599,16 @@ func (u *uploader) one(c chunk, s *slot) error {
 		s.pending = false
 	}
 	buf := s.host.bytes()[:c.n]
-	if _, err := u.files[c.s.file].ReadAt(buf, c.s.offset+c.off); err != nil {
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
+	if err := c.s.readAt(u.ctx, buf, c.off); err != nil {
+		var le *ckpt.Error
+		if errors.As(err, &le) || u.ctx.Err() != nil {
+			return err
 		}
-		return &Error{Kind: ErrRead, Tensor: c.s.name, Msg: fmt.Sprintf("%s at offset %d", c.s.file, c.s.offset+c.off), Err: err}
+		where := "the loader's output"
+		if c.s.part != nil {
+			where = c.s.part.File
+		}
+		return &Error{Kind: ErrRead, Tensor: c.s.name, Msg: fmt.Sprintf("%s, bytes [%d, %d) of what the upload reads of it", where, c.off, c.off+c.n), Err: err}
 	}
 	if err := u.ctx.Err(); err != nil {
 		return err

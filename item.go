@@ -1,0 +1,260 @@
+package ckpt
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/quant"
+	"github.com/ckpt-go/ckpt/safetensors"
+)
+
+// Action is how the loader produces a tensor from its stored bytes.
+type Action uint8
+
+const (
+	// ActionView is the stored bytes as they are: a zero-copy view of the
+	// file's mapping when the load maps files.
+	ActionView Action = iota
+	// ActionRead is the stored bytes copied into owned memory (the pread
+	// strategy, a part that is not contiguous, a caller's buffer).
+	ActionRead
+	// ActionConvert is a dtype conversion into owned memory.
+	ActionConvert
+	// ActionDequantize is a scaled low-precision weight dequantized into
+	// owned memory.
+	ActionDequantize
+	// ActionQuantized is a scaled low-precision weight kept narrow, its
+	// scales attached.
+	ActionQuantized
+)
+
+// String returns "view", "read", "convert", "dequantize" or "quantized",
+// as plans spell the action.
+func (a Action) String() string {
+	names := [...]string{"view", "read", "convert", "dequantize", "quantized"}
+	if int(a) < len(names) {
+		return names[a]
+	}
+	return fmt.Sprintf("Action(%d)", uint8(a))
+}
+
+// The loader's own spelling of the actions.
+type action = Action
+
+const (
+	actView       = ActionView
+	actRead       = ActionRead
+	actConvert    = ActionConvert
+	actDequantize = ActionDequantize
+	actQuantized  = ActionQuantized
+)
+
+// Item is the loader's decision for one logical tensor, as a typed value:
+// what it is, what it loads as, how, and which stored bytes it reads. Load,
+// LoadTensor and Plan work from these decisions, and so do the executors'
+// uploads and anything else that consumes a Model: an Item says everything
+// they need, so that none of them re-derives a decision from names or
+// strings. Items are made by Model.Items; they belong to the Model and read
+// through its files until it is closed.
+type Item struct {
+	// Key is the tensor's name as Names and Weights.All spell it: "NAME",
+	// or "COMPONENT/NAME" in a pipeline. Component and Name are its parts.
+	Key, Component, Name string
+	// Stored is the stored dtype (a quantized weight's element type), and
+	// DType the dtype it loads as.
+	Stored, DType dtype.DType
+	// Shape is the loaded shape: this rank's part of a split tensor, a
+	// quantized weight's logical shape.
+	Shape []int64
+	// Action says how the tensor is produced.
+	Action Action
+	// Decision is the policy's decision and the rule that made it.
+	Decision Decision
+	// Bytes is the size of the result: the output of a conversion or
+	// dequantization, a quantized weight's data without its scales.
+	Bytes int64
+	// Split is the part of the stored tensor this rank loads (WithRank),
+	// nil for a tensor loaded whole.
+	Split *SliceInfo
+	// Quant is the scaled low-precision layout of a dequantized or
+	// quantized weight, describing exactly the bytes Data and Scales read:
+	// the whole weight, or the layout of this rank's part (shapes of the
+	// part). It is nil for other tensors, and for a dequantized part that
+	// starts inside a scale block, whose bytes do not form a weight of
+	// their own (Load dequantizes it on the host; see Produce).
+	Quant *quant.Weight
+	// Data is what the item reads of its stored tensor (a quantized
+	// weight's data tensor), and Scales what it reads of each scale tensor
+	// of a quantized weight, in Quant.Scales' order.
+	Data   Part
+	Scales []Part
+
+	m *Model
+	c *Component
+	e *entry
+}
+
+// Part is the bytes one Item reads of one stored tensor: the whole tensor,
+// or this rank's part of it, which may be several ranges (a split of a
+// dimension after the first). Its bytes are read as one compact run of
+// Size bytes, in row-major order of the part.
+type Part struct {
+	// Tensor is the stored tensor's name; DType its dtype.
+	Tensor string
+	DType  dtype.DType
+	// Shape is the shape of the part's bytes.
+	Shape []int64
+	// File and Range are where the bytes are: Range's offsets are absolute
+	// in File (a path of the model's file system).
+	File  string
+	Range ByteRange
+
+	st  *safetensors.Tensor
+	sel strided
+	m   *Model
+}
+
+// Size returns the part's bytes.
+func (p *Part) Size() int64 { return p.sel.total() }
+
+// ReadAt reads the compact bytes [off, off+len(b)) of the part through the
+// model's own file system (a mapping, pread, any fs.FS, ranged requests of
+// a remote source), as io.ReaderAt does.
+func (p *Part) ReadAt(b []byte, off int64) (int, error) {
+	if p.st == nil {
+		return 0, &Error{Kind: ErrRead, Tensor: p.Tensor, Msg: "a Part not made by Model.Items"}
+	}
+	if off < 0 {
+		return 0, &Error{Kind: ErrRead, Tensor: p.Tensor, Msg: fmt.Sprintf("negative offset %d", off)}
+	}
+	size := p.Size()
+	if off >= size {
+		if len(b) == 0 {
+			return 0, nil
+		}
+		return 0, io.EOF
+	}
+	n := min(int64(len(b)), size-off)
+	err := p.sel.segments(off, off+n, func(src, pos, cnt int64) error {
+		if h := p.m.cfg.rank.onRead; h != nil {
+			h(p.st, src, cnt)
+		}
+		_, err := p.st.ReadAt(b[pos-off:pos-off+cnt], src)
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	if n < int64(len(b)) {
+		return int(n), io.EOF
+	}
+	return int(n), nil
+}
+
+// Items returns the loader's decision for every logical tensor, in load
+// order (Names' order).
+func (m *Model) Items() ([]*Item, error) {
+	if err := m.checkOpen(); err != nil {
+		return nil, err
+	}
+	var out []*Item
+	for _, c := range m.comps {
+		for _, e := range c.entries {
+			it, err := m.item(c, e)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, it)
+		}
+	}
+	return out, nil
+}
+
+// item makes e's Item.
+func (m *Model) item(c *Component, e *entry) (*Item, error) {
+	it := &Item{Key: m.qualify(c.name, e.name), Component: c.name, Name: e.name, Stored: e.stored, DType: e.out,
+		Shape: slices.Clone(e.shape), Action: e.act, Decision: e.dec, Bytes: e.outBytes, m: m, c: c, e: e}
+	sliced := e.sl != nil && !e.sl.whole
+	if e.sl != nil {
+		info := e.sl.info
+		info.Shape = slices.Clone(info.Shape)
+		it.Split = &info
+	}
+	part := func(name string, shape []int64, sel strided, whole bool) (Part, error) {
+		st, err := c.tensor(name)
+		if err != nil {
+			return Part{}, &Error{Kind: ErrRead, Component: c.name, Tensor: name, Err: err}
+		}
+		if whole {
+			sel = strided{n: st.ByteLen(), count: 1}.norm()
+			shape = st.Shape()
+		}
+		return Part{Tensor: name, DType: st.DType(), Shape: slices.Clone(shape), File: st.File().Path(),
+			Range: sel.byteRange(st.Offset()), st: st, sel: sel, m: m}, nil
+	}
+	var err error
+	if e.q == nil {
+		var sel strided
+		if sliced {
+			sel = e.sl.data
+		}
+		it.Data, err = part(e.name, e.shape, sel, !sliced)
+		return it, err
+	}
+	q := e.q
+	if sliced {
+		q = e.sl.q.keep
+	}
+	if q != nil {
+		cp := *q
+		cp.Shape = slices.Clone(q.Shape)
+		cp.Data.Shape = slices.Clone(q.Data.Shape)
+		cp.Scales = slices.Clone(q.Scales)
+		it.Quant = &cp
+	}
+	var dataShape []int64
+	if q != nil {
+		dataShape = q.Data.Shape
+	}
+	var sel strided
+	if sliced {
+		sel = e.sl.data
+		if dataShape == nil {
+			dataShape = []int64{sel.total()} // the part's bytes, with the rows before it a scale block covers left out
+		}
+	}
+	if it.Data, err = part(e.q.Data.Name, dataShape, sel, !sliced); err != nil {
+		return nil, err
+	}
+	for i, s := range e.q.Scales {
+		shape := s.Shape
+		if sliced {
+			sel, shape = e.sl.q.scales[i].sel, e.sl.q.scales[i].shape
+		}
+		p, err := part(s.Name, shape, sel, !sliced)
+		if err != nil {
+			return nil, err
+		}
+		it.Scales = append(it.Scales, p)
+	}
+	return it, nil
+}
+
+// Produce loads the item on the host, as Load would, into dst, which must
+// be exactly Bytes long: the converted, dequantized or copied bytes (for a
+// weight kept quantized, its data; its scales are attached to the
+// returned Tensor). It is how a consumer that cannot produce an item on its
+// own device (a dequantized part that starts inside a scale block) gets the
+// loader's bytes.
+func (it *Item) Produce(ctx context.Context, dst []byte) (*Tensor, error) {
+	if it.m == nil {
+		return nil, &Error{Kind: ErrRead, Tensor: it.Key, Msg: "an Item not made by Model.Items"}
+	}
+	return it.m.loadEntry(ctx, it.c, it.e, dst)
+}
