@@ -2,8 +2,10 @@ package executor
 
 import (
 	"fmt"
-	"github.com/ckpt-go/ckpt/internal/errkind"
 	"strconv"
+
+	"github.com/ckpt-go/ckpt"
+	"github.com/ckpt-go/ckpt/internal/errkind"
 )
 
 // ErrorKind classifies the errors of executors. Each kind is an error, so
@@ -90,8 +92,16 @@ func (e *Error) Error() string {
 		Add(e.Msg).Err(e.Err).String()
 }
 
-// Is reports whether target is e's kind.
-func (e *Error) Is(target error) bool { k, ok := target.(ErrorKind); return ok && k == e.Kind }
+// Is reports whether target is e's kind. A refusal for the device's
+// budget also matches ckpt.ErrBudget, as the loader's refusal for the
+// host's does: one condition, whichever memory did not suffice.
+func (e *Error) Is(target error) bool {
+	if e.Kind == ErrBudget && target == ckpt.ErrBudget {
+		return true
+	}
+	k, ok := target.(ErrorKind)
+	return ok && k == e.Kind
+}
 
 // Unwrap returns the underlying error.
 func (e *Error) Unwrap() error { return e.Err }

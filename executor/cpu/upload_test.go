@@ -145,7 +145,7 @@ func TestUploadModel(t *testing.T) {
 		t.Errorf("weight of a closed model: %v", err)
 	}
 	// A device budget below the resident bytes refuses before reading.
-	if _, err := e.UploadModel(ctx, m, executor.WithDeviceBudget(100)); !errors.Is(err, executor.ErrBudget) {
+	if _, err := e.UploadModel(ctx, m, executor.WithDeviceBudget(100)); !errors.Is(err, executor.ErrBudget) || !errors.Is(err, ckpt.ErrBudget) {
 		t.Errorf("device budget: %v", err)
 	}
 	// The loader's own budget refusal is an ErrBudget that keeps the

@@ -468,6 +468,9 @@ func TestUploadModelFailuresFreeEverything(t *testing.T) {
 			if !strings.Contains(err.Error(), "on the device") {
 				t.Errorf("budget message: %v", err)
 			}
+			if !errors.Is(err, ckpt.ErrBudget) {
+				t.Errorf("a refusal for the device's budget does not match ckpt.ErrBudget: %v", err)
+			}
 		}
 		e.Close()
 		checkReleased(t, f)
