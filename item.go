@@ -258,3 +258,24 @@ func (it *Item) Produce(ctx context.Context, dst []byte) (*Tensor, error) {
 	}
 	return it.m.loadEntry(ctx, it.c, it.e, dst)
 }
+
+// plan renders the item as the plan lists it; ranges lists the byte ranges
+// it reads (the plan does with a rank option).
+func (it *Item) plan(ranges bool) TensorPlan {
+	e := it.e
+	tp := TensorPlan{Name: it.Name, Stored: it.Stored.String(), Shape: slices.Clone(it.Shape), DType: it.DType.String(),
+		Action: it.Action.String(), Rule: it.Decision.Rule, Bytes: it.Bytes, Split: it.Split,
+		StoredBytes: e.storedBytes(), ReadBytes: e.inBytes}
+	if e.q != nil {
+		tp.Stored = e.q.Elem.String() + " (" + e.q.Layout.String() + ")"
+		for _, s := range e.q.Scales {
+			tp.Scales = append(tp.Scales, s.Name)
+		}
+	}
+	if ranges {
+		for _, p := range append([]Part{it.Data}, it.Scales...) {
+			tp.Ranges = append(tp.Ranges, TensorRead{Tensor: p.Tensor, File: p.File, ByteRange: p.Range})
+		}
+	}
+	return tp
+}

@@ -192,24 +192,11 @@ func (m *Model) Plan() (*Plan, error) {
 			cp.Warnings = append(cp.Warnings, "unsupported quantization (loaded as stored, not dequantized): "+u)
 		}
 		for _, e := range c.entries {
-			tp := TensorPlan{Name: e.name, Stored: e.stored.String(), Shape: slices.Clone(e.shape), DType: e.out.String(),
-				Action: e.act.String(), Rule: e.dec.Rule, Bytes: e.outBytes}
-			if e.q != nil {
-				tp.Stored = e.q.Elem.String() + " (" + e.q.Layout.String() + ")"
-				for _, s := range e.q.Scales {
-					tp.Scales = append(tp.Scales, s.Name)
-				}
+			it, err := m.item(c, e)
+			if err != nil {
+				return nil, err
 			}
-			tp.StoredBytes, tp.ReadBytes = e.storedBytes(), e.inBytes
-			if e.sl != nil {
-				info := e.sl.info
-				info.Shape = slices.Clone(info.Shape)
-				tp.Split = &info
-			}
-			if m.cfg.rank.set {
-				tp.Ranges = c.reads(e)
-			}
-			cp.Tensors = append(cp.Tensors, tp)
+			cp.Tensors = append(cp.Tensors, it.plan(m.cfg.rank.set))
 			cp.MappedBytes += e.mapped
 			cp.OwnedBytes += e.owned
 			cp.StoredBytes += e.storedBytes()

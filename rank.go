@@ -723,42 +723,6 @@ func (q *qslice) pieceRows(out dtype.DType) int64 {
 	return ceilDiv(per, q.br) * q.br
 }
 
-// reads returns the byte ranges e reads (absolute offsets): its part, or
-// the whole stored tensors.
-func (c *Component) reads(e *entry) []TensorRead {
-	var out []TensorRead
-	add := func(name string, sel strided) {
-		st, err := c.tensor(name)
-		if err != nil {
-			return
-		}
-		out = append(out, TensorRead{Tensor: name, File: st.File().Path(), ByteRange: sel.byteRange(st.Offset())})
-	}
-	whole := func(name string) {
-		if st, err := c.tensor(name); err == nil {
-			add(name, strided{n: st.ByteLen(), count: 1}.norm())
-		}
-	}
-	sliced := e.sl != nil && !e.sl.whole
-	switch {
-	case e.q == nil && sliced:
-		add(e.name, e.sl.data)
-	case e.q == nil:
-		whole(e.name)
-	case sliced:
-		add(e.q.Data.Name, e.sl.data)
-		for i, s := range e.q.Scales {
-			add(s.Name, e.sl.q.scales[i].sel)
-		}
-	default:
-		whole(e.q.Data.Name)
-		for _, s := range e.q.Scales {
-			whole(s.Name)
-		}
-	}
-	return out
-}
-
 // Loading parts.
 
 type sliceKind uint8
