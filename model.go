@@ -313,7 +313,7 @@ func (m *Model) decide(c *Component) error {
 		return err
 	}
 	for _, e := range c.entries {
-		e.dec = m.cfg.policy.decide(c.name, e.name, e.stored, e.q != nil)
+		e.dec = m.cfg.policy.Decide(c.name, e.name, e.stored, e.q != nil, e.shape)
 		err := e.resolve(c.strategy)
 		if err == nil {
 			err = e.resolveSlice(c.strategy)
