@@ -120,7 +120,7 @@ func Open(path string, opts ...Option) (*Model, error) {
 	// what is wrong when it is not); anything else that is a folder is
 	// resolved with package variant. Errors come typed from those packages.
 	var err error
-	if st, serr := m.src.Stat(m.name); serr == nil && st.IsDir() && !strings.HasSuffix(m.name, ".safetensors") && !strings.HasSuffix(m.name, ".json") {
+	if m.src.IsFolder(m.name) {
 		err = m.openDir()
 	} else {
 		err = m.openFile()

@@ -337,12 +337,6 @@ func (r *runner) openLoader() ([]source, func(), error) {
 	return srcs, closer, nil
 }
 
-// isDirSource mirrors ckpt.Open: a folder, unless named like a file.
-func isDirSource(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && st.IsDir() && !strings.HasSuffix(p, ".safetensors") && !strings.HasSuffix(p, ".json")
-}
-
 // plan resolves the destination of every component, builds the tasks and
 // lists the files to copy, refusing what cannot be done before anything is
 // written.
