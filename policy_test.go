@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/ckpt-go/ckpt"
+	"github.com/ckpt-go/ckpt/ckpttest"
 	"github.com/ckpt-go/ckpt/dtype"
 )
 
@@ -162,4 +163,59 @@ func ExamplePolicy_Decide() {
 	// model.norm.weight: stored (not a linear layer's 2-D weight: default F8_E4M3 not applied)
 	// model.embed_tokens.weight: stored (not a linear layer's 2-D weight: default F8_E4M3 not applied)
 	// position_ids: stored (integer tensor: default F8_E4M3 not applied)
+}
+
+// The loader applies the policy as given: WithPolicy keeps
+// NarrowLinearOnly, and the plan says what each tensor became and why.
+func TestOpenNarrowLinearOnly(t *testing.T) {
+	path := ckpttest.File(t, ckpttest.Tensors(t,
+		"model.layers.0.mlp.up_proj.weight:BF16[16,8] model.layers.0.mlp.up_proj.bias:BF16[16] model.norm.weight:BF16[8] model.embed_tokens.weight:BF16[32,8] ids:I64[4]")...)
+	plan := func(opts ...ckpt.Option) map[string]ckpt.TensorPlan {
+		t.Helper()
+		m, err := ckpt.Open(path, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		p, err := m.Plan()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]ckpt.TensorPlan{}
+		for _, c := range p.Components {
+			for _, tp := range c.Tensors {
+				out[tp.Name] = tp
+			}
+		}
+		return out
+	}
+	fp8 := ckpt.To(dtype.F8_E4M3)
+	const notLinear = "not a linear layer's 2-D weight: default F8_E4M3 not applied"
+	for _, c := range []struct {
+		what string
+		opts []ckpt.Option
+		want map[string][2]string // dtype, rule
+	}{
+		{"WithDType", []ckpt.Option{ckpt.WithDType(fp8)}, map[string][2]string{
+			"model.layers.0.mlp.up_proj.weight": {"F8_E4M3", "default F8_E4M3"},
+			"model.layers.0.mlp.up_proj.bias":   {"F8_E4M3", "default F8_E4M3"},
+			"model.norm.weight":                 {"F8_E4M3", "default F8_E4M3"},
+			"model.embed_tokens.weight":         {"F8_E4M3", "default F8_E4M3"},
+			"ids":                               {"I64", "integer tensor: default F8_E4M3 not applied"},
+		}},
+		{"WithPolicy NarrowLinearOnly", []ckpt.Option{ckpt.WithPolicy(ckpt.Policy{Default: fp8, NarrowLinearOnly: true})}, map[string][2]string{
+			"model.layers.0.mlp.up_proj.weight": {"F8_E4M3", "default F8_E4M3"},
+			"model.layers.0.mlp.up_proj.bias":   {"BF16", notLinear},
+			"model.norm.weight":                 {"BF16", notLinear},
+			"model.embed_tokens.weight":         {"BF16", notLinear},
+			"ids":                               {"I64", "integer tensor: default F8_E4M3 not applied"},
+		}},
+	} {
+		got := plan(c.opts...)
+		for name, w := range c.want {
+			if tp := got[name]; tp.DType != w[0] || tp.Rule != w[1] {
+				t.Errorf("%s: %s loads as %s by %q, want %s by %q", c.what, name, tp.DType, tp.Rule, w[0], w[1])
+			}
+		}
+	}
 }
