@@ -105,7 +105,7 @@ func Open(path string, opts ...Option) (*Model, error) {
 	// what is wrong when it is not); anything else that is a folder is
 	// resolved with package variant. Errors come typed from those packages.
 	var err error
-	if st, serr := m.src.Stat(m.name); serr == nil && st.IsDir() && !strings.HasSuffix(m.name, ".safetensors") && !strings.HasSuffix(m.name, ".json") {
+	if m.src.IsFolder(m.name) {
 		err = m.openDir()
 	} else {
 		err = m.openFile()
@@ -298,7 +298,7 @@ func (m *Model) decide(c *Component) error {
 		return err
 	}
 	for _, e := range c.entries {
-		e.dec = m.cfg.policy.decide(c.name, e.name, e.stored, e.q != nil)
+		e.dec = m.cfg.policy.Decide(c.name, e.name, e.stored, e.q != nil, e.shape)
 		err := e.resolve(c.strategy)
 		if err == nil {
 			err = e.resolveSlice(c.strategy)

@@ -37,11 +37,12 @@ func WithVariant(v string) Option {
 	return func(c *config) error { c.variant = v; return nil }
 }
 
-// WithPolicy sets the whole dtype policy, replacing what WithDType,
+// WithPolicy sets the whole dtype policy (NarrowLinearOnly included; the
+// same value convert.Options.Policy takes), replacing what WithDType,
 // WithComponentDType and WithRules set before it.
 func WithPolicy(p Policy) Option {
 	return func(c *config) error {
-		c.policy = Policy{Default: p.Default, Rules: append([]Rule(nil), p.Rules...)}
+		c.policy = Policy{Default: p.Default, Rules: append([]Rule(nil), p.Rules...), NarrowLinearOnly: p.NarrowLinearOnly}
 		if len(p.Components) > 0 {
 			c.policy.Components = make(map[string]Target, len(p.Components))
 			for k, v := range p.Components {

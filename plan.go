@@ -357,12 +357,12 @@ var uniformTargets = []Target{To(dtype.F32), To(dtype.BF16), To(dtype.F8_E4M3), 
 func (m *Model) alternatives(c *Component) []Alternative {
 	var out []Alternative
 	for _, t := range uniformTargets {
-		pol := Policy{Default: t, Rules: m.cfg.policy.Rules}
+		pol := Policy{Default: t, Rules: m.cfg.policy.Rules, NarrowLinearOnly: m.cfg.policy.NarrowLinearOnly}
 		xs := make([]*entry, 0, len(c.entries))
 		ok := true
 		for _, e := range c.entries {
 			x := &entry{name: e.name, stored: e.stored, shape: e.shape, inBytes: e.inBytes, q: e.q, sl: e.sl}
-			x.dec = pol.decide(c.name, e.name, e.stored, e.q != nil)
+			x.dec = pol.Decide(c.name, e.name, e.stored, e.q != nil, e.shape)
 			if x.resolve(c.strategy) != nil || x.resolveSlice(c.strategy) != nil {
 				ok = false
 				break

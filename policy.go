@@ -144,24 +144,57 @@ func ParseRule(s string) (Rule, error) {
 // scales) belongs to a quantized weight, which the policy sees under its
 // logical name with its element type (F8_E4M3, F4): it is not an integer
 // tensor.
+//
+// The same Policy value configures the loader (WithPolicy) and package
+// convert (convert.Options.Policy); Decide is the one place the choice is
+// made.
 type Policy struct {
-	Default    Target
+	// Default is the target of every tensor no rule or component target
+	// decides (the lowest level).
+	Default Target
+	// Components sets the targets of whole components of a pipeline, by
+	// name; it takes precedence over Default.
 	Components map[string]Target
-	Rules      []Rule
+	// Rules are per-tensor rules tried first, in order: the first whose
+	// component and pattern match decides, whatever the tensor is (a rule
+	// may cast an integer tensor or narrow an embedding).
+	Rules []Rule
+	// NarrowLinearOnly limits a component or default dtype target of 8
+	// bits or fewer (F8_E4M3, F4, ...) to the tensors LinearWeight takes
+	// for the 2-D weights of linear layers: norms, biases, embeddings,
+	// output heads and other tensors stay as stored, and the Decision
+	// says "not a linear layer's 2-D weight: default F8_E4M3 not applied".
+	// Rules are not limited. Package convert's Run always applies its
+	// policy with NarrowLinearOnly set; the loader applies it as given.
+	NarrowLinearOnly bool
 }
 
 // Decision is what the policy decided for one tensor, and why.
 type Decision struct {
 	Target Target
-	// Rule says which level decided, in words: `rule 2 "norm"=F32`,
+	// Rule says which level decided, in words: "rule 2 **.norm.*=F32",
 	// `component "transformer"=F8_E4M3`, "default F32", "no target: as
-	// stored", "integer tensor: default not applied".
+	// stored", "integer tensor: default F32 not applied", "not a linear
+	// layer's 2-D weight: default F8_E4M3 not applied".
 	Rule string
 }
 
-// decide applies the policy to one tensor. quantized says the tensor is a
-// scaled low-precision weight (never an integer tensor).
-func (p *Policy) decide(component, name string, stored dtype.DType, quantized bool) Decision {
+// Decide applies the policy to one tensor: component is the name of its
+// component (as Model.Components names it), name its logical name, stored its stored dtype (a quantized weight's
+// element type), quantized says it is a scaled low-precision weight
+// (never an integer tensor), and shape is its logical shape, which only
+// NarrowLinearOnly looks at.
+//
+// The first Rule whose component and pattern match decides. Otherwise the
+// component's target, or else Default, applies; with neither set the
+// tensor is loaded as stored. A target that is not a dtype (AsStored,
+// Quantized) applies to every tensor. A dtype target is not applied to an
+// integer, bool or complex tensor that is not quantized, and, with
+// NarrowLinearOnly, a dtype target of 8 bits or fewer is not applied to a
+// tensor LinearWeight does not take for a linear layer's weight: the
+// Decision is then AsStored, and its Rule says which target was not
+// applied and why.
+func (p *Policy) Decide(component, name string, stored dtype.DType, quantized bool, shape []int64) Decision {
 	for i, r := range p.Rules {
 		if r.Component != "" && r.Component != component {
 			continue
@@ -170,20 +203,46 @@ func (p *Policy) decide(component, name string, stored dtype.DType, quantized bo
 			return Decision{Target: r.Target, Rule: fmt.Sprintf("rule %d %s", i+1, r.String())}
 		}
 	}
-	castable := quantized || stored.IsFloat()
-	if t, ok := p.Components[component]; ok && t.IsSet() {
-		if !castable && t.mode == modeDType {
-			return Decision{Target: AsStored, Rule: fmt.Sprintf("%s tensor: component target %s not applied", kindWord(stored), t)}
-		}
-		return Decision{Target: t, Rule: fmt.Sprintf("component %q=%s", component, t)}
+	t, level := p.Default, "default "+p.Default.String()
+	if ct, ok := p.Components[component]; ok && ct.IsSet() {
+		t, level = ct, fmt.Sprintf("component %q=%s", component, ct)
 	}
-	if p.Default.IsSet() {
-		if !castable && p.Default.mode == modeDType {
-			return Decision{Target: AsStored, Rule: fmt.Sprintf("%s tensor: default %s not applied", kindWord(stored), p.Default)}
-		}
-		return Decision{Target: p.Default, Rule: "default " + p.Default.String()}
+	if !t.IsSet() {
+		return Decision{Target: AsStored, Rule: "no target: as stored"}
 	}
-	return Decision{Target: AsStored, Rule: "no target: as stored"}
+	d, isDType := t.DType()
+	if !isDType {
+		return Decision{Target: t, Rule: level}
+	}
+	if !quantized && !stored.IsFloat() {
+		return Decision{Target: AsStored, Rule: fmt.Sprintf("%s tensor: %s not applied", kindWord(stored), level)}
+	}
+	if p.NarrowLinearOnly && d.Bits() <= 8 && !LinearWeight(name, shape) {
+		return Decision{Target: AsStored, Rule: fmt.Sprintf("not a linear layer's 2-D weight: %s not applied", level)}
+	}
+	return Decision{Target: t, Rule: level}
+}
+
+// LinearWeight reports whether a tensor is taken for the weight of a linear
+// layer, which an 8-bit or narrower default target quantizes (see
+// Policy.NarrowLinearOnly): a 2-D tensor named P.weight whose module P is
+// not an embedding (a part containing "embed", or wte, wpe, shared), not an
+// output head (lm_head, embed_out) and not a normalization layer (a part
+// containing "norm", or ln_*). Rules can quantize any tensor regardless.
+func LinearWeight(name string, shape []int64) bool {
+	if len(shape) != 2 || !strings.HasSuffix(name, ".weight") {
+		return false
+	}
+	module := strings.TrimSuffix(name, ".weight")
+	for _, p := range strings.Split(module, ".") {
+		l := strings.ToLower(p)
+		switch {
+		case strings.Contains(l, "embed"), strings.Contains(l, "norm"), strings.HasPrefix(l, "ln_"),
+			l == "wte", l == "wpe", l == "shared", l == "lm_head", l == "ln":
+			return false
+		}
+	}
+	return true
 }
 
 func kindWord(d dtype.DType) string {

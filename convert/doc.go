@@ -12,12 +12,13 @@
 // source (model.bf16.safetensors, X.V-0000k-of-0000n.safetensors with
 // X.safetensors.index.V.json) that variant resolution then picks up.
 //
-// The dtype policy is the loader's (a default, per-component targets,
-// per-tensor rules; ckpt.ParseRule), with one default of its own: a target
-// of 16 bits or more casts every floating tensor, while an 8-bit or
-// narrower target applies only to the 2-D weights of linear layers
-// (LinearWeight) and leaves norms, biases, embeddings, lm_head and
-// non-float tensors as they are. Rules override both.
+// The dtype policy is the loader's (Options.Policy, a ckpt.Policy: a
+// default, per-component targets, per-tensor rules; ckpt.ParseRule),
+// applied with ckpt.Policy.NarrowLinearOnly set: a target of 16 bits or
+// more casts every floating tensor, while an 8-bit or narrower target
+// applies only to the 2-D weights of linear layers (ckpt.LinearWeight) and
+// leaves norms, biases, embeddings, lm_head and non-float tensors as they
+// are. Rules override both.
 //
 // FP8 targets quantize those weights with F32 scales (quant.FP8Quantizer):
 // per tensor ([1]), per output channel ([out, 1]) or per N×N block

@@ -47,7 +47,7 @@ func TestRunEveryDTypePair(t *testing.T) {
 		for _, to := range all {
 			dst := filepath.Join(dir, fmt.Sprintf("to_%s_%v.safetensors", to, saturate))
 			rules := []ckpt.Rule{mustRule(t, "c=stored"), mustRule(t, "**="+to.String())}
-			rep := run(t, src, dst, Options{Rules: rules, Saturate: saturate, ChunkBytes: 4096, Workers: 2})
+			rep := run(t, src, dst, Options{Policy: ckpt.Policy{Rules: rules}, Saturate: saturate, ChunkBytes: 4096, Workers: 2})
 			out, err := safetensors.Open(dst)
 			if err != nil {
 				t.Fatal(err)
@@ -83,7 +83,7 @@ func TestRunEveryDTypePair(t *testing.T) {
 				if from != to && exact(from, to) && !saturate {
 					// Back to the source's bytes.
 					back := filepath.Join(dir, "back.safetensors")
-					run(t, dst, back, Options{Rules: []ckpt.Rule{mustRule(t, name+"="+from.String())}})
+					run(t, dst, back, Options{Policy: ckpt.Policy{Rules: []ckpt.Rule{mustRule(t, name+"="+from.String())}}})
 					bf, _ := safetensors.Open(back)
 					bt, _ := bf.Tensor(name)
 					bb, _ := bt.Bytes()
@@ -96,7 +96,7 @@ func TestRunEveryDTypePair(t *testing.T) {
 			out.Close()
 		}
 	}
-	_, err = Run(context.Background(), src, filepath.Join(dir, "c.safetensors"), Options{Rules: []ckpt.Rule{mustRule(t, "c=F32")}})
+	_, err = Run(context.Background(), src, filepath.Join(dir, "c.safetensors"), Options{Policy: ckpt.Policy{Rules: []ckpt.Rule{mustRule(t, "c=F32")}}})
 	if !errors.Is(err, ErrCast) {
 		t.Errorf("complex to real: %v", err)
 	}

@@ -65,7 +65,7 @@ func TestRunFolderLayout(t *testing.T) {
 	write("README.md", "# model")
 
 	dst := filepath.Join(t.TempDir(), "out")
-	rep := run(t, src, dst, Options{DType: target(t, "F8_E4M3"), MaxShardSize: 20000})
+	rep := run(t, src, dst, Options{Policy: ckpt.Policy{Default: target(t, "F8_E4M3")}, MaxShardSize: 20000})
 	files := testutil.Entries(t, dst)
 	var shards int
 	for _, f := range files {
@@ -119,7 +119,7 @@ func TestRunFolderLayout(t *testing.T) {
 	}
 	// Converting again replaces the set atomically (four shards by one
 	// file): nothing of the old set, no temporary file left.
-	run(t, src, dst, Options{DType: target(t, "bf16")})
+	run(t, src, dst, Options{Policy: ckpt.Policy{Default: target(t, "bf16")}})
 	files = testutil.Entries(t, dst)
 	if slices.Contains(files, "model.safetensors.index.json") || !slices.Contains(files, "model.safetensors") || len(files) != 5 {
 		t.Errorf("after reconverting: %v", files)
@@ -136,8 +136,8 @@ func TestRunVariantBeside(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	src := ckpttest.Dir(t, ckpttest.Weights{Prefix: "diffusion_pytorch_model", Tensors: llama(rng, dtype.F32), Shards: 2})
 	os.WriteFile(filepath.Join(src, "config.json"), []byte(`{"_class_name": "X"}`), 0o644)
-	run(t, src, src, Options{DType: target(t, "bf16"), Variant: "bf16"})
-	run(t, src, src, Options{DType: target(t, "F8_E4M3"), Variant: "fp8", MaxShardSize: 10000, Scale: Scale{Granularity: 3, Block: 16}})
+	run(t, src, src, Options{Policy: ckpt.Policy{Default: target(t, "bf16")}, Variant: "bf16"})
+	run(t, src, src, Options{Policy: ckpt.Policy{Default: target(t, "F8_E4M3")}, Variant: "fp8", MaxShardSize: 10000, Scale: Scale{Granularity: 3, Block: 16}})
 	files := testutil.Entries(t, src)
 	for _, f := range []string{"diffusion_pytorch_model.bf16.safetensors", "diffusion_pytorch_model.fp8-00001-of-00004.safetensors",
 		"diffusion_pytorch_model.safetensors.index.fp8.json", "diffusion_pytorch_model.safetensors.index.json"} {
@@ -188,8 +188,8 @@ func TestRunPipeline(t *testing.T) {
 		},
 	})
 	dst := filepath.Join(t.TempDir(), "pipe")
-	rep := run(t, src, dst, Options{DType: target(t, "bf16"), Components: map[string]ckpt.Target{"transformer": target(t, "F8_E4M3")},
-		Rules: []ckpt.Rule{mustRule(t, "text_encoder/**.bias=F32")}})
+	rep := run(t, src, dst, Options{Policy: ckpt.Policy{Default: target(t, "bf16"), Components: map[string]ckpt.Target{"transformer": target(t, "F8_E4M3")},
+		Rules: []ckpt.Rule{mustRule(t, "text_encoder/**.bias=F32")}}})
 	for _, f := range []string{"model_index.json", "scheduler/scheduler_config.json", "text_encoder/config.json", "text_encoder/model.safetensors",
 		"transformer/config.json", "transformer/diffusion_pytorch_model.safetensors"} {
 		if _, err := os.Stat(filepath.Join(dst, f)); err != nil {
@@ -208,7 +208,7 @@ func TestRunPipeline(t *testing.T) {
 			switch {
 			case c.Name == "text_encoder" && strings.HasSuffix(tp.Name, ".bias"):
 				want = "F32"
-			case c.Name == "transformer" && LinearWeight(tp.Name, tp.Shape):
+			case c.Name == "transformer" && ckpt.LinearWeight(tp.Name, tp.Shape):
 				want = "F8_E4M3"
 			case c.Name == "transformer":
 				want = "F32"
@@ -228,7 +228,7 @@ func TestRunPipeline(t *testing.T) {
 	if !slices.Contains(keys, "transformer/model.layers.0.mlp.up_proj.weight_scale") {
 		t.Errorf("report keys %v", keys)
 	}
-	if _, err := Run(context.Background(), src, dst, Options{Components: map[string]ckpt.Target{"vae": target(t, "bf16")}}); !errors.Is(err, ErrOption) {
+	if _, err := Run(context.Background(), src, dst, Options{Policy: ckpt.Policy{Components: map[string]ckpt.Target{"vae": target(t, "bf16")}}}); !errors.Is(err, ErrOption) {
 		t.Errorf("unknown component: %v", err)
 	}
 	if _, err := Run(context.Background(), src, filepath.Join(src, "sub"), Options{}); !errors.Is(err, ErrTarget) {
@@ -250,11 +250,11 @@ func TestRunFileDestinations(t *testing.T) {
 	src := ckpttest.File(t, llama(rng, dtype.F32)...)
 	dir := t.TempDir()
 	// Into a folder: the source's name.
-	run(t, src, dir+string(filepath.Separator), Options{DType: target(t, "f16")})
+	run(t, src, dir+string(filepath.Separator), Options{Policy: ckpt.Policy{Default: target(t, "f16")}})
 	// A variant name and an arbitrary name.
-	run(t, src, filepath.Join(dir, "model.fp16.safetensors"), Options{DType: target(t, "f16")})
-	run(t, src, filepath.Join(dir, "my weights.safetensors"), Options{DType: target(t, "bf16")})
-	run(t, src, filepath.Join(dir, "x.safetensors"), Options{DType: target(t, "bf16"), MaxShardSize: 20000})
+	run(t, src, filepath.Join(dir, "model.fp16.safetensors"), Options{Policy: ckpt.Policy{Default: target(t, "f16")}})
+	run(t, src, filepath.Join(dir, "my weights.safetensors"), Options{Policy: ckpt.Policy{Default: target(t, "bf16")}})
+	run(t, src, filepath.Join(dir, "x.safetensors"), Options{Policy: ckpt.Policy{Default: target(t, "bf16")}, MaxShardSize: 20000})
 	files := testutil.Entries(t, dir)
 	for _, f := range []string{filepath.Base(src), "model.fp16.safetensors", "my weights.safetensors", "x-00001-of-00004.safetensors", "x.safetensors.index.json"} {
 		if !slices.Contains(files, f) {
@@ -266,7 +266,7 @@ func TestRunFileDestinations(t *testing.T) {
 	}
 	// In place: the file is replaced atomically while it is read from
 	// its mapping.
-	run(t, src, src, Options{DType: target(t, "bf16")})
+	run(t, src, src, Options{Policy: ckpt.Policy{Default: target(t, "bf16")}})
 	_, infos, _ := readAll(t, src)
 	if infos["lm_head.weight"].DType != dtype.BF16 {
 		t.Errorf("in place: %v", infos["lm_head.weight"])
@@ -280,7 +280,7 @@ func TestRunAtomic(t *testing.T) {
 	src := ckpttest.Dir(t, ckpttest.Weights{Tensors: llama(rng, dtype.F32)})
 	os.WriteFile(filepath.Join(src, "config.json"), []byte(`{}`), 0o644)
 	dst := filepath.Join(t.TempDir(), "out")
-	run(t, src, dst, Options{DType: target(t, "bf16"), MaxShardSize: 20000})
+	run(t, src, dst, Options{Policy: ckpt.Policy{Default: target(t, "bf16")}, MaxShardSize: 20000})
 	snapshot := func() map[string]string {
 		out := map[string]string{}
 		for _, f := range testutil.Entries(t, dst) {
@@ -306,7 +306,7 @@ func TestRunAtomic(t *testing.T) {
 		}, ErrSource},
 	} {
 		testHookPiece = tc.hook
-		_, err := Run(context.Background(), src, dst, Options{DType: target(t, "F8_E4M3"), ChunkBytes: 4096})
+		_, err := Run(context.Background(), src, dst, Options{Policy: ckpt.Policy{Default: target(t, "F8_E4M3")}, ChunkBytes: 4096})
 		testHookPiece = nil
 		if !errors.Is(err, tc.kind) || !strings.Contains(err.Error(), "disk on fire") {
 			t.Errorf("%s: %v", tc.name, err)
@@ -317,7 +317,7 @@ func TestRunAtomic(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	_, err := Run(ctx, src, dst, Options{DType: target(t, "F8_E4M3"), ChunkBytes: 4096, Progress: func(p Progress) {
+	_, err := Run(ctx, src, dst, Options{Policy: ckpt.Policy{Default: target(t, "F8_E4M3")}, ChunkBytes: 4096, Progress: func(p Progress) {
 		if p.Phase == "write" && p.Done > p.Total/2 {
 			cancel()
 		}
@@ -366,7 +366,7 @@ func TestRunRefusesSpecialFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 		dst := filepath.Join(t.TempDir(), "out")
-		_, err := Run(context.Background(), src, dst, Options{DType: target(t, "bf16")})
+		_, err := Run(context.Background(), src, dst, Options{Policy: ckpt.Policy{Default: target(t, "bf16")}})
 		if !errors.Is(err, ErrCopy) {
 			t.Errorf("%s: %v", tc.name, err)
 		}

@@ -12,22 +12,21 @@ import (
 // Options configure Run. The zero Options copy every tensor as stored into
 // the destination's layout.
 type Options struct {
-	// DType is the default target of every tensor (the lowest level of the
-	// policy). A float dtype of 16 bits or more casts every floating tensor
-	// to it (and dequantizes scaled low-precision weights); an 8-bit or
-	// narrower one applies only to the 2-D weights of linear layers (see
-	// LinearWeight), which FP8 targets quantize with scales (Scale), while
-	// norms, biases, embeddings, lm_head and non-float tensors stay as they
-	// are. ckpt.AsStored (or the zero Target) keeps every tensor.
-	DType ckpt.Target
-	// Components sets the target of whole components of a pipeline; it
-	// takes precedence over DType, with the same rules.
-	Components map[string]ckpt.Target
-	// Rules are per-tensor rules tried first, in order, as in the loader
-	// (ckpt.ParseRule reads the CLI's "PATTERN=D"): the first whose pattern
-	// matches decides, whatever the tensor is (a rule may cast an integer
-	// tensor or quantize an embedding).
-	Rules []ckpt.Rule
+	// Policy chooses each tensor's target, as the loader's policy does
+	// (the same value can be given to ckpt.WithPolicy): the first matching
+	// rule (ckpt.ParseRule reads the CLI's "PATTERN=D"), then the
+	// component's target, then the default; with none, as stored. Run
+	// applies it with ckpt.Policy.NarrowLinearOnly set, whatever the field
+	// says: a default or component target that is a float dtype of 16 bits
+	// or more casts every floating tensor to it (and dequantizes scaled
+	// low-precision weights); an 8-bit or narrower one applies only to the
+	// 2-D weights of linear layers (see ckpt.LinearWeight), which FP8
+	// targets quantize with scales (Scale), while norms, biases,
+	// embeddings, lm_head and non-float tensors stay as they are. A rule
+	// decides whatever the tensor is (it may cast an integer tensor or
+	// quantize an embedding). ckpt.AsStored (or the zero Policy) keeps
+	// every tensor.
+	Policy ckpt.Policy
 
 	// SourceVariant selects the precision variant of a source folder or
 	// pipeline to read ("" for its untagged weights).

@@ -82,7 +82,7 @@ func rssChild(t *testing.T, path, to string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := Run(context.Background(), path, filepath.Join(filepath.Dir(path), "out-"+to+".safetensors"), Options{DType: tg, Rules: []ckpt.Rule{mustRule(t, "embed.weight="+to)}})
+	rep, err := Run(context.Background(), path, filepath.Join(filepath.Dir(path), "out-"+to+".safetensors"), Options{Policy: ckpt.Policy{Default: tg, Rules: []ckpt.Rule{mustRule(t, "embed.weight="+to)}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,7 +50,7 @@ const maxConfigSize = 16 << 20
 // component is one weights set to write.
 type component struct {
 	name    string // "" for the only component of a file or folder
-	label   string // the name rules and Options.Components use
+	label   string // the name rules and Options.Policy.Components use
 	srcDir  string
 	store   srcStore
 	scheme  *quant.Scheme
@@ -70,6 +70,7 @@ type component struct {
 type runner struct {
 	ctx     context.Context
 	opts    Options
+	policy  ckpt.Policy // opts.Policy with NarrowLinearOnly set
 	scale   Scale
 	src     string
 	dst     string
@@ -128,10 +129,10 @@ type runner struct {
 // is replaced atomically once the new one is complete (it is read from
 // its mapping until then).
 //
-// Each tensor's target comes from the policy (Options.DType, Components,
-// Rules), as in the loader, with one difference for narrow targets: an
-// 8-bit or narrower default applies only to the 2-D weights of linear
-// layers (LinearWeight). To F8_E4M3 or F8_E5M2 such a weight is quantized
+// Each tensor's target comes from Options.Policy (ckpt.Policy.Decide), as
+// in the loader, with ckpt.Policy.NarrowLinearOnly set: an 8-bit or
+// narrower default or component target applies only to the 2-D weights of
+// linear layers (ckpt.LinearWeight). To F8_E4M3 or F8_E5M2 such a weight is quantized
 // with F32 scales (Options.Scale, Options.ScaleFormat) and the component
 // gets the matching quantization_config, in config.json and in every
 // file's __metadata__; Scale.Unscaled casts plainly instead. A source
@@ -226,18 +227,20 @@ func (r *runner) check() error {
 	if o.ChunkBytes < 0 || (o.ChunkBytes > 0 && o.ChunkBytes < 4096) {
 		return bad("ChunkBytes", fmt.Sprintf("%d: at least 4096 bytes (0 for the default)", o.ChunkBytes))
 	}
-	targets := map[string]ckpt.Target{"DType": o.DType}
-	for k, t := range o.Components {
-		targets["Components["+k+"]"] = t
+	targets := map[string]ckpt.Target{"Policy.Default": o.Policy.Default}
+	for k, t := range o.Policy.Components {
+		targets["Policy.Components["+k+"]"] = t
 	}
-	for i, ru := range o.Rules {
-		targets[fmt.Sprintf("Rules[%d]", i)] = ru.Target
+	for i, ru := range o.Policy.Rules {
+		targets[fmt.Sprintf("Policy.Rules[%d]", i)] = ru.Target
 	}
 	for field, t := range targets {
 		if d, ok := t.DType(); ok && (!d.Valid() || d.Bits() == 0) {
 			return bad(field, fmt.Sprintf("unknown dtype %v", d))
 		}
 	}
+	r.policy = o.Policy
+	r.policy.NarrowLinearOnly = true
 	var err error
 	if r.scale, err = o.resolvedScale(); err != nil {
 		return err
@@ -258,7 +261,7 @@ func (r *runner) check() error {
 // source is one component of the source: its stored tensors, its
 // detected scaled layout, and the file name its weights are named after.
 type source struct {
-	label  string // the component's name, for rules and Options.Components
+	label  string // the component's name, for rules and Options.Policy.Components
 	dir    string
 	naming string // the source's index or single file name
 	store  srcStore
@@ -281,16 +284,16 @@ func (r *runner) openSource() ([]source, func(), error) {
 	for _, s := range srcs {
 		names = append(names, s.label)
 	}
-	for k := range r.opts.Components {
+	for k := range r.opts.Policy.Components {
 		if !slices.Contains(names, k) {
 			closer()
-			return nil, nil, &Error{Kind: ErrOption, Field: "Components", Component: k, Msg: "no such component; the model has " + strings.Join(names, ", ")}
+			return nil, nil, &Error{Kind: ErrOption, Field: "Policy.Components", Component: k, Msg: "no such component; the model has " + strings.Join(names, ", ")}
 		}
 	}
-	for _, ru := range r.opts.Rules {
+	for _, ru := range r.opts.Policy.Rules {
 		if ru.Component != "" && !slices.Contains(names, ru.Component) {
 			closer()
-			return nil, nil, &Error{Kind: ErrOption, Field: "Rules", Component: ru.Component, Msg: "rule " + ru.String() + " names no component of the model"}
+			return nil, nil, &Error{Kind: ErrOption, Field: "Policy.Rules", Component: ru.Component, Msg: "rule " + ru.String() + " names no component of the model"}
 		}
 	}
 	return srcs, closer, nil
@@ -332,12 +335,6 @@ func (r *runner) openLoader() ([]source, func(), error) {
 		srcs = append(srcs, source{label: cp.Name, dir: cp.Dir, naming: naming, store: shardStore{ck}, scheme: scheme})
 	}
 	return srcs, closer, nil
-}
-
-// isDirSource mirrors ckpt.Open: a folder, unless named like a file.
-func isDirSource(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && st.IsDir() && !strings.HasSuffix(p, ".safetensors") && !strings.HasSuffix(p, ".json")
 }
 
 // plan resolves the destination of every component, builds the tasks and
@@ -807,7 +804,7 @@ func (r *runner) finishFiles(copies []copyFile) error {
 		case c.dropQ:
 			del = append(del, "quantization_config", "compression_config")
 		}
-		if d, ok := r.opts.DType.DType(); ok && torchDTypeName(d) != "" {
+		if d, ok := r.opts.Policy.Default.DType(); ok && torchDTypeName(d) != "" {
 			var obj map[string]json.RawMessage
 			if json.Unmarshal(b, &obj) == nil {
 				q, _ := json.Marshal(torchDTypeName(d))

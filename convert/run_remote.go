@@ -13,6 +13,7 @@ import (
 
 	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/internal/safeopen"
+	"github.com/ckpt-go/ckpt/internal/srcfs"
 	"github.com/ckpt-go/ckpt/safetensors"
 )
 
@@ -181,16 +182,15 @@ func (r *runner) openSourceFS() error {
 	return nil
 }
 
-// isDirSource is isDirSource of src, for a source of either kind.
+// isDirSource reports whether src, a source of either kind, is a folder
+// or a pipeline root rather than a file, as ckpt.Open tells them apart
+// (srcfs.FS.IsFolder).
 func (r *runner) isDirSource() bool {
-	if r.srcFS == nil {
-		return isDirSource(r.src)
+	name := r.src
+	if r.srcFS != nil {
+		name = r.srcRoot
 	}
-	if strings.HasSuffix(r.src, ".safetensors") || strings.HasSuffix(r.src, ".json") {
-		return false
-	}
-	st, err := fs.Stat(r.srcFS, r.srcRoot)
-	return err == nil && st.IsDir()
+	return srcfs.Of(r.srcFS).IsFolder(name)
 }
 
 // srcExists reports whether the file rel/name (slash-separated, relative

@@ -104,7 +104,7 @@ func TestRunCastsEveryFloatTensor(t *testing.T) {
 	src := ckpttest.File(t, llama(rng, dtype.F32)...)
 	srcVals, _, _ := readAll(t, src)
 	dst := filepath.Join(t.TempDir(), "model.safetensors")
-	rep := run(t, src, dst, Options{DType: target(t, "bf16"), ChunkBytes: 4096, Workers: 3})
+	rep := run(t, src, dst, Options{Policy: ckpt.Policy{Default: target(t, "bf16")}, ChunkBytes: 4096, Workers: 3})
 	vals, infos, meta := readAll(t, dst)
 	for name, info := range infos {
 		want := dtype.BF16
@@ -166,7 +166,7 @@ func TestRunQuantizeLoadBack(t *testing.T) {
 			t.Fatal(err)
 		}
 		dst := filepath.Join(t.TempDir(), "model.safetensors")
-		rep := run(t, src, dst, Options{DType: target(t, tc.elem), Scale: sc, ScaleFormat: tc.format, ChunkBytes: 4096, Verify: true})
+		rep := run(t, src, dst, Options{Policy: ckpt.Policy{Default: target(t, tc.elem)}, Scale: sc, ScaleFormat: tc.format, ChunkBytes: 4096, Verify: true})
 		if !rep.Verified {
 			t.Errorf("%s: not verified", name)
 		}
@@ -302,13 +302,13 @@ func TestRunOverflow(t *testing.T) {
 	src := ckpttest.File(t, ckpttest.Tensor{Name: "act.scale", DType: dtype.F32, Shape: []int64{4}, Data: big})
 	dir := t.TempDir()
 	dst := filepath.Join(dir, "model.safetensors")
-	rep := run(t, src, dst, Options{DType: target(t, "f16")})
+	rep := run(t, src, dst, Options{Policy: ckpt.Policy{Default: target(t, "f16")}})
 	tr := rep.Tensors[0]
 	if tr.Inf != 2 || tr.Overflow != 2 || !tr.Lossy() || rep.Summary.Inf != 2 || !slices.Contains(rep.Summary.Worst, "act.scale") {
 		t.Errorf("report %+v / %+v", tr, rep.Summary)
 	}
 	before := testutil.Entries(t, dir)
-	_, err := Run(context.Background(), src, filepath.Join(dir, "model.safetensors"), Options{DType: target(t, "f16"), FailOnOverflow: true})
+	_, err := Run(context.Background(), src, filepath.Join(dir, "model.safetensors"), Options{Policy: ckpt.Policy{Default: target(t, "f16")}, FailOnOverflow: true})
 	var ce *Error
 	if !errors.As(err, &ce) || ce.Kind != ErrOverflow || ce.Tensor != "act.scale" {
 		t.Fatalf("FailOnOverflow: %v", err)
@@ -316,12 +316,12 @@ func TestRunOverflow(t *testing.T) {
 	if after := testutil.Entries(t, dir); !slices.Equal(before, after) {
 		t.Errorf("folder changed: %v -> %v", before, after)
 	}
-	rep = run(t, src, dst, Options{DType: target(t, "f16"), Saturate: true})
+	rep = run(t, src, dst, Options{Policy: ckpt.Policy{Default: target(t, "f16")}, Saturate: true})
 	if tr := rep.Tensors[0]; tr.Inf != 0 || tr.Saturated != 2 || tr.Overflow != 2 {
 		t.Errorf("saturate: %+v", tr)
 	}
 	// Saturated values still overflowed: FailOnOverflow refuses them too.
-	if _, err := Run(context.Background(), src, dst, Options{DType: target(t, "f16"), Saturate: true, FailOnOverflow: true}); !errors.Is(err, ErrOverflow) {
+	if _, err := Run(context.Background(), src, dst, Options{Policy: ckpt.Policy{Default: target(t, "f16")}, Saturate: true, FailOnOverflow: true}); !errors.Is(err, ErrOverflow) {
 		t.Errorf("saturate + FailOnOverflow: %v", err)
 	}
 }
@@ -335,7 +335,7 @@ func TestRunPlainUnscaledCast(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	src := ckpttest.File(t, llama(rng, dtype.F32)...)
 	dst := filepath.Join(t.TempDir(), "model.safetensors")
-	rep := run(t, src, dst, Options{DType: target(t, "F8_E4M3"), Scale: Scale{Unscaled: true}, Saturate: true})
+	rep := run(t, src, dst, Options{Policy: ckpt.Policy{Default: target(t, "F8_E4M3")}, Scale: Scale{Unscaled: true}, Saturate: true})
 	var found bool
 	for _, w := range rep.Warnings {
 		found = found || strings.Contains(w, "without scales")
@@ -347,7 +347,7 @@ func TestRunPlainUnscaledCast(t *testing.T) {
 	if infos["model.layers.0.mlp.up_proj.weight"].DType != dtype.F8_E4M3 || infos["model.norm.weight"].DType != dtype.F32 || meta["quantization_config"] != "" {
 		t.Errorf("infos %v meta %v", infos, meta)
 	}
-	if _, err := Run(context.Background(), src, dst, Options{DType: target(t, "F4")}); !errors.Is(err, ErrCast) {
+	if _, err := Run(context.Background(), src, dst, Options{Policy: ckpt.Policy{Default: target(t, "F4")}}); !errors.Is(err, ErrCast) {
 		t.Errorf("scaled F4: %v", err)
 	}
 }
@@ -360,7 +360,7 @@ func TestRunHostileShapes(t *testing.T) {
 		ckpttest.Tensor{Name: "v.weight", DType: dtype.F32, Shape: []int64{0, 1 << 40}, Data: []byte{}},
 		randTensor(rand.New(rand.NewPCG(1, 1)), "x.weight", dtype.F32, 8, 8))
 	dst := filepath.Join(t.TempDir(), "model.safetensors")
-	rep := run(t, src, dst, Options{DType: target(t, "F8_E4M3"), Scale: Scale{Granularity: 2}, Verify: true})
+	rep := run(t, src, dst, Options{Policy: ckpt.Policy{Default: target(t, "F8_E4M3")}, Scale: Scale{Granularity: 2}, Verify: true})
 	_, infos, _ := readAll(t, dst)
 	if infos["w.weight"].DType != dtype.F8_E4M3 || len(infos) != 4 || rep.Summary.Quantized != 1 {
 		t.Errorf("infos %v, summary %+v", infos, rep.Summary)

@@ -34,8 +34,8 @@ func TestRunToS3OverwriteRace(t *testing.T) {
 	if _, err := convert.Run(ctx, src, loc, convert.Options{MaxShardSize: 300 << 10}); err != nil {
 		t.Fatal(err)
 	}
-	first := convert.Options{DType: ckpt.To(dtype.BF16), MaxShardSize: 100 << 10, Overwrite: true}
-	second := convert.Options{DType: ckpt.To(dtype.F16), MaxShardSize: 100 << 10, Overwrite: true}
+	first := convert.Options{Policy: ckpt.Policy{Default: ckpt.To(dtype.BF16)}, MaxShardSize: 100 << 10, Overwrite: true}
+	second := convert.Options{Policy: ckpt.Policy{Default: ckpt.To(dtype.F16)}, MaxShardSize: 100 << 10, Overwrite: true}
 	local := filepath.Join(t.TempDir(), "want")
 	if _, err := convert.Run(ctx, src, local, second); err != nil {
 		t.Fatal(err)
@@ -86,7 +86,7 @@ func TestRunFromS3(t *testing.T) {
 	s.PutDir(t, bucket, "src/m", src)
 	ctx := context.Background()
 	for _, opts := range []convert.Options{
-		{DType: ckpt.To(dtype.BF16), MaxShardSize: 64 << 10, Verify: true},
+		{Policy: ckpt.Policy{Default: ckpt.To(dtype.BF16)}, MaxShardSize: 64 << 10, Verify: true},
 		{Verify: true},
 	} {
 		local := filepath.Join(t.TempDir(), "local")
@@ -114,7 +114,7 @@ func TestRunFromS3(t *testing.T) {
 		}
 
 		dst := "s3://" + bucket + "/dst/m"
-		rep, err = convert.Run(ctx, "s3://"+bucket+"/src/m", dst, convert.Options{DType: opts.DType, MaxShardSize: opts.MaxShardSize, Verify: true, Overwrite: true})
+		rep, err = convert.Run(ctx, "s3://"+bucket+"/src/m", dst, convert.Options{Policy: opts.Policy, MaxShardSize: opts.MaxShardSize, Verify: true, Overwrite: true})
 		if err != nil {
 			t.Fatalf("s3 to s3: %v", err)
 		}
@@ -136,7 +136,7 @@ func TestRunFromS3(t *testing.T) {
 	data, _ := os.ReadFile(file)
 	s.Put(t, bucket, "one/w.safetensors", data)
 	out := filepath.Join(t.TempDir(), "w.bf16.safetensors")
-	if _, err := convert.Run(ctx, "s3://"+bucket+"/one/w.safetensors", out, convert.Options{DType: ckpt.To(dtype.BF16), Verify: true}); err != nil {
+	if _, err := convert.Run(ctx, "s3://"+bucket+"/one/w.safetensors", out, convert.Options{Policy: ckpt.Policy{Default: ckpt.To(dtype.BF16)}, Verify: true}); err != nil {
 		t.Fatalf("an s3 file to a file: %v", err)
 	}
 	if _, err := convert.Run(ctx, "s3://"+bucket+"/nothing", filepath.Join(t.TempDir(), "x"), convert.Options{}); !errors.Is(err, remote.ErrNotFound) {

@@ -209,7 +209,7 @@ func TestRunToS3(t *testing.T) {
 	os.WriteFile(filepath.Join(src, "config.json"), []byte(`{"model_type": "llama", "torch_dtype": "float32"}`), 0o644)
 	os.WriteFile(filepath.Join(src, "tokenizer.json"), []byte(`{"version": "1.0"}`), 0o644)
 	loc := "s3://" + bucket + "/models/llama"
-	opts := convert.Options{DType: ckpt.To(dtype.BF16), MaxShardSize: 4 << 20, Verify: true}
+	opts := convert.Options{Policy: ckpt.Policy{Default: ckpt.To(dtype.BF16)}, MaxShardSize: 4 << 20, Verify: true}
 
 	local := filepath.Join(t.TempDir(), "out")
 	if _, err := convert.Run(context.Background(), src, local, opts); err != nil {
@@ -236,7 +236,7 @@ func TestRunToS3(t *testing.T) {
 	}
 
 	// Refused without Overwrite, before anything is written.
-	opts2 := convert.Options{DType: ckpt.To(dtype.F16), MaxShardSize: 64 << 20}
+	opts2 := convert.Options{Policy: ckpt.Policy{Default: ckpt.To(dtype.F16)}, MaxShardSize: 64 << 20}
 	if _, err := convert.Run(context.Background(), src, loc, opts2); !errors.Is(err, convert.ErrExists) {
 		t.Fatalf("Run over weights: %v", err)
 	}
@@ -268,7 +268,7 @@ func TestRunToS3(t *testing.T) {
 	// A file source to a file location.
 	file := ckpttest.File(t, ckpttest.Tensors(t, "w:F32[64,64] b:F32[64]")...)
 	fileLoc := "s3://" + bucket + "/single/model.bf16.safetensors"
-	if _, err := convert.Run(context.Background(), file, fileLoc, convert.Options{DType: ckpt.To(dtype.BF16), Verify: true}); err != nil {
+	if _, err := convert.Run(context.Background(), file, fileLoc, convert.Options{Policy: ckpt.Policy{Default: ckpt.To(dtype.BF16)}, Verify: true}); err != nil {
 		t.Fatal(err)
 	}
 	if keys, _ := objects(t, s, bucket, "single"); !slices.Equal(keys, []string{"model.bf16.safetensors"}) {
@@ -292,7 +292,7 @@ func TestRunToS3Canceled(t *testing.T) {
 	want := loadAll(t, loc)
 	for _, maxShard := range []int64{0, 10 << 20} {
 		ctx, cancel := context.WithCancel(context.Background())
-		opts := convert.Options{DType: ckpt.To(dtype.F16), MaxShardSize: maxShard, Overwrite: true, ChunkBytes: 1 << 20,
+		opts := convert.Options{Policy: ckpt.Policy{Default: ckpt.To(dtype.F16)}, MaxShardSize: maxShard, Overwrite: true, ChunkBytes: 1 << 20,
 			Progress: func(p convert.Progress) {
 				if p.Done > 13<<19 { // past two parts of F16 data
 					cancel()
@@ -412,7 +412,7 @@ func TestRunPipelineToS3(t *testing.T) {
 		{Name: "text_encoder", Library: "transformers", Weights: []ckpttest.Weights{{Tensors: f32, Shards: 2}}},
 		{Name: "tokenizer", Files: map[string]string{"vocab.json": "{}"}},
 	}})
-	opts := convert.Options{DType: ckpt.To(dtype.BF16), MaxShardSize: 1024, Verify: true}
+	opts := convert.Options{Policy: ckpt.Policy{Default: ckpt.To(dtype.BF16)}, MaxShardSize: 1024, Verify: true}
 	local := filepath.Join(t.TempDir(), "out")
 	if _, err := convert.Run(context.Background(), root, local, opts); err != nil {
 		t.Fatal(err)
@@ -553,7 +553,7 @@ func TestRunToS3AfterKill(t *testing.T) {
 	src := ckpttest.Dir(t, ckpttest.Weights{Shards: 2, Tensors: ckpttest.Tensors(t, "a:F32[64,64] b:F32[64,64]")})
 	loc := "s3://" + bucket + "/out"
 	s.Put(t, bucket, "out/model-00001-of-00003.safetensors", []byte("the first shard of a killed run"))
-	opts := convert.Options{DType: ckpt.To(dtype.BF16), MaxShardSize: 9000}
+	opts := convert.Options{Policy: ckpt.Policy{Default: ckpt.To(dtype.BF16)}, MaxShardSize: 9000}
 	_, err := convert.Run(context.Background(), src, loc, opts)
 	if !errors.Is(err, convert.ErrExists) || !strings.Contains(err.Error(), "without their index") {
 		t.Fatalf("Run over a killed one's shards: %v", err)

@@ -81,7 +81,7 @@ func TestRunScaledSource(t *testing.T) {
 	// To BF16: every weight dequantized exactly as package quant does it,
 	// scales gone, config.json without quantization.
 	dst := filepath.Join(t.TempDir(), "bf16")
-	rep := run(t, src, dst, Options{DType: target(t, "bf16"), ChunkBytes: 4096, Verify: true})
+	rep := run(t, src, dst, Options{Policy: ckpt.Policy{Default: target(t, "bf16")}, ChunkBytes: 4096, Verify: true})
 	f, err := safetensors.Open(filepath.Join(dst, "model.safetensors"))
 	if err != nil {
 		t.Fatal(err)
@@ -116,7 +116,7 @@ func TestRunScaledSource(t *testing.T) {
 	// Kept as stored (the target is the element type): data, scales and
 	// config as they are.
 	dst2 := filepath.Join(t.TempDir(), "kept")
-	run(t, src, dst2, Options{DType: target(t, "F8_E4M3")})
+	run(t, src, dst2, Options{Policy: ckpt.Policy{Default: target(t, "F8_E4M3")}})
 	srcF, _ := safetensors.Open(filepath.Join(src, "model.safetensors"))
 	dstF, _ := safetensors.Open(filepath.Join(dst2, "model.safetensors"))
 	for _, n := range srcF.Names() {
@@ -141,7 +141,7 @@ func TestRunScaledSource(t *testing.T) {
 	// Requantized per channel as compressed-tensors E5M2 (a target other
 	// than the element type), the rest cast to BF16.
 	dst3 := filepath.Join(t.TempDir(), "ct")
-	rep = run(t, src, dst3, Options{DType: target(t, "bf16"), Rules: []ckpt.Rule{mustRule(t, "**.mlp.*.weight=F8_E5M2")}, Scale: Scale{Granularity: quant.PerChannel}, Verify: true})
+	rep = run(t, src, dst3, Options{Policy: ckpt.Policy{Default: target(t, "bf16"), Rules: []ckpt.Rule{mustRule(t, "**.mlp.*.weight=F8_E5M2")}}, Scale: Scale{Granularity: quant.PerChannel}, Verify: true})
 	var requant int
 	for _, tr := range rep.Tensors {
 		if tr.Action == ActionRequantize {
@@ -161,7 +161,7 @@ func TestRunScaledSource(t *testing.T) {
 	// Keeping some weights in DeepSeek's layout while quantizing others
 	// anew cannot be declared: refused before anything is written.
 	dst4 := filepath.Join(t.TempDir(), "mixed")
-	_, err = Run(context.Background(), src, dst4, Options{DType: target(t, "F8_E4M3"), Rules: []ckpt.Rule{mustRule(t, "**.up_proj.weight=F8_E5M2"), mustRule(t, "lm_head.weight=F8_E4M3")}})
+	_, err = Run(context.Background(), src, dst4, Options{Policy: ckpt.Policy{Default: target(t, "F8_E4M3"), Rules: []ckpt.Rule{mustRule(t, "**.up_proj.weight=F8_E5M2"), mustRule(t, "lm_head.weight=F8_E4M3")}}})
 	if !errors.Is(err, ErrCast) {
 		t.Errorf("mixed layouts: %v", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/quant"
 	"github.com/ckpt-go/ckpt/safetensors"
@@ -41,11 +42,11 @@ func (r *runner) buildTasks(c *component) error {
 		}
 		return t, nil
 	}
-	newTask := func(kind taskKind, name string, to dtype.DType, shape []int64, src srcTensor, dec decision, action string, from dtype.DType) *task {
+	newTask := func(kind taskKind, name string, to dtype.DType, shape []int64, src srcTensor, dec ckpt.Decision, action string, from dtype.DType) *task {
 		t := &task{kind: kind, comp: c, spec: safetensors.TensorSpec{Name: name, DType: to, Shape: slices.Clone(shape)}, src: src}
 		b, _ := t.spec.ByteLen()
 		t.rep = &TensorReport{Component: c.name, Name: name, Shape: slices.Clone(shape), From: from, To: to, Action: action,
-			Rule: dec.rule, Elements: numElements(shape), Bytes: b}
+			Rule: dec.Rule, Elements: numElements(shape), Bytes: b}
 		return t
 	}
 	var tasks []*task
@@ -95,8 +96,8 @@ func (r *runner) buildTasks(c *component) error {
 	for _, e := range entries {
 		name, info := e.name, e
 		if w := weightOf[name]; w != nil {
-			dec := o.decide(c.label, w.Name, w.Elem, true, w.Shape)
-			d, isD := dec.target.DType()
+			dec := r.policy.Decide(c.label, w.Name, w.Elem, true, w.Shape)
+			d, isD := dec.Target.DType()
 			src, err := tensor(name)
 			if err != nil {
 				return err
@@ -111,10 +112,10 @@ func (r *runner) buildTasks(c *component) error {
 					if err != nil {
 						return err
 					}
-					tasks = append(tasks, newTask(kCopy, s.Name, s.DType, s.Shape, ss, decision{rule: "scale of " + w.Name}, ActionCopy, s.DType))
+					tasks = append(tasks, newTask(kCopy, s.Name, s.DType, s.Shape, ss, ckpt.Decision{Rule: "scale of " + w.Name}, ActionCopy, s.DType))
 				}
 			case !d.IsFloat():
-				return castErr(w.Name, fmt.Sprintf("a %s weight in layout %s dequantizes to a float dtype, not %s (%s)", w.Elem, w.Layout, d, dec.rule))
+				return castErr(w.Name, fmt.Sprintf("a %s weight in layout %s dequantizes to a float dtype, not %s (%s)", w.Elem, w.Layout, d, dec.Rule))
 			default:
 				goneWeights++
 				for _, s := range w.Scales {
@@ -170,16 +171,16 @@ func (r *runner) buildTasks(c *component) error {
 		}
 		if unconsumed[name] {
 			r.rep.Warnings = append(r.rep.Warnings, fmt.Sprintf("%s: %s looks like quantization data of a layout ckpt does not decode: copied as stored", c.label, name))
-			tasks = append(tasks, newTask(kCopy, name, info.dtype, info.shape, src, decision{rule: "unknown layout: as stored"}, ActionCopy, info.dtype))
+			tasks = append(tasks, newTask(kCopy, name, info.dtype, info.shape, src, ckpt.Decision{Rule: "unknown layout: as stored"}, ActionCopy, info.dtype))
 			continue
 		}
-		dec := o.decide(c.label, name, info.dtype, false, info.shape)
-		d, isD := dec.target.DType()
+		dec := r.policy.Decide(c.label, name, info.dtype, false, info.shape)
+		d, isD := dec.Target.DType()
 		switch {
 		case !isD || d == info.dtype:
 			tasks = append(tasks, newTask(kCopy, name, info.dtype, info.shape, src, dec, ActionCopy, info.dtype))
 		case info.dtype.Kind() == dtype.KindComplex && d.Kind() != dtype.KindComplex:
-			return castErr(name, fmt.Sprintf("complex %s cannot become %s (%s)", info.dtype, d, dec.rule))
+			return castErr(name, fmt.Sprintf("complex %s cannot become %s (%s)", info.dtype, d, dec.Rule))
 		default:
 			sc, err := scaled(d, name, info.shape)
 			if err != nil {
@@ -193,7 +194,7 @@ func (r *runner) buildTasks(c *component) error {
 				continue
 			}
 			if _, err := d.ByteLen(numElements(info.shape)); err != nil {
-				return castErr(name, fmt.Sprintf("%d elements do not fill whole bytes of %s (%s)", numElements(info.shape), d, dec.rule))
+				return castErr(name, fmt.Sprintf("%d elements do not fill whole bytes of %s (%s)", numElements(info.shape), d, dec.Rule))
 			}
 			t := newTask(kCast, name, d, info.shape, src, dec, ActionCast, info.dtype)
 			t.narrow = !exact(info.dtype, d)
@@ -218,7 +219,7 @@ func (r *runner) buildTasks(c *component) error {
 		if err != nil {
 			return err
 		}
-		tasks = append(tasks, newTask(kCopy, e.name, e.dtype, e.shape, src, decision{rule: "belongs to the " + sch.Layout.String() + " layout: as stored"}, ActionCopy, e.dtype))
+		tasks = append(tasks, newTask(kCopy, e.name, e.dtype, e.shape, src, ckpt.Decision{Rule: "belongs to the " + sch.Layout.String() + " layout: as stored"}, ActionCopy, e.dtype))
 	}
 	for _, t := range tasks {
 		r.sizeTask(t)
@@ -294,7 +295,7 @@ func ignoreList(tasks []*task) []string {
 		module := strings.TrimSuffix(name, ".weight")
 		last := module[strings.LastIndexByte(module, '.')+1:]
 		fp8 := t.spec.DType.Bits() == 8 && t.spec.DType.IsFloat()
-		if fp8 || (len(t.spec.Shape) == 2 && (LinearWeight(name, t.spec.Shape) || last == "lm_head" || last == "embed_out")) {
+		if fp8 || (len(t.spec.Shape) == 2 && (ckpt.LinearWeight(name, t.spec.Shape) || last == "lm_head" || last == "embed_out")) {
 			set[module] = true
 		}
 	}
@@ -361,15 +362,15 @@ func qualified(comp, name string) string {
 
 // policyString writes the policy as the CLI's flags spell it.
 func (r *runner) policyString() string {
-	o := &r.opts
+	p := &r.opts.Policy
 	var parts []string
-	if o.DType.IsSet() {
-		parts = append(parts, "--dtype "+o.DType.String())
+	if p.Default.IsSet() {
+		parts = append(parts, "--dtype "+p.Default.String())
 	}
-	for _, k := range sortedKeys(o.Components) {
-		parts = append(parts, "--component "+k+"="+o.Components[k].String())
+	for _, k := range sortedKeys(p.Components) {
+		parts = append(parts, "--component "+k+"="+p.Components[k].String())
 	}
-	for _, ru := range o.Rules {
+	for _, ru := range p.Rules {
 		parts = append(parts, "--keep "+ru.String())
 	}
 	if len(parts) == 0 {

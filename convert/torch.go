@@ -10,6 +10,7 @@ import (
 
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/internal/shapes"
+	"github.com/ckpt-go/ckpt/internal/srcfs"
 	"github.com/ckpt-go/ckpt/quant"
 	"github.com/ckpt-go/ckpt/torch"
 )
@@ -26,7 +27,7 @@ var torchNames = []string{
 // folder with no safetensors weights but one of torchNames ("" for none).
 func (r *runner) torchPath() string {
 	p := r.src
-	if !isDirSource(p) {
+	if !srcfs.Of(nil).IsFolder(p) {
 		l := strings.ToLower(p)
 		for _, ext := range []string{".bin", ".pt", ".pth", ".ckpt", ".bin.index.json", ".pt.index.json"} {
 			if strings.HasSuffix(l, ext) {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/internal/testutil"
 	"github.com/ckpt-go/ckpt/safetensors"
@@ -86,7 +87,7 @@ func TestRunTorchCastAndFolder(t *testing.T) {
 	os.WriteFile(filepath.Join(src, "pytorch_model.bin"), b, 0o644)
 	os.WriteFile(filepath.Join(src, "config.json"), []byte(`{"torch_dtype": "float32"}`), 0o644)
 	dst := filepath.Join(t.TempDir(), "out")
-	rep := run(t, src, dst, Options{DType: target(t, "bf16")})
+	rep := run(t, src, dst, Options{Policy: ckpt.Policy{Default: target(t, "bf16")}})
 	if files := testutil.Entries(t, dst); len(files) != 2 || files[1] != "model.safetensors" {
 		t.Errorf("folder: %v", files)
 	}

@@ -41,7 +41,7 @@ func TestConvert(t *testing.T) {
 					out += string(filepath.Separator)
 				}
 				err := testutil.Within(t, tg.what+" "+tg.path, func() error {
-					_, err := convert.Run(context.Background(), tg.path, out, convert.Options{DType: ckpt.To(dtype.BF16), FollowSymlinks: tg.follow})
+					_, err := convert.Run(context.Background(), tg.path, out, convert.Options{Policy: ckpt.Policy{Default: ckpt.To(dtype.BF16)}, FollowSymlinks: tg.follow})
 					return err
 				})
 				if errors.Is(err, convert.ErrCopy) {

@@ -108,20 +108,20 @@ Examples:
 			return usageError{msg: "convert takes SRC and DST"}
 		}
 		opts := convert.Options{
-			DType: dtype.t, Rules: rules, Variant: *variant, SourceVariant: *srcVariant,
+			Policy: ckpt.Policy{Default: dtype.t, Rules: rules}, Variant: *variant, SourceVariant: *srcVariant,
 			Saturate: *saturate, FailOnOverflow: *failOverflow, Verify: *verify,
 			Workers: *workers, FollowSymlinks: *follow, Overwrite: *overwrite,
 		}
 		if len(components) > 0 {
-			opts.Components = map[string]ckpt.Target{}
+			opts.Policy.Components = map[string]ckpt.Target{}
 			for _, ct := range components {
-				opts.Components[ct.name] = ct.t
+				opts.Policy.Components[ct.name] = ct.t
 			}
 		}
 		switch *preset {
 		case "":
 		case "keep-norms-f32":
-			opts.Rules = append(opts.Rules, ckpt.KeepNormsAndBiasesF32()...)
+			opts.Policy.Rules = append(opts.Policy.Rules, ckpt.KeepNormsAndBiasesF32()...)
 		default:
 			return usageError{msg: fmt.Sprintf("--preset %q: the presets are keep-norms-f32", *preset)}
 		}

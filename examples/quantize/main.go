@@ -67,7 +67,7 @@ func run(src, dst, elemName, formatName string, block int64) error {
 	// scale per block; norms, biases, embeddings and lm_head stay as they
 	// are. Verify reads the output back tensor by tensor.
 	rep, err := convert.Run(context.Background(), src, dst, convert.Options{
-		DType:       ckpt.To(elem),
+		Policy:      ckpt.Policy{Default: ckpt.To(elem)},
 		Scale:       convert.Scale{Granularity: quant.PerBlock, Block: block},
 		ScaleFormat: format,
 		Verify:      true,

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
 
 	"github.com/ckpt-go/ckpt/internal/pathutil"
 	"github.com/ckpt-go/ckpt/internal/safeopen"
@@ -90,6 +91,20 @@ func (s FS) Stat(name string) (fs.FileInfo, error) {
 		return os.Stat(name)
 	}
 	return fs.Stat(s.fsys, name)
+}
+
+// IsFolder reports whether name stands for a folder (a component folder or
+// a pipeline root) rather than a file: a folder, unless named like a file
+// (ending in .safetensors or .json), which is then opened as the file it
+// should be and refused with the reason it is not. A name that does not
+// exist is not a folder. It is how ckpt.Open and package convert tell the
+// two apart.
+func (s FS) IsFolder(name string) bool {
+	if strings.HasSuffix(name, ".safetensors") || strings.HasSuffix(name, ".json") {
+		return false
+	}
+	st, err := s.Stat(name)
+	return err == nil && st.IsDir()
 }
 
 // Lstat describes name without following a final symbolic link (an fs.FS
