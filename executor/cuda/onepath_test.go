@@ -67,17 +67,17 @@ func TestOneLoadPath(t *testing.T) {
 	rows := []ckpt.Split{{Pattern: q, Dim: 0}, {Pattern: o, Dim: 1}, {Pattern: fc, Dim: 0}}
 	cols := []ckpt.Split{{Pattern: q, Dim: 1}, {Pattern: o, Dim: 1}, {Pattern: fc, Dim: 1}}
 	add("stored", model, "", convert.Options{}, 0, nil)
-	add("f32", model, "", convert.Options{DType: f32}, 0, nil, ckpt.WithDType(f32))
+	add("f32", model, "", convert.Options{Policy: ckpt.Policy{Default: f32}}, 0, nil, ckpt.WithDType(f32))
 	add("stored-split", model, "", convert.Options{}, 2, rows)
-	add("f32-split", model, "", convert.Options{DType: f32}, 2, rows, ckpt.WithDType(f32))
-	add("f32-split-columns", model, "", convert.Options{DType: f32}, 2, cols, ckpt.WithDType(f32))
+	add("f32-split", model, "", convert.Options{Policy: ckpt.Policy{Default: f32}}, 2, rows, ckpt.WithDType(f32))
+	add("f32-split-columns", model, "", convert.Options{Policy: ckpt.Policy{Default: f32}}, 2, cols, ckpt.WithDType(f32))
 	add("quantized-split-columns", model, "", convert.Options{}, 2, cols, ckpt.WithDType(ckpt.Quantized))
 	// Five ranks: uneven parts, and fc's 192 rows split inside its 32-row
 	// scale blocks (dequantized on the host by the CUDA upload).
 	normF32 := ckpt.Rule{Pattern: norm, Target: f32}
-	add("bf16-norm-f32-split5", model, "", convert.Options{DType: bf16, Rules: []ckpt.Rule{normF32}}, 5, rows,
+	add("bf16-norm-f32-split5", model, "", convert.Options{Policy: ckpt.Policy{Default: bf16, Rules: []ckpt.Rule{normF32}}}, 5, rows,
 		ckpt.WithDType(bf16), ckpt.WithRules(normF32))
-	add("pipeline", pipe, "fp16", convert.Options{SourceVariant: "fp16", Components: map[string]ckpt.Target{"text_encoder": f32}}, 2,
+	add("pipeline", pipe, "fp16", convert.Options{SourceVariant: "fp16", Policy: ckpt.Policy{Components: map[string]ckpt.Target{"text_encoder": f32}}}, 2,
 		[]ckpt.Split{{Component: "unet", Pattern: q, Dim: 0}},
 		ckpt.WithVariant("fp16"), ckpt.WithComponentDType("text_encoder", f32))
 
