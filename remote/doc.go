@@ -19,8 +19,10 @@
 // client with config.LoadDefaultConfig, so credentials and region come from
 // the standard AWS environment, shared config files and instance roles; it
 // honours AWS_ENDPOINT_URL_S3 and AWS_ENDPOINT_URL, and uses path-style
-// addressing when the endpoint's host is an IP address or localhost or
-// when CKPT_S3_PATH_STYLE=1 (PathStyle).
+// addressing when the endpoint's host is an IP address or localhost
+// (PathStyle) or when CKPT_S3_PATH_STYLE=1. The package itself reads no
+// environment variables: a program passes what it wants to NewS3Client
+// and the options.
 //
 // A program can also open a file system itself and pass it to ckpt.Open
 // with ckpt.WithFS: NewS3FS(client, bucket) or NewHTTPFS(client, baseURL).

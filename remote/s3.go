@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -59,12 +58,10 @@ func NewS3Client(cfg aws.Config, endpoint string, pathStyle bool) *s3.Client {
 
 // PathStyle reports whether an endpoint needs path-style addressing
 // (http://host/bucket/key rather than http://bucket.host/key): when its
-// host is an IP address or localhost, or when the environment sets
-// CKPT_S3_PATH_STYLE=1.
+// host is an IP address or localhost. A store that needs it under a host
+// name is the caller's to know: pass true to NewS3Client (the ckpt command
+// does when CKPT_S3_PATH_STYLE=1; this package reads no environment).
 func PathStyle(endpoint string) bool {
-	if os.Getenv("CKPT_S3_PATH_STYLE") == "1" {
-		return true
-	}
 	if endpoint == "" {
 		return false
 	}

@@ -71,10 +71,17 @@ func setupRemote(args []string) error {
 		if cfg.Region == "" {
 			cfg.Region = "us-east-1" // S3-compatible stores ignore it; AWS needs AWS_REGION for other regions
 		}
-		remote.SetS3Client(remote.NewS3Client(cfg, endpoint, remote.PathStyle(endpoint)))
+		remote.SetS3Client(remote.NewS3Client(cfg, endpoint, s3PathStyle(endpoint)))
 		remoteSetup.s3 = true
 	}
 	return nil
+}
+
+// s3PathStyle reports whether the S3 client addresses buckets by path:
+// when the endpoint's host is an IP address or localhost (remote.PathStyle)
+// or when CKPT_S3_PATH_STYLE=1.
+func s3PathStyle(endpoint string) bool {
+	return os.Getenv("CKPT_S3_PATH_STYLE") == "1" || remote.PathStyle(endpoint)
 }
 
 // remoteOptions reads CKPT_REMOTE_CONCURRENCY, CKPT_REMOTE_CHUNK,

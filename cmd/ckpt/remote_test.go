@@ -181,3 +181,20 @@ func TestConvertFromS3(t *testing.T) {
 		}
 	}
 }
+
+// The command addresses S3 buckets by path for an IP or localhost endpoint,
+// and for any endpoint with CKPT_S3_PATH_STYLE=1 (package remote reads no
+// environment).
+func TestS3PathStyle(t *testing.T) {
+	t.Setenv("CKPT_S3_PATH_STYLE", "")
+	for ep, want := range map[string]bool{"http://127.0.0.1:9000": true, "http://localhost:9000": true,
+		"https://s3.us-east-1.amazonaws.com": false, "https://minio.example.com": false, "": false} {
+		if got := s3PathStyle(ep); got != want {
+			t.Errorf("s3PathStyle(%q) = %v", ep, got)
+		}
+	}
+	t.Setenv("CKPT_S3_PATH_STYLE", "1")
+	if !s3PathStyle("https://minio.example.com") {
+		t.Error("CKPT_S3_PATH_STYLE=1 ignored")
+	}
+}

@@ -8,7 +8,7 @@
 // image encoder stays F32 (convolutions); norms and biases stay F32
 // everywhere.
 //
-//	go run ./examples/load                                   # the sample pipeline of `ckpt demo`, variant fp8
+//	go run ./examples/load                                   # a small sample pipeline it writes (sample.go), variant fp8
 //	go run ./examples/load -variant bf16 -budget 24GiB ./my-pipeline
 package main
 
@@ -23,7 +23,6 @@ import (
 
 	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/dtype"
-	"github.com/ckpt-go/ckpt/internal/sample"
 )
 
 func main() {
@@ -36,15 +35,15 @@ func main() {
 
 	root := flag.Arg(0)
 	if root == "" {
-		// The sample pipeline `ckpt demo` runs on: a transformer in F32,
-		// BF16 and DeepSeek-style FP8 block-scaled variants, a text
-		// encoder, an image encoder and a scheduler.
+		// A small sample pipeline (sample.go): a transformer in F32, BF16
+		// and DeepSeek-style FP8 block-scaled variants, a text encoder, an
+		// image encoder and a scheduler.
 		dir, err := os.MkdirTemp("", "ckpt-load-")
 		if err != nil {
 			log.Fatal(err)
 		}
 		defer os.RemoveAll(dir)
-		if err := sample.Write(dir); err != nil {
+		if err := writeSample(dir); err != nil {
 			log.Fatal(err)
 		}
 		root = dir

@@ -27,6 +27,8 @@
 // The kernels are CUDA C (kernels/*.cu, kernels/numerics.h) compiled to PTX
 // by kernels/gen.sh (go generate; nvcc from PATH or from the PyPI wheels)
 // and embedded; the generated PTX is committed, so building needs no nvcc.
+// Each PTX file records the SHA-256 of its sources and nvcc flags, and a
+// test fails when they have changed since (the PTX is stale).
 // The baseline (kernels/base_sm75.ptx: dequantization, dtype conversion,
 // elementwise ops, NaN/Inf counting, a tiled F32 Linear) targets sm_75 with
 // PTX ISA 8.0, which CUDA 12.0 and later drivers load; the tensor-core

@@ -1,6 +1,10 @@
 package cuda
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -72,6 +76,127 @@ func TestPTXHeaders(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+var recordPTXSources = flag.Bool("record-ptx-sources", false,
+	"TestPTXSources writes the hash of the current sources into each PTX file's header instead of checking it: "+
+		"only for PTX known to be generated from these sources (kernels/gen.sh records it itself)")
+
+// ptxGen is one "gen OUT SRC ARCH VERSION [FLAGS...]" line of kernels/gen.sh.
+type ptxGen struct {
+	out, src, arch, version string
+	extra                   []string
+}
+
+// flags returns the nvcc flags gen.sh compiles g with.
+func (g ptxGen) flags(nvccflags string) string {
+	return strings.Join(append([]string{nvccflags, "-arch=compute_" + g.arch}, g.extra...), " ")
+}
+
+// readGenSh returns gen.sh's nvccflags and its gen lines.
+func readGenSh() (nvccflags string, gens []ptxGen, err error) {
+	b, err := os.ReadFile("kernels/gen.sh")
+	if err != nil {
+		return "", nil, err
+	}
+	m := regexp.MustCompile(`(?m)^nvccflags="([^"\n$\\]*)"$`).FindSubmatch(b)
+	if m == nil {
+		return "", nil, fmt.Errorf("kernels/gen.sh: no nvccflags=\"...\" line")
+	}
+	for _, g := range regexp.MustCompile(`(?m)^gen ([^ \n]+) ([^ \n]+) ([0-9]+) ([0-9.]+)((?: [^ \n$"'\\]+)*)$`).FindAllSubmatch(b, -1) {
+		gens = append(gens, ptxGen{string(g[1]), string(g[2]), string(g[3]), string(g[4]), strings.Fields(string(g[5]))})
+	}
+	if len(gens) == 0 {
+		return "", nil, fmt.Errorf("kernels/gen.sh: no gen lines")
+	}
+	return string(m[1]), gens, nil
+}
+
+// sourcesHash is gen.sh's sources_hash: the SHA-256 of the flags, the
+// .version, the .cu file and numerics.h, each file framed by its name and
+// size.
+func sourcesHash(src, flags, version string) (string, error) {
+	h := sha256.New()
+	fmt.Fprintf(h, "ckpt kernels/gen.sh v1\nflags: %s\nversion: %s\n", flags, version)
+	for _, f := range []string{src, "numerics.h"} {
+		b, err := os.ReadFile(filepath.Join("kernels", f))
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "file %s %d\n", f, len(b))
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// sourcesLineRE matches the header line where gen.sh records the hash.
+var sourcesLineRE = regexp.MustCompile(`(?m)^// Sources: sha256 .*\n`)
+
+// TestPTXSources checks that each committed PTX file was generated from
+// the current sources: the hash its header records (written by gen.sh)
+// must be that of the .cu file, numerics.h, and the flags and .version
+// gen.sh compiles it with today. Without nvcc at hand a change to a kernel
+// source would otherwise ship the old PTX: the emulator and the host tests
+// build from the sources and would not notice.
+func TestPTXSources(t *testing.T) {
+	nvccflags, gens, err := readGenSh()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range allModules {
+		if !slices.ContainsFunc(gens, func(g ptxGen) bool { return "kernels/"+g.out == m.file }) {
+			t.Errorf("%s: kernels/gen.sh does not generate it", m.file)
+		}
+	}
+	for _, g := range gens {
+		file := "kernels/" + g.out
+		i := slices.IndexFunc(allModules, func(m ptxModule) bool { return m.file == file })
+		if i < 0 {
+			t.Errorf("kernels/gen.sh generates %s, which the package does not embed", file)
+			continue
+		}
+		flags := g.flags(nvccflags)
+		sum, err := sourcesHash(g.src, flags, g.version)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("// Sources: sha256 %s of %s, numerics.h, nvcc %s.\n", sum, g.src, flags)
+		src := allModules[i].src
+		if *recordPTXSources {
+			if src, err = recordSources(file, want); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: recorded %s", file, strings.TrimSpace(want))
+		}
+		got := sourcesLineRE.FindString(src)
+		switch {
+		case got == "":
+			t.Errorf("%s records no hash of its sources (a \"// Sources: sha256 ...\" header line): "+
+				"the PTX is stale or predates the hash: regenerate with `go generate ./executor/cuda/` (kernels/gen.sh, needs nvcc)", file)
+		case got != want:
+			t.Errorf("the PTX is stale: regenerate with `go generate ./executor/cuda/` (kernels/gen.sh, needs nvcc): "+
+				"%s was generated from\n\t%s\nbut %s, numerics.h and gen.sh's flags now give\n\t%s",
+				file, strings.TrimSpace(got), g.src, strings.TrimSpace(want))
+		}
+	}
+}
+
+// recordSources writes line into file's header, in place of the one there
+// or after the first two lines (gen.sh's), and returns the new contents.
+func recordSources(file, line string) (string, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", err
+	}
+	s := string(b)
+	if loc := sourcesLineRE.FindStringIndex(s); loc != nil {
+		s = s[:loc[0]] + line + s[loc[1]:]
+	} else {
+		first, rest, _ := strings.Cut(s, "\n")
+		second, rest, _ := strings.Cut(rest, "\n")
+		s = first + "\n" + second + "\n" + line + rest
+	}
+	return s, os.WriteFile(file, []byte(s), 0o644)
+}
 
 // TestPTXAssembles compiles every embedded PTX file with ptxas for its
 // target and for the later architectures the executor runs it on: the

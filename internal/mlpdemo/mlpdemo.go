@@ -1,7 +1,8 @@
-// Package mlpdemo is the small MLP that examples/mlp and `ckpt run-mlp`
+// Package mlpdemo is the small MLP that `ckpt run-mlp` and `ckpt devices`
 // run on an executor: it writes the checkpoint (BF16 weights and a
 // DeepSeek block-FP8 variant), loads a variant with the loader, uploads it
-// and runs the forward pass.
+// and runs the forward pass. examples/mlp carries its own copy (public API
+// only, so that a user can copy it): keep the two computing the same.
 //
 // The network is named like the transformer blocks of a diffusion model, so
 // that it runs on the sample checkpoint of `ckpt demo` too:
@@ -46,9 +47,6 @@ type Shape struct {
 	// DeepSeek-V3).
 	FP8Block int64
 }
-
-// DefaultShape is what examples/mlp builds: 4 blocks of 512 → 2048 → 512.
-var DefaultShape = Shape{Blocks: 4, Hidden: 512, FFN: 2048, Out: 64, FP8Block: 128}
 
 // Build writes the MLP under dir: dir/bf16 (every tensor BF16) and dir/fp8
 // (the Linear weights quantized to F8_E4M3 with F32 weight_scale_inv per

@@ -1,9 +1,11 @@
 #!/bin/sh
 # build.sh DIR [NAME]: builds the CUDA driver emulator as DIR/NAME (default
 # libcuda.so.1, also its soname) with the host C++ compiler ($CXX, else c++,
-# g++ or clang++). emu_linux_test.go builds it under another name (a
-# library loaded with the soname libcuda.so.1 would be what a later
-# dlopen("libcuda.so.1") returns in that process, even on a GPU machine).
+# g++ or clang++). DIR is created when it does not exist (mkdir -p); a
+# relative DIR is taken from the current folder. emu_linux_test.go builds
+# it under another name (a library loaded with the soname libcuda.so.1
+# would be what a later dlopen("libcuda.so.1") returns in that process,
+# even on a GPU machine).
 # As libcuda.so.1 with DIR on LD_LIBRARY_PATH, programs that start the
 # CUDA executor (ckpt devices, ckpt run-mlp, examples/mlp, bench/gpu) run
 # on it, and say so: the device is named "ckpt emulated GPU". Its device:
@@ -11,8 +13,13 @@
 # (default 2048), a CUDA 12.4 driver. $CXXFLAGS are added (-DCKEMU_UCONTEXT:
 # switch fibers with ucontext on x86-64 too, as on other processors).
 set -eu
+if [ $# -lt 1 ] || [ -z "$1" ]; then
+	echo "usage: build.sh DIR [NAME]" >&2
+	exit 2
+fi
+mkdir -p "$1"
+out=$(cd "$1" && pwd)
 cd "$(dirname "$0")"
-out=$1
 name=${2:-libcuda.so.1}
 cxx="${CXX:-}"
 if [ -z "$cxx" ]; then
