@@ -181,7 +181,7 @@ func (m *Model) item(c *Component, e *entry) (*Item, error) {
 	it := &Item{Key: m.qualify(c.name, e.name), Component: c.name, Name: e.name, Stored: e.stored, DType: e.out,
 		Shape: slices.Clone(e.shape), Action: e.act, Decision: e.dec, Bytes: e.outBytes, m: m, c: c, e: e}
 	sliced := e.sl != nil && !e.sl.whole
-	if e.sl != nil {
+	if e.sl.matched {
 		info := e.sl.info
 		info.Shape = slices.Clone(info.Shape)
 		it.Split = &info

@@ -329,12 +329,12 @@ type piece struct {
 	e     *entry
 	t     *Tensor
 	st    *safetensors.Tensor
-	first int64 // first element (convert/read)
-	n     int64 // elements (convert/read)
+	first int64 // the piece's first unit of its part: element, row or byte, by sj.kind
+	n     int64 // units
 	dst   []byte
 	bytes int64 // output bytes, for progress
 	mu    *sync.Mutex
-	sj    *sliceJob // a part of a split tensor (first and n are then in its units)
+	sj    *partJob // what the pieces of its part share
 }
 
 // prepareInto fills t's description, assigns its memory, and appends its
@@ -352,76 +352,7 @@ func (m *Model) prepareInto(c *Component, e *entry, t *Tensor, alloc func(int64)
 		return nil, &Error{Kind: ErrRead, Component: c.name, Tensor: e.name, Err: err}
 	}
 	t.Location = Location{File: st.File().Path(), Offset: st.Offset(), Length: st.ByteLen()}
-	if e.sl != nil {
-		if !e.sl.whole {
-			return m.prepareSlice(c, e, t, st, alloc, work, intoCaller)
-		}
-		info := e.sl.info
-		info.Shape = slices.Clone(info.Shape)
-		t.Split = &info
-	}
-	if e.act == actView {
-		if t.data, err = st.Bytes(); err != nil {
-			return nil, &Error{Kind: ErrRead, Component: c.name, Tensor: e.name, Err: err}
-		}
-		return work, nil
-	}
-	mu := new(sync.Mutex) // guards t.Stats, which its pieces add to
-	switch e.act {
-	case actRead, actConvert:
-		t.data = alloc(e.outBytes)
-		t.Location.Owned = true
-		return appendPieces(work, c, e, t, st, mu), nil
-	case actDequantize:
-		t.data = alloc(e.outBytes)
-		t.Location.Owned = true
-		if c.strategy == ReadPread || !st.File().Mapped() || len(e.shape) == 0 {
-			// The stored bytes are read whole into temporary buffers once.
-			return append(work, piece{c: c, e: e, t: t, st: st, dst: t.data, bytes: e.outBytes, mu: mu}), nil
-		}
-		// From the mapping: pieces of rows, so that a large weight is
-		// spread over the workers like a conversion.
-		cols := e.shape[len(e.shape)-1]
-		rows := numElements(e.shape) / max(cols, 1)
-		rowBytes := e.outBytes / max(rows, 1)
-		per := max(chunkBytes/max(rowBytes, 1), 1)
-		for first := int64(0); first < rows; first += per {
-			n := min(per, rows-first)
-			work = append(work, piece{c: c, e: e, t: t, st: st, first: first, n: n,
-				dst: t.data[first*rowBytes : (first+n)*rowBytes], bytes: n * rowBytes, mu: mu})
-		}
-		return work, nil
-	case actQuantized:
-		// Data and scales as stored: views, or reads into owned memory.
-		read := c.strategy == ReadPread || intoCaller
-		if read {
-			t.data = alloc(st.ByteLen())
-			t.Location.Owned = true
-			work = append(work, piece{c: c, e: e, t: t, st: st, dst: t.data, bytes: st.ByteLen(), mu: mu, first: -1})
-		} else if t.data, err = st.Bytes(); err != nil {
-			return nil, &Error{Kind: ErrRead, Component: c.name, Tensor: e.name, Err: err}
-		}
-		t.q = e.q
-		for _, s := range e.q.Scales {
-			sst, err := c.tensor(s.Name)
-			if err != nil {
-				return nil, &Error{Kind: ErrRead, Component: c.name, Tensor: s.Name, Err: err}
-			}
-			sc := &Tensor{Component: c.name, Name: s.Name, DType: s.DType, Shape: slices.Clone(s.Shape), Stored: s.DType,
-				Decision: e.dec, Role: s.Role, act: actView,
-				Location: Location{File: sst.File().Path(), Offset: sst.Offset(), Length: sst.ByteLen()}}
-			if c.strategy == ReadPread {
-				sc.act, sc.Location.Owned = actRead, true
-				sc.data = alloc(sst.ByteLen())
-				work = append(work, piece{c: c, e: e, t: sc, st: sst, dst: sc.data, bytes: sst.ByteLen(), mu: mu, first: -1})
-			} else if sc.data, err = sst.Bytes(); err != nil {
-				return nil, &Error{Kind: ErrRead, Component: c.name, Tensor: s.Name, Err: err}
-			}
-			t.Scales = append(t.Scales, sc)
-		}
-		return work, nil
-	}
-	return work, nil
+	return m.preparePart(c, e, t, st, alloc, work, intoCaller)
 }
 
 // arenaBytes is what prepare takes from an arena for e: one aligned buffer,
@@ -442,28 +373,6 @@ func (e *entry) arenaBytes() int64 {
 		total += alignUp(b)
 	}
 	return total
-}
-
-// appendPieces splits a read or conversion into pieces of about chunkBytes
-// of output (and of input), on multiples of 8 elements.
-func appendPieces(work []piece, c *Component, e *entry, t *Tensor, st *safetensors.Tensor, mu *sync.Mutex) []piece {
-	n := numElements(e.shape)
-	bits := int64(max(e.out.Bits(), st.DType().Bits()))
-	per := max(chunkBytes*8/bits/8*8, 8)
-	ob := int64(e.out.Bits())
-	for first := int64(0); first < n || (n == 0 && first == 0); first += per {
-		cnt := min(per, n-first)
-		dStart := first * ob / 8
-		dEnd := (first + cnt) * ob / 8
-		if first+cnt == n {
-			dEnd = int64(len(t.data))
-		}
-		work = append(work, piece{c: c, e: e, t: t, st: st, first: first, n: cnt, dst: t.data[dStart:dEnd], bytes: dEnd - dStart, mu: mu})
-		if n == 0 {
-			break
-		}
-	}
-	return work
 }
 
 // run does the pieces with the model's workers, in order, reporting
@@ -543,82 +452,12 @@ func (pm *loadMeter) finish(p *piece, st dtype.Stats) {
 // doPiece does one piece of work; errors other than the loader's own and
 // cancellation become ErrRead naming the tensor.
 func (m *Model) doPiece(ctx context.Context, p *piece, opts dtype.Options) (dtype.Stats, error) {
-	st, err := m.pieceWork(ctx, p, opts)
+	st, err := m.doPartPiece(ctx, p, opts)
 	var le *Error
 	if err == nil || errors.As(err, &le) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return st, err
 	}
 	return st, &Error{Kind: ErrRead, Component: p.c.name, Tensor: p.t.Name, Err: err}
-}
-
-func (m *Model) pieceWork(ctx context.Context, p *piece, opts dtype.Options) (dtype.Stats, error) {
-	switch {
-	case p.sj != nil:
-		return m.doSlicePiece(ctx, p, opts)
-	case p.first < 0:
-		// A raw read of a whole stored tensor (quantized data or scale).
-		return dtype.Stats{}, p.st.ReadTo(p.dst)
-	case p.e.act == actDequantize:
-		st, err := m.dequantize(ctx, p, opts)
-		if err != nil {
-			return st, err
-		}
-		// The quantized source pages are no longer needed by this process
-		// (the data containers are 8-bit: elements are bytes).
-		if p.n > 0 {
-			rows := numElements(p.e.shape) / max(p.e.shape[len(p.e.shape)-1], 1)
-			per := p.st.ByteLen() / max(rows, 1)
-			p.st.Evict(p.first*per, p.n*per)
-		} else {
-			p.st.Evict(0, p.st.NumElements())
-		}
-		return st, nil
-	}
-	st, err := p.st.ConvertElementsTo(p.e.out, p.dst, p.first, opts)
-	if err != nil || p.e.act == actRead {
-		return dtype.Stats{}, err
-	}
-	// The converted source pages leave the resident set: a converting load
-	// holds its output, not output plus source.
-	p.st.Evict(p.first, p.n)
-	return st, nil
-}
-
-// dequantize produces a scaled weight from its data and scales: views of
-// the mapping, or (pread) reads into temporary buffers.
-func (m *Model) dequantize(ctx context.Context, p *piece, opts dtype.Options) (st dtype.Stats, err error) {
-	c, q := p.c, p.e.q
-	fetch := func(t *safetensors.Tensor) ([]byte, error) {
-		if c.strategy == ReadPread || !t.File().Mapped() {
-			b := make([]byte, t.ByteLen())
-			return b, t.ReadTo(b)
-		}
-		return t.Bytes()
-	}
-	data, err := fetch(p.st)
-	if err != nil {
-		return st, err
-	}
-	scales := make([][]byte, len(q.Scales))
-	for i, s := range q.Scales {
-		t, err := c.tensor(s.Name)
-		if err != nil {
-			return st, err
-		}
-		if scales[i], err = fetch(t); err != nil {
-			return st, err
-		}
-	}
-	// Views of a mapping fault (SIGBUS) when the file was truncated.
-	err = protectFault(func() (err error) {
-		if p.n > 0 {
-			st, err = q.DequantizeRows(ctx, p.dst, p.e.out, data, scales, p.first, p.n, opts)
-		} else {
-			st, err = q.DequantizeContext(ctx, p.dst, p.e.out, data, scales, opts)
-		}
-		return err
-	})
-	return st, err
 }
 
 // protectFault runs fn, turning a memory fault on a mapping (SIGBUS: the

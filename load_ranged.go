@@ -29,8 +29,8 @@ type rangedItem struct {
 	n       int64 // stored bytes
 	convert bool
 	src     []byte // staged bytes of a conversion
-	// A piece of a rank's part (rank.go) is read as one item per run of
-	// its byte ranges: dst is the run's destination, part counts the
+	// A piece is read as one item per run of its part's byte ranges
+	// (load_part.go): dst is the run's destination, part counts the
 	// piece's items still to come.
 	dst  []byte
 	part *rangedPart
@@ -52,23 +52,9 @@ func (m *Model) runRanged(ctx context.Context, rfs RangeFS, work []piece) error 
 	var other []*piece
 	for i := range work {
 		p := &work[i]
-		fb := int64(p.st.DType().Bits())
-		if p.sj != nil {
-			if its := sliceItems(p); its != nil {
-				items = append(items, its...)
-			} else {
-				other = append(other, p)
-			}
-			continue
-		}
-		switch {
-		case p.first < 0:
-			items = append(items, &rangedItem{p: p, off: p.st.Offset(), n: int64(len(p.dst))})
-		case p.e.act == actRead && p.t.act != actDequantize && p.e.out == p.st.DType():
-			items = append(items, &rangedItem{p: p, off: p.st.Offset() + p.first*fb/8, n: int64(len(p.dst))})
-		case p.e.act == actConvert:
-			items = append(items, &rangedItem{p: p, off: p.st.Offset() + p.first*fb/8, n: (p.n*fb + 7) / 8, convert: true})
-		default:
+		if its := partItems(p); its != nil {
+			items = append(items, its...)
+		} else {
 			other = append(other, p)
 		}
 	}
@@ -136,7 +122,7 @@ func (m *Model) runRanged(ctx context.Context, rfs RangeFS, work []piece) error 
 		}
 		var at int64
 		for _, it := range r.items {
-			dst := it.target()
+			dst := it.dst
 			if it.convert {
 				it.src = (*staged)[at : at+it.n : at+it.n]
 				at += it.n
@@ -153,16 +139,14 @@ func (m *Model) runRanged(ctx context.Context, rfs RangeFS, work []piece) error 
 			var st dtype.Stats
 			if it.convert {
 				var err error
-				st, err = dtype.Convert(it.target(), it.p.e.out, it.src, it.p.st.DType(), opts)
+				st, err = dtype.Convert(it.dst, it.p.e.out, it.src, it.p.st.DType(), opts)
 				it.src = nil
 				if err != nil {
 					fail(it.p, err)
 					return false
 				}
 			}
-			if it.part == nil {
-				meter.finish(it.p, st)
-			} else if st, last := it.part.done(st); last {
+			if st, last := it.part.done(st); last {
 				meter.finish(it.p, st)
 			}
 		}
@@ -221,11 +205,8 @@ const minCut = 64 << 10
 // cut splits a raw item into its first k bytes and the rest, both counted
 // as items of the piece (which is finished when its last item arrives).
 func (it *rangedItem) cut(k int64) (head, tail *rangedItem) {
-	t := it.target()
+	t := it.dst
 	part := it.part
-	if part == nil {
-		part = &rangedPart{left: 1}
-	}
 	part.left++
 	head = &rangedItem{p: it.p, off: it.off, n: k, dst: t[:k:k], part: part}
 	tail = &rangedItem{p: it.p, off: it.off + k, n: it.n - k, dst: t[k:], part: part}

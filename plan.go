@@ -270,7 +270,6 @@ type usage struct {
 	resident  int64
 	perWorker int64 // the largest scratch one worker needs for it
 	pieces    int64 // pieces of work
-	dequantIn int64 // largest stored input of a weight dequantized from pread buffers
 }
 
 // usageOf computes a component's usage for entries (its own, or the
@@ -289,31 +288,26 @@ func (m *Model) usageOf(c *Component, entries []*entry) usage {
 			u.perWorker = max(u.perWorker, dequantScratch)
 		}
 		u.pieces += max((e.outBytes+chunkBytes-1)/chunkBytes, 1)
-		if e.act == actDequantize && c.strategy == ReadPread && (e.sl == nil || e.sl.whole) {
-			u.dequantIn = max(u.dequantIn, e.inBytes)
-		}
 	}
 	return u
 }
 
 // peakOf adds up the components' usages: resident bytes, plus the staging
-// of the workers, plus whole pread buffers of dequantized weights.
+// of the workers, plus the rows a worker reads to dequantize a piece.
 func (m *Model) peakOf(us []usage) (resident, peak int64) {
 	var all usage
 	for _, u := range us {
 		all.resident += u.resident
 		all.perWorker = max(all.perWorker, u.perWorker)
 		all.pieces += u.pieces
-		all.dequantIn = max(all.dequantIn, u.dequantIn)
 	}
 	peak = all.resident
 	if all.pieces > 0 {
 		peak += m.stagingBytes(all.perWorker, all.pieces)
 	}
-	// With pread, a dequantized weight's data and scales are read whole
-	// into temporary buffers, one per worker at most; a rank's part of one
-	// is read piece by piece (sliceStaging).
-	return all.resident, peak + (all.dequantIn+m.sliceStaging())*int64(m.workers())
+	// A dequantized weight not read from views of the mapping is read
+	// piece by piece, a piece's rows per worker (partStaging).
+	return all.resident, peak + m.partStaging()*int64(m.workers())
 }
 
 // dequantScratch bounds the scratch one worker's dequantization uses

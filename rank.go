@@ -1,13 +1,11 @@
 package ckpt
 
 import (
-	"context"
 	"fmt"
 	"iter"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/quant"
@@ -342,14 +340,17 @@ func sliceElems(shape []int64, dim int, start, stop int64) strided {
 	return strided{first: start * inner, n: (stop - start) * inner, count: outer, stride: shape[dim] * inner}.norm()
 }
 
-// slice is the rank's part of one logical tensor.
+// slice is the part of one logical tensor a load reads: this rank's part
+// of a tensor a split matched, or the whole tensor — the part [0, n) of
+// its first dimension — which loads through the same stages.
 type slice struct {
-	info   SliceInfo
-	whole  bool    // the part is the whole tensor (world 1): loaded as unsplit
-	stored int64   // stored bytes of the whole tensor (data plus scales)
-	elems  strided // a plain tensor's elements
-	data   strided // bytes of the stored (data) tensor
-	q      *qslice // a quantized weight's part
+	info    SliceInfo // the split's part (matched only)
+	matched bool      // a split matched the tensor (Tensor.Split, the plan's split)
+	whole   bool      // the part is the whole tensor (no split matched, or world 1)
+	stored  int64     // stored bytes of the whole tensor (data plus scales)
+	elems   strided   // a plain tensor's elements
+	data    strided   // bytes of the stored (data) tensor
+	q       *qslice   // a quantized weight's part
 }
 
 // qslice is the part of a quantized weight in the [R, C] view of its
@@ -382,29 +383,42 @@ type qscale struct {
 // split computes the rank's slices of c's tensors, once, before decide.
 func (m *Model) split(c *Component) error {
 	rc := &m.cfg.rank
-	if !rc.set {
-		return nil
-	}
 	for _, s := range rc.splits {
 		if s.Component != "" && m.component(s.Component) == nil {
 			return &Error{Kind: ErrOption, Component: s.Component, Pattern: s.Pattern.String(), Msg: "split names no component of the model"}
 		}
 	}
 	for _, e := range c.entries {
+		if !rc.set {
+			if err := e.wholePart(); err != nil {
+				return inComponent(err, c.name)
+			}
+			continue
+		}
 		for i, s := range rc.splits {
 			if s.Component != "" && s.Component != c.name || !s.Pattern.Match(e.name) {
 				continue
 			}
 			if err := e.split(s, fmt.Sprintf("split %d %s", i+1, s), rc.rank, rc.world); err != nil {
-				if le, ok := err.(*Error); ok {
-					le.Component = c.name
-				}
-				return err
+				return inComponent(err, c.name)
 			}
 			break
 		}
+		if e.sl == nil {
+			if err := e.wholePart(); err != nil {
+				return inComponent(err, c.name)
+			}
+		}
 	}
 	return nil
+}
+
+// inComponent names the component in a loader error.
+func inComponent(err error, component string) error {
+	if le, ok := err.(*Error); ok {
+		le.Component = component
+	}
+	return err
 }
 
 // split makes e the rank's part of itself.
@@ -415,12 +429,16 @@ func (e *entry) split(s Split, rule string, rank, world int) error {
 	}
 	n := e.shape[s.Dim]
 	start, stop := SplitBounds(n, rank, world)
-	sl := &slice{info: SliceInfo{Dim: s.Dim, Start: start, Stop: stop, Shape: slices.Clone(e.shape), Rule: rule},
-		whole: start == 0 && stop == n, stored: e.inBytes}
-	e.sl = sl
-	if sl.whole {
+	info := SliceInfo{Dim: s.Dim, Start: start, Stop: stop, Shape: slices.Clone(e.shape), Rule: rule}
+	if start == 0 && stop == n {
+		if err := e.wholePart(); err != nil {
+			return err
+		}
+		e.sl.info, e.sl.matched = info, true
 		return nil
 	}
+	sl := &slice{info: info, matched: true, stored: e.inBytes}
+	e.sl = sl
 	if e.q == nil {
 		sl.elems = sliceElems(e.shape, s.Dim, start, stop)
 		d, ok := sl.elems.bytes(int64(e.stored.Bits()))
@@ -446,6 +464,43 @@ func (e *entry) split(s Split, rule string, rank, world int) error {
 	}
 	e.shape = slices.Clone(e.shape)
 	e.shape[s.Dim] = stop - start
+	return nil
+}
+
+// wholePart makes e's part the whole tensor: all its stored bytes, and for
+// a quantized weight all its rows and columns with every scale (its layout
+// is the weight's own).
+func (e *entry) wholePart() error {
+	sl := &slice{whole: true, stored: e.inBytes}
+	e.sl = sl
+	if e.q == nil {
+		sl.elems = strided{n: numElements(e.shape), count: 1}.norm()
+		sl.data = strided{n: e.inBytes, count: 1}.norm()
+		return nil
+	}
+	w := e.q
+	db, _ := w.Data.DType.ByteLen(numElements(w.Data.Shape))
+	sl.data = strided{n: db, count: 1}.norm()
+	if nd := len(w.Shape); nd > 0 && numElements(w.Shape) > 0 {
+		q, err := sliceQuant(w, 0, 0, w.Shape[0])
+		if err != nil {
+			return err
+		}
+		q.keep = w
+		sl.q = q
+		return nil
+	}
+	// A scalar or empty weight: one row (or none), every scale whole.
+	r, c := viewRC(w.Shape)
+	if numElements(w.Shape) == 0 {
+		r = 0
+	}
+	q := &qslice{rows: strided{n: r, count: 1}.norm(), c1: c, colB: db / max(r, 1), br: 1, keep: w}
+	for _, s := range w.Scales {
+		b, _ := s.DType.ByteLen(numElements(s.Shape))
+		q.scales = append(q.scales, qscale{sel: strided{n: b, count: 1}.norm(), shape: slices.Clone(s.Shape), sb: max(int64(s.DType.Bits())/8, 1)})
+	}
+	sl.q = q
 	return nil
 }
 
@@ -680,6 +735,21 @@ func (e *entry) resolveSlice(strategy ReadStrategy) error {
 
 func (s strided) isContiguous() bool { return s.count <= 1 }
 
+// weightRuns reports whether a quantized part is a weight of its own (its
+// layout is known) whose data and scales are each one run of bytes: it can
+// be dequantized from views of a mapping.
+func (sl *slice) weightRuns() bool {
+	if sl.q == nil || sl.q.keep == nil || !sl.data.isContiguous() {
+		return false
+	}
+	for _, qs := range sl.q.scales {
+		if !qs.sel.isContiguous() {
+			return false
+		}
+	}
+	return true
+}
+
 // storedBytes is the size of the whole stored tensor (data plus scales),
 // whatever part of it a rank reads.
 func (e *entry) storedBytes() int64 {
@@ -689,17 +759,22 @@ func (e *entry) storedBytes() int64 {
 	return e.inBytes
 }
 
-// sliceStaging is the transient memory one worker holds for a dequantized
+// partStaging is the transient memory one worker holds for a dequantized
 // part beyond the shared staging allowance: the data rows and scale rows
-// of its largest piece, and the scales read once per tensor.
-func (m *Model) sliceStaging() int64 {
+// of its largest piece, and the scales read once per tensor. A part
+// dequantized from views of the mapping (mmap, stored contiguously, a
+// weight of its own) needs none.
+func (m *Model) partStaging() int64 {
 	var most int64
 	for _, c := range m.comps {
 		for _, e := range c.entries {
-			if e.act != actDequantize || e.sl == nil || e.sl.whole {
+			if e.act != actDequantize {
 				continue
 			}
 			q := e.sl.q
+			if c.strategy != ReadPread && e.sl.weightRuns() && m.src.IsOS() {
+				continue
+			}
 			per := q.pieceRows(e.out)
 			b := per * q.colB
 			for _, qs := range q.scales {
@@ -721,362 +796,4 @@ func (q *qslice) pieceRows(out dtype.DType) int64 {
 	outRow := (q.c1 - q.c0) * int64(out.Bits()) / 8
 	per := max(chunkBytes/max(outRow, 1), 1)
 	return ceilDiv(per, q.br) * q.br
-}
-
-// Loading parts.
-
-type sliceKind uint8
-
-const (
-	sliceRaw     sliceKind = iota // bytes of a selection into dst
-	slicePlain                    // a plain tensor's elements, converted when its target differs
-	sliceDequant                  // rows of a dequantized weight
-)
-
-// sliceJob is what the pieces of one part share.
-type sliceJob struct {
-	kind   sliceKind
-	st     *safetensors.Tensor // the stored (data) tensor
-	sel    strided             // sliceRaw: the bytes of st read
-	evict  bool                // drop the source pages from this process after reading
-	mapped bool                // read from the mapping (mmap strategy, mapped file), else ReadAt
-	// sliceDequant: the scales' stored tensors, and those read once for
-	// the whole part (not per piece).
-	scaleT []*safetensors.Tensor
-	once   sync.Once
-	shared [][]byte
-	err    error
-}
-
-// prepareSlice is prepareInto for a split tensor's part.
-func (m *Model) prepareSlice(c *Component, e *entry, t *Tensor, st *safetensors.Tensor, alloc func(int64) []byte, work []piece, intoCaller bool) ([]piece, error) {
-	sl := e.sl
-	info := sl.info
-	info.Shape = slices.Clone(info.Shape)
-	t.Split = &info
-	mu := new(sync.Mutex)
-	view := func(st *safetensors.Tensor, sel strided) ([]byte, error) {
-		b, err := st.Bytes()
-		if err != nil {
-			return nil, &Error{Kind: ErrRead, Component: c.name, Tensor: e.name, Err: err}
-		}
-		if h := m.cfg.rank.onRead; h != nil {
-			h(st, sel.first, sel.total())
-		}
-		end := sel.first + sel.total()
-		return b[sel.first:end:end], nil
-	}
-	// raw appends pieces that read a selection of st into dst.
-	raw := func(t *Tensor, st *safetensors.Tensor, sel strided, dst []byte) {
-		sj := &sliceJob{kind: sliceRaw, st: st, sel: sel, mapped: c.strategy != ReadPread && st.File().Mapped()}
-		total := sel.total()
-		for first := int64(0); first < total; first += chunkBytes {
-			n := min(chunkBytes, total-first)
-			work = append(work, piece{c: c, e: e, t: t, st: st, first: first, n: n, dst: dst[first : first+n], bytes: n, mu: mu, sj: sj})
-		}
-	}
-	mapped := st.File().Mapped()
-	switch e.act {
-	case actView:
-		if mapped {
-			b, err := view(st, sl.data)
-			t.data = b
-			return work, err
-		}
-		t.data = make([]byte, sl.data.total())
-		raw(t, st, sl.data, t.data)
-	case actRead, actConvert:
-		t.data = alloc(e.outBytes)
-		t.Location.Owned = true
-		sj := &sliceJob{kind: slicePlain, st: st, evict: e.act == actConvert && mapped, mapped: c.strategy != ReadPread && mapped}
-		fb, ob := int64(e.stored.Bits()), int64(e.out.Bits())
-		per := max(chunkBytes*8/max(fb, ob)/8*8, 8)
-		n := sl.elems.total()
-		for first := int64(0); first < n; first += per {
-			cnt := min(per, n-first)
-			d0, d1 := first*ob/8, (first+cnt)*ob/8
-			work = append(work, piece{c: c, e: e, t: t, st: st, first: first, n: cnt, dst: t.data[d0:d1], bytes: d1 - d0, mu: mu, sj: sj})
-		}
-	case actDequantize:
-		t.data = alloc(e.outBytes)
-		t.Location.Owned = true
-		q := sl.q
-		sj := &sliceJob{kind: sliceDequant, st: st, evict: mapped, mapped: c.strategy != ReadPread && mapped}
-		for _, s := range e.q.Scales {
-			sst, err := c.tensor(s.Name)
-			if err != nil {
-				return nil, &Error{Kind: ErrRead, Component: c.name, Tensor: s.Name, Err: err}
-			}
-			sj.scaleT = append(sj.scaleT, sst)
-		}
-		outRow := (q.c1 - q.c0) * int64(e.out.Bits()) / 8
-		rows := q.pad + q.rows.total()
-		if q.c1 == q.c0 {
-			rows = 0
-		}
-		per := q.pieceRows(e.out)
-		for p0 := int64(0); p0 < rows; p0 += per {
-			p1 := min(rows, p0+per)
-			r0 := max(p0, q.pad)
-			dst := t.data[(r0-q.pad)*outRow : (p1-q.pad)*outRow]
-			work = append(work, piece{c: c, e: e, t: t, st: st, first: p0, n: p1 - p0, dst: dst, bytes: int64(len(dst)), mu: mu, sj: sj})
-		}
-	case actQuantized:
-		q := sl.q
-		t.q = q.keep
-		switch {
-		case c.strategy != ReadPread && !intoCaller && mapped && sl.data.isContiguous():
-			b, err := view(st, sl.data)
-			if err != nil {
-				return nil, err
-			}
-			t.data = b
-		case c.strategy != ReadPread && !intoCaller && sl.data.isContiguous():
-			// Planned as mapped, but the file has no mapping: a copy.
-			t.data = make([]byte, sl.data.total())
-			raw(t, st, sl.data, t.data)
-		default:
-			t.data = alloc(sl.data.total())
-			t.Location.Owned = true
-			raw(t, st, sl.data, t.data)
-		}
-		for i, s := range e.q.Scales {
-			sst, err := c.tensor(s.Name)
-			if err != nil {
-				return nil, &Error{Kind: ErrRead, Component: c.name, Tensor: s.Name, Err: err}
-			}
-			qs := q.scales[i]
-			sc := &Tensor{Component: c.name, Name: s.Name, DType: s.DType, Shape: slices.Clone(qs.shape), Stored: s.DType,
-				Decision: e.dec, Role: s.Role, act: actView,
-				Location: Location{File: sst.File().Path(), Offset: sst.Offset(), Length: sst.ByteLen()}}
-			switch {
-			case c.strategy != ReadPread && qs.sel.isContiguous() && sst.File().Mapped():
-				if sc.data, err = view(sst, qs.sel); err != nil {
-					return nil, err
-				}
-			case c.strategy != ReadPread && qs.sel.isContiguous():
-				sc.data = make([]byte, qs.sel.total())
-				raw(sc, sst, qs.sel, sc.data)
-			default:
-				sc.act, sc.Location.Owned = actRead, true
-				sc.data = alloc(qs.sel.total())
-				raw(sc, sst, qs.sel, sc.data)
-			}
-			t.Scales = append(t.Scales, sc)
-		}
-	}
-	return work, nil
-}
-
-// directRun is the run length from which a part is converted straight
-// from the mapping, run by run; shorter runs (the rows of a split of
-// dimension 1) are first gathered into a staging buffer and converted in
-// one call, as a conversion call costs about as much as a few KiB of
-// copying.
-const directRun = 64 << 10
-
-// stagePool holds the buffers that converting reads of parts read into.
-var stagePool sync.Pool
-
-// doSlicePiece does one piece of a split tensor's part.
-func (m *Model) doSlicePiece(ctx context.Context, p *piece, opts dtype.Options) (dtype.Stats, error) {
-	sj, e := p.sj, p.e
-	switch sj.kind {
-	case sliceRaw:
-		return dtype.Stats{}, m.readSel(ctx, sj, sj.st, sj.sel, p.first, p.dst, false)
-	case slicePlain:
-		fb, ob := int64(e.stored.Bits()), int64(e.out.Bits())
-		from, n := p.first*fb/8, p.n*fb/8
-		if e.act == actRead {
-			return dtype.Stats{}, m.readSel(ctx, sj, sj.st, e.sl.data, from, p.dst, false)
-		}
-		var stats dtype.Stats
-		if sj.mapped && e.sl.data.n >= directRun {
-			// Long runs are converted straight from the mapping.
-			err := m.mappedSel(ctx, sj.st, e.sl.data, from, from+n, sj.evict, func(src []byte, pos int64) error {
-				d0 := (pos - from) * 8 / fb * ob / 8
-				st, err := dtype.Convert(p.dst[d0:d0+int64(len(src))*8/fb*ob/8], e.out, src, e.stored, opts)
-				stats.Add(st)
-				return err
-			})
-			return stats, err
-		}
-		bp, _ := stagePool.Get().(*[]byte)
-		if bp == nil || int64(cap(*bp)) < n {
-			b := make([]byte, n)
-			bp = &b
-		}
-		defer stagePool.Put(bp)
-		buf := (*bp)[:n]
-		if err := m.readSel(ctx, sj, sj.st, e.sl.data, from, buf, sj.evict); err != nil {
-			return dtype.Stats{}, err
-		}
-		return dtype.Convert(p.dst, e.out, buf, e.stored, opts)
-	}
-	return m.dequantSlice(ctx, p, opts)
-}
-
-// readSel reads the compact bytes [from, from+len(dst)) of a selection of
-// st's bytes into dst: copied from the mapping when the load reads mapped
-// files, else with one ReadAt per run.
-func (m *Model) readSel(ctx context.Context, sj *sliceJob, st *safetensors.Tensor, sel strided, from int64, dst []byte, evict bool) error {
-	if sj.mapped && st.File().Mapped() {
-		return m.mappedSel(ctx, st, sel, from, from+int64(len(dst)), evict, func(src []byte, pos int64) error {
-			copy(dst[pos-from:], src)
-			return nil
-		})
-	}
-	return sel.segments(from, from+int64(len(dst)), func(src, pos, n int64) error {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if h := m.cfg.rank.onRead; h != nil {
-			h(st, src, n)
-		}
-		_, err := st.ReadAt(dst[pos-from:pos-from+n], src)
-		return err
-	})
-}
-
-// mappedSel calls fn with the mapped bytes of each run of the compact
-// bytes [from, to) of a selection of st, under one fault protection, and
-// then (evict) drops the pages the runs span from this process.
-func (m *Model) mappedSel(ctx context.Context, st *safetensors.Tensor, sel strided, from, to int64, evict bool, fn func(src []byte, pos int64) error) error {
-	view, err := st.Bytes()
-	if err != nil {
-		return err
-	}
-	lo, hi := int64(-1), int64(0)
-	err = protectFault(func() error {
-		return sel.segments(from, to, func(src, pos, n int64) error {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			if h := m.cfg.rank.onRead; h != nil {
-				h(st, src, n)
-			}
-			if lo < 0 {
-				lo = src
-			}
-			hi = src + n
-			return fn(view[src:src+n:src+n], pos)
-		})
-	})
-	if evict && lo >= 0 {
-		fb := int64(st.DType().Bits())
-		st.Evict(lo*8/fb, (hi-lo)*8/fb)
-	}
-	return err
-}
-
-// dequantSlice dequantizes the rows [p.first, p.first+p.n) of a part (in
-// rows of the part, counting its pad): it reads those data rows and the
-// scale rows they use, and dequantizes them as a weight of their own.
-func (m *Model) dequantSlice(ctx context.Context, p *piece, opts dtype.Options) (dtype.Stats, error) {
-	sj, e := p.sj, p.e
-	q := e.sl.q
-	p0, p1 := p.first, p.first+p.n
-	r0 := max(p0, q.pad)
-	data := make([]byte, (p1-p0)*q.colB)
-	if err := m.readSel(ctx, sj, sj.st, e.sl.data, (r0-q.pad)*q.colB, data[(r0-p0)*q.colB:], sj.evict); err != nil {
-		return dtype.Stats{}, err
-	}
-	sj.once.Do(func() {
-		sj.shared = make([][]byte, len(q.scales))
-		for i, qs := range q.scales {
-			if qs.perRow {
-				continue
-			}
-			b := make([]byte, qs.sel.total())
-			if sj.err = m.readSel(ctx, sj, sj.scaleT[i], qs.sel, 0, b, false); sj.err != nil {
-				return
-			}
-			sj.shared[i] = b
-		}
-	})
-	if sj.err != nil {
-		return dtype.Stats{}, sj.err
-	}
-	w := *e.q
-	w.Shape = []int64{p1 - p0, q.c1 - q.c0}
-	w.Scales = slices.Clone(e.q.Scales)
-	scales := make([][]byte, len(q.scales))
-	for i, qs := range q.scales {
-		if !qs.perRow {
-			scales[i] = sj.shared[i]
-			w.Scales[i].Shape = qs.shape
-			continue
-		}
-		g0, g1 := p0/qs.br, ceilDiv(p1, qs.br)
-		b := make([]byte, (g1-g0)*qs.gC*qs.sb)
-		if err := m.readSel(ctx, sj, sj.scaleT[i], qs.sel, g0*qs.gC*qs.sb, b, false); err != nil {
-			return dtype.Stats{}, err
-		}
-		scales[i] = b
-		w.Scales[i].Shape = []int64{g1 - g0, qs.gC}
-	}
-	return w.DequantizeRows(ctx, p.dst, e.out, data, scales, r0-p0, p1-r0, opts)
-}
-
-// rangedPart gathers the items of one piece of a part read from a RangeFS.
-type rangedPart struct {
-	mu    sync.Mutex
-	left  int
-	stats dtype.Stats
-}
-
-// done records one item's stats; last reports that the piece is complete
-// (with all its items' stats).
-func (r *rangedPart) done(st dtype.Stats) (dtype.Stats, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.stats.Add(st)
-	r.left--
-	return r.stats, r.left == 0
-}
-
-// target is where an item's bytes (or its conversion) go.
-func (it *rangedItem) target() []byte {
-	if it.dst != nil {
-		return it.dst
-	}
-	return it.p.dst
-}
-
-// sliceItems turns a piece of a rank's part into ranged-read items, one
-// per run of its byte ranges (raw reads straight into the destination,
-// conversions run by run); nil for pieces that need the whole rows of a
-// quantized weight (dequantization), which read through the file's ReadAt.
-func sliceItems(p *piece) []*rangedItem {
-	sj, e := p.sj, p.e
-	var sel strided
-	var from, n int64
-	convert := false
-	fb, ob := int64(e.stored.Bits()), int64(e.out.Bits())
-	switch sj.kind {
-	case sliceRaw:
-		sel, from, n = sj.sel, p.first, int64(len(p.dst))
-		fb, ob = 8, 8
-	case slicePlain:
-		sel, from, n = e.sl.data, p.first*fb/8, p.n*fb/8
-		convert = e.act == actConvert
-		if !convert {
-			fb, ob = 8, 8
-		}
-	default:
-		return nil
-	}
-	part := &rangedPart{}
-	var items []*rangedItem
-	base := p.st.Offset()
-	_ = sel.segments(from, from+n, func(src, pos, cnt int64) error {
-		d0, d1 := (pos-from)*8/fb*ob/8, (pos-from+cnt)*8/fb*ob/8
-		items = append(items, &rangedItem{p: p, off: base + src, n: cnt, convert: convert, dst: p.dst[d0:d1:d1], part: part})
-		return nil
-	})
-	if len(items) == 0 {
-		return nil
-	}
-	part.left = len(items)
-	return items
 }

@@ -1,0 +1,428 @@
+package ckpt
+
+import (
+	"context"
+	"slices"
+	"sync"
+
+	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/safetensors"
+)
+
+// Loading a part: every tensor is loaded as a part of itself (the whole
+// tensor, or this rank's part of a split one), read as the byte ranges that
+// hold it and produced piece by piece.
+
+type partKind uint8
+
+const (
+	partRaw     partKind = iota // bytes of a selection into dst
+	partPlain                   // a plain tensor's elements, converted when its target differs
+	partDequant                 // rows of a dequantized weight
+)
+
+// partJob is what the pieces of one part share.
+type partJob struct {
+	kind   partKind
+	st     *safetensors.Tensor // the stored (data) tensor
+	sel    strided             // partRaw: the bytes of st read
+	evict  bool                // drop the source pages from this process after reading
+	mapped bool                // read from the mapping (mmap strategy, mapped file), else ReadAt
+	// partDequant: the scales' stored tensors, and those read once for
+	// the whole part (not per piece).
+	scaleT []*safetensors.Tensor
+	once   sync.Once
+	shared [][]byte
+	err    error
+	// partDequant from the mapping: views of the data and the scales.
+	viewOnce sync.Once
+	views    [][]byte
+	viewErr  error
+}
+
+// preparePart assigns the memory of e's part (t) and appends its pieces of
+// work: views of the mapping where the part is stored contiguously and
+// loads as stored, else reads, conversions or dequantizations of about
+// chunkBytes each.
+func (m *Model) preparePart(c *Component, e *entry, t *Tensor, st *safetensors.Tensor, alloc func(int64) []byte, work []piece, intoCaller bool) ([]piece, error) {
+	sl := e.sl
+	if sl.matched {
+		info := sl.info
+		info.Shape = slices.Clone(info.Shape)
+		t.Split = &info
+	}
+	mu := new(sync.Mutex)
+	view := func(st *safetensors.Tensor, sel strided) ([]byte, error) {
+		b, err := st.Bytes()
+		if err != nil {
+			return nil, &Error{Kind: ErrRead, Component: c.name, Tensor: e.name, Err: err}
+		}
+		if h := m.cfg.rank.onRead; h != nil {
+			h(st, sel.first, sel.total())
+		}
+		end := sel.first + sel.total()
+		return b[sel.first:end:end], nil
+	}
+	// raw appends pieces that read a selection of st into dst.
+	raw := func(t *Tensor, st *safetensors.Tensor, sel strided, dst []byte) {
+		sj := &partJob{kind: partRaw, st: st, sel: sel, mapped: c.strategy != ReadPread && st.File().Mapped()}
+		total := sel.total()
+		for first := int64(0); first < total; first += chunkBytes {
+			n := min(chunkBytes, total-first)
+			work = append(work, piece{c: c, e: e, t: t, st: st, first: first, n: n, dst: dst[first : first+n], bytes: n, mu: mu, sj: sj})
+		}
+	}
+	mapped := st.File().Mapped()
+	switch e.act {
+	case actView:
+		if mapped {
+			b, err := view(st, sl.data)
+			t.data = b
+			return work, err
+		}
+		t.data = make([]byte, sl.data.total())
+		raw(t, st, sl.data, t.data)
+	case actRead, actConvert:
+		t.data = alloc(e.outBytes)
+		t.Location.Owned = true
+		sj := &partJob{kind: partPlain, st: st, evict: e.act == actConvert && mapped, mapped: c.strategy != ReadPread && mapped}
+		fb, ob := int64(e.stored.Bits()), int64(e.out.Bits())
+		per := max(chunkBytes*8/max(fb, ob)/8*8, 8)
+		n := sl.elems.total()
+		for first := int64(0); first < n; first += per {
+			cnt := min(per, n-first)
+			d0, d1 := first*ob/8, (first+cnt)*ob/8
+			work = append(work, piece{c: c, e: e, t: t, st: st, first: first, n: cnt, dst: t.data[d0:d1], bytes: d1 - d0, mu: mu, sj: sj})
+		}
+	case actDequantize:
+		t.data = alloc(e.outBytes)
+		t.Location.Owned = true
+		q := sl.q
+		sj := &partJob{kind: partDequant, st: st, evict: mapped, mapped: c.strategy != ReadPread && mapped}
+		for _, s := range e.q.Scales {
+			sst, err := c.tensor(s.Name)
+			if err != nil {
+				return nil, &Error{Kind: ErrRead, Component: c.name, Tensor: s.Name, Err: err}
+			}
+			sj.scaleT = append(sj.scaleT, sst)
+		}
+		outRow := (q.c1 - q.c0) * int64(e.out.Bits()) / 8
+		rows := q.pad + q.rows.total()
+		if q.c1 == q.c0 {
+			rows = 0
+		}
+		per := q.pieceRows(e.out)
+		for p0 := int64(0); p0 < rows; p0 += per {
+			p1 := min(rows, p0+per)
+			r0 := max(p0, q.pad)
+			dst := t.data[(r0-q.pad)*outRow : (p1-q.pad)*outRow]
+			work = append(work, piece{c: c, e: e, t: t, st: st, first: p0, n: p1 - p0, dst: dst, bytes: int64(len(dst)), mu: mu, sj: sj})
+		}
+	case actQuantized:
+		q := sl.q
+		t.q = q.keep
+		switch {
+		case c.strategy != ReadPread && !intoCaller && mapped && sl.data.isContiguous():
+			b, err := view(st, sl.data)
+			if err != nil {
+				return nil, err
+			}
+			t.data = b
+		case c.strategy != ReadPread && !intoCaller && sl.data.isContiguous():
+			// Planned as mapped, but the file has no mapping: a copy.
+			t.data = make([]byte, sl.data.total())
+			raw(t, st, sl.data, t.data)
+		default:
+			t.data = alloc(sl.data.total())
+			t.Location.Owned = true
+			raw(t, st, sl.data, t.data)
+		}
+		for i, s := range e.q.Scales {
+			sst, err := c.tensor(s.Name)
+			if err != nil {
+				return nil, &Error{Kind: ErrRead, Component: c.name, Tensor: s.Name, Err: err}
+			}
+			qs := q.scales[i]
+			sc := &Tensor{Component: c.name, Name: s.Name, DType: s.DType, Shape: slices.Clone(qs.shape), Stored: s.DType,
+				Decision: e.dec, Role: s.Role, act: actView,
+				Location: Location{File: sst.File().Path(), Offset: sst.Offset(), Length: sst.ByteLen()}}
+			switch {
+			case c.strategy != ReadPread && qs.sel.isContiguous() && sst.File().Mapped():
+				if sc.data, err = view(sst, qs.sel); err != nil {
+					return nil, err
+				}
+			case c.strategy != ReadPread && qs.sel.isContiguous():
+				sc.data = make([]byte, qs.sel.total())
+				raw(sc, sst, qs.sel, sc.data)
+			default:
+				sc.act, sc.Location.Owned = actRead, true
+				sc.data = alloc(qs.sel.total())
+				raw(sc, sst, qs.sel, sc.data)
+			}
+			t.Scales = append(t.Scales, sc)
+		}
+	}
+	return work, nil
+}
+
+// directRun is the run length from which a part is converted straight
+// from the mapping, run by run; shorter runs (the rows of a split of
+// dimension 1) are first gathered into a staging buffer and converted in
+// one call, as a conversion call costs about as much as a few KiB of
+// copying.
+const directRun = 64 << 10
+
+// stagePool holds the buffers that converting reads of parts read into.
+var stagePool sync.Pool
+
+// doPartPiece does one piece of a part.
+func (m *Model) doPartPiece(ctx context.Context, p *piece, opts dtype.Options) (dtype.Stats, error) {
+	sj, e := p.sj, p.e
+	switch sj.kind {
+	case partRaw:
+		return dtype.Stats{}, m.readSel(ctx, sj, sj.st, sj.sel, p.first, p.dst, false)
+	case partPlain:
+		fb, ob := int64(e.stored.Bits()), int64(e.out.Bits())
+		from, n := p.first*fb/8, p.n*fb/8
+		if e.act == actRead {
+			return dtype.Stats{}, m.readSel(ctx, sj, sj.st, e.sl.data, from, p.dst, false)
+		}
+		var stats dtype.Stats
+		if sj.mapped && (e.sl.data.n >= directRun || e.sl.data.isContiguous()) {
+			// Long runs, and a part stored in one run, are converted
+			// straight from the mapping.
+			err := m.mappedSel(ctx, sj.st, e.sl.data, from, from+n, sj.evict, func(src []byte, pos int64) error {
+				d0 := (pos - from) * 8 / fb * ob / 8
+				st, err := dtype.Convert(p.dst[d0:d0+int64(len(src))*8/fb*ob/8], e.out, src, e.stored, opts)
+				stats.Add(st)
+				return err
+			})
+			return stats, err
+		}
+		bp, _ := stagePool.Get().(*[]byte)
+		if bp == nil || int64(cap(*bp)) < n {
+			b := make([]byte, n)
+			bp = &b
+		}
+		defer stagePool.Put(bp)
+		buf := (*bp)[:n]
+		if err := m.readSel(ctx, sj, sj.st, e.sl.data, from, buf, sj.evict); err != nil {
+			return dtype.Stats{}, err
+		}
+		return dtype.Convert(p.dst, e.out, buf, e.stored, opts)
+	}
+	return m.dequantPart(ctx, p, opts)
+}
+
+// readSel reads the compact bytes [from, from+len(dst)) of a selection of
+// st's bytes into dst: copied from the mapping when the load reads mapped
+// files, else with one ReadAt per run.
+func (m *Model) readSel(ctx context.Context, sj *partJob, st *safetensors.Tensor, sel strided, from int64, dst []byte, evict bool) error {
+	if sj.mapped && st.File().Mapped() {
+		return m.mappedSel(ctx, st, sel, from, from+int64(len(dst)), evict, func(src []byte, pos int64) error {
+			copy(dst[pos-from:], src)
+			return nil
+		})
+	}
+	return sel.segments(from, from+int64(len(dst)), func(src, pos, n int64) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if h := m.cfg.rank.onRead; h != nil {
+			h(st, src, n)
+		}
+		_, err := st.ReadAt(dst[pos-from:pos-from+n], src)
+		return err
+	})
+}
+
+// mappedSel calls fn with the mapped bytes of each run of the compact
+// bytes [from, to) of a selection of st, under one fault protection, and
+// then (evict) drops the pages the runs span from this process.
+func (m *Model) mappedSel(ctx context.Context, st *safetensors.Tensor, sel strided, from, to int64, evict bool, fn func(src []byte, pos int64) error) error {
+	view, err := st.Bytes()
+	if err != nil {
+		return err
+	}
+	lo, hi := int64(-1), int64(0)
+	err = protectFault(func() error {
+		return sel.segments(from, to, func(src, pos, n int64) error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if h := m.cfg.rank.onRead; h != nil {
+				h(st, src, n)
+			}
+			if lo < 0 {
+				lo = src
+			}
+			hi = src + n
+			return fn(view[src:src+n:src+n], pos)
+		})
+	})
+	if evict && lo >= 0 {
+		fb := int64(st.DType().Bits())
+		st.Evict(lo*8/fb, (hi-lo)*8/fb)
+	}
+	return err
+}
+
+// dequantPart dequantizes the rows [p.first, p.first+p.n) of a part (in
+// rows of the part, counting its pad): it reads those data rows and the
+// scale rows they use, and dequantizes them as a weight of their own.
+func (m *Model) dequantPart(ctx context.Context, p *piece, opts dtype.Options) (dtype.Stats, error) {
+	sj, e := p.sj, p.e
+	q := e.sl.q
+	p0, p1 := p.first, p.first+p.n
+	if views, ok, err := m.partViews(sj, e); err != nil || ok {
+		if err != nil {
+			return dtype.Stats{}, err
+		}
+		// The part is a weight of its own stored contiguously in the
+		// mapping (a whole weight, a part of whole scale blocks): its rows
+		// are dequantized straight from the views.
+		if h := m.cfg.rank.onRead; h != nil {
+			h(sj.st, e.sl.data.first+p0*q.colB, p.n*q.colB)
+		}
+		var st dtype.Stats
+		err := protectFault(func() (err error) {
+			st, err = q.keep.DequantizeRows(ctx, p.dst, e.out, views[0], views[1:], p0, p.n, opts)
+			return err
+		})
+		if sj.evict && err == nil {
+			fb := int64(sj.st.DType().Bits())
+			sj.st.Evict((e.sl.data.first+p0*q.colB)*8/fb, p.n*q.colB*8/fb)
+		}
+		return st, err
+	}
+	r0 := max(p0, q.pad)
+	data := make([]byte, (p1-p0)*q.colB)
+	if err := m.readSel(ctx, sj, sj.st, e.sl.data, (r0-q.pad)*q.colB, data[(r0-p0)*q.colB:], sj.evict); err != nil {
+		return dtype.Stats{}, err
+	}
+	sj.once.Do(func() {
+		sj.shared = make([][]byte, len(q.scales))
+		for i, qs := range q.scales {
+			if qs.perRow {
+				continue
+			}
+			b := make([]byte, qs.sel.total())
+			if sj.err = m.readSel(ctx, sj, sj.scaleT[i], qs.sel, 0, b, false); sj.err != nil {
+				return
+			}
+			sj.shared[i] = b
+		}
+	})
+	if sj.err != nil {
+		return dtype.Stats{}, sj.err
+	}
+	w := *e.q
+	w.Shape = []int64{p1 - p0, q.c1 - q.c0}
+	w.Scales = slices.Clone(e.q.Scales)
+	scales := make([][]byte, len(q.scales))
+	for i, qs := range q.scales {
+		if !qs.perRow {
+			scales[i] = sj.shared[i]
+			w.Scales[i].Shape = qs.shape
+			continue
+		}
+		g0, g1 := p0/qs.br, ceilDiv(p1, qs.br)
+		b := make([]byte, (g1-g0)*qs.gC*qs.sb)
+		if err := m.readSel(ctx, sj, sj.scaleT[i], qs.sel, g0*qs.gC*qs.sb, b, false); err != nil {
+			return dtype.Stats{}, err
+		}
+		scales[i] = b
+		w.Scales[i].Shape = []int64{g1 - g0, qs.gC}
+	}
+	return w.DequantizeRows(ctx, p.dst, e.out, data, scales, r0-p0, p1-r0, opts)
+}
+
+// partViews returns the views of a quantized part's data and scales (in
+// that order) when the part is a weight of its own (its layout is known)
+// whose bytes are contiguous runs of mapped files read from the mapping;
+// ok is false otherwise.
+func (m *Model) partViews(sj *partJob, e *entry) (views [][]byte, ok bool, err error) {
+	q := e.sl.q
+	if !sj.mapped || !e.sl.weightRuns() {
+		return nil, false, nil
+	}
+	for _, st := range sj.scaleT {
+		if !st.File().Mapped() {
+			return nil, false, nil
+		}
+	}
+	sj.viewOnce.Do(func() {
+		view := func(st *safetensors.Tensor, sel strided) []byte {
+			b, err := st.Bytes()
+			if err != nil {
+				sj.viewErr = err
+				return nil
+			}
+			end := sel.first + sel.total()
+			return b[sel.first:end:end]
+		}
+		sj.views = append(sj.views, view(sj.st, e.sl.data))
+		for i, qs := range q.scales {
+			sj.views = append(sj.views, view(sj.scaleT[i], qs.sel))
+			if h := m.cfg.rank.onRead; h != nil {
+				h(sj.scaleT[i], qs.sel.first, qs.sel.total())
+			}
+		}
+	})
+	return sj.views, sj.viewErr == nil, sj.viewErr
+}
+
+// rangedPart gathers the items of one piece of a part read from a RangeFS.
+type rangedPart struct {
+	mu    sync.Mutex
+	left  int
+	stats dtype.Stats
+}
+
+// done records one item's stats; last reports that the piece is complete
+// (with all its items' stats).
+func (r *rangedPart) done(st dtype.Stats) (dtype.Stats, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stats.Add(st)
+	r.left--
+	return r.stats, r.left == 0
+}
+
+// partItems turns a piece of a part into ranged-read items, one
+// per run of its byte ranges (raw reads straight into the destination,
+// conversions run by run); nil for pieces that need the whole rows of a
+// quantized weight (dequantization), which read through the file's ReadAt.
+func partItems(p *piece) []*rangedItem {
+	sj, e := p.sj, p.e
+	var sel strided
+	var from, n int64
+	convert := false
+	fb, ob := int64(e.stored.Bits()), int64(e.out.Bits())
+	switch sj.kind {
+	case partRaw:
+		sel, from, n = sj.sel, p.first, int64(len(p.dst))
+		fb, ob = 8, 8
+	case partPlain:
+		sel, from, n = e.sl.data, p.first*fb/8, p.n*fb/8
+		convert = e.act == actConvert
+		if !convert {
+			fb, ob = 8, 8
+		}
+	default:
+		return nil
+	}
+	part := &rangedPart{}
+	var items []*rangedItem
+	base := p.st.Offset()
+	_ = sel.segments(from, from+n, func(src, pos, cnt int64) error {
+		d0, d1 := (pos-from)*8/fb*ob/8, (pos-from+cnt)*8/fb*ob/8
+		items = append(items, &rangedItem{p: p, off: base + src, n: cnt, convert: convert, dst: p.dst[d0:d1:d1], part: part})
+		return nil
+	})
+	if len(items) == 0 {
+		return nil
+	}
+	part.left = len(items)
+	return items
+}
