@@ -139,7 +139,7 @@ func (p *Part) ReadAt(b []byte, off int64) (int, error) {
 	}
 	n := min(int64(len(b)), size-off)
 	err := p.sel.segments(off, off+n, func(src, pos, cnt int64) error {
-		if h := p.m.cfg.rank.onRead; h != nil {
+		if h := p.m.cfg.onRead; h != nil {
 			h(p.st, src, cnt)
 		}
 		_, err := p.st.ReadAt(b[pos-off:pos-off+cnt], src)

@@ -57,7 +57,7 @@ func (m *Model) preparePart(c *Component, e *entry, t *Tensor, st *safetensors.T
 		if err != nil {
 			return nil, &Error{Kind: ErrRead, Component: c.name, Tensor: e.name, Err: err}
 		}
-		if h := m.cfg.rank.onRead; h != nil {
+		if h := m.cfg.onRead; h != nil {
 			h(st, sel.first, sel.total())
 		}
 		end := sel.first + sel.total()
@@ -228,7 +228,7 @@ func (m *Model) readSel(ctx context.Context, sj *partJob, st *safetensors.Tensor
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if h := m.cfg.rank.onRead; h != nil {
+		if h := m.cfg.onRead; h != nil {
 			h(st, src, n)
 		}
 		_, err := st.ReadAt(dst[pos-from:pos-from+n], src)
@@ -250,7 +250,7 @@ func (m *Model) mappedSel(ctx context.Context, st *safetensors.Tensor, sel strid
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			if h := m.cfg.rank.onRead; h != nil {
+			if h := m.cfg.onRead; h != nil {
 				h(st, src, n)
 			}
 			if lo < 0 {
@@ -281,7 +281,7 @@ func (m *Model) dequantPart(ctx context.Context, p *piece, opts dtype.Options) (
 		// The part is a weight of its own stored contiguously in the
 		// mapping (a whole weight, a part of whole scale blocks): its rows
 		// are dequantized straight from the views.
-		if h := m.cfg.rank.onRead; h != nil {
+		if h := m.cfg.onRead; h != nil {
 			h(sj.st, e.sl.data.first+p0*q.colB, p.n*q.colB)
 		}
 		var st dtype.Stats
@@ -364,7 +364,7 @@ func (m *Model) partViews(sj *partJob, e *entry) (views [][]byte, ok bool, err e
 		sj.views = append(sj.views, view(sj.st, e.sl.data))
 		for i, qs := range q.scales {
 			sj.views = append(sj.views, view(sj.scaleT[i], qs.sel))
-			if h := m.cfg.rank.onRead; h != nil {
+			if h := m.cfg.onRead; h != nil {
 				h(sj.scaleT[i], qs.sel.first, qs.sel.total())
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
 )
 
@@ -28,6 +29,9 @@ type config struct {
 	// memRoots, when set (tests only), are the proc and cgroup folders the
 	// default budget is read from instead of this machine's.
 	memRoots *[2]string
+	// onRead, when set (tests only), is told every range a load reads of a
+	// stored tensor, and every view of one it hands out.
+	onRead func(st *safetensors.Tensor, off, n int64)
 }
 
 // WithVariant selects a precision variant ("bf16", "fp16", ...) of the

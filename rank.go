@@ -9,7 +9,6 @@ import (
 
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/quant"
-	"github.com/ckpt-go/ckpt/safetensors"
 )
 
 // Split makes the tensors whose names match Pattern (in the component
@@ -50,9 +49,6 @@ type rankConfig struct {
 	set         bool
 	rank, world int
 	splits      []Split
-	// onRead, when set (tests only), is told every range a rank-sliced
-	// read asks its file for, and every view of a slice it hands out.
-	onRead func(st *safetensors.Tensor, off, n int64)
 }
 
 // WithRank makes this process rank (0 ≤ rank < world) of world processes
@@ -107,8 +103,7 @@ func WithRank(rank, world int, splits ...Split) Option {
 				return &Error{Kind: ErrOption, Pattern: s.Pattern.String(), Msg: fmt.Sprintf("split dimension %d < 0", s.Dim)}
 			}
 		}
-		hook := c.rank.onRead
-		c.rank = rankConfig{set: true, rank: rank, world: world, splits: slices.Clone(splits), onRead: hook}
+		c.rank = rankConfig{set: true, rank: rank, world: world, splits: slices.Clone(splits)}
 		return nil
 	}
 }
