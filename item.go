@@ -93,7 +93,7 @@ type Item struct {
 	Scales []Part
 
 	m *Model
-	c *Component
+	c *modelComponent
 	e *entry
 }
 
@@ -177,7 +177,7 @@ func (m *Model) Items() ([]*Item, error) {
 }
 
 // item makes e's Item.
-func (m *Model) item(c *Component, e *entry) (*Item, error) {
+func (m *Model) item(c *modelComponent, e *entry) (*Item, error) {
 	it := &Item{Key: m.qualify(c.name, e.name), Component: c.name, Name: e.name, Stored: e.stored, DType: e.out,
 		Shape: slices.Clone(e.shape), Action: e.act, Decision: e.dec, Bytes: e.outBytes, m: m, c: c, e: e}
 	sliced := e.sl != nil && !e.sl.whole

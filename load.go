@@ -292,7 +292,7 @@ func (m *Model) loadOne(ctx context.Context, name string, dst []byte) (*Tensor, 
 }
 
 // loadEntry loads one tensor, into dst when it is not nil.
-func (m *Model) loadEntry(ctx context.Context, c *Component, e *entry, dst []byte) (*Tensor, error) {
+func (m *Model) loadEntry(ctx context.Context, c *modelComponent, e *entry, dst []byte) (*Tensor, error) {
 	if err := m.checkOpen(); err != nil {
 		return nil, err
 	}
@@ -325,7 +325,7 @@ func (m *Model) loadEntry(ctx context.Context, c *Component, e *entry, dst []byt
 
 // piece is a unit of load work: part of one tensor.
 type piece struct {
-	c     *Component
+	c     *modelComponent
 	e     *entry
 	t     *Tensor
 	st    *safetensors.Tensor
@@ -340,7 +340,7 @@ type piece struct {
 // prepareInto fills t's description, assigns its memory, and appends its
 // pieces of work. intoCaller forces a quantized weight's data to be read
 // into the first allocation (the caller's buffer).
-func (m *Model) prepareInto(c *Component, e *entry, t *Tensor, alloc func(int64) []byte, work []piece, intoCaller bool) ([]piece, error) {
+func (m *Model) prepareInto(c *modelComponent, e *entry, t *Tensor, alloc func(int64) []byte, work []piece, intoCaller bool) ([]piece, error) {
 	*t = Tensor{Component: c.name, Name: e.name, DType: e.out, Shape: slices.Clone(e.shape), Stored: e.stored, Decision: e.dec, act: e.act}
 	dataName := e.name
 	if e.q != nil {

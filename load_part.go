@@ -44,7 +44,7 @@ type partJob struct {
 // work: views of the mapping where the part is stored contiguously and
 // loads as stored, else reads, conversions or dequantizations of about
 // chunkBytes each.
-func (m *Model) preparePart(c *Component, e *entry, t *Tensor, st *safetensors.Tensor, alloc func(int64) []byte, work []piece, intoCaller bool) ([]piece, error) {
+func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, st *safetensors.Tensor, alloc func(int64) []byte, work []piece, intoCaller bool) ([]piece, error) {
 	sl := e.sl
 	if sl.matched {
 		info := sl.info

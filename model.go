@@ -31,15 +31,15 @@ type Model struct {
 	ownsFS   bool     // src was opened for a location: Close closes it
 	cfg      config
 	pipeline *variant.PipelinePlan // nil for a file
-	comps    []*Component
+	comps    []*modelComponent
 
 	mu     sync.Mutex
 	closed bool
 }
 
-// Component is one component of a Model with its resolved files, detected
+// modelComponent is one component of a Model with its resolved files, detected
 // quantization layout and per-tensor decisions.
-type Component struct {
+type modelComponent struct {
 	name     string
 	dir      string
 	vplan    *variant.Plan // nil when opened from a file
@@ -146,8 +146,8 @@ func (m *Model) openFile() error {
 	if abs, err := m.src.Abs(dir); err == nil {
 		name = m.src.Base(abs)
 	}
-	c := &Component{name: name, dir: dir, ck: ck, strategy: strategy, why: why}
-	m.comps = []*Component{c}
+	c := &modelComponent{name: name, dir: dir, ck: ck, strategy: strategy, why: why}
+	m.comps = []*modelComponent{c}
 	return m.setup(c)
 }
 
@@ -172,7 +172,7 @@ func (m *Model) openDir() error {
 		if err != nil {
 			return &Error{Kind: ErrResolve, Path: p.Dir, Component: p.Component, Err: err}
 		}
-		c := &Component{name: p.Component, dir: p.Dir, vplan: p, ck: ck, strategy: strategy, why: why}
+		c := &modelComponent{name: p.Component, dir: p.Dir, vplan: p, ck: ck, strategy: strategy, why: why}
 		m.comps = append(m.comps, c)
 		if err := m.setup(c); err != nil {
 			return err
@@ -194,7 +194,7 @@ func (m *Model) shardOptions(strategy ReadStrategy) []shard.Option {
 
 // setup reads the component's configs, detects its quantization layout and
 // builds its logical tensors in file order.
-func (m *Model) setup(c *Component) error {
+func (m *Model) setup(c *modelComponent) error {
 	c.files = c.ck.Files()
 	fileIdx := make(map[string]int, len(c.files))
 	for i, f := range c.files {
@@ -293,7 +293,7 @@ func (m *Model) setup(c *Component) error {
 }
 
 // decide applies the policy to every tensor of c.
-func (m *Model) decide(c *Component) error {
+func (m *Model) decide(c *modelComponent) error {
 	if err := m.split(c); err != nil {
 		return err
 	}
@@ -403,7 +403,7 @@ func (m *Model) Components() []string {
 	return out
 }
 
-func (m *Model) component(name string) *Component {
+func (m *Model) component(name string) *modelComponent {
 	for _, c := range m.comps {
 		if c.name == name {
 			return c
@@ -437,7 +437,7 @@ func (m *Model) qualify(component, name string) string {
 
 // lookup finds a tensor by "COMPONENT/NAME" or by a bare NAME that only one
 // component has.
-func (m *Model) lookup(name string) (*Component, *entry, error) {
+func (m *Model) lookup(name string) (*modelComponent, *entry, error) {
 	if comp, rest, ok := strings.Cut(name, "/"); ok {
 		if c := m.component(comp); c != nil {
 			if e := c.byName[rest]; e != nil {
@@ -445,7 +445,7 @@ func (m *Model) lookup(name string) (*Component, *entry, error) {
 			}
 		}
 	}
-	var fc *Component
+	var fc *modelComponent
 	var fe *entry
 	var in []string
 	for _, c := range m.comps {
@@ -496,6 +496,6 @@ func (m *Model) checkOpen() error {
 }
 
 // tensor returns the stored tensor view of a stored name.
-func (c *Component) tensor(name string) (*safetensors.Tensor, error) {
+func (c *modelComponent) tensor(name string) (*safetensors.Tensor, error) {
 	return c.ck.Tensor(name)
 }

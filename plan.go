@@ -274,7 +274,7 @@ type usage struct {
 
 // usageOf computes a component's usage for entries (its own, or the
 // alternative decisions of a refusal's advice).
-func (m *Model) usageOf(c *Component, entries []*entry) usage {
+func (m *Model) usageOf(c *modelComponent, entries []*entry) usage {
 	var u usage
 	for _, e := range entries {
 		u.resident += e.mapped + e.owned
@@ -348,7 +348,7 @@ var uniformTargets = []Target{To(dtype.F32), To(dtype.BF16), To(dtype.F8_E4M3), 
 
 // alternatives computes a component's resident bytes under each uniform
 // target (rules still apply first, as they would).
-func (m *Model) alternatives(c *Component) []Alternative {
+func (m *Model) alternatives(c *modelComponent) []Alternative {
 	var out []Alternative
 	for _, t := range uniformTargets {
 		pol := Policy{Default: t, Rules: m.cfg.policy.Rules, NarrowLinearOnly: m.cfg.policy.NarrowLinearOnly}

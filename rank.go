@@ -376,7 +376,7 @@ type qscale struct {
 }
 
 // split computes the rank's slices of c's tensors, once, before decide.
-func (m *Model) split(c *Component) error {
+func (m *Model) split(c *modelComponent) error {
 	rc := &m.cfg.rank
 	for _, s := range rc.splits {
 		if s.Component != "" && m.component(s.Component) == nil {

@@ -30,7 +30,7 @@ func (m *Model) Scheme(component string) (*quant.Scheme, error) {
 	return c.scheme, nil
 }
 
-func (m *Model) sourceComponent(name string) (*Component, error) {
+func (m *Model) sourceComponent(name string) (*modelComponent, error) {
 	if err := m.checkOpen(); err != nil {
 		return nil, err
 	}
