@@ -444,7 +444,7 @@ func (pm *loadMeter) finish(p *piece, st dtype.Stats) {
 	pm.mu.Lock()
 	pm.done += p.bytes
 	if pm.progress != nil {
-		pm.progress(Progress{Done: pm.done, Total: pm.total, Tensor: p.t.Name})
+		pm.progress(Progress{Phase: PhaseLoad, Done: pm.done, Total: pm.total, Component: p.c.name, Tensor: p.t.Name})
 	}
 	pm.mu.Unlock()
 }

@@ -118,12 +118,26 @@ func WithWorkers(n int) Option {
 	}
 }
 
-// Progress reports how far a load is: bytes of loaded output done out of
-// the total. Tensor names the tensor that was just finished.
+// Progress reports how far long work on a model is — a load, an
+// executor's upload, a conversion — in bytes done out of the total.
 type Progress struct {
+	// Phase names the work: "load" (Load; Done and Total count bytes of
+	// loaded output), "upload" (an executor's UploadModel; bytes read),
+	// and a conversion's "scales" (the pass that finds FP8 scales; bytes
+	// of source read), "write" (bytes of output written) and "verify"
+	// (bytes read back).
+	Phase       string
 	Done, Total int64
-	Tensor      string
+	// Component and Tensor name the piece just finished (a conversion of
+	// a model that is no pipeline leaves Component empty).
+	Component, Tensor string
 }
+
+// The phases of Progress.
+const (
+	PhaseLoad   = "load"
+	PhaseUpload = "upload"
+)
 
 // WithProgress sets a callback that Load calls after each finished piece of
 // work (from one goroutine at a time, with Done increasing). It must be

@@ -317,7 +317,7 @@ func TestRunAtomic(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	_, err := Run(ctx, src, dst, Options{Policy: ckpt.Policy{Default: target(t, "F8_E4M3")}, ChunkBytes: 4096, Progress: func(p Progress) {
+	_, err := Run(ctx, src, dst, Options{Policy: ckpt.Policy{Default: target(t, "F8_E4M3")}, ChunkBytes: 4096, Progress: func(p ckpt.Progress) {
 		if p.Phase == "write" && p.Done > p.Total/2 {
 			cancel()
 		}

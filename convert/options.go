@@ -84,19 +84,7 @@ type Options struct {
 	ChunkBytes int64
 	// Progress, when set, is called after each written piece, from one
 	// goroutine at a time, with Done increasing. It must be quick.
-	Progress func(Progress)
-}
-
-// Progress says how far a conversion is.
-type Progress struct {
-	// Phase is "scales" (the pass that finds FP8 scales), "write" or
-	// "verify".
-	Phase string
-	// Done and Total count bytes: of source read for "scales", of output
-	// written for "write" and read back for "verify".
-	Done, Total int64
-	// Component and Tensor name the piece just finished.
-	Component, Tensor string
+	Progress func(ckpt.Progress)
 }
 
 // Scale says how a weight is quantized to FP8.

@@ -706,7 +706,7 @@ func (r *runner) progress(c *component, tensor string, n int64) {
 	r.progMu.Lock()
 	defer r.progMu.Unlock()
 	r.done += n
-	r.opts.Progress(Progress{Phase: r.phase, Done: r.done, Total: r.total, Component: c.name, Tensor: tensor})
+	r.opts.Progress(ckpt.Progress{Phase: r.phase, Done: r.done, Total: r.total, Component: c.name, Tensor: tensor})
 }
 
 // observe runs the first pass of FP8 quantization: every row of the

@@ -293,7 +293,7 @@ func TestRunToS3Canceled(t *testing.T) {
 	for _, maxShard := range []int64{0, 10 << 20} {
 		ctx, cancel := context.WithCancel(context.Background())
 		opts := convert.Options{Policy: ckpt.Policy{Default: ckpt.To(dtype.F16)}, MaxShardSize: maxShard, Overwrite: true, ChunkBytes: 1 << 20,
-			Progress: func(p convert.Progress) {
+			Progress: func(p ckpt.Progress) {
 				if p.Done > 13<<19 { // past two parts of F16 data
 					cancel()
 				}

@@ -142,7 +142,7 @@ Examples:
 		var bar *progressBar
 		if isTerminal(e.stderr) {
 			bar = newProgressBar(e.stderr)
-			opts.Progress = func(p convert.Progress) { bar.update(p.Phase, p.Done, p.Total, false) }
+			opts.Progress = func(p ckpt.Progress) { bar.update(p.Phase, p.Done, p.Total, false) }
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 		defer stop()
