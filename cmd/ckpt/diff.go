@@ -72,7 +72,12 @@ Examples:
   ckpt diff model.safetensors converted.safetensors
   ckpt diff ./pipeline-f32 ./pipeline-bf16 --rtol 1e-2 --atol 1e-3
   ckpt diff ./run/checkpoint-100 ./run/checkpoint-200 --json
-  ckpt diff ./model-f32 ./model-fp8 --dtype F32 --rtol 0.07`,
+  ckpt diff ./model-f32 ./model-fp8 --dtype F32 --rtol 0.07 --atol 1e-4
+
+In the last, --rtol 0.07 covers FP8 E4M3's 3-bit mantissa and --atol 1e-4
+the fixed step it has below 2^-6 of a weight's scale (max|w|/448 of its
+block or channel), where tiny weights lose more than 7% (up to
+scale·2^-10, 2.2e-6·max|w|; an FP8 cast without scales needs --atol 1e-3).`,
 	}
 	c.run = func(e *env, args []string) error {
 		fs := newFlags(e, c)

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -416,5 +417,42 @@ func TestDiffWorstMismatch(t *testing.T) {
 	stdout, _, _ := runCLI(t, "diff", a, b)
 	if want := "worst at [2]: +Inf vs 2, largest |a-b| at [0]: 100 vs 1 (beyond its tolerance too)"; !strings.Contains(stdout, want) {
 		t.Errorf("output lacks %q:\n%s", want, stdout)
+	}
+}
+
+// TestDiffFP8Example runs the README's example, ckpt diff F32 FP8 --dtype
+// F32 --rtol 0.07 --atol 1e-4, on weights of a realistic spread (σ 0.02,
+// a few outliers) quantized to scaled FP8 E4M3 by ckpt convert: without
+// --atol the tiny weights, which E4M3 keeps to a fixed step, break the
+// rule (and are the ones shown); with it nothing does.
+func TestDiffFP8Example(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var ts []ckpttest.Tensor
+	for _, p := range []string{"q_proj", "k_proj"} {
+		v := make([]float32, 256*256)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64() * 0.02)
+		}
+		for range 8 {
+			v[rng.IntN(len(v))] = float32(rng.NormFloat64() * 0.5)
+		}
+		ts = append(ts, tn("model.layers.0.self_attn."+p+".weight", dtype.F32, f32s(v...), 256, 256))
+	}
+	src := file(t, ts...)
+	for _, scale := range [][]string{{}, {"--scale-format", "deepseek"}, {"--fp8-scale", "tensor"}} {
+		dst := filepath.Join(t.TempDir(), "model.safetensors")
+		if stdout, stderr, code := runCLI(t, append(append([]string{"convert", "--dtype", "F8_E4M3"}, scale...), src, dst)...); code != 0 {
+			t.Fatalf("convert %v: exit %d\n%s%s", scale, code, stdout, stderr)
+		}
+		r := diffJSON(t, 1, src, dst, "--dtype", "F32", "--rtol", "0.07")
+		for _, d := range r.Tensors {
+			if d.Differing == 0 {
+				continue
+			}
+			if d.WorstA == nil || !breaks(float64(*d.WorstA), float64(*d.WorstB), 0, 0.07) || math.Abs(float64(*d.WorstB)) > 1e-3 {
+				t.Errorf("%v: %s: worst element %v, want a tiny weight breaking the rule: %+v", scale, d.Name, d.Worst, d)
+			}
+		}
+		diffJSON(t, 0, src, dst, "--dtype", "F32", "--rtol", "0.07", "--atol", "1e-4")
 	}
 }
