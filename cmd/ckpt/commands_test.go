@@ -5,9 +5,11 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -68,6 +70,97 @@ func TestInspectShardedFolder(t *testing.T) {
 	for _, tt := range rep.Tensors {
 		if !strings.HasPrefix(tt.File, "model-0000") {
 			t.Errorf("tensor %s: file %q, want a shard name", tt.Name, tt.File)
+		}
+	}
+}
+
+// inspectFiles runs inspect --json on path and returns its files and the
+// file of each tensor ("<absent>" when the field is missing).
+func inspectFiles(t *testing.T, path string) ([]string, map[string]string) {
+	t.Helper()
+	stdout, stderr, code := runCLI(t, "inspect", "--json", path)
+	if code != 0 {
+		t.Fatalf("inspect %s: exit %d: %s", path, code, stderr)
+	}
+	var rep struct {
+		Files   []string `json:"files"`
+		Tensors []struct {
+			Name string  `json:"name"`
+			File *string `json:"file"`
+		} `json:"tensors"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]string{}
+	for _, tt := range rep.Tensors {
+		byName[tt.Name] = "<absent>"
+		if tt.File != nil {
+			byName[tt.Name] = *tt.File
+		}
+	}
+	return rep.Files, byName
+}
+
+// TestInspectFileNames: every tensor's file is present, relative to the
+// root opened (the folder, or the folder of the file or index) and
+// slash-separated, whatever was opened; files follows the same rule.
+func TestInspectFileNames(t *testing.T) {
+	tensors := ckpttest.Tensors(t, "a:F32[4] b:F32[4] c:BF16[2,2]")
+	all := func(file string) map[string]string {
+		return map[string]string{"a": file, "b": file, "c": file}
+	}
+	sharded := ckpttest.Dir(t, ckpttest.Weights{Shards: 2, Tensors: tensors})
+	index := filepath.Join(sharded, "model.safetensors.index.json")
+	var idx struct {
+		WeightMap map[string]string `json:"weight_map"`
+	}
+	if raw, err := os.ReadFile(index); err != nil {
+		t.Fatal(err)
+	} else if err := json.Unmarshal(raw, &idx); err != nil {
+		t.Fatal(err)
+	}
+	shards := []string{"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}
+	for _, f := range idx.WeightMap {
+		if f != shards[0] && f != shards[1] {
+			t.Fatalf("weight map %v, want the shards %v", idx.WeightMap, shards)
+		}
+	}
+	sample := filepath.Join("sample", "transformer")
+	sampleShards := []string{"diffusion_pytorch_model-00001-of-00002.safetensors", "diffusion_pytorch_model-00002-of-00002.safetensors"}
+	sampleFP8 := "diffusion_pytorch_model.fp8.safetensors"
+	pipe := ckpttest.NewPipeline(t, ckpttest.Pipeline{Components: []ckpttest.Component{
+		{Name: "unet", Weights: []ckpttest.Weights{{Prefix: ckpttest.DiffusersPrefix, Tensors: tensors}}},
+	}})
+	for _, c := range []struct {
+		what, path string
+		files      []string
+		byName     map[string]string // nil: each tensor's file is one of files
+	}{
+		{"a file", ckpttest.File(t, tensors...), []string{"model.safetensors"}, all("model.safetensors")},
+		{"a single-file folder", ckpttest.Dir(t, ckpttest.Weights{Tensors: tensors}), []string{"model.safetensors"}, all("model.safetensors")},
+		{"a sharded folder", sharded, shards, idx.WeightMap},
+		{"the index", index, shards, idx.WeightMap},
+		{"a pipeline's component folder", filepath.Join(pipe, "unet"),
+			[]string{"diffusion_pytorch_model.safetensors"}, all("diffusion_pytorch_model.safetensors")},
+		{"a relative file", filepath.Join(sample, sampleFP8), []string{sampleFP8}, nil},
+		{"a relative folder", sample, sampleShards, nil},
+		{"a relative index", filepath.Join(sample, "diffusion_pytorch_model.safetensors.index.json"), sampleShards, nil},
+	} {
+		files, byName := inspectFiles(t, c.path)
+		if !slices.Equal(files, c.files) {
+			t.Errorf("%s: files %q, want %q", c.what, files, c.files)
+		}
+		if c.byName != nil {
+			if !maps.Equal(byName, c.byName) {
+				t.Errorf("%s: tensor files %q, want %q", c.what, byName, c.byName)
+			}
+			continue
+		}
+		for name, f := range byName {
+			if !slices.Contains(c.files, f) {
+				t.Errorf("%s: tensor %s: file %q, want one of %q", c.what, name, f, c.files)
+			}
 		}
 	}
 }

@@ -56,7 +56,14 @@ time).
 
 The report lists the tensors that differ, the worst first (missing names
 and shapes, then values by largest absolute error, then dtypes), up to
---top of them; --json prints every tensor's comparison.
+--top of them; --json prints every tensor's comparison. For a tensor whose
+values differ it shows the worst element: of those that break the rule,
+the one that breaks it by the most, that is with the largest ratio
+|a − b| / (atol + rtol·|b|) of its error to its tolerance (ties, as when
+both tolerances are 0, go to the larger excess |a − b| − (atol + rtol·|b|),
+then to the first element; a NaN or infinity mismatch breaks the rule by an
+unbounded amount). Beside it, when another element has it, the largest
+absolute error, which may be within its tolerance.
 
 Exit status: 0 when nothing differs, 1 when something does, 2 for usage
 errors and when a checkpoint cannot be opened or read.
@@ -65,7 +72,12 @@ Examples:
   ckpt diff model.safetensors converted.safetensors
   ckpt diff ./pipeline-f32 ./pipeline-bf16 --rtol 1e-2 --atol 1e-3
   ckpt diff ./run/checkpoint-100 ./run/checkpoint-200 --json
-  ckpt diff ./model-f32 ./model-fp8 --dtype F32 --rtol 0.07`,
+  ckpt diff ./model-f32 ./model-fp8 --dtype F32 --rtol 0.07 --atol 1e-4
+
+In the last, --rtol 0.07 covers FP8 E4M3's 3-bit mantissa and --atol 1e-4
+the fixed step it has below 2^-6 of a weight's scale (max|w|/448 of its
+block or channel), where tiny weights lose more than 7% (up to
+scale·2^-10, 2.2e-6·max|w|; an FP8 cast without scales needs --atol 1e-3).`,
 	}
 	c.run = func(e *env, args []string) error {
 		fs := newFlags(e, c)
@@ -192,11 +204,24 @@ type tensorDiff struct {
 	// both are finite ("inf" when b is 0 and a is not).
 	MaxAbs jsonFloat `json:"max_abs"`
 	MaxRel jsonFloat `json:"max_rel"`
-	// Worst is the element with the largest |a−b| (or the first NaN or
-	// infinity mismatch when no finite element differs) and both values.
-	Worst  []int64    `json:"worst_index,omitempty"`
-	WorstA *jsonFloat `json:"worst_a,omitempty"`
-	WorstB *jsonFloat `json:"worst_b,omitempty"`
+	// Worst is the element that breaks the rule by the most, both values
+	// and their |a−b| (exact for two I64 or U64 tensors); absent when no
+	// element breaks the rule. "The most" is the largest WorstRatio,
+	// |a−b| / (atol + rtol·|b|) ("inf" when that tolerance is 0, and for
+	// a NaN or infinity mismatch); ties go to the larger excess
+	// |a−b| − (atol + rtol·|b|) (a mismatch's being unbounded), then to
+	// the first element.
+	Worst      []int64    `json:"worst_index,omitempty"`
+	WorstA     *jsonFloat `json:"worst_a,omitempty"`
+	WorstB     *jsonFloat `json:"worst_b,omitempty"`
+	WorstAbs   *jsonFloat `json:"worst_abs,omitempty"`
+	WorstRatio *jsonFloat `json:"worst_ratio,omitempty"`
+	// MaxAbsIndex is the (first) element whose |a−b| is MaxAbs, and both
+	// values; it may be within its tolerance. Absent when no two finite
+	// elements differ.
+	MaxAbsIndex []int64    `json:"max_abs_index,omitempty"`
+	MaxAbsA     *jsonFloat `json:"max_abs_a,omitempty"`
+	MaxAbsB     *jsonFloat `json:"max_abs_b,omitempty"`
 
 	differs bool
 }
@@ -425,7 +450,7 @@ func compareValues(ctx context.Context, d *tensorDiff, ta, tb *ckpt.Tensor, o di
 		return nil
 	}
 	exactInts := da == db && (da == dtype.I64 || da == dtype.U64)
-	c := &comparer{d: d, o: o, worst: -1}
+	c := &comparer{d: d, o: o, worst: -1, maxAbs: -1}
 	var fa, fb []float64
 	if !exactInts {
 		fa, fb = make([]float64, min(n, diffChunk)), make([]float64, min(n, diffChunk))
@@ -461,10 +486,16 @@ func compareValues(ctx context.Context, d *tensorDiff, ta, tb *ckpt.Tensor, o di
 			pagecache.Drop(sb)
 		}
 	}
+	isComplex := ta.DType == dtype.C64
 	if c.worst >= 0 {
-		d.Worst = unravel(c.worst, ta.Shape, ta.DType == dtype.C64)
-		wa, wb := jsonFloat(c.worstA), jsonFloat(c.worstB)
-		d.WorstA, d.WorstB = &wa, &wb
+		d.Worst = unravel(c.worst, ta.Shape, isComplex)
+		wa, wb, wd, wr := jsonFloat(c.worstA), jsonFloat(c.worstB), jsonFloat(c.worstDist), jsonFloat(c.worstRatio)
+		d.WorstA, d.WorstB, d.WorstAbs, d.WorstRatio = &wa, &wb, &wd, &wr
+	}
+	if c.maxAbs >= 0 {
+		d.MaxAbsIndex = unravel(c.maxAbs, ta.Shape, isComplex)
+		ma, mb := jsonFloat(c.maxAbsA), jsonFloat(c.maxAbsB)
+		d.MaxAbsA, d.MaxAbsB = &ma, &mb
 	}
 	return nil
 }
@@ -478,21 +509,28 @@ func widen(dst []float64, src []byte, dt dtype.DType) error {
 
 // comparer accumulates one tensor's comparison.
 type comparer struct {
-	d              *tensorDiff
-	o              diffOptions
-	worst          int64 // flat index of the worst element, -1 when none
-	worstD         float64
-	worstA, worstB float64
-	started        bool
+	d *tensorDiff
+	o diffOptions
+	// The element that breaks the rule by the most (flat index, -1 when
+	// none), by its ratio of error to tolerance, then its excess; its
+	// values and their distance.
+	worst                   int64
+	worstRatio, worstExcess float64
+	worstA, worstB          float64
+	worstDist               float64
+	// The element of the largest |a−b| (flat index, -1 when none).
+	maxAbs           int64
+	maxAbsA, maxAbsB float64
 }
 
 // differ records that finite elements i of A and B, a and b, are dist
-// apart: the largest absolute and relative differences, the worst elements,
-// and whether the allclose rule holds for them.
+// apart: the largest absolute and relative differences, and whether the
+// allclose rule holds for them.
 func (c *comparer) differ(i int64, dist, a, b float64) {
 	d, o := c.d, c.o
-	if dist > float64(d.MaxAbs) {
+	if dist > float64(d.MaxAbs) || c.maxAbs < 0 {
 		d.MaxAbs = jsonFloat(dist)
+		c.maxAbs, c.maxAbsA, c.maxAbsB = i, a, b
 	}
 	rel := math.Inf(1)
 	if b != 0 {
@@ -501,15 +539,25 @@ func (c *comparer) differ(i int64, dist, a, b float64) {
 	if rel > float64(d.MaxRel) {
 		d.MaxRel = jsonFloat(rel)
 	}
-	c.note(i, dist, a, b)
-	if dist > o.atol+o.rtol*math.Abs(b) {
+	if tol := o.atol + o.rtol*math.Abs(b); dist > tol {
 		d.Differing++
+		c.violation(i, dist, dist/tol, dist-tol, a, b) // dist/0 is +Inf: dist > 0
 	}
 }
 
-func (c *comparer) note(i int64, dist, a, b float64) {
-	if !c.started || dist > c.worstD {
-		c.started, c.worst, c.worstD, c.worstA, c.worstB = true, i, dist, a, b
+// mismatch records that elements i of A and B, a and b, are a NaN or
+// infinity mismatch: they break the rule by an unbounded amount.
+func (c *comparer) mismatch(i int64, a, b float64) {
+	c.d.Differing++
+	c.violation(i, math.Abs(a-b), math.Inf(1), math.Inf(1), a, b)
+}
+
+// violation records that element i, a and b dist apart, breaks the rule
+// by ratio times its tolerance, by excess: it becomes the worst if it
+// breaks it by more than the worst so far.
+func (c *comparer) violation(i int64, dist, ratio, excess, a, b float64) {
+	if c.worst < 0 || ratio > c.worstRatio || ratio == c.worstRatio && excess > c.worstExcess {
+		c.worst, c.worstDist, c.worstRatio, c.worstExcess, c.worstA, c.worstB = i, dist, ratio, excess, a, b
 	}
 }
 
@@ -534,10 +582,7 @@ func (c *comparer) equalNaNs(first int64, b []byte, dt dtype.DType) bool {
 	for i := 0; i+width <= len(b); i += width {
 		if isNaN(b[i:]) {
 			c.d.NaNMismatch++
-			c.d.Differing++
-			if !c.started {
-				c.note(first+int64(i/width), -1, math.NaN(), math.NaN())
-			}
+			c.mismatch(first+int64(i/width), math.NaN(), math.NaN())
 		}
 	}
 	return true
@@ -557,17 +602,11 @@ func (c *comparer) floats(first int64, fa, fb []float64) {
 				continue
 			}
 			d.NaNMismatch++
-			d.Differing++
-			if !c.started {
-				c.note(first+int64(i), -1, a, b)
-			}
+			c.mismatch(first+int64(i), a, b)
 			continue
 		case math.IsInf(a, 0) || math.IsInf(b, 0):
 			d.InfMismatch++
-			d.Differing++
-			if !c.started {
-				c.note(first+int64(i), -1, a, b)
-			}
+			c.mismatch(first+int64(i), a, b)
 			continue
 		}
 		c.differ(first+int64(i), math.Abs(a-b), a, b)
@@ -652,15 +691,25 @@ func (r *diffReport) print(w io.Writer, top int) {
 	}
 	fmt.Fprintf(w, "\n%d tensors differ, the worst first:\n", len(r.Worst))
 	for _, name := range list {
-		fmt.Fprintf(w, "  %s: %s\n", name, byName[name].describe())
+		fmt.Fprintf(w, "  %s: %s\n", name, byName[name].describe(r.ATol, r.RTol))
 	}
 	if len(list) < len(r.Worst) {
 		fmt.Fprintf(w, "  ... and %d more (--top 0 lists them all)\n", len(r.Worst)-len(list))
 	}
 }
 
-// describe says in one line how a tensor differs.
-func (d *tensorDiff) describe() string {
+// index formats a multi-index as "i,j,k".
+func index(idx []int64) string {
+	parts := make([]string, len(idx))
+	for i, v := range idx {
+		parts[i] = strconv.FormatInt(v, 10)
+	}
+	return strings.Join(parts, ",")
+}
+
+// describe says in one line how a tensor differs under the rule
+// |a−b| <= atol + rtol·|b|.
+func (d *tensorDiff) describe(atol, rtol float64) string {
 	shape := func(dt string, s []int64) string {
 		parts := make([]string, len(s))
 		for i, v := range s {
@@ -696,11 +745,25 @@ func (d *tensorDiff) describe() string {
 		}
 		parts = append(parts, fmt.Sprintf("max abs %.4g, max rel %.4g", float64(d.MaxAbs), float64(d.MaxRel)))
 		if d.WorstA != nil {
-			idx := make([]string, len(d.Worst))
-			for i, v := range d.Worst {
-				idx[i] = strconv.FormatInt(v, 10)
+			a, b := float64(*d.WorstA), float64(*d.WorstB)
+			worst := fmt.Sprintf("worst at [%s]: %.9g vs %.9g", index(d.Worst), a, b)
+			if dist := float64(*d.WorstAbs); !math.IsNaN(dist) && !math.IsInf(dist, 0) {
+				tol := atol + rtol*math.Abs(b)
+				worst += fmt.Sprintf(" (|a-b| %.4g > %.4g allowed", dist, tol)
+				if tol > 0 {
+					worst += fmt.Sprintf(", %.3gx", float64(*d.WorstRatio))
+				}
+				worst += ")"
 			}
-			parts = append(parts, fmt.Sprintf("worst at [%s]: %.9g vs %.9g", strings.Join(idx, ","), float64(*d.WorstA), float64(*d.WorstB)))
+			parts = append(parts, worst)
+		}
+		if d.MaxAbsA != nil && !slices.Equal(d.MaxAbsIndex, d.Worst) {
+			a, b := float64(*d.MaxAbsA), float64(*d.MaxAbsB)
+			within := "within its tolerance"
+			if float64(d.MaxAbs) > atol+rtol*math.Abs(b) {
+				within = "beyond its tolerance too"
+			}
+			parts = append(parts, fmt.Sprintf("largest |a-b| at [%s]: %.9g vs %.9g (%s)", index(d.MaxAbsIndex), a, b, within))
 		}
 	default:
 		parts = append(parts, "dtypes differ, values equal")

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -151,8 +152,18 @@ func TestDiffInt64Exact(t *testing.T) {
 	a := file(t, tn("step", dtype.I64, i64s(1<<60, math.MinInt64), 2))
 	b := file(t, tn("step", dtype.I64, i64s(1<<60+1, math.MaxInt64), 2))
 	r := diffJSON(t, 1, a, b)
-	if d := r.Tensors[0]; d.Differing != 2 || d.MaxAbs != jsonFloat(math.Ldexp(1, 64)) {
+	if d := r.Tensors[0]; d.Differing != 2 || d.MaxAbs != jsonFloat(math.Ldexp(1, 64)) || !slices.Equal(d.Worst, []int64{1}) {
 		t.Errorf("I64: %+v", d)
+	}
+	// The worst element's |a−b| is exact too.
+	c := file(t, tn("step", dtype.I64, i64s(1<<60), 1))
+	d := file(t, tn("step", dtype.I64, i64s(1<<60+1), 1))
+	if r := diffJSON(t, 1, c, d); *r.Tensors[0].WorstAbs != 1 {
+		t.Errorf("2^60 vs 2^60+1: %+v", r.Tensors[0])
+	}
+	stdout, _, _ := runCLI(t, "diff", c, d)
+	if want := "worst at [0]: 1.1529215e+18 vs 1.1529215e+18 (|a-b| 1 > 0 allowed)"; !strings.Contains(stdout, want) {
+		t.Errorf("output lacks %q:\n%s", want, stdout)
 	}
 }
 
@@ -326,5 +337,122 @@ func TestDiffDequantized(t *testing.T) {
 		if d.Differing*20 > d.Elements {
 			t.Errorf("%s: %d of %d elements beyond FP8's precision (exit %d)", d.Name, d.Differing, d.Elements, code)
 		}
+	}
+}
+
+// breaks reports whether a and b break the rule |a−b| <= atol + rtol·|b|.
+func breaks(a, b, atol, rtol float64) bool {
+	return !(math.Abs(a-b) <= atol+rtol*math.Abs(b))
+}
+
+// TestDiffWorstBreaksRule: the element shown as the worst is the one that
+// breaks the rule by the most (the largest |a−b| / (atol + rtol·|b|)),
+// not the one of the largest |a−b|, which here is within its tolerance;
+// that one is shown beside it.
+func TestDiffWorstBreaksRule(t *testing.T) {
+	// Under --rtol 0.07: [0,0] is off by 5 (5%, within), [0,2] by 0.001
+	// (100%, 14.3 times its tolerance), [1,1] by 0.5 (25%, 3.6 times, but
+	// the larger excess).
+	a := file(t, tn("k_proj", dtype.F32, f32s(105, 1, 0.002, 5, 2.5, 0), 2, 3))
+	b := file(t, tn("k_proj", dtype.F32, f32s(100, 1, 0.001, 5, 2, 0), 2, 3))
+	stdout, stderr, code := runCLI(t, "diff", a, b, "--rtol", "0.07")
+	if code != 1 {
+		t.Fatalf("exit %d, want 1\n%s%s", code, stdout, stderr)
+	}
+	for _, want := range []string{
+		"k_proj: F32[2,3], 2 of 6 elements differ, max abs 5, max rel 1, worst at [0,2]: 0.00200000009 vs 0.00100000005 (|a-b| 0.001 > 7e-05 allowed, 14.3x)",
+		", largest |a-b| at [0,0]: 105 vs 100 (within its tolerance)",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, stdout)
+		}
+	}
+	r := diffJSON(t, 1, a, b, "--rtol", "0.07")
+	d := r.Tensors[0]
+	wa, wb := float64(float32(0.002)), float64(float32(0.001))
+	if d.Status != "differs" || d.Differing != 2 || d.MaxAbs != 5 ||
+		!slices.Equal(d.Worst, []int64{0, 2}) || float64(*d.WorstA) != wa || float64(*d.WorstB) != wb ||
+		float64(*d.WorstRatio) != (wa-wb)/(0.07*wb) ||
+		!slices.Equal(d.MaxAbsIndex, []int64{0, 0}) || *d.MaxAbsA != 105 || *d.MaxAbsB != 100 {
+		t.Errorf("--json: %+v", d)
+	}
+	if !breaks(float64(*d.WorstA), float64(*d.WorstB), 0, 0.07) {
+		t.Errorf("worst %v vs %v is within the rule", *d.WorstA, *d.WorstB)
+	}
+	// With --atol 0.01 only [1,1] breaks the rule.
+	r = diffJSON(t, 1, a, b, "--rtol", "0.07", "--atol", "0.01")
+	if d := r.Tensors[0]; d.Differing != 1 || !slices.Equal(d.Worst, []int64{1, 1}) || *d.WorstA != 2.5 || *d.WorstB != 2 ||
+		!slices.Equal(d.MaxAbsIndex, []int64{0, 0}) {
+		t.Errorf("--atol 0.01: %+v", d)
+	}
+	// Both tolerances 0: every difference breaks the rule infinitely; the
+	// largest excess, |a−b| itself, decides.
+	stdout, _, _ = runCLI(t, "diff", a, b)
+	if want := "3 of 6 elements differ, max abs 5, max rel 1, worst at [0,0]: 105 vs 100 (|a-b| 5 > 0 allowed)\n"; !strings.Contains(stdout, want) {
+		t.Errorf("output lacks %q:\n%s", want, stdout)
+	}
+	// Within --atol 0.5 --rtol 0.07, nothing breaks the rule: exit 0, no
+	// worst element, the largest error still located.
+	stdout, _, code = runCLI(t, "diff", a, b, "--rtol", "0.07", "--atol", "0.5")
+	if code != 0 || !strings.Contains(stdout, "no differences") {
+		t.Errorf("within tolerance: exit %d\n%s", code, stdout)
+	}
+	r = diffJSON(t, 0, a, b, "--rtol", "0.07", "--atol", "0.5")
+	if d := r.Tensors[0]; r.Differ || d.Status != "equal" || d.Differing != 0 || d.Worst != nil || d.WorstA != nil ||
+		d.MaxAbs != 5 || !slices.Equal(d.MaxAbsIndex, []int64{0, 0}) {
+		t.Errorf("within tolerance: %+v", d)
+	}
+}
+
+// TestDiffWorstMismatch: a NaN or infinity mismatch breaks the rule by an
+// unbounded amount: it is the worst element, ahead of any finite one.
+func TestDiffWorstMismatch(t *testing.T) {
+	a := file(t, tn("w", dtype.F32, f32s(100, 1, float32(math.Inf(1))), 3))
+	b := file(t, tn("w", dtype.F32, f32s(1, 1, 2), 3))
+	r := diffJSON(t, 1, a, b)
+	if d := r.Tensors[0]; !slices.Equal(d.Worst, []int64{2}) || !math.IsInf(float64(*d.WorstRatio), 1) ||
+		!slices.Equal(d.MaxAbsIndex, []int64{0}) || d.MaxAbs != 99 {
+		t.Errorf("Inf vs 2: %+v", d)
+	}
+	stdout, _, _ := runCLI(t, "diff", a, b)
+	if want := "worst at [2]: +Inf vs 2, largest |a-b| at [0]: 100 vs 1 (beyond its tolerance too)"; !strings.Contains(stdout, want) {
+		t.Errorf("output lacks %q:\n%s", want, stdout)
+	}
+}
+
+// TestDiffFP8Example runs the README's example, ckpt diff F32 FP8 --dtype
+// F32 --rtol 0.07 --atol 1e-4, on weights of a realistic spread (σ 0.02,
+// a few outliers) quantized to scaled FP8 E4M3 by ckpt convert: without
+// --atol the tiny weights, which E4M3 keeps to a fixed step, break the
+// rule (and are the ones shown); with it nothing does.
+func TestDiffFP8Example(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var ts []ckpttest.Tensor
+	for _, p := range []string{"q_proj", "k_proj"} {
+		v := make([]float32, 256*256)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64() * 0.02)
+		}
+		for range 8 {
+			v[rng.IntN(len(v))] = float32(rng.NormFloat64() * 0.5)
+		}
+		ts = append(ts, tn("model.layers.0.self_attn."+p+".weight", dtype.F32, f32s(v...), 256, 256))
+	}
+	src := file(t, ts...)
+	for _, scale := range [][]string{{}, {"--scale-format", "deepseek"}, {"--fp8-scale", "tensor"}} {
+		dst := filepath.Join(t.TempDir(), "model.safetensors")
+		if stdout, stderr, code := runCLI(t, append(append([]string{"convert", "--dtype", "F8_E4M3"}, scale...), src, dst)...); code != 0 {
+			t.Fatalf("convert %v: exit %d\n%s%s", scale, code, stdout, stderr)
+		}
+		r := diffJSON(t, 1, src, dst, "--dtype", "F32", "--rtol", "0.07")
+		for _, d := range r.Tensors {
+			if d.Differing == 0 {
+				continue
+			}
+			if d.WorstA == nil || !breaks(float64(*d.WorstA), float64(*d.WorstB), 0, 0.07) || math.Abs(float64(*d.WorstB)) > 1e-3 {
+				t.Errorf("%v: %s: worst element %v, want a tiny weight breaking the rule: %+v", scale, d.Name, d.Worst, d)
+			}
+		}
+		diffJSON(t, 0, src, dst, "--dtype", "F32", "--rtol", "0.07", "--atol", "1e-4")
 	}
 }

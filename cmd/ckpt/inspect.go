@@ -26,6 +26,12 @@ Only headers are read; no tensor data is touched. The files a folder or an
 index resolves to must not be symlinks that lead out of it, unless
 --follow-symlinks is given (a Hugging Face cache snapshot needs it).
 
+Files are named by one rule, in the table, in "files" and in every
+tensor's "file" of --json (always present): relative to the root opened —
+the folder given, or the folder holding the file or index given — with
+slashes: "model.safetensors" for a file or a single-file folder,
+"model-00001-of-00002.safetensors" for a sharded folder or its index.
+
 Examples:
   ckpt inspect model.safetensors
   ckpt inspect --json transformer/diffusion_pytorch_model.safetensors.index.json
@@ -70,7 +76,12 @@ type inspectTensor struct {
 	Shape   []int64  `json:"shape"`
 	Bytes   int64    `json:"bytes"`
 	Offsets [2]int64 `json:"data_offsets"`
-	File    string   `json:"file,omitempty"`
+	// File is the file holding the tensor, always present: relative to
+	// the root opened (the folder given, or the folder of the file or
+	// index given) and slash-separated, as in files: "model.safetensors"
+	// for a file or a single-file folder, "model-00001-of-00002.safetensors"
+	// for a sharded folder or its index.
+	File string `json:"file"`
 
 	elements int64       // for the totals
 	dtype    dtype.DType // for the totals
@@ -106,7 +117,7 @@ func buildInspectReport(t *checkpointTarget) *inspectReport {
 	}
 	var tot totaler
 	for _, name := range t.ckpt.Names() {
-		it := tensorEntry(t, name, len(files) > 1)
+		it := tensorEntry(t, name)
 		rep.Tensors = append(rep.Tensors, it)
 		tot.add(it)
 	}
@@ -115,14 +126,12 @@ func buildInspectReport(t *checkpointTarget) *inspectReport {
 }
 
 // tensorEntry describes the tensor name of t, from the headers read by
-// Open: no shard is opened. withFile sets its file.
-func tensorEntry(t *checkpointTarget, name string, withFile bool) inspectTensor {
+// Open: no shard is opened.
+func tensorEntry(t *checkpointTarget, name string) inspectTensor {
 	info, file, _ := t.ckpt.Info(name)
 	it := inspectTensor{Name: name, DType: info.DType.String(), Shape: info.Shape,
-		Bytes: info.ByteLen(), Offsets: [2]int64{info.Begin, info.End}, elements: info.NumElements(), dtype: info.DType}
-	if withFile {
-		it.File = t.rel(file)
-	}
+		Bytes: info.ByteLen(), Offsets: [2]int64{info.Begin, info.End}, File: t.rel(file),
+		elements: info.NumElements(), dtype: info.DType}
 	if it.Shape == nil {
 		it.Shape = []int64{}
 	}
@@ -222,7 +231,7 @@ func writeInspectJSON(w *bufio.Writer, t *checkpointTarget) error {
 			if i > 0 {
 				w.WriteByte(',')
 			}
-			it := tensorEntry(t, name, len(ckptFiles) > 1)
+			it := tensorEntry(t, name)
 			tot.add(it)
 			w.WriteString("\n    {\n      \"name\": ")
 			jw.str(it.Name)
@@ -234,10 +243,8 @@ func writeInspectJSON(w *bufio.Writer, t *checkpointTarget) error {
 			jw.int(it.Bytes)
 			w.WriteString(",\n      \"data_offsets\": ")
 			jw.ints(it.Offsets[:], "      ")
-			if it.File != "" {
-				w.WriteString(",\n      \"file\": ")
-				jw.str(it.File)
-			}
+			w.WriteString(",\n      \"file\": ")
+			jw.str(it.File)
 			w.WriteString("\n    }")
 		}
 		w.WriteString("\n  ]")

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 
@@ -25,14 +26,41 @@ type checkpointTarget struct {
 	name string // path as a name of fsys (path itself for a local path)
 }
 
-// rel returns the name of one of the target's files relative to the
-// target, or its full path or location when it is not inside it.
-func (t *checkpointTarget) rel(file string) string {
-	r := relTo(t.name, file)
-	if l, ok := t.fsys.(interface{ Location(string) string }); ok && r == file {
-		return l.Location(file)
+// root returns the folder the target's files are named relative to: the
+// folder opened, or the folder of the file or index opened.
+func (t *checkpointTarget) root() string {
+	switch {
+	case t.kind == "folder":
+		return t.name
+	case t.fsys != nil:
+		return path.Dir(t.name)
 	}
-	return r
+	return filepath.Dir(t.name)
+}
+
+// rel returns the name of one of the target's files relative to its root,
+// slash-separated ("model-00001-of-00002.safetensors", "sub/x.safetensors"),
+// or its full path or location in the unexpected case that it is not
+// inside the root.
+func (t *checkpointTarget) rel(file string) string {
+	root := t.root()
+	if t.fsys != nil { // names of an fs.FS: already slash-separated
+		if root == "." {
+			return file
+		}
+		if r, ok := strings.CutPrefix(file, root+"/"); ok && r != "" {
+			return r
+		}
+		if l, ok := t.fsys.(interface{ Location(string) string }); ok {
+			return l.Location(file)
+		}
+		return file
+	}
+	r, err := filepath.Rel(root, file)
+	if err != nil || r == "." || r == ".." || strings.HasPrefix(r, ".."+string(filepath.Separator)) {
+		return file
+	}
+	return filepath.ToSlash(r)
 }
 
 // followFlag is the --follow-symlinks flag of the commands that open

@@ -198,3 +198,19 @@ func TestS3PathStyle(t *testing.T) {
 		t.Error("CKPT_S3_PATH_STYLE=1 ignored")
 	}
 }
+
+// inspect names the files of an http(s) index as it names those of a
+// local one: relative to the index's folder.
+func TestInspectFileNamesHTTP(t *testing.T) {
+	root := t.TempDir()
+	if _, err := ckpttest.WriteWeights(filepath.Join(root, "m"), ckpttest.Weights{Shards: 2, Tensors: ckpttest.Tensors(t, "a:F32[4] b:F32[4]")}); err != nil {
+		t.Fatal(err)
+	}
+	web := httptest.NewServer(http.FileServer(http.Dir(root)))
+	defer web.Close()
+	files, byName := inspectFiles(t, web.URL+"/m/model.safetensors.index.json")
+	shards := []string{"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}
+	if len(files) != 2 || files[0] != shards[0] || files[1] != shards[1] || byName["a"] != shards[0] || byName["b"] != shards[1] {
+		t.Errorf("files %q, tensor files %q, want %q", files, byName, shards)
+	}
+}
