@@ -94,6 +94,21 @@
 // loaded Tensor's Location says where its bytes live (file, offset, length,
 // or owned memory) so that an executor can read them from the file itself.
 //
+// # One load path
+//
+// Open decides, once, how every tensor loads: Model.Items returns those
+// decisions as typed values (an Item: the logical name, stored and target
+// dtypes, the Action — view, read, convert, dequantize or keep quantized —
+// this rank's part, the layout of a quantized part, and the Parts of the
+// stored tensors it reads, which read through the model's own files). A
+// whole tensor is the part [0, n) of itself, so split and unsplit tensors
+// load through the same stages. Load and LoadTensor produce the items, Plan
+// renders them, and the executors' UploadModel consume them (package
+// executor/cuda reads each Part into its staging ring and converts or
+// dequantizes on the device; where a part's bytes are not a weight of
+// their own — a dequantized part starting inside a scale block — it takes
+// the loader's bytes, Item.Produce). A backend of its own does the same.
+//
 // # Object storage, HTTP and other file systems
 //
 // Open also takes locations SCHEME://... of sources registered with
