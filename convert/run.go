@@ -255,9 +255,9 @@ func (r *runner) check() error {
 	return nil
 }
 
-// source is one component of the source: its stored tensors, its
+// srcComponent is one component of the source: its stored tensors, its
 // detected scaled layout, and the file name its weights are named after.
-type source struct {
+type srcComponent struct {
 	label  string // the component's name, for rules and Options.Components
 	dir    string
 	naming string // the source's index or single file name
@@ -267,7 +267,7 @@ type source struct {
 
 // openSource opens the source: with the loader, or as a PyTorch
 // checkpoint (torch.go). It checks the options that name components.
-func (r *runner) openSource() ([]source, func(), error) {
+func (r *runner) openSource() ([]srcComponent, func(), error) {
 	srcs, closer, err := r.openTorch()
 	if err != nil {
 		return nil, nil, err
@@ -297,7 +297,7 @@ func (r *runner) openSource() ([]source, func(), error) {
 }
 
 // openLoader opens a safetensors source with the loader.
-func (r *runner) openLoader() ([]source, func(), error) {
+func (r *runner) openLoader() ([]srcComponent, func(), error) {
 	copts := []ckpt.Option{ckpt.WithVariant(r.opts.SourceVariant), ckpt.WithBudget(-1)}
 	if r.opts.FollowSymlinks {
 		copts = append(copts, ckpt.WithFollowSymlinks())
@@ -312,7 +312,7 @@ func (r *runner) openLoader() ([]source, func(), error) {
 		closer()
 		return nil, nil, &Error{Kind: ErrSource, Path: r.src, Err: err}
 	}
-	var srcs []source
+	var srcs []srcComponent
 	for _, cp := range p.Components {
 		ck, err := m.Checkpoint(cp.Name)
 		if err != nil {
@@ -329,7 +329,7 @@ func (r *runner) openLoader() ([]source, func(), error) {
 		if ix := ck.Index(); ix != nil && ix.Path != "" {
 			naming = filepath.Base(ix.Path)
 		}
-		srcs = append(srcs, source{label: cp.Name, dir: cp.Dir, naming: naming, store: shardStore{ck}, scheme: scheme})
+		srcs = append(srcs, srcComponent{label: cp.Name, dir: cp.Dir, naming: naming, store: shardStore{ck}, scheme: scheme})
 	}
 	return srcs, closer, nil
 }
@@ -343,7 +343,7 @@ func isDirSource(p string) bool {
 // plan resolves the destination of every component, builds the tasks and
 // lists the files to copy, refusing what cannot be done before anything is
 // written.
-func (r *runner) plan(srcs []source) ([]copyFile, error) {
+func (r *runner) plan(srcs []srcComponent) ([]copyFile, error) {
 	if err := r.openSourceFS(); err != nil {
 		return nil, err
 	}
