@@ -25,6 +25,7 @@ import (
 	"github.com/ckpt-go/ckpt/quant"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
+	"github.com/ckpt-go/ckpt/source"
 )
 
 // Metadata keys Run adds to every file's __metadata__ (besides the
@@ -157,7 +158,7 @@ type runner struct {
 // src may be a location of a registered source too (s3://BUCKET/PREFIX,
 // a folder, a pipeline root, an index or a file): the loader reads its
 // weights with ranged reads, and its configs and other files are read
-// through the source's file system (ckpt.OpenSource) and copied.
+// through the source's file system (source.Open) and copied.
 //
 // Tensors are converted piece by piece (Options.ChunkBytes) by
 // Options.Workers goroutines, straight from the source's mapping into
@@ -352,7 +353,7 @@ func (r *runner) plan(srcs []srcComponent) ([]copyFile, error) {
 	if dirSrc {
 		pipeline = r.srcExists(".", "model_index.json")
 	}
-	remoteDst := ckpt.SchemeOf(r.dst) != ""
+	remoteDst := source.Scheme(r.dst) != ""
 	beside := dirSrc && !remoteDst && samePath(r.src, r.dst)
 	if remoteDst {
 		if err := r.openDest(dirSrc); err != nil {
