@@ -111,13 +111,16 @@
 //
 // # Object storage, HTTP and other file systems
 //
-// Open also takes locations SCHEME://... of sources registered with
-// RegisterSource: importing package remote registers s3:// (folders,
-// pipelines, indexes and files in S3-compatible stores, read with the
-// caller's *s3.Client) and https:// (files and indexes). WithFS opens a
-// checkpoint from any fs.FS instead (remote.NewS3FS, os.DirFS, a test's
-// fstest.MapFS). Files of an fs.FS are read into owned memory; from one
-// that implements RangeFS, tensor data is read with parallel ranged
-// requests, neighbouring tensors coalesced, straight into the destination
-// buffers, each file pinned to the version seen at Open.
+// Where the bytes come from is package source's business. Open also takes
+// locations SCHEME://... of sources registered with [source.Register]:
+// importing package remote registers s3:// (folders, pipelines, indexes
+// and files in S3-compatible stores, read with the caller's *s3.Client)
+// and https:// (files and indexes). A location that cannot be opened is
+// an ErrResolve wrapping the source's error ([source.ErrNoSource] for a
+// scheme nothing registered). WithFS opens a checkpoint from any fs.FS
+// instead (remote.NewS3FS, os.DirFS, a test's fstest.MapFS). Files of an
+// fs.FS are read into owned memory; from one that implements
+// [source.RangeFS], tensor data is read with parallel ranged requests,
+// neighbouring tensors coalesced, straight into the destination buffers,
+// each file pinned to the version seen at Open.
 package ckpt

@@ -74,7 +74,6 @@ var kindNames = [...]string{
 // String returns the kind's snake_case name.
 func (k ErrorKind) String() string { return errkind.Name(kindNames[:], k) }
 
-
 // Error makes a kind usable as an errors.Is target.
 func (k ErrorKind) Error() string { return "ckpt: " + k.String() }
 

@@ -9,13 +9,14 @@ import (
 	"sync/atomic"
 
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/source"
 )
 
 // rangedRequest is one request of a ranged load: spans of one file read
 // together, and the pieces of work they complete.
 type rangedRequest struct {
 	file   string
-	spans  []Span
+	spans  []source.Span
 	items  []*rangedItem
 	stage  int64 // staging bytes its conversions need
 	direct bool  // only raw reads: nothing to stage
@@ -42,7 +43,7 @@ type rangedItem struct {
 // its concurrency of requests in flight in file order; pieces it cannot
 // read that way (dequantization) go through doPiece. Progress is reported
 // per piece as in run; the first error or ctx's end stops every request.
-func (m *Model) runRanged(ctx context.Context, rfs RangeFS, work []piece) error {
+func (m *Model) runRanged(ctx context.Context, rfs source.RangeFS, work []piece) error {
 	rc := rfs.RangeConfig()
 	conc := max(rc.Concurrency, 1)
 	chunk := max(rc.Chunk, 1)
@@ -128,7 +129,7 @@ func (m *Model) runRanged(ctx context.Context, rfs RangeFS, work []piece) error 
 				at += it.n
 				dst = it.src
 			}
-			spans = append(spans, Span{Off: it.off, Dst: dst})
+			spans = append(spans, source.Span{Off: it.off, Dst: dst})
 		}
 		r.spans = spans
 		if err := rfs.ReadRanges(ctx, r.file, spans); err != nil {

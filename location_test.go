@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/ckpt-go/ckpt/ckpttest"
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/source"
 )
 
 // rangeSpec is a component of many small and a few large tensors.
@@ -27,7 +27,7 @@ const rangeSpec = "embed:BF16[512,256] l0.norm:F32[256] l0.w:BF16[256,256] l0.b:
 // checking that spans are sorted, inside the file and within a chunk.
 type fakeRangeFS struct {
 	fs.FS
-	cfg   RangeConfig
+	cfg   source.RangeConfig
 	t     *testing.T
 	calls atomic.Int64
 	spans atomic.Int64
@@ -38,9 +38,9 @@ type fakeRangeFS struct {
 	block     chan struct{} // when not nil, calls wait on it or ctx
 }
 
-func (f *fakeRangeFS) RangeConfig() RangeConfig { return f.cfg }
+func (f *fakeRangeFS) RangeConfig() source.RangeConfig { return f.cfg }
 
-func (f *fakeRangeFS) ReadRanges(ctx context.Context, name string, spans []Span) error {
+func (f *fakeRangeFS) ReadRanges(ctx context.Context, name string, spans []source.Span) error {
 	n := f.calls.Add(1)
 	if f.failAfter > 0 && n > f.failAfter {
 		return f.failErr
@@ -128,7 +128,7 @@ func TestLoadThroughFS(t *testing.T) {
 		for name, fsys := range map[string]fs.FS{
 			"dirfs": os.DirFS(parent),
 			"mapfs": mapfs,
-			"range": &fakeRangeFS{FS: os.DirFS(parent), t: t, cfg: RangeConfig{Concurrency: 4, Chunk: 1 << 20, MaxGap: 4096}},
+			"range": &fakeRangeFS{FS: os.DirFS(parent), t: t, cfg: source.RangeConfig{Concurrency: 4, Chunk: 1 << 20, MaxGap: 4096}},
 		} {
 			for _, loc := range []string{base, base + "/model.safetensors.index.json"} {
 				m := mustOpen(t, loc, WithFS(fsys), WithDType(target))
@@ -157,7 +157,7 @@ func TestLoadThroughFS(t *testing.T) {
 func TestLoadRangedCoalesces(t *testing.T) {
 	tensors := ckpttest.Tensors(t, rangeSpec)
 	dir := ckpttest.Dir(t, ckpttest.Weights{Tensors: tensors})
-	fsys := &fakeRangeFS{FS: os.DirFS(dir), t: t, cfg: RangeConfig{Concurrency: 3, Chunk: 1 << 20, MaxGap: 0}}
+	fsys := &fakeRangeFS{FS: os.DirFS(dir), t: t, cfg: source.RangeConfig{Concurrency: 3, Chunk: 1 << 20, MaxGap: 0}}
 	for _, target := range []Target{{}, To(dtype.F32)} {
 		fsys.calls.Store(0)
 		fsys.spans.Store(0)
@@ -211,7 +211,7 @@ func TestLoadRangedCoalesces(t *testing.T) {
 func TestLoadRangedErrorsAndCancel(t *testing.T) {
 	dir := ckpttest.Dir(t, ckpttest.Weights{Tensors: ckpttest.Tensors(t, rangeSpec)})
 	boom := errors.New("boom")
-	fsys := &fakeRangeFS{FS: os.DirFS(dir), t: t, cfg: RangeConfig{Concurrency: 2, Chunk: 256 << 10}, failAfter: 2, failErr: boom}
+	fsys := &fakeRangeFS{FS: os.DirFS(dir), t: t, cfg: source.RangeConfig{Concurrency: 2, Chunk: 256 << 10}, failAfter: 2, failErr: boom}
 	m := mustOpen(t, ".", WithFS(fsys))
 	_, err := m.Load(context.Background())
 	var le *Error
@@ -219,7 +219,7 @@ func TestLoadRangedErrorsAndCancel(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 
-	block := &fakeRangeFS{FS: os.DirFS(dir), t: t, cfg: RangeConfig{Concurrency: 2, Chunk: 256 << 10}, block: make(chan struct{})}
+	block := &fakeRangeFS{FS: os.DirFS(dir), t: t, cfg: source.RangeConfig{Concurrency: 2, Chunk: 256 << 10}, block: make(chan struct{})}
 	m = mustOpen(t, ".", WithFS(block))
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(50*time.Millisecond, cancel)
@@ -237,7 +237,7 @@ func TestLoadRangedErrorsAndCancel(t *testing.T) {
 // and gives what a local load gives.
 func TestLoadRangedDequantize(t *testing.T) {
 	dir, _, _ := deepseekFolder(t, []int64{2, 3})
-	fsys := &fakeRangeFS{FS: os.DirFS(filepath.Dir(dir)), t: t, cfg: RangeConfig{Concurrency: 2, Chunk: 1 << 20}}
+	fsys := &fakeRangeFS{FS: os.DirFS(filepath.Dir(dir)), t: t, cfg: source.RangeConfig{Concurrency: 2, Chunk: 1 << 20}}
 	for _, to := range []dtype.DType{dtype.BF16, dtype.F8_E4M3} {
 		want := loadBytes(t, mustOpen(t, dir, WithDType(To(to))))
 		got := loadBytes(t, mustOpen(t, "transformer", WithFS(fsys), WithDType(To(to))))
@@ -248,16 +248,17 @@ func TestLoadRangedDequantize(t *testing.T) {
 	}
 }
 
-// Registered schemes open through their SourceFunc; an unregistered one
-// says what to import; a source's error is an ErrResolve.
-func TestRegisterSource(t *testing.T) {
+// Open reads a location of a registered scheme through its source; a
+// source's error, and a scheme with no source (the message says what to
+// import), are ErrResolve naming the location once, with the cause.
+func TestOpenRegisteredSource(t *testing.T) {
 	dir := ckpttest.Dir(t, ckpttest.Weights{Shards: 2, Tensors: ckpttest.Tensors(t, "a:F32[4] b:BF16[8,8]")})
 	var gotLoc string
-	RegisterSource("memtest", func(_ context.Context, location string) (fs.FS, string, error) {
+	boom := errors.New("no such store")
+	source.Register("memtest", func(_ context.Context, location string) (fs.FS, string, error) {
 		gotLoc = location
-		rest := strings.TrimPrefix(location, "memtest://")
-		if rest == "fail" {
-			return nil, "", fmt.Errorf("no such store")
+		if strings.TrimPrefix(location, "memtest://") == "fail" {
+			return nil, "", boom
 		}
 		return os.DirFS(filepath.Dir(dir)), filepath.Base(dir), nil
 	})
@@ -266,29 +267,12 @@ func TestRegisterSource(t *testing.T) {
 	if gotLoc != "memtest://x/y" {
 		t.Errorf("location %q", gotLoc)
 	}
-	if !strings.Contains(strings.Join(RegisteredSources(), ","), "memtest") {
-		t.Errorf("RegisteredSources %v", RegisteredSources())
-	}
-	if _, err := Open("memtest://fail"); !errors.Is(err, ErrResolve) || !strings.Contains(err.Error(), "no such store") {
+	_, err := Open("memtest://fail")
+	if !errors.Is(err, ErrResolve) || !errors.Is(err, boom) || err.Error() != "ckpt: resolve: memtest://fail: no such store" {
 		t.Errorf("failing source: %v", err)
 	}
-	_, err := Open("s3://bucket/model")
-	if !errors.Is(err, ErrResolve) || !strings.Contains(err.Error(), "github.com/ckpt-go/ckpt/remote") {
+	_, err = Open("s3://bucket/model")
+	if !errors.Is(err, ErrResolve) || !errors.Is(err, source.ErrNoSource) || !strings.Contains(err.Error(), "github.com/ckpt-go/ckpt/remote") || strings.Count(err.Error(), "s3://bucket/model") != 1 {
 		t.Errorf("unregistered s3: %v", err)
-	}
-	for loc, want := range map[string]string{"s3://b/k": "s3", "HTTPS://h/x": "https", "C://x": "", "/a/b": "", "x": "", "a b://c": ""} {
-		if got := SchemeOf(loc); got != want {
-			t.Errorf("SchemeOf(%q) = %q, want %q", loc, got, want)
-		}
-	}
-	for _, bad := range []string{"", "C", "Up", "a/b"} {
-		func() {
-			defer func() {
-				if recover() == nil {
-					t.Errorf("RegisterSource(%q) did not panic", bad)
-				}
-			}()
-			RegisterSource(bad, func(context.Context, string) (fs.FS, string, error) { return nil, "", nil })
-		}()
 	}
 }

@@ -75,7 +75,7 @@ const maxConfigSize = 16 << 20
 
 // Open opens path for loading. path is a path of the operating system, a
 // name of the fs.FS given with WithFS, or a location SCHEME://... of a
-// registered source (RegisterSource; importing package remote registers
+// registered source (source.Register; importing package remote registers
 // s3:// and https://). It is a single safetensors file, a shard
 // index (*.safetensors.index*.json), a component folder (resolved with
 // package variant: current and legacy naming, sharded or single, the

@@ -22,6 +22,7 @@ import (
 	"github.com/ckpt-go/ckpt/internal/testutil"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
+	"github.com/ckpt-go/ckpt/source"
 )
 
 func TestSplitBounds(t *testing.T) {
@@ -839,7 +840,7 @@ func TestRankThroughFS(t *testing.T) {
 				want := loadBytes(t, mustOpen(t, c.dir, opts...))
 				for name, fsys := range map[string]fs.FS{
 					"dirfs": os.DirFS(parent),
-					"range": &fakeRangeFS{FS: os.DirFS(parent), t: t, cfg: RangeConfig{Concurrency: 3, Chunk: 1 << 20, MaxGap: 64}},
+					"range": &fakeRangeFS{FS: os.DirFS(parent), t: t, cfg: source.RangeConfig{Concurrency: 3, Chunk: 1 << 20, MaxGap: 64}},
 				} {
 					m := mustOpen(t, base, append(slices.Clone(opts), WithFS(fsys))...)
 					sameBytes(t, fmt.Sprintf("%s %s %s rank %d", name, base, target, rank), loadBytes(t, m), want)
@@ -849,7 +850,7 @@ func TestRankThroughFS(t *testing.T) {
 				}
 				// Without gaps allowed, the ranged requests cover exactly the
 				// rank's bytes.
-				fsys := &fakeRangeFS{FS: os.DirFS(parent), t: t, cfg: RangeConfig{Concurrency: 2, Chunk: 1 << 20}}
+				fsys := &fakeRangeFS{FS: os.DirFS(parent), t: t, cfg: source.RangeConfig{Concurrency: 2, Chunk: 1 << 20}}
 				m := mustOpen(t, base, append(slices.Clone(opts), WithFS(fsys))...)
 				p, _ := m.Plan()
 				loadBytes(t, m)

@@ -25,6 +25,7 @@ import (
 	"github.com/ckpt-go/ckpt/quant"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
+	"github.com/ckpt-go/ckpt/source"
 )
 
 // Metadata keys Run adds to every file's __metadata__ (besides the
@@ -158,7 +159,7 @@ type runner struct {
 // src may be a location of a registered source too (s3://BUCKET/PREFIX,
 // a folder, a pipeline root, an index or a file): the loader reads its
 // weights with ranged reads, and its configs and other files are read
-// through the source's file system (ckpt.OpenSource) and copied.
+// through the source's file system (source.Open) and copied.
 //
 // Tensors are converted piece by piece (Options.ChunkBytes) by
 // Options.Workers goroutines, straight from the source's mapping into
@@ -258,9 +259,9 @@ func (r *runner) check() error {
 	return nil
 }
 
-// source is one component of the source: its stored tensors, its
+// srcComponent is one component of the source: its stored tensors, its
 // detected scaled layout, and the file name its weights are named after.
-type source struct {
+type srcComponent struct {
 	label  string // the component's name, for rules and Options.Policy.Components
 	dir    string
 	naming string // the source's index or single file name
@@ -270,7 +271,7 @@ type source struct {
 
 // openSource opens the source: with the loader, or as a PyTorch
 // checkpoint (torch.go). It checks the options that name components.
-func (r *runner) openSource() ([]source, func(), error) {
+func (r *runner) openSource() ([]srcComponent, func(), error) {
 	srcs, closer, err := r.openTorch()
 	if err != nil {
 		return nil, nil, err
@@ -300,7 +301,7 @@ func (r *runner) openSource() ([]source, func(), error) {
 }
 
 // openLoader opens a safetensors source with the loader.
-func (r *runner) openLoader() ([]source, func(), error) {
+func (r *runner) openLoader() ([]srcComponent, func(), error) {
 	copts := []ckpt.Option{ckpt.WithVariant(r.opts.SourceVariant), ckpt.WithBudget(-1)}
 	if r.opts.FollowSymlinks {
 		copts = append(copts, ckpt.WithFollowSymlinks())
@@ -315,7 +316,7 @@ func (r *runner) openLoader() ([]source, func(), error) {
 		closer()
 		return nil, nil, &Error{Kind: ErrSource, Path: r.src, Err: err}
 	}
-	var srcs []source
+	var srcs []srcComponent
 	for _, cp := range p.Components {
 		ck, err := m.Checkpoint(cp.Name)
 		if err != nil {
@@ -332,7 +333,7 @@ func (r *runner) openLoader() ([]source, func(), error) {
 		if ix := ck.Index(); ix != nil && ix.Path != "" {
 			naming = filepath.Base(ix.Path)
 		}
-		srcs = append(srcs, source{label: cp.Name, dir: cp.Dir, naming: naming, store: shardStore{ck}, scheme: scheme})
+		srcs = append(srcs, srcComponent{label: cp.Name, dir: cp.Dir, naming: naming, store: shardStore{ck}, scheme: scheme})
 	}
 	return srcs, closer, nil
 }
@@ -340,7 +341,7 @@ func (r *runner) openLoader() ([]source, func(), error) {
 // plan resolves the destination of every component, builds the tasks and
 // lists the files to copy, refusing what cannot be done before anything is
 // written.
-func (r *runner) plan(srcs []source) ([]copyFile, error) {
+func (r *runner) plan(srcs []srcComponent) ([]copyFile, error) {
 	if err := r.openSourceFS(); err != nil {
 		return nil, err
 	}
@@ -349,7 +350,7 @@ func (r *runner) plan(srcs []source) ([]copyFile, error) {
 	if dirSrc {
 		pipeline = r.srcExists(".", "model_index.json")
 	}
-	remoteDst := ckpt.SchemeOf(r.dst) != ""
+	remoteDst := source.Scheme(r.dst) != ""
 	beside := dirSrc && !remoteDst && samePath(r.src, r.dst)
 	if remoteDst {
 		if err := r.openDest(dirSrc); err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/ckpt-go/ckpt/internal/safeopen"
 	"github.com/ckpt-go/ckpt/internal/srcfs"
 	"github.com/ckpt-go/ckpt/safetensors"
+	"github.com/ckpt-go/ckpt/source"
 )
 
 // openDest opens a destination of a registered sink: a folder, or, for a
@@ -24,7 +25,7 @@ func (r *runner) openDest(dirSrc bool) error {
 	loc := r.dst
 	if !dirSrc && strings.HasSuffix(loc, ".safetensors") {
 		i := strings.LastIndexByte(loc, '/')
-		if i < 0 || i < len(ckpt.SchemeOf(loc))+3 {
+		if i < 0 || i < len(source.Scheme(loc))+3 {
 			return &Error{Kind: ErrTarget, Path: r.dst, Msg: "no folder above the file"}
 		}
 		loc, r.destFile = loc[:i], loc[i+1:]
@@ -171,10 +172,10 @@ func copyToSink(ctx context.Context, sink Sink, src, name string) error {
 // model_index.json, the configs and the files copied. A path leaves srcFS
 // nil.
 func (r *runner) openSourceFS() error {
-	if ckpt.SchemeOf(r.src) == "" {
+	if source.Scheme(r.src) == "" {
 		return nil
 	}
-	fsys, name, err := ckpt.OpenSource(r.ctx, r.src)
+	fsys, name, err := source.Open(r.ctx, r.src)
 	if err != nil {
 		return &Error{Kind: ErrSource, Path: r.src, Err: err}
 	}
@@ -212,7 +213,7 @@ func (r *runner) srcRel(dir string) (string, error) {
 		return filepath.Rel(r.src, dir)
 	}
 	root := strings.TrimSuffix(r.src, "/")
-	if ckpt.SchemeOf(dir) == "" {
+	if source.Scheme(dir) == "" {
 		root = r.srcRoot
 	}
 	if root == "." && fs.ValidPath(dir) {

@@ -15,14 +15,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/internal/safeopen"
 	"github.com/ckpt-go/ckpt/safetensors"
+	"github.com/ckpt-go/ckpt/source"
 )
 
 // isRemote reports whether a target is a location of a registered sink
 // rather than a path.
-func isRemote(dir string) bool { return ckpt.SchemeOf(dir) != "" }
+func isRemote(dir string) bool { return source.Scheme(dir) != "" }
 
 // saveSink is Save's protocol for a location of a registered sink (an
 // object store), which has no folders to rename: the checkpoint's shards

@@ -13,8 +13,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/internal/atomicfile"
+	"github.com/ckpt-go/ckpt/source"
 )
 
 // Sink is a folder that checkpoints are written into: a folder of a local
@@ -119,13 +119,13 @@ var sinks struct {
 }
 
 // RegisterSink makes SaveShard, Commit, Save and Run accept locations
-// "SCHEME://..." by opening them with open, as ckpt.RegisterSource does for
+// "SCHEME://..." by opening them with open, as source.Register does for
 // reading. Package remote registers "s3" when it is imported; a program
 // that never imports it links no object-store client. A later registration
 // of a scheme replaces the earlier one. An invalid scheme (see
-// ckpt.RegisterSource) or a nil open is a programming error and panics.
+// source.Register) or a nil open is a programming error and panics.
 func RegisterSink(scheme string, open SinkFunc) {
-	if ckpt.SchemeOf(scheme+"://") != scheme || open == nil {
+	if source.Scheme(scheme+"://") != scheme || open == nil {
 		panic(fmt.Sprintf("convert: RegisterSink(%q): invalid scheme or nil function", scheme))
 	}
 	sinks.Lock()
@@ -140,7 +140,7 @@ func RegisterSink(scheme string, open SinkFunc) {
 // location of a registered scheme. A scheme without a registered sink is
 // an *Error of kind ErrTarget that says what to import.
 func OpenSink(ctx context.Context, location string) (Sink, error) {
-	scheme := ckpt.SchemeOf(location)
+	scheme := source.Scheme(location)
 	if scheme == "" {
 		if location == "" {
 			return nil, &Error{Kind: ErrTarget, Msg: "no location given"}
@@ -352,7 +352,7 @@ func sortedNames(m map[string]int64) []string {
 // joinLocation joins a location (a path or SCHEME://...) and a relative
 // slash-separated name.
 func joinLocation(loc, name string) string {
-	if ckpt.SchemeOf(loc) == "" {
+	if source.Scheme(loc) == "" {
 		return filepath.Join(loc, filepath.FromSlash(name))
 	}
 	return strings.TrimSuffix(loc, "/") + "/" + path.Clean(name)

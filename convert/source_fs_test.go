@@ -12,6 +12,7 @@ import (
 	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/ckpttest"
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/source"
 )
 
 // TestRunFromRegisteredSource converts from a location of a registered
@@ -25,7 +26,7 @@ func TestRunFromRegisteredSource(t *testing.T) {
 		t.Fatal(err)
 	}
 	root, folder := filepath.Dir(src), filepath.Base(src)
-	ckpt.RegisterSource("convertfs", func(_ context.Context, location string) (fs.FS, string, error) {
+	source.Register("convertfs", func(_ context.Context, location string) (fs.FS, string, error) {
 		name := strings.TrimPrefix(location, "convertfs://")
 		if name == "" {
 			name = "."

@@ -59,7 +59,7 @@ func (r *runner) torchPath() string {
 // openTorch opens a PyTorch source (nil sources when it is not one).
 // Nothing of the pickle is executed (see package torch): a forbidden
 // global fails here, before anything is written.
-func (r *runner) openTorch() ([]source, func(), error) {
+func (r *runner) openTorch() ([]srcComponent, func(), error) {
 	path := r.torchPath()
 	if path == "" {
 		return nil, func() {}, nil
@@ -100,7 +100,7 @@ func (r *runner) openTorch() ([]source, func(), error) {
 	if abs, err := filepath.Abs(dir); err == nil {
 		label = filepath.Base(abs)
 	}
-	return []source{{label: label, dir: dir, naming: torchNaming(filepath.Base(path)), store: st, scheme: scheme}}, closer, nil
+	return []srcComponent{{label: label, dir: dir, naming: torchNaming(filepath.Base(path)), store: st, scheme: scheme}}, closer, nil
 }
 
 // torchNaming returns the safetensors name of a PyTorch weights file:

@@ -15,8 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/internal/atomicfile"
+	"github.com/ckpt-go/ckpt/source"
 )
 
 // Cache is an optional local read-through cache of remote objects (pass it
@@ -147,7 +147,7 @@ func (c *Cache) entry(location string, v version) *cacheEntry {
 
 // readSpans fills spans from a committed entry; false when it is not one
 // (or reading it failed, which drops it).
-func (e *cacheEntry) readSpans(spans []ckpt.Span) bool {
+func (e *cacheEntry) readSpans(spans []source.Span) bool {
 	e.mu.Lock()
 	hit := e.hit
 	e.mu.Unlock()

@@ -1,8 +1,8 @@
 // Package remote reads checkpoints from S3-compatible object stores and
 // HTTP(S) servers without copying whole files to local disk first.
 //
-// Importing it registers the s3://, https:// and http:// schemes with the
-// loader (ckpt.RegisterSource), the way image formats and database/sql
+// Importing it registers the s3://, https:// and http:// schemes with
+// package source (source.Register), the way image formats and database/sql
 // drivers register, so that ckpt.Open and the ckpt command accept
 //
 //	s3://BUCKET/PREFIX/model             a component folder or pipeline root

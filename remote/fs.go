@@ -12,14 +12,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ckpt-go/ckpt"
+	"github.com/ckpt-go/ckpt/source"
 )
 
 var errNotExist = fs.ErrNotExist
 
 // FS is a read-only file system over an object store (NewS3FS) or an HTTP
 // server (NewHTTPFS). It implements fs.FS, fs.StatFS, fs.ReadDirFS and
-// ckpt.RangeFS, so that ckpt.Open (through WithFS or a registered
+// source.RangeFS, so that ckpt.Open (through WithFS or a registered
 // location), package shard and package variant read checkpoints from it.
 //
 // Files are opened with one ranged GET of their first bytes (WithHeadSize,
@@ -156,9 +156,9 @@ func (f *FS) Close() error {
 	return nil
 }
 
-// RangeConfig returns the batching of loads from f (ckpt.RangeFS).
-func (f *FS) RangeConfig() ckpt.RangeConfig {
-	return ckpt.RangeConfig{Concurrency: f.opts.concurrency, Chunk: f.opts.chunk, MaxGap: f.opts.maxGap}
+// RangeConfig returns the batching of loads from f (source.RangeFS).
+func (f *FS) RangeConfig() source.RangeConfig {
+	return source.RangeConfig{Concurrency: f.opts.concurrency, Chunk: f.opts.chunk, MaxGap: f.opts.maxGap}
 }
 
 // Location returns the location of name in f (s3://BUCKET/KEY or a URL).
@@ -448,12 +448,12 @@ func (o *object) info() *fileInfo {
 	return &fileInfo{name: path.Base(o.name), size: o.size, modTime: o.modTime}
 }
 
-// ReadRanges reads the spans of file name (ckpt.RangeFS): with one request
+// ReadRanges reads the spans of file name (source.RangeFS): with one request
 // from the first span's offset to the last one's end, pinned to the
 // version name was opened with, straight into the spans' buffers, the bytes
 // between them discarded; a request that fails is retried from the byte it
 // reached. Spans must be sorted and must not overlap.
-func (f *FS) ReadRanges(ctx context.Context, name string, spans []ckpt.Span) error {
+func (f *FS) ReadRanges(ctx context.Context, name string, spans []source.Span) error {
 	if len(spans) == 0 {
 		return nil
 	}
@@ -492,13 +492,13 @@ func (f *FS) readAt(ctx context.Context, o *object, p []byte, off int64) (int, e
 		o.headUsed = max(o.headUsed, off+int64(c))
 		o.mu.Unlock()
 		if c < n {
-			if err := f.fetch(ctx, o, []ckpt.Span{{Off: off + int64(c), Dst: p[c:]}}); err != nil {
+			if err := f.fetch(ctx, o, []source.Span{{Off: off + int64(c), Dst: p[c:]}}); err != nil {
 				return c, err
 			}
 		}
 	} else {
 		o.mu.Unlock()
-		if err := f.fetch(ctx, o, []ckpt.Span{{Off: off, Dst: p}}); err != nil {
+		if err := f.fetch(ctx, o, []source.Span{{Off: off, Dst: p}}); err != nil {
 			return 0, err
 		}
 	}
@@ -510,7 +510,7 @@ func (f *FS) readAt(ctx context.Context, o *object, p []byte, off int64) (int, e
 
 // fetch reads spans of o (sorted, inside it): from the cache when it holds
 // o, else with one pinned request, retried from where it stopped.
-func (f *FS) fetch(ctx context.Context, o *object, spans []ckpt.Span) error {
+func (f *FS) fetch(ctx context.Context, o *object, spans []source.Span) error {
 	if f.closed.Load() {
 		return pathErr("read", o.name, fs.ErrClosed)
 	}
@@ -710,7 +710,7 @@ func (d dirInfo) Sys() any           { return nil }
 var (
 	_ fs.StatFS      = (*FS)(nil)
 	_ fs.ReadDirFS   = (*FS)(nil)
-	_ ckpt.RangeFS   = (*FS)(nil)
+	_ source.RangeFS = (*FS)(nil)
 	_ io.ReaderAt    = (*file)(nil)
 	_ fs.ReadDirFile = (*dirFile)(nil)
 )

@@ -9,13 +9,13 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/ckpt-go/ckpt"
+	"github.com/ckpt-go/ckpt/source"
 )
 
 func init() {
-	ckpt.RegisterSource("s3", openS3)
-	ckpt.RegisterSource("https", openHTTP)
-	ckpt.RegisterSource("http", openHTTP)
+	source.Register("s3", openS3)
+	source.Register("https", openHTTP)
+	source.Register("http", openHTTP)
 }
 
 var defaults struct {
@@ -26,7 +26,7 @@ var defaults struct {
 }
 
 // SetS3Client sets the client that s3:// locations given to ckpt.Open (and
-// to the other users of ckpt.OpenSource) are read with. Until it is set,
+// to the other users of source.Open) are read with. Until it is set,
 // they fail with ErrNoClient: this package never builds one itself (the
 // ckpt command builds one from the standard AWS environment, shared
 // config files and instance roles; see NewS3Client). nil unsets it.

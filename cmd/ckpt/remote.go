@@ -11,9 +11,9 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/config"
 
-	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/remote"
 	"github.com/ckpt-go/ckpt/shard"
+	"github.com/ckpt-go/ckpt/source"
 )
 
 // remoteHelp is the part of the commands' help about remote locations.
@@ -39,7 +39,7 @@ var remoteSetup struct {
 func setupRemote(args []string) error {
 	var s3, any bool
 	for _, a := range args {
-		switch ckpt.SchemeOf(a) {
+		switch source.Scheme(a) {
 		case "s3":
 			s3, any = true, true
 		case "http", "https":
@@ -123,7 +123,7 @@ func remoteOptions() ([]remote.Option, error) {
 // openLocation returns the file system and name of path: (nil, path) for a
 // local path. The file system is closed with closeFS.
 func openLocation(path string) (fs.FS, string, error) {
-	return ckpt.OpenSource(context.Background(), path)
+	return source.Open(context.Background(), path)
 }
 
 // closeFS closes a file system opened by openLocation.

@@ -3,8 +3,8 @@ package main
 import (
 	"fmt"
 
-	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/shard"
+	"github.com/ckpt-go/ckpt/source"
 )
 
 func validateCommand() *command {
@@ -98,7 +98,7 @@ func validatePaths(paths []string, variantName string, follow bool) []validateRe
 		r.OK = err == nil
 		r.Error = describeError(err)
 		// Leftovers of interrupted saves are a local folder's matter.
-		if ckpt.SchemeOf(p) == "" {
+		if source.Scheme(p) == "" {
 			if left, err := shard.Leftovers(p); err == nil {
 				r.Leftovers = left
 				for _, l := range left {
