@@ -372,7 +372,7 @@ func (m *Model) partViews(sj *partJob, e *entry) (views [][]byte, ok bool, err e
 	return sj.views, sj.viewErr == nil, sj.viewErr
 }
 
-// rangedPart gathers the items of one piece of a part read from a RangeFS.
+// rangedPart gathers the items of one piece of a part read from a source.RangeFS.
 type rangedPart struct {
 	mu    sync.Mutex
 	left  int

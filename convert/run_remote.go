@@ -177,7 +177,7 @@ func (r *runner) openSourceFS() error {
 	}
 	fsys, name, err := source.Open(r.ctx, r.src)
 	if err != nil {
-		return &Error{Kind: ErrSource, Path: r.src, Err: err}
+		return &Error{Kind: ErrSource, Err: err} // a *fs.PathError naming the location
 	}
 	r.srcFS, r.srcRoot = fsys, name
 	return nil
