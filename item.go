@@ -181,31 +181,30 @@ func (m *Model) item(c *modelComponent, e *entry) (*Item, error) {
 	it := &Item{Key: m.qualify(c.name, e.name), Component: c.name, Name: e.name, Stored: e.stored, DType: e.out,
 		Shape: slices.Clone(e.shape), Action: e.act, Decision: e.dec, Bytes: e.outBytes, m: m, c: c, e: e}
 	sliced := e.sl != nil && !e.sl.whole
-	if e.sl.matched {
-		info := e.sl.info
+	if e.sl.info != nil {
+		info := *e.sl.info
 		info.Shape = slices.Clone(info.Shape)
 		it.Split = &info
 	}
-	part := func(name string, shape []int64, sel strided, whole bool) (Part, error) {
-		st, err := c.tensor(name)
-		if err != nil {
-			return Part{}, &Error{Kind: ErrRead, Component: c.name, Tensor: name, Err: err}
-		}
+	sts, err := c.stored(e)
+	if err != nil {
+		return nil, inComponent(err, c.name)
+	}
+	part := func(st *safetensors.Tensor, shape []int64, sel strided, whole bool) Part {
 		if whole {
 			sel = strided{n: st.ByteLen(), count: 1}.norm()
 			shape = st.Shape()
 		}
-		return Part{Tensor: name, DType: st.DType(), Shape: slices.Clone(shape), File: st.File().Path(),
-			Range: sel.byteRange(st.Offset()), st: st, sel: sel, m: m}, nil
+		return Part{Tensor: st.Name(), DType: st.DType(), Shape: slices.Clone(shape), File: st.File().Path(),
+			Range: sel.byteRange(st.Offset()), st: st, sel: sel, m: m}
 	}
-	var err error
 	if e.q == nil {
 		var sel strided
 		if sliced {
 			sel = e.sl.data
 		}
-		it.Data, err = part(e.name, e.shape, sel, !sliced)
-		return it, err
+		it.Data = part(sts[0], e.shape, sel, !sliced)
+		return it, nil
 	}
 	q := e.q
 	if sliced {
@@ -229,19 +228,13 @@ func (m *Model) item(c *modelComponent, e *entry) (*Item, error) {
 			dataShape = []int64{sel.total()} // the part's bytes, with the rows before it a scale block covers left out
 		}
 	}
-	if it.Data, err = part(e.q.Data.Name, dataShape, sel, !sliced); err != nil {
-		return nil, err
-	}
+	it.Data = part(sts[0], dataShape, sel, !sliced)
 	for i, s := range e.q.Scales {
 		shape := s.Shape
 		if sliced {
 			sel, shape = e.sl.q.scales[i].sel, e.sl.q.scales[i].shape
 		}
-		p, err := part(s.Name, shape, sel, !sliced)
-		if err != nil {
-			return nil, err
-		}
-		it.Scales = append(it.Scales, p)
+		it.Scales = append(it.Scales, part(sts[1+i], shape, sel, !sliced))
 	}
 	return it, nil
 }

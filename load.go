@@ -300,10 +300,6 @@ func (m *Model) loadEntry(ctx context.Context, c *modelComponent, e *entry, dst 
 		return nil, &Error{Kind: ErrBuffer, Component: c.name, Tensor: e.name,
 			Msg: fmt.Sprintf("buffer is %d bytes; the tensor loads as %s %v = %d bytes", len(dst), e.out, e.shape, e.outBytes)}
 	}
-	x := *e
-	if dst != nil && x.act == actView {
-		x.act = actRead // the caller's buffer: read instead of viewing
-	}
 	used := false
 	alloc := func(n int64) []byte {
 		if dst != nil && !used {
@@ -313,7 +309,7 @@ func (m *Model) loadEntry(ctx context.Context, c *modelComponent, e *entry, dst 
 		return make([]byte, n)
 	}
 	t := &Tensor{}
-	work, err := m.prepareInto(c, &x, t, alloc, nil, dst != nil)
+	work, err := m.prepareInto(c, e, t, alloc, nil, dst != nil)
 	if err != nil {
 		return nil, err
 	}
@@ -342,17 +338,16 @@ type piece struct {
 // into the first allocation (the caller's buffer).
 func (m *Model) prepareInto(c *modelComponent, e *entry, t *Tensor, alloc func(int64) []byte, work []piece, intoCaller bool) ([]piece, error) {
 	*t = Tensor{Component: c.name, Name: e.name, DType: e.out, Shape: slices.Clone(e.shape), Stored: e.stored, Decision: e.dec, act: e.act}
-	dataName := e.name
 	if e.q != nil {
-		dataName = e.q.Data.Name
 		t.Layout = e.q.Layout.String() // the weight's own (a scheme may be "mixed")
 	}
-	st, err := c.tensor(dataName)
+	sts, err := c.stored(e)
 	if err != nil {
-		return nil, &Error{Kind: ErrRead, Component: c.name, Tensor: e.name, Err: err}
+		return nil, inComponent(err, c.name)
 	}
+	st := sts[0]
 	t.Location = Location{File: st.File().Path(), Offset: st.Offset(), Length: st.ByteLen()}
-	return m.preparePart(c, e, t, st, alloc, work, intoCaller)
+	return m.preparePart(c, e, t, sts, alloc, work, intoCaller)
 }
 
 // arenaBytes is what prepare takes from an arena for e: one aligned buffer,

@@ -23,18 +23,24 @@ const (
 
 // partJob is what the pieces of one part share.
 type partJob struct {
-	kind   partKind
-	st     *safetensors.Tensor // the stored (data) tensor
-	sel    strided             // partRaw: the bytes of st read
-	evict  bool                // drop the source pages from this process after reading
-	mapped bool                // read from the mapping (mmap strategy, mapped file), else ReadAt
-	// partDequant: the scales' stored tensors, and those read once for
-	// the whole part (not per piece).
+	kind    partKind
+	st      *safetensors.Tensor // the stored (data) tensor
+	sel     strided             // partRaw: the bytes of st read
+	convert bool                // partPlain: converted (else copied)
+	evict   bool                // drop the source pages from this process after reading
+	mapped  bool                // read from the mapping (mmap strategy, mapped file), else ReadAt
+	dq      *dequantJob         // partDequant
+}
+
+// dequantJob is what the pieces of a dequantized part share: the scales'
+// stored tensors, those read once for the whole part (not per piece), and
+// from a mapping, views of the data and the scales.
+type dequantJob struct {
 	scaleT []*safetensors.Tensor
 	once   sync.Once
 	shared [][]byte
 	err    error
-	// partDequant from the mapping: views of the data and the scales.
+
 	viewOnce sync.Once
 	views    [][]byte
 	viewErr  error
@@ -44,10 +50,10 @@ type partJob struct {
 // work: views of the mapping where the part is stored contiguously and
 // loads as stored, else reads, conversions or dequantizations of about
 // chunkBytes each.
-func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, st *safetensors.Tensor, alloc func(int64) []byte, work []piece, intoCaller bool) ([]piece, error) {
-	sl := e.sl
-	if sl.matched {
-		info := sl.info
+func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, sts []*safetensors.Tensor, alloc func(int64) []byte, work []piece, intoCaller bool) ([]piece, error) {
+	sl, st := e.sl, sts[0]
+	if sl.info != nil {
+		info := *sl.info
 		info.Shape = slices.Clone(info.Shape)
 		t.Split = &info
 	}
@@ -73,7 +79,12 @@ func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, st *safetens
 		}
 	}
 	mapped := st.File().Mapped()
-	switch e.act {
+	act := e.act
+	if intoCaller && act == actView {
+		act = actRead // the caller's buffer: read instead of viewing
+	}
+	t.act = act
+	switch act {
 	case actView:
 		if mapped {
 			b, err := view(st, sl.data)
@@ -85,7 +96,7 @@ func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, st *safetens
 	case actRead, actConvert:
 		t.data = alloc(e.outBytes)
 		t.Location.Owned = true
-		sj := &partJob{kind: partPlain, st: st, evict: e.act == actConvert && mapped, mapped: c.strategy != ReadPread && mapped}
+		sj := &partJob{kind: partPlain, st: st, convert: act == actConvert, evict: act == actConvert && mapped, mapped: c.strategy != ReadPread && mapped}
 		fb, ob := int64(e.stored.Bits()), int64(e.out.Bits())
 		per := max(chunkBytes*8/max(fb, ob)/8*8, 8)
 		n := sl.elems.total()
@@ -98,14 +109,7 @@ func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, st *safetens
 		t.data = alloc(e.outBytes)
 		t.Location.Owned = true
 		q := sl.q
-		sj := &partJob{kind: partDequant, st: st, evict: mapped, mapped: c.strategy != ReadPread && mapped}
-		for _, s := range e.q.Scales {
-			sst, err := c.tensor(s.Name)
-			if err != nil {
-				return nil, &Error{Kind: ErrRead, Component: c.name, Tensor: s.Name, Err: err}
-			}
-			sj.scaleT = append(sj.scaleT, sst)
-		}
+		sj := &partJob{kind: partDequant, st: st, evict: mapped, mapped: c.strategy != ReadPread && mapped, dq: &dequantJob{scaleT: sts[1:]}}
 		outRow := (q.c1 - q.c0) * int64(e.out.Bits()) / 8
 		rows := q.pad + q.rows.total()
 		if q.c1 == q.c0 {
@@ -138,19 +142,17 @@ func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, st *safetens
 			raw(t, st, sl.data, t.data)
 		}
 		for i, s := range e.q.Scales {
-			sst, err := c.tensor(s.Name)
-			if err != nil {
-				return nil, &Error{Kind: ErrRead, Component: c.name, Tensor: s.Name, Err: err}
-			}
-			qs := q.scales[i]
+			sst, qs := sts[1+i], q.scales[i]
 			sc := &Tensor{Component: c.name, Name: s.Name, DType: s.DType, Shape: slices.Clone(qs.shape), Stored: s.DType,
 				Decision: e.dec, Role: s.Role, act: actView,
 				Location: Location{File: sst.File().Path(), Offset: sst.Offset(), Length: sst.ByteLen()}}
 			switch {
 			case c.strategy != ReadPread && qs.sel.isContiguous() && sst.File().Mapped():
-				if sc.data, err = view(sst, qs.sel); err != nil {
+				b, err := view(sst, qs.sel)
+				if err != nil {
 					return nil, err
 				}
+				sc.data = b
 			case c.strategy != ReadPread && qs.sel.isContiguous():
 				sc.data = make([]byte, qs.sel.total())
 				raw(sc, sst, qs.sel, sc.data)
@@ -184,7 +186,7 @@ func (m *Model) doPartPiece(ctx context.Context, p *piece, opts dtype.Options) (
 	case partPlain:
 		fb, ob := int64(e.stored.Bits()), int64(e.out.Bits())
 		from, n := p.first*fb/8, p.n*fb/8
-		if e.act == actRead {
+		if !sj.convert {
 			return dtype.Stats{}, m.readSel(ctx, sj, sj.st, e.sl.data, from, p.dst, false)
 		}
 		var stats dtype.Stats
@@ -272,6 +274,7 @@ func (m *Model) mappedSel(ctx context.Context, st *safetensors.Tensor, sel strid
 // scale rows they use, and dequantizes them as a weight of their own.
 func (m *Model) dequantPart(ctx context.Context, p *piece, opts dtype.Options) (dtype.Stats, error) {
 	sj, e := p.sj, p.e
+	dq := sj.dq
 	q := e.sl.q
 	p0, p1 := p.first, p.first+p.n
 	if views, ok, err := m.partViews(sj, e); err != nil || ok {
@@ -300,21 +303,21 @@ func (m *Model) dequantPart(ctx context.Context, p *piece, opts dtype.Options) (
 	if err := m.readSel(ctx, sj, sj.st, e.sl.data, (r0-q.pad)*q.colB, data[(r0-p0)*q.colB:], sj.evict); err != nil {
 		return dtype.Stats{}, err
 	}
-	sj.once.Do(func() {
-		sj.shared = make([][]byte, len(q.scales))
+	dq.once.Do(func() {
+		dq.shared = make([][]byte, len(q.scales))
 		for i, qs := range q.scales {
 			if qs.perRow {
 				continue
 			}
 			b := make([]byte, qs.sel.total())
-			if sj.err = m.readSel(ctx, sj, sj.scaleT[i], qs.sel, 0, b, false); sj.err != nil {
+			if dq.err = m.readSel(ctx, sj, dq.scaleT[i], qs.sel, 0, b, false); dq.err != nil {
 				return
 			}
-			sj.shared[i] = b
+			dq.shared[i] = b
 		}
 	})
-	if sj.err != nil {
-		return dtype.Stats{}, sj.err
+	if dq.err != nil {
+		return dtype.Stats{}, dq.err
 	}
 	w := *e.q
 	w.Shape = []int64{p1 - p0, q.c1 - q.c0}
@@ -322,13 +325,13 @@ func (m *Model) dequantPart(ctx context.Context, p *piece, opts dtype.Options) (
 	scales := make([][]byte, len(q.scales))
 	for i, qs := range q.scales {
 		if !qs.perRow {
-			scales[i] = sj.shared[i]
+			scales[i] = dq.shared[i]
 			w.Scales[i].Shape = qs.shape
 			continue
 		}
 		g0, g1 := p0/qs.br, ceilDiv(p1, qs.br)
 		b := make([]byte, (g1-g0)*qs.gC*qs.sb)
-		if err := m.readSel(ctx, sj, sj.scaleT[i], qs.sel, g0*qs.gC*qs.sb, b, false); err != nil {
+		if err := m.readSel(ctx, sj, dq.scaleT[i], qs.sel, g0*qs.gC*qs.sb, b, false); err != nil {
 			return dtype.Stats{}, err
 		}
 		scales[i] = b
@@ -342,34 +345,34 @@ func (m *Model) dequantPart(ctx context.Context, p *piece, opts dtype.Options) (
 // whose bytes are contiguous runs of mapped files read from the mapping;
 // ok is false otherwise.
 func (m *Model) partViews(sj *partJob, e *entry) (views [][]byte, ok bool, err error) {
-	q := e.sl.q
+	q, dq := e.sl.q, sj.dq
 	if !sj.mapped || !e.sl.weightRuns() {
 		return nil, false, nil
 	}
-	for _, st := range sj.scaleT {
+	for _, st := range dq.scaleT {
 		if !st.File().Mapped() {
 			return nil, false, nil
 		}
 	}
-	sj.viewOnce.Do(func() {
+	dq.viewOnce.Do(func() {
 		view := func(st *safetensors.Tensor, sel strided) []byte {
 			b, err := st.Bytes()
 			if err != nil {
-				sj.viewErr = err
+				dq.viewErr = err
 				return nil
 			}
 			end := sel.first + sel.total()
 			return b[sel.first:end:end]
 		}
-		sj.views = append(sj.views, view(sj.st, e.sl.data))
+		dq.views = append(dq.views, view(sj.st, e.sl.data))
 		for i, qs := range q.scales {
-			sj.views = append(sj.views, view(sj.scaleT[i], qs.sel))
+			dq.views = append(dq.views, view(dq.scaleT[i], qs.sel))
 			if h := m.cfg.onRead; h != nil {
-				h(sj.scaleT[i], qs.sel.first, qs.sel.total())
+				h(dq.scaleT[i], qs.sel.first, qs.sel.total())
 			}
 		}
 	})
-	return sj.views, sj.viewErr == nil, sj.viewErr
+	return dq.views, dq.viewErr == nil, dq.viewErr
 }
 
 // rangedPart gathers the items of one piece of a part read from a source.RangeFS.
@@ -405,7 +408,7 @@ func partItems(p *piece) []*rangedItem {
 		fb, ob = 8, 8
 	case partPlain:
 		sel, from, n = e.sl.data, p.first*fb/8, p.n*fb/8
-		convert = e.act == actConvert
+		convert = sj.convert
 		if !convert {
 			fb, ob = 8, 8
 		}

@@ -61,7 +61,8 @@ type entry struct {
 	begin    int64 // data offset in its file, for ordering
 	inBytes  int64 // stored bytes read (data plus scales for quantized weights)
 	q        *quant.Weight
-	sl       *slice // the rank's part (WithRank); nil when not split
+	sl       *slice // the part a load reads: &whole, or the rank's part of a split tensor
+	whole    slice  // the whole tensor as a part (kept here: one allocation less per tensor)
 	dec      Decision
 	out      dtype.DType
 	act      action
@@ -498,4 +499,33 @@ func (m *Model) checkOpen() error {
 // tensor returns the stored tensor view of a stored name.
 func (c *modelComponent) tensor(name string) (*safetensors.Tensor, error) {
 	return c.ck.Tensor(name)
+}
+
+// stored returns the stored tensors e reads: its data tensor, then a
+// quantized weight's scales in order. They are looked up on first use and
+// kept (repeated loads of a model look nothing up again).
+func (c *modelComponent) stored(e *entry) ([]*safetensors.Tensor, error) {
+	if p := e.sl.st.Load(); p != nil {
+		return *p, nil
+	}
+	name := e.name
+	var scales []quant.Scale
+	if e.q != nil {
+		name, scales = e.q.Data.Name, e.q.Scales
+	}
+	out := make([]*safetensors.Tensor, 0, 1+len(scales))
+	st, err := c.tensor(name)
+	if err != nil {
+		return nil, &Error{Kind: ErrRead, Tensor: e.name, Err: err}
+	}
+	out = append(out, st)
+	for _, s := range scales {
+		st, err := c.tensor(s.Name)
+		if err != nil {
+			return nil, &Error{Kind: ErrRead, Tensor: s.Name, Err: err}
+		}
+		out = append(out, st)
+	}
+	e.sl.st.Store(&out)
+	return out, nil
 }

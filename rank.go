@@ -6,9 +6,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/quant"
+	"github.com/ckpt-go/ckpt/safetensors"
 )
 
 // Split makes the tensors whose names match Pattern (in the component
@@ -339,13 +341,15 @@ func sliceElems(shape []int64, dim int, start, stop int64) strided {
 // of a tensor a split matched, or the whole tensor — the part [0, n) of
 // its first dimension — which loads through the same stages.
 type slice struct {
-	info    SliceInfo // the split's part (matched only)
-	matched bool      // a split matched the tensor (Tensor.Split, the plan's split)
-	whole   bool      // the part is the whole tensor (no split matched, or world 1)
-	stored  int64     // stored bytes of the whole tensor (data plus scales)
-	elems   strided   // a plain tensor's elements
-	data    strided   // bytes of the stored (data) tensor
-	q       *qslice   // a quantized weight's part
+	info   *SliceInfo // the split's part; nil when no split matched the tensor
+	whole  bool       // the part is the whole tensor (no split matched, or world 1)
+	stored int64      // stored bytes of the whole tensor (data plus scales)
+	elems  strided    // a plain tensor's elements
+	data   strided    // bytes of the stored (data) tensor
+	q      *qslice    // a quantized weight's part
+	// st holds the stored tensors the part reads once looked up
+	// (modelComponent.stored).
+	st atomic.Pointer[[]*safetensors.Tensor]
 }
 
 // qslice is the part of a quantized weight in the [R, C] view of its
@@ -429,10 +433,10 @@ func (e *entry) split(s Split, rule string, rank, world int) error {
 		if err := e.wholePart(); err != nil {
 			return err
 		}
-		e.sl.info, e.sl.matched = info, true
+		e.sl.info = &info
 		return nil
 	}
-	sl := &slice{info: info, matched: true, stored: e.inBytes}
+	sl := &slice{info: &info, stored: e.inBytes}
 	e.sl = sl
 	if e.q == nil {
 		sl.elems = sliceElems(e.shape, s.Dim, start, stop)
@@ -466,7 +470,8 @@ func (e *entry) split(s Split, rule string, rank, world int) error {
 // a quantized weight all its rows and columns with every scale (its layout
 // is the weight's own).
 func (e *entry) wholePart() error {
-	sl := &slice{whole: true, stored: e.inBytes}
+	e.whole = slice{whole: true, stored: e.inBytes}
+	sl := &e.whole
 	e.sl = sl
 	if e.q == nil {
 		sl.elems = strided{n: numElements(e.shape), count: 1}.norm()
