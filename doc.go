@@ -68,17 +68,17 @@
 //		ckpt.Split{Pattern: ckpt.MustParsePattern("**.q_proj.weight"), Dim: 0},
 //		ckpt.Split{Pattern: ckpt.MustParsePattern("**.o_proj.weight"), Dim: 1}))
 //
-// Parts are numpy.array_split's (SplitBounds): sizes that world does not
+// Parts are numpy.array_split's ([safetensors.SplitBounds]): sizes that world does not
 // divide are fine. A part is read as the byte ranges that hold it,
 // computed from the shape and row-major strides and coalesced
-// (SliceRanges): one range for dimension 0, one per row for dimension 1,
+// ([safetensors.SliceRanges]): one range for dimension 0, one per row for dimension 1,
 // so each of N ranks reads about 1/N of a split tensor's bytes. The
 // policy applies to the part; a dimension-0 part loaded as stored from a
 // mapping is a zero-copy view; Tensor.Split says which part was loaded.
 // The plan counts parts, not tensors, in the resident bytes, the peak and
 // the budget, and shows what each rank reads: ReadBytes per tensor,
 // component and in total, and the byte ranges of the files
-// (TensorPlan.Ranges; Coalesce merges them into requests). Scaled
+// (TensorPlan.Ranges; [safetensors.Coalesce] merges them into requests). Scaled
 // low-precision weights split on their scale blocks, their scales sliced
 // with their data (kept quantized) or applied to the rows read
 // (dequantized, where a dimension-0 part may start inside a block);

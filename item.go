@@ -110,7 +110,7 @@ type Part struct {
 	// File and Range are where the bytes are: Range's offsets are absolute
 	// in File (a path of the model's file system).
 	File  string
-	Range ByteRange
+	Range safetensors.ByteRange
 
 	st  *safetensors.Tensor
 	sel strided

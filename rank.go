@@ -2,7 +2,6 @@ package ckpt
 
 import (
 	"fmt"
-	"iter"
 	"slices"
 	"strconv"
 	"strings"
@@ -61,7 +60,7 @@ type rankConfig struct {
 //
 // A dimension of size n is split as numpy.array_split and
 // torch.tensor_split do: the first n mod world ranks get ⌈n/world⌉
-// indices, the others ⌊n/world⌋ (SplitBounds), so sizes that world does not
+// indices, the others ⌊n/world⌋ (safetensors.SplitBounds), so sizes that world does not
 // divide are fine and the ranks' parts differ by at most one index. (That
 // is not torch.chunk, which gives every rank ⌈n/world⌉ and leaves the last
 // ranks short or empty — 5 rows over 4 ranks are 2, 2, 1, 0 — so that the
@@ -110,139 +109,6 @@ func WithRank(rank, world int, splits ...Split) Option {
 	}
 }
 
-// SplitBounds returns the indices [start, stop) of a dimension of size n
-// that rank gets out of world (numpy.array_split): the first n mod world
-// ranks get one index more than the others. Arguments outside 0 ≤ rank <
-// world, n ≥ 0 give (0, 0).
-func SplitBounds(n int64, rank, world int) (start, stop int64) {
-	if world < 1 || rank < 0 || rank >= world || n < 0 {
-		return 0, 0
-	}
-	w, r := int64(world), int64(rank)
-	q, rem := n/w, n%w
-	start = r*q + min(r, rem)
-	stop = start + q
-	if r < rem {
-		stop++
-	}
-	return start, stop
-}
-
-// ByteRange is a regular set of byte ranges: Count ranges of Length bytes,
-// the first at Offset and each next one Stride bytes after the previous
-// (Stride is 0 when Count ≤ 1). It is how the part of a row-major tensor
-// that one index range of one dimension selects lies in the tensor's data.
-type ByteRange struct {
-	Offset int64 `json:"offset"`
-	Length int64 `json:"length"`
-	Count  int64 `json:"count"`
-	Stride int64 `json:"stride,omitempty"`
-}
-
-// Bytes returns the bytes of all the ranges, Length × Count.
-func (r ByteRange) Bytes() int64 { return r.Length * r.Count }
-
-// Contiguous reports whether the ranges are one range (or none).
-func (r ByteRange) Contiguous() bool { return r.Count <= 1 }
-
-// Extents iterates over the ranges in order, as (offset, length) pairs.
-func (r ByteRange) Extents() iter.Seq2[int64, int64] {
-	return func(yield func(int64, int64) bool) {
-		if r.Length <= 0 {
-			return
-		}
-		for i := int64(0); i < r.Count; i++ {
-			if !yield(r.Offset+i*r.Stride, r.Length) {
-				return
-			}
-		}
-	}
-}
-
-// String writes the ranges as "OFFSET+LENGTH", or
-// "OFFSET+LENGTH×COUNT/STRIDE" for several.
-func (r ByteRange) String() string {
-	if r.Count <= 1 {
-		return fmt.Sprintf("%d+%d", r.Offset, r.Bytes())
-	}
-	return fmt.Sprintf("%d+%d×%d/%d", r.Offset, r.Length, r.Count, r.Stride)
-}
-
-// SliceRanges returns where, in the data of a row-major tensor of dtype d
-// and shape, the elements whose index along dim lies in [start, stop) are:
-// byte ranges relative to the tensor's first byte, coalesced (one range
-// when the selection is contiguous: always for dim 0, and whenever the
-// dimensions before dim have size 1 or the selection is the whole
-// dimension). It is the computation behind WithRank, for readers that
-// fetch the ranges themselves (ranged GETs); use it with SplitBounds.
-// Errors are *Error values: ErrOption for a dim or bounds outside the
-// shape, ErrSplit when sub-byte elements would not start and end on whole
-// bytes.
-func SliceRanges(d dtype.DType, shape []int64, dim int, start, stop int64) (ByteRange, error) {
-	if dim < 0 || dim >= len(shape) {
-		return ByteRange{}, &Error{Kind: ErrOption, Msg: fmt.Sprintf("dimension %d of a shape %v", dim, shape)}
-	}
-	for _, n := range shape {
-		if n < 0 {
-			return ByteRange{}, &Error{Kind: ErrOption, Msg: fmt.Sprintf("negative dimension in shape %v", shape)}
-		}
-	}
-	if start < 0 || stop < start || stop > shape[dim] {
-		return ByteRange{}, &Error{Kind: ErrOption, Msg: fmt.Sprintf("indices [%d:%d) outside dimension %d of size %d", start, stop, dim, shape[dim])}
-	}
-	bits := int64(d.Bits())
-	if bits <= 0 {
-		return ByteRange{}, &Error{Kind: ErrOption, Msg: fmt.Sprintf("dtype %v has no size", d)}
-	}
-	b, ok := sliceElems(shape, dim, start, stop).bytes(bits)
-	if !ok {
-		return ByteRange{}, &Error{Kind: ErrSplit, Msg: fmt.Sprintf("indices [%d:%d) of dimension %d of %s %v do not start and end on whole bytes", start, stop, dim, d, shape)}
-	}
-	return b.byteRange(0), nil
-}
-
-// Extent is one contiguous range of bytes.
-type Extent struct {
-	Offset, Length int64
-}
-
-// Coalesce returns the extents sorted by offset with those that overlap,
-// touch or lie at most gap bytes apart merged, and the empty ones dropped:
-// the requests a reader that pays per request (ranged GETs) would make for
-// the ranges of several tensors of one file.
-func Coalesce(extents []Extent, gap int64) []Extent {
-	var out []Extent
-	for _, e := range extents {
-		if e.Length > 0 {
-			out = append(out, e)
-		}
-	}
-	slices.SortFunc(out, func(a, b Extent) int { return cmpInt64(a.Offset, b.Offset) })
-	n := 0
-	for _, e := range out {
-		if n > 0 {
-			last := &out[n-1]
-			if e.Offset <= last.Offset+last.Length+max(gap, 0) {
-				last.Length = max(last.Offset+last.Length, e.Offset+e.Length) - last.Offset
-				continue
-			}
-		}
-		out[n] = e
-		n++
-	}
-	return out[:n]
-}
-
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
 // SliceInfo says which part of a split tensor a rank loads: indices
 // [Start, Stop) of dimension Dim of the tensor's full Shape, by the split
 // Rule.
@@ -266,7 +132,7 @@ func (s *SliceInfo) String() string {
 type TensorRead struct {
 	Tensor string `json:"tensor"` // the stored name
 	File   string `json:"file"`
-	ByteRange
+	safetensors.ByteRange
 }
 
 // strided is a regular selection of a flat array of units (elements,
@@ -291,18 +157,8 @@ func (s strided) scale(k int64) strided {
 	return strided{first: s.first * k, n: s.n * k, count: s.count, stride: s.stride * k}
 }
 
-// bytes converts a selection of elements of bits each into bytes; ok is
-// false when a run would not start or end on a whole byte.
-func (s strided) bytes(bits int64) (strided, bool) {
-	if s.total() == 0 {
-		return strided{}, true
-	}
-	ok := s.first*bits%8 == 0 && s.n*bits%8 == 0 && (s.count <= 1 || s.stride*bits%8 == 0)
-	return strided{first: s.first * bits / 8, n: s.n * bits / 8, count: s.count, stride: s.stride * bits / 8}, ok
-}
-
-func (s strided) byteRange(base int64) ByteRange {
-	r := ByteRange{Offset: base + s.first, Length: s.n, Count: s.count}
+func (s strided) byteRange(base int64) safetensors.ByteRange {
+	r := safetensors.ByteRange{Offset: base + s.first, Length: s.n, Count: s.count}
 	if s.count > 1 {
 		r.Stride = s.stride
 	}
@@ -327,14 +183,6 @@ func (s strided) segments(from, to int64, f func(src, pos, n int64) error) error
 		within = 0
 	}
 	return nil
-}
-
-// sliceElems selects the elements of indices [start, stop) along dim of a
-// row-major shape.
-func sliceElems(shape []int64, dim int, start, stop int64) strided {
-	inner := numElements(shape[dim+1:])
-	outer := numElements(shape[:dim])
-	return strided{first: start * inner, n: (stop - start) * inner, count: outer, stride: shape[dim] * inner}.norm()
 }
 
 // slice is the part of one logical tensor a load reads: this rank's part
@@ -427,7 +275,7 @@ func (e *entry) split(s Split, rule string, rank, world int) error {
 			Msg: fmt.Sprintf("split dimension %d is beyond the tensor's shape %v", s.Dim, e.shape)}
 	}
 	n := e.shape[s.Dim]
-	start, stop := SplitBounds(n, rank, world)
+	start, stop := safetensors.SplitBounds(n, rank, world)
 	info := SliceInfo{Dim: s.Dim, Start: start, Stop: stop, Shape: slices.Clone(e.shape), Rule: rule}
 	if start == 0 && stop == n {
 		if err := e.wholePart(); err != nil {
@@ -439,14 +287,15 @@ func (e *entry) split(s Split, rule string, rank, world int) error {
 	sl := &slice{info: &info, stored: e.inBytes}
 	e.sl = sl
 	if e.q == nil {
-		sl.elems = sliceElems(e.shape, s.Dim, start, stop)
-		d, ok := sl.elems.bytes(int64(e.stored.Bits()))
-		if !ok {
+		r, err := safetensors.SliceRanges(e.stored, e.shape, s.Dim, start, stop)
+		if err != nil {
 			return &Error{Kind: ErrSplit, Tensor: e.name, Pattern: s.Pattern.String(),
 				Msg: fmt.Sprintf("rank %d's part, %s, of %s elements does not start and end on whole bytes", rank, sl.info.String(), e.stored)}
 		}
-		sl.data = d
-		e.inBytes = d.total()
+		sl.data = strided{first: r.Offset, n: r.Length, count: r.Count, stride: r.Stride}.norm()
+		bits := int64(e.stored.Bits())
+		sl.elems = strided{first: r.Offset * 8 / bits, n: r.Length * 8 / bits, count: r.Count, stride: r.Stride * 8 / bits}.norm()
+		e.inBytes = sl.data.total()
 	} else {
 		q, err := sliceQuant(e.q, s.Dim, start, stop)
 		if err != nil {

@@ -50,7 +50,13 @@ func (r Range) String() string {
 // mapped files), otherwise one range per row of the innermost partial
 // dimension.
 type SliceView struct {
-	t      *Tensor
+	t *Tensor
+	selection
+}
+
+// selection is where a rectangular selection of a row-major tensor lies in
+// its elements: the computation behind Tensor.Slice and SliceRanges.
+type selection struct {
 	shape  []int64 // result shape
 	elems  int64   // element count of the result
 	k      int     // last partially selected dimension, -1 if none
@@ -66,12 +72,20 @@ type SliceView struct {
 // range indices yield ErrInvalidSlice; for sub-byte dtypes, a selection whose
 // pieces do not start and end on byte boundaries yields ErrMisalignedSlice.
 func (t *Tensor) Slice(ranges ...Range) (*SliceView, error) {
-	dims := t.info.Shape
-	if len(ranges) > len(dims) {
-		return nil, t.err(ErrInvalidSlice, fmt.Sprintf("%d ranges for a tensor of rank %d", len(ranges), len(dims)))
+	sel, kind, msg := selectRanges(t.info.Shape, t.info.DType, ranges)
+	if kind != 0 {
+		return nil, t.err(kind, msg)
 	}
-	s := &SliceView{t: t, k: -1,
-		starts: make([]int64, len(dims)), counts: make([]int64, len(dims)), stride: make([]int64, len(dims))}
+	return &SliceView{t: t, selection: sel}, nil
+}
+
+// selectRanges computes the selection of ranges in a row-major tensor of
+// shape dims and dtype dt; a non-zero kind says what is wrong.
+func selectRanges(dims []int64, dt dtype.DType, ranges []Range) (selection, ErrorKind, string) {
+	if len(ranges) > len(dims) {
+		return selection{}, ErrInvalidSlice, fmt.Sprintf("%d ranges for a tensor of rank %d", len(ranges), len(dims))
+	}
+	s := selection{k: -1, starts: make([]int64, len(dims)), counts: make([]int64, len(dims)), stride: make([]int64, len(dims))}
 	s.shape = make([]int64, 0, len(dims))
 	for d, n := range dims {
 		r := Range{}
@@ -83,12 +97,12 @@ func (t *Tensor) Slice(ranges ...Range) (*SliceView, error) {
 			s.starts[d], s.counts[d] = 0, n
 		case rangeSpan:
 			if r.start < 0 || r.stop < r.start || r.stop > n {
-				return nil, t.err(ErrInvalidSlice, fmt.Sprintf("range %v out of bounds for dimension %d of size %d", r, d, n))
+				return selection{}, ErrInvalidSlice, fmt.Sprintf("range %v out of bounds for dimension %d of size %d", r, d, n)
 			}
 			s.starts[d], s.counts[d] = r.start, r.stop-r.start
 		case rangeAt:
 			if r.start < 0 || r.start >= n {
-				return nil, t.err(ErrInvalidSlice, fmt.Sprintf("index %d out of bounds for dimension %d of size %d", r.start, d, n))
+				return selection{}, ErrInvalidSlice, fmt.Sprintf("index %d out of bounds for dimension %d of size %d", r.start, d, n)
 			}
 			s.starts[d], s.counts[d] = r.start, 1
 		}
@@ -120,20 +134,27 @@ func (t *Tensor) Slice(ranges ...Range) (*SliceView, error) {
 	if s.elems == 0 {
 		s.chunks, s.chunk = 0, 0
 	}
-	if bits := int64(t.info.DType.Bits()); bits%8 != 0 && s.chunks > 0 {
+	if bits := int64(dt.Bits()); bits%8 != 0 && s.chunks > 0 {
 		aligned := s.chunk*bits%8 == 0
-		var first int64
-		for d := 0; d <= s.k; d++ {
-			first += s.starts[d] * s.stride[d]
-			if d < s.k && s.counts[d] > 1 && s.stride[d]*bits%8 != 0 {
+		for d := 0; d < s.k; d++ {
+			if s.counts[d] > 1 && s.stride[d]*bits%8 != 0 {
 				aligned = false
 			}
 		}
-		if first*bits%8 != 0 || !aligned {
-			return nil, t.err(ErrMisalignedSlice, fmt.Sprintf("slice of %s does not start and end on byte boundaries", t.info.DType))
+		if s.first()*bits%8 != 0 || !aligned {
+			return selection{}, ErrMisalignedSlice, fmt.Sprintf("slice of %s does not start and end on byte boundaries", dt)
 		}
 	}
-	return s, nil
+	return s, 0, ""
+}
+
+// first returns the selection's first element.
+func (s *selection) first() int64 {
+	var first int64
+	for d := 0; d <= s.k; d++ {
+		first += s.starts[d] * s.stride[d]
+	}
+	return first
 }
 
 // Tensor returns the tensor the view selects from.
