@@ -11,7 +11,7 @@ import (
 	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/executor"
-	"github.com/ckpt-go/ckpt/internal/mlpdemo"
+	"github.com/ckpt-go/ckpt/executor/mlp"
 )
 
 func devicesCommand() *command {
@@ -230,7 +230,7 @@ func runMLP(e *env, ex executor.Executor, label1, dir1 string, opts1 []ckpt.Opti
 			hidden = d
 		}
 		start := time.Now()
-		res, err := mlpdemo.Run(ctx, ex, v.dir, mlpdemo.Input(rows, hidden, 1), int64(rows), act, v.opts...)
+		res, err := mlp.Run(ctx, ex, v.dir, mlp.Input(rows, hidden, 1), int64(rows), act, v.opts...)
 		if err != nil {
 			return fmt.Errorf("%s: %w", v.label, err)
 		}
@@ -242,7 +242,7 @@ func runMLP(e *env, ex executor.Executor, label1, dir1 string, opts1 []ckpt.Opti
 		fmt.Fprintf(e.stdout, "%-4s %d tensors, %s on the executor (%s); %d rows, %s activations, %v\n",
 			v.label, res.Weights, ckpt.FormatSize(res.Bytes), layout, rows, act, time.Since(start).Round(time.Microsecond))
 	}
-	diff, scale := mlpdemo.MaxDiff(outs[1], outs[0])
+	diff, scale := mlp.MaxDiff(outs[1], outs[0])
 	rel := 0.0
 	if scale > 0 {
 		rel = 100 * diff / scale

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ckpt-go/ckpt/internal/mlpdemo"
+	"github.com/ckpt-go/ckpt/executor/mlp"
 )
 
 func TestDevices(t *testing.T) {
@@ -57,8 +57,8 @@ func TestRunMLPSample(t *testing.T) {
 }
 
 func TestRunMLPFolders(t *testing.T) {
-	s := mlpdemo.Shape{Blocks: 1, Hidden: 32, FFN: 64, Out: 3, FP8Block: 16}
-	bf, f8, err := mlpdemo.Build(context.Background(), t.TempDir(), s, 5)
+	s := mlp.Shape{Blocks: 1, Hidden: 32, FFN: 64, Out: 3, FP8Block: 16}
+	bf, f8, err := mlp.Build(context.Background(), t.TempDir(), s, 5)
 	if err != nil {
 		t.Fatal(err)
 	}

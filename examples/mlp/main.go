@@ -5,7 +5,6 @@
 // best executor this program has (CUDA when executor/cuda is built in and a
 // GPU is there, otherwise the pure-Go CPU reference) and prints which
 // executor ran and the largest difference between the FP8 and BF16 outputs.
-// The checkpoint writer and the forward pass are in model.go.
 //
 //	go run ./examples/mlp
 //	go run ./examples/mlp -act f16 -check-finite -rows 64
@@ -24,6 +23,7 @@ import (
 	"github.com/ckpt-go/ckpt/executor"
 	_ "github.com/ckpt-go/ckpt/executor/cpu"  // the "cpu" backend
 	_ "github.com/ckpt-go/ckpt/executor/cuda" // the "cuda" backend: used when a driver and a device are found
+	"github.com/ckpt-go/ckpt/executor/mlp"
 )
 
 func main() {
@@ -45,8 +45,8 @@ func main() {
 		}
 		defer os.RemoveAll(dir)
 	}
-	s := shape{Blocks: 4, Hidden: 512, FFN: 2048, Out: 64, FP8Block: 128}
-	bf16Dir, fp8Dir, err := build(ctx, dir, s, 1)
+	s := mlp.Shape{Blocks: 4, Hidden: 512, FFN: 2048, Out: 64, FP8Block: 128}
+	bf16Dir, fp8Dir, err := mlp.Build(ctx, dir, s, 1)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -68,11 +68,11 @@ func main() {
 	info := ex.Info()
 	fmt.Printf("executor: %s (%s, %s free)\n", info.Kind, info.Name, ckpt.FormatSize(info.FreeBytes))
 
-	x := input(*rows, s.Hidden, 2)
+	x := mlp.Input(*rows, s.Hidden, 2)
 	var outs [2][]float32
 	for i, v := range []struct{ name, dir string }{{"BF16", bf16Dir}, {"FP8", fp8Dir}} {
 		start := time.Now()
-		res, err := run(ctx, ex, v.dir, s.Blocks, x, int64(*rows), actDT)
+		res, err := mlp.Run(ctx, ex, v.dir, x, int64(*rows), actDT)
 		if err != nil {
 			log.Fatalf("%s: %v", v.name, err)
 		}
@@ -84,6 +84,6 @@ func main() {
 		fmt.Printf("%-4s weights: %d tensors, %s on the executor (%s), forward of %d rows with %s activations in %v\n",
 			v.name, res.Weights, ckpt.FormatSize(res.Bytes), layout, *rows, actDT, time.Since(start).Round(time.Millisecond))
 	}
-	diff, scale := maxDiff(outs[1], outs[0])
+	diff, scale := mlp.MaxDiff(outs[1], outs[0])
 	fmt.Printf("max |FP8 − BF16| = %.4g (outputs up to %.4g: %.2f%%)\n", diff, scale, 100*diff/scale)
 }

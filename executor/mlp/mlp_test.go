@@ -1,4 +1,4 @@
-package mlpdemo
+package mlp
 
 import (
 	"context"

@@ -1,8 +1,8 @@
-// Package mlpdemo is the small MLP that `ckpt run-mlp` and `ckpt devices`
-// run on an executor: it writes the checkpoint (BF16 weights and a
-// DeepSeek block-FP8 variant), loads a variant with the loader, uploads it
-// and runs the forward pass. examples/mlp carries its own copy (public API
-// only, so that a user can copy it): keep the two computing the same.
+// Package mlp is a small multilayer perceptron run on any executor.Executor:
+// the reference model of `ckpt run-mlp`, `ckpt devices` and examples/mlp,
+// and a quick end-to-end check for a backend of one's own. It writes the
+// checkpoint (BF16 weights and a DeepSeek block-FP8 variant), loads a
+// variant with the loader, uploads it and runs the forward pass.
 //
 // The network is named like the transformer blocks of a diffusion model, so
 // that it runs on the sample checkpoint of `ckpt demo` too:
@@ -11,7 +11,7 @@
 //	                   (blocks.N.mlp.fc1.weight [F, D], fc2.weight [D, F],
 //	                   biases optional)
 //	out = proj_out(RMSNorm(h) · norm_out.weight)
-package mlpdemo
+package mlp
 
 import (
 	"context"
@@ -192,7 +192,7 @@ func Forward(ctx context.Context, ex executor.Executor, w Weights, blocks int, x
 	get := func(name string, required bool) (*executor.Weight, error) {
 		v, err := w(name)
 		if err == nil && v == nil && required {
-			err = fmt.Errorf("mlpdemo: the model has no %s", name)
+			err = fmt.Errorf("mlp: the model has no %s", name)
 		}
 		return v, err
 	}
