@@ -15,6 +15,7 @@ import (
 
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
+	"github.com/ckpt-go/ckpt/sink"
 )
 
 // setNames recognizes the files of the set of one prefix and variant in
@@ -84,7 +85,7 @@ func shardFileName(prefix, variant string, i, n int, token string) string {
 
 // sinkSet is a weights set to write through a Sink.
 type sinkSet struct {
-	sink            Sink
+	sink            sink.Sink
 	dir             string // the set's folder in the sink ("." for its root)
 	prefix, variant string
 	specs           []safetensors.TensorSpec
@@ -140,12 +141,12 @@ func takenMsg(prev []string, names setNames, remedy string) string {
 	return fmt.Sprintf("holds shards of this set without their index (%s), left by a write that did not finish (killed?): no reader loads them; %s replaces them", prev[0], remedy)
 }
 
-// writeSinkSet writes a set through a Sink, so that a reader never sees a
+// writeSinkSet writes a set through a sink.Sink, so that a reader never sees a
 // partial one: the shards under names no reader follows yet (their
 // standard names when the folder holds no file of the set, else swap
 // names), then the index, written last in one request (exclusive when the
 // folder had none, so that an index written meanwhile by someone else is
-// never replaced: ErrConflict; on a ConditionalSink, replacing only the
+// never replaced: ErrConflict; on a sink.Conditional, replacing only the
 // version of the previous index seen before the shards were written, so
 // that of two writers replacing a set at once the second fails with
 // ErrConflict, its new shards removed), then the previous set's single file or
@@ -184,7 +185,7 @@ func writeSinkSet(ctx context.Context, s *sinkSet) (*sinkSetResult, error) {
 		}
 	}
 	// The entry point readers follow, replaced last: exclusive where the
-	// folder had none, else (on a ConditionalSink) only while it is still
+	// folder had none, else (on a sink.Conditional) only while it is still
 	// the version seen now.
 	entry := names.index
 	if n == 1 {
@@ -192,7 +193,7 @@ func writeSinkSet(ctx context.Context, s *sinkSet) (*sinkSetResult, error) {
 	}
 	entryExcl, entryVersion := !slices.Contains(prev, entry), ""
 	if !entryExcl {
-		if entryVersion, entryExcl, err = seenVersion(ctx, s.sink, s.name(entry)); err != nil {
+		if entryVersion, entryExcl, err = sink.SeenVersion(ctx, s.sink, s.name(entry)); err != nil {
 			return nil, &Error{Kind: ErrTarget, Path: s.sink.Location(s.name(entry)), Msg: "reading the version of the file to replace", Err: err}
 		}
 	}
@@ -306,10 +307,10 @@ func writeSinkSet(ctx context.Context, s *sinkSet) (*sinkSetResult, error) {
 }
 
 // writeShard streams one file of the set.
-// With a version, it replaces only that version of name (createSinkFile).
+// With a version, it replaces only that version of name (sink.CreateIf).
 func (s *sinkSet) writeShard(ctx context.Context, name string, specs []safetensors.TensorSpec, exclusive bool, version string) error {
 	where := s.sink.Location(s.name(name))
-	f, err := createSinkFile(ctx, s.sink, s.name(name), exclusive, version)
+	f, err := sink.CreateIf(ctx, s.sink, s.name(name), exclusive, version)
 	if err != nil {
 		return sinkErr(ctx, where, -1, err)
 	}
