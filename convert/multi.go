@@ -24,6 +24,7 @@ import (
 
 	"github.com/ckpt-go/ckpt/internal/atomicfile"
 	"github.com/ckpt-go/ckpt/internal/safeopen"
+	"github.com/ckpt-go/ckpt/internal/setwrite"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
 	"github.com/ckpt-go/ckpt/sink"
@@ -585,15 +586,11 @@ func Commit(ctx context.Context, location string, opts CommitOptions) (*CommitRe
 
 	// The switch: the index, in one step.
 	if !g.committed {
-		doc := struct {
-			Metadata  map[string]int64  `json:"metadata"`
-			WeightMap map[string]string `json:"weight_map"`
-		}{map[string]int64{"total_size": res.TotalSize}, wm}
-		b, err := json.MarshalIndent(doc, "", "  ")
+		b, err := setwrite.IndexJSON(res.TotalSize, wm)
 		if err != nil {
 			return nil, &Error{Kind: ErrCommit, Path: location, Err: err}
 		}
-		if err := writeSinkFileIf(ctx, dest, names.indexName(), append(b, '\n'), !cur.hasIx || ixGone, ixVersion); err != nil {
+		if err := writeSinkFileIf(ctx, dest, names.indexName(), b, !cur.hasIx || ixGone, ixVersion); err != nil {
 			if errors.Is(err, fs.ErrExist) {
 				return nil, &Error{Kind: ErrConflict, Path: dest.Location(names.indexName()), Msg: "another writer wrote or replaced the index since Commit looked; it was not replaced", Err: err}
 			}

@@ -1,9 +1,7 @@
 package convert
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ckpt-go/ckpt/internal/setwrite"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
 	"github.com/ckpt-go/ckpt/sink"
@@ -176,8 +175,8 @@ func writeSinkSet(ctx context.Context, s *sinkSet) (*sinkSetResult, error) {
 		}
 		sizes[i], total = n, total+n
 	}
-	groups := packGroups(sizes, s.maxShard)
-	n := len(groups)
+	gspecs := setwrite.Split(s.specs, setwrite.Pack(sizes, s.maxShard))
+	n := len(gspecs)
 	token := ""
 	if n > 1 && len(prev) > 0 {
 		if token, err = randomToken(); err != nil {
@@ -198,11 +197,7 @@ func writeSinkSet(ctx context.Context, s *sinkSet) (*sinkSetResult, error) {
 		}
 	}
 	res := &sinkSetResult{total: total}
-	gspecs := make([][]safetensors.TensorSpec, n)
-	for gi, g := range groups {
-		for _, i := range g {
-			gspecs[gi] = append(gspecs[gi], s.specs[i])
-		}
+	for gi := range gspecs {
 		if n == 1 {
 			res.files = append(res.files, names.single)
 		} else {
@@ -213,13 +208,9 @@ func writeSinkSet(ctx context.Context, s *sinkSet) (*sinkSetResult, error) {
 		res.index = names.index
 	}
 	if s.order != nil {
-		var order []safetensors.TensorSpec
-		for _, gs := range gspecs {
-			w, err := safetensors.NewWriter(io.Discard, gs, s.metadata)
-			if err != nil {
-				return nil, &Error{Kind: ErrHeader, Path: where, Err: err}
-			}
-			order = append(order, w.Order()...)
+		order, err := setwrite.Order(gspecs, s.metadata)
+		if err != nil {
+			return nil, &Error{Kind: ErrHeader, Path: where, Err: err}
 		}
 		s.order(order)
 	}
@@ -259,18 +250,14 @@ func writeSinkSet(ctx context.Context, s *sinkSet) (*sinkSetResult, error) {
 		at("sink-shard")
 	}
 	if n > 1 {
-		doc := struct {
-			Metadata  map[string]int64  `json:"metadata"`
-			WeightMap map[string]string `json:"weight_map"`
-		}{map[string]int64{"total_size": total}, weightMap}
-		b, err := json.MarshalIndent(doc, "", "  ")
+		b, err := setwrite.IndexJSON(total, weightMap)
 		if err != nil {
 			return fail(&Error{Kind: ErrWrite, Path: where, Err: err})
 		}
 		if err := ctx.Err(); err != nil {
 			return fail(&Error{Kind: ErrCanceled, Path: where, Err: err})
 		}
-		if err := writeSinkFileIf(ctx, s.sink, s.name(names.index), append(b, '\n'), entryExcl, entryVersion); err != nil {
+		if err := writeSinkFileIf(ctx, s.sink, s.name(names.index), b, entryExcl, entryVersion); err != nil {
 			if errors.Is(err, fs.ErrExist) {
 				return fail(&Error{Kind: ErrConflict, Path: s.sink.Location(s.name(names.index)), Msg: "another writer wrote or replaced the index meanwhile; it was not replaced, and this save's new shards were removed", Err: err})
 			}
@@ -314,36 +301,14 @@ func (s *sinkSet) writeShard(ctx context.Context, name string, specs []safetenso
 	if err != nil {
 		return sinkErr(ctx, where, -1, err)
 	}
-	bw := bufio.NewWriterSize(f, 1<<20)
-	err = func() error {
-		w, err := safetensors.NewWriter(bw, specs, s.metadata)
-		if err != nil {
-			return err
-		}
-		for {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			sp, tw, err := w.Next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				return err
-			}
-			cw := &countWriter{w: tw}
-			if err := s.write(sp, cw); err != nil {
-				return err
-			}
-			if want, _ := sp.ByteLen(); cw.n != want {
-				return &Error{Kind: ErrWrite, Path: where, Tensor: sp.Name, Msg: fmt.Sprintf("%d bytes written, %s%v needs %d", cw.n, sp.DType, sp.Shape, want)}
-			}
-		}
-		if err := w.Close(); err != nil {
-			return err
-		}
-		return bw.Flush()
-	}()
+	err = setwrite.Stream(ctx, f, specs, s.write, s.metadata)
+	var te *setwrite.TensorError
+	var le *setwrite.LengthError
+	if errors.As(err, &te) {
+		err = te.Err // the data function's own error
+	} else if errors.As(err, &le) {
+		err = &Error{Kind: ErrWrite, Path: where, Tensor: le.Spec.Name, Msg: le.Error()}
+	}
 	if err == nil {
 		err = f.Close()
 	}
@@ -359,18 +324,6 @@ func (s *sinkSet) writeShard(ctx context.Context, name string, specs []safetenso
 		return sinkErr(ctx, where, -1, err)
 	}
 	return nil
-}
-
-// countWriter counts the bytes a tensor's writer accepted.
-type countWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countWriter) Write(b []byte) (int, error) {
-	n, err := c.w.Write(b)
-	c.n += int64(n)
-	return n, err
 }
 
 // maxShardOr is the shard size limit: n, or package shard's default.
