@@ -24,6 +24,7 @@ import (
 
 	"github.com/ckpt-go/ckpt/internal/atomicfile"
 	"github.com/ckpt-go/ckpt/internal/safeopen"
+	"github.com/ckpt-go/ckpt/internal/setname"
 	"github.com/ckpt-go/ckpt/internal/setwrite"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
@@ -168,8 +169,8 @@ func namesOf(prefix string) multiNames {
 	}
 }
 
-func (n multiNames) indexName() string  { return n.prefix + ".safetensors.index.json" }
-func (n multiNames) singleName() string { return n.prefix + ".safetensors" }
+func (n multiNames) indexName() string  { return setname.IndexName(n.prefix, "") }
+func (n multiNames) singleName() string { return setname.SingleName(n.prefix, "") }
 
 // shardName is rank's shard: standard when the save replaces nothing,
 // else tagged with the save's token, a name no committed file has.

@@ -7,80 +7,31 @@ import (
 	"io"
 	"io/fs"
 	"path"
-	"regexp"
 	"slices"
 	"strings"
 
+	"github.com/ckpt-go/ckpt/internal/setname"
 	"github.com/ckpt-go/ckpt/internal/setwrite"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
 	"github.com/ckpt-go/ckpt/sink"
 )
 
-// setNames recognizes the files of the set of one prefix and variant in
-// every naming package shard and package variant know: the single file,
-// current and legacy indexes, standard, swap-named and legacy shards.
+// setNames are the names of the set of one prefix and variant (package
+// setname's rules): its single file and index, and which files of a folder
+// belong to it in any naming (current and legacy indexes, standard,
+// swap-named and legacy shards).
 type setNames struct {
 	prefix, variant string
 	single, index   string
-	member          *regexp.Regexp
 }
 
 func newSetNames(prefix, variant string) setNames {
-	q := regexp.QuoteMeta(prefix)
-	nn := `-\d{5,}-of-\d{5,}`
-	var alts []string
-	if variant == "" {
-		alts = []string{
-			q + `\.safetensors`,
-			q + `\.safetensors\.index\.json`,
-			q + nn + `(?:\.swap-[0-9a-f]{12})?\.safetensors`,
-		}
-	} else {
-		v := regexp.QuoteMeta(variant)
-		alts = []string{
-			q + `\.` + v + `\.safetensors`,
-			q + `\.safetensors\.index\.` + v + `\.json`,
-			q + `\.safetensors\.` + v + `\.index\.json`,
-			q + `\.` + v + nn + `(?:\.swap-[0-9a-f]{12})?\.safetensors`,
-			q + nn + `\.` + v + `\.safetensors`,
-		}
-	}
-	re := `^(?:`
-	for i, a := range alts {
-		if i > 0 {
-			re += "|"
-		}
-		re += a
-	}
-	return setNames{prefix: prefix, variant: variant, single: singleName(prefix, variant), index: indexName(prefix, variant),
-		member: regexp.MustCompile(re + `)$`)}
+	return setNames{prefix: prefix, variant: variant, single: setname.SingleName(prefix, variant), index: setname.IndexName(prefix, variant)}
 }
 
-func singleName(prefix, variant string) string {
-	if variant == "" {
-		return prefix + ".safetensors"
-	}
-	return prefix + "." + variant + ".safetensors"
-}
-
-func indexName(prefix, variant string) string {
-	if variant == "" {
-		return prefix + ".safetensors.index.json"
-	}
-	return prefix + ".safetensors.index." + variant + ".json"
-}
-
-func shardFileName(prefix, variant string, i, n int, token string) string {
-	if variant != "" {
-		prefix += "." + variant
-	}
-	s := fmt.Sprintf("%s-%05d-of-%05d", prefix, i, n)
-	if token != "" {
-		s += ".swap-" + token
-	}
-	return s + ".safetensors"
-}
+// member reports whether name is a file of the set.
+func (n setNames) member(name string) bool { return setname.Member(name, n.prefix, n.variant) }
 
 // sinkSet is a weights set to write through a Sink.
 type sinkSet struct {
@@ -123,7 +74,7 @@ func existingSet(fsys fs.FS, dir string, names setNames) ([]string, error) {
 	}
 	var out []string
 	for _, e := range es {
-		if !e.IsDir() && names.member.MatchString(e.Name()) {
+		if !e.IsDir() && names.member(e.Name()) {
 			out = append(out, e.Name())
 		}
 	}
@@ -201,7 +152,11 @@ func writeSinkSet(ctx context.Context, s *sinkSet) (*sinkSetResult, error) {
 		if n == 1 {
 			res.files = append(res.files, names.single)
 		} else {
-			res.files = append(res.files, shardFileName(s.prefix, s.variant, gi+1, n, token))
+			f := setname.ShardName(s.prefix, s.variant, gi+1, n)
+			if token != "" {
+				f = setname.SwapName(f, token)
+			}
+			res.files = append(res.files, f)
 		}
 	}
 	if n > 1 {

@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	"github.com/ckpt-go/ckpt/internal/atomicfile"
+	"github.com/ckpt-go/ckpt/internal/setname"
 	"github.com/ckpt-go/ckpt/internal/setwrite"
 	"github.com/ckpt-go/ckpt/safetensors"
 )
@@ -209,13 +210,13 @@ func writeSet(ctx context.Context, dir, prefix, variant string, specs []safetens
 	n := len(groups)
 	for i := range groups {
 		if n == 1 {
-			res.Files = append(res.Files, singleName(prefix, variant))
+			res.Files = append(res.Files, setname.SingleName(prefix, variant))
 		} else {
-			res.Files = append(res.Files, shardName(prefix, variant, i+1, n))
+			res.Files = append(res.Files, setname.ShardName(prefix, variant, i+1, n))
 		}
 	}
 	if n > 1 {
-		res.Index = indexName(prefix, variant)
+		res.Index = setname.IndexName(prefix, variant)
 	}
 	if cfg.order != nil {
 		order, err := setwrite.Order(groups, metadata, cfg.writeOpts...)
@@ -231,7 +232,7 @@ func writeSet(ctx context.Context, dir, prefix, variant string, specs []safetens
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, &Error{Kind: ErrWrite, Path: dir, Err: err}
 	}
-	lock, err := atomicfile.LockTarget(ctx, dir, singleName(prefix, variant))
+	lock, err := atomicfile.LockTarget(ctx, dir, setname.SingleName(prefix, variant))
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, &Error{Kind: ErrCanceled, Path: dir, Msg: "waiting for another save of the set", Err: err}
@@ -322,7 +323,7 @@ func (tx *commit) writeShard(ctx context.Context, name string, specs []safetenso
 var (
 	variantRE   = regexp.MustCompile(`^[A-Za-z0-9_]+$`)
 	prefixRE    = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_-]*$`)
-	shardTailRE = regexp.MustCompile(shardNN + `$`)
+	shardTailRE = regexp.MustCompile(setname.NN + `$`)
 )
 
 // checkPrefix accepts names such as "model" and "diffusion_pytorch_model":
