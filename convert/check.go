@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
+	"github.com/ckpt-go/ckpt/internal/setwrite"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
 )
@@ -185,7 +186,7 @@ func newPlan(dir string, specs []safetensors.TensorSpec, lens []int, opts *SaveO
 	}
 	// Headers and file sizes, shard by shard, packed as shard.WriteFrom
 	// packs them: greedily, in the given order.
-	groups := packGroups(sizes, p.maxShard)
+	groups := setwrite.Pack(sizes, p.maxShard)
 	p.files = p.data + manifestReserve
 	for gi, g := range groups {
 		gs := make([]safetensors.TensorSpec, len(g))
@@ -216,23 +217,6 @@ func newPlan(dir string, specs []safetensors.TensorSpec, lens []int, opts *SaveO
 // manifestReserve is what the space check counts for checkpoint.json and
 // the folder entries.
 const manifestReserve = 64 << 10
-
-// packGroups packs tensor sizes greedily, in order, into groups of at most
-// max bytes (a larger tensor gets a group of its own), as shard.WriteFrom.
-func packGroups(sizes []int64, max int64) [][]int {
-	var groups [][]int
-	var cur []int
-	var curSize int64
-	for i, n := range sizes {
-		if len(cur) > 0 && curSize+n > max {
-			groups = append(groups, cur)
-			cur, curSize = nil, 0
-		}
-		cur = append(cur, i)
-		curSize += n
-	}
-	return append(groups, cur)
-}
 
 // checkTensorName returns why the format (or ckpt's writers) refuse name,
 // or "".

@@ -101,8 +101,8 @@
 // # Where checkpoints are written
 //
 // Save, SaveShard, Commit and Run write a folder of a local or shared file
-// system, or a location of a scheme registered with RegisterSink (package
-// remote registers s3://), through a Sink whose files appear whole or not
+// system, or a location of a scheme registered with sink.Register (package
+// remote registers s3://), through a sink.Sink whose files appear whole or not
 // at all. To an object store each shard is a multipart upload (parts in
 // parallel, each with its CRC-32C), the index is written last, so that a
 // reader never sees a partial set, and on failure or cancellation the

@@ -22,9 +22,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ckpt-go/ckpt/internal/atomicfile"
 	"github.com/ckpt-go/ckpt/internal/safeopen"
+	"github.com/ckpt-go/ckpt/internal/setname"
+	"github.com/ckpt-go/ckpt/internal/setwrite"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
+	"github.com/ckpt-go/ckpt/sink"
 )
 
 // ShardOptions configure SaveShard.
@@ -165,8 +169,8 @@ func namesOf(prefix string) multiNames {
 	}
 }
 
-func (n multiNames) indexName() string  { return n.prefix + ".safetensors.index.json" }
-func (n multiNames) singleName() string { return n.prefix + ".safetensors" }
+func (n multiNames) indexName() string  { return setname.IndexName(n.prefix, "") }
+func (n multiNames) singleName() string { return setname.SingleName(n.prefix, "") }
 
 // shardName is rank's shard: standard when the save replaces nothing,
 // else tagged with the save's token, a name no committed file has.
@@ -328,12 +332,12 @@ func SaveShard(ctx context.Context, location string, rank, world int, tensors []
 	if err := ctx.Err(); err != nil {
 		return nil, &Error{Kind: ErrCanceled, Path: location, Ranks: []int{rank}, Err: err}
 	}
-	sink, err := OpenSink(ctx, location)
+	dest, err := openSink(ctx, location)
 	if err != nil {
 		return nil, err
 	}
 	names := namesOf(p.prefix)
-	fsys := sink.FS()
+	fsys := dest.FS()
 	files, err := listSink(fsys)
 	if err != nil {
 		return nil, &Error{Kind: ErrTarget, Path: location, Ranks: []int{rank}, Msg: "listing the location", Err: err}
@@ -349,11 +353,11 @@ func SaveShard(ctx context.Context, location string, rank, world int, tensors []
 	}
 	name := names.shardName(rank, world, fileToken)
 	if b.files[name] {
-		return nil, &Error{Kind: ErrConflict, Path: sink.Location(name), Ranks: []int{rank}, Msg: "the committed checkpoint uses this shard's name"}
+		return nil, &Error{Kind: ErrConflict, Path: dest.Location(name), Ranks: []int{rank}, Msg: "the committed checkpoint uses this shard's name"}
 	}
 	m := rankMarker{Format: markerFormat, Prefix: p.prefix, Rank: rank, World: world, Step: opts.Step, Epoch: opts.Epoch,
 		Save: token, Base: b.id, File: name}
-	if err := writeRankShard(ctx, sink, name, p, data, &m); err != nil {
+	if err := writeRankShard(ctx, dest, name, p, data, &m); err != nil {
 		if ce, ok := err.(*Error); ok {
 			ce.Ranks = []int{rank}
 		}
@@ -366,8 +370,8 @@ func SaveShard(ctx context.Context, location string, rank, world int, tensors []
 		return nil, &Error{Kind: ErrWrite, Path: location, Ranks: []int{rank}, Err: err}
 	}
 	marker := names.markerName(name)
-	if err := writeSinkFile(ctx, sink, marker, append(doc, '\n'), false); err != nil {
-		return nil, sinkErr(ctx, sink.Location(marker), rank, err)
+	if err := writeSinkFile(ctx, dest, marker, append(doc, '\n'), false); err != nil {
+		return nil, sinkErr(ctx, dest.Location(marker), rank, err)
 	}
 	return &ShardResult{Location: location, File: name, Marker: marker, Rank: rank, World: world, Save: token,
 		Size: m.Size, Tensors: len(m.Tensors), DataSize: m.DataSize, Duration: time.Since(start)}, nil
@@ -386,14 +390,14 @@ func sinkErr(ctx context.Context, where string, rank int, err error) error {
 }
 
 // writeSinkFile writes b as the file name of sink.
-func writeSinkFile(ctx context.Context, sink Sink, name string, b []byte, exclusive bool) error {
-	return writeSinkFileIf(ctx, sink, name, b, exclusive, "")
+func writeSinkFile(ctx context.Context, dest sink.Sink, name string, b []byte, exclusive bool) error {
+	return writeSinkFileIf(ctx, dest, name, b, exclusive, "")
 }
 
 // writeSinkFileIf is writeSinkFile that, given a version, replaces only
-// that version of name (createSinkFile).
-func writeSinkFileIf(ctx context.Context, sink Sink, name string, b []byte, exclusive bool, version string) error {
-	f, err := createSinkFile(ctx, sink, name, exclusive, version)
+// that version of name (sink.CreateIf).
+func writeSinkFileIf(ctx context.Context, dest sink.Sink, name string, b []byte, exclusive bool, version string) error {
+	f, err := sink.CreateIf(ctx, dest, name, exclusive, version)
 	if err != nil {
 		return err
 	}
@@ -410,8 +414,8 @@ func writeSinkFileIf(ctx context.Context, sink Sink, name string, b []byte, excl
 
 // writeRankShard streams the shard of a plan's tensors to name and fills
 // in the marker's description of it.
-func writeRankShard(ctx context.Context, sink Sink, name string, p *plan, data map[string][]byte, m *rankMarker) error {
-	where := sink.Location(name)
+func writeRankShard(ctx context.Context, dest sink.Sink, name string, p *plan, data map[string][]byte, m *rankMarker) error {
+	where := dest.Location(name)
 	// The header alone, for its hash (the writer below writes the same
 	// bytes: the layout is deterministic).
 	var hb bytes.Buffer
@@ -425,7 +429,7 @@ func writeRankShard(ctx context.Context, sink Sink, name string, p *plan, data m
 	}
 	m.DataSize = p.data
 
-	f, err := sink.Create(ctx, name, false)
+	f, err := dest.Create(ctx, name, false)
 	if err != nil {
 		return sinkErr(ctx, where, -1, err)
 	}
@@ -517,14 +521,14 @@ func Commit(ctx context.Context, location string, opts CommitOptions) (*CommitRe
 	if err := ctx.Err(); err != nil {
 		return nil, &Error{Kind: ErrCanceled, Path: location, Err: err}
 	}
-	sink, err := OpenSink(ctx, location)
+	dest, err := openSink(ctx, location)
 	if err != nil {
 		return nil, err
 	}
 	names := namesOf(prefix)
 	var exclusive bool // the folder's lock is held: temporaries are no live writer's
-	if ds, ok := sink.(*dirSink); ok {
-		lock, err := ds.lock(ctx, names.singleName())
+	if ds, ok := dest.(*sink.Dir); ok {
+		lock, err := lockDir(ctx, ds, names.singleName())
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, &Error{Kind: ErrCanceled, Path: location, Msg: "waiting for another save of the set", Err: ctx.Err()}
@@ -535,7 +539,7 @@ func Commit(ctx context.Context, location string, opts CommitOptions) (*CommitRe
 		exclusive = lock.Exclusive()
 	}
 	at("commit-locked")
-	fsys := sink.FS()
+	fsys := dest.FS()
 	files, err := listSink(fsys)
 	if err != nil {
 		return nil, &Error{Kind: ErrTarget, Path: location, Msg: "listing the location", Err: err}
@@ -545,8 +549,8 @@ func Commit(ctx context.Context, location string, opts CommitOptions) (*CommitRe
 	var ixVersion string
 	ixGone := false
 	if _, ok := files[names.indexName()]; ok {
-		if ixVersion, ixGone, err = seenVersion(ctx, sink, names.indexName()); err != nil {
-			return nil, &Error{Kind: ErrTarget, Path: sink.Location(names.indexName()), Msg: "reading the index's version", Err: err}
+		if ixVersion, ixGone, err = sink.SeenVersion(ctx, dest, names.indexName()); err != nil {
+			return nil, &Error{Kind: ErrTarget, Path: dest.Location(names.indexName()), Msg: "reading the index's version", Err: err}
 		}
 	}
 	cur, err := readBase(fsys, files, names)
@@ -558,7 +562,7 @@ func Commit(ctx context.Context, location string, opts CommitOptions) (*CommitRe
 		return nil, err
 	}
 	res := &CommitResult{Location: location, Index: names.indexName(), World: g.world, Step: g.step, Save: g.token}
-	if err := g.verify(ctx, fsys, files, sink, opts.VerifyData); err != nil {
+	if err := g.verify(ctx, fsys, files, dest, opts.VerifyData); err != nil {
 		return nil, err
 	}
 	wm := map[string]string{}
@@ -583,22 +587,18 @@ func Commit(ctx context.Context, location string, opts CommitOptions) (*CommitRe
 
 	// The switch: the index, in one step.
 	if !g.committed {
-		doc := struct {
-			Metadata  map[string]int64  `json:"metadata"`
-			WeightMap map[string]string `json:"weight_map"`
-		}{map[string]int64{"total_size": res.TotalSize}, wm}
-		b, err := json.MarshalIndent(doc, "", "  ")
+		b, err := setwrite.IndexJSON(res.TotalSize, wm)
 		if err != nil {
 			return nil, &Error{Kind: ErrCommit, Path: location, Err: err}
 		}
-		if err := writeSinkFileIf(ctx, sink, names.indexName(), append(b, '\n'), !cur.hasIx || ixGone, ixVersion); err != nil {
+		if err := writeSinkFileIf(ctx, dest, names.indexName(), b, !cur.hasIx || ixGone, ixVersion); err != nil {
 			if errors.Is(err, fs.ErrExist) {
-				return nil, &Error{Kind: ErrConflict, Path: sink.Location(names.indexName()), Msg: "another writer wrote or replaced the index since Commit looked; it was not replaced", Err: err}
+				return nil, &Error{Kind: ErrConflict, Path: dest.Location(names.indexName()), Msg: "another writer wrote or replaced the index since Commit looked; it was not replaced", Err: err}
 			}
 			if ctx.Err() != nil {
 				return nil, &Error{Kind: ErrCanceled, Path: location, Msg: "the index was not written; the previous checkpoint is untouched", Err: ctx.Err()}
 			}
-			return nil, &Error{Kind: ErrCommit, Path: sink.Location(names.indexName()), Msg: "writing the index; the previous checkpoint is untouched", Err: err}
+			return nil, &Error{Kind: ErrCommit, Path: dest.Location(names.indexName()), Msg: "writing the index; the previous checkpoint is untouched", Err: err}
 		}
 		if cur.hasIx {
 			res.Replaced = append(res.Replaced, names.indexName())
@@ -607,8 +607,8 @@ func Commit(ctx context.Context, location string, opts CommitOptions) (*CommitRe
 	at("commit-indexed")
 	// Readers that prefer a single file to an index switch when it goes.
 	if cur.hasSi {
-		if err := sink.Remove(ctx, names.singleName()); err != nil {
-			return nil, &Error{Kind: ErrCommit, Path: sink.Location(names.singleName()), Err: err,
+		if err := dest.Remove(ctx, names.singleName()); err != nil {
+			return nil, &Error{Kind: ErrCommit, Path: dest.Location(names.singleName()), Err: err,
 				Msg: "the new index is in place, but the previous single file could not be removed: readers that prefer it to an index still load the previous checkpoint (Commit again to finish)"}
 		}
 		res.Replaced = append(res.Replaced, names.singleName())
@@ -621,7 +621,7 @@ func Commit(ctx context.Context, location string, opts CommitOptions) (*CommitRe
 		keep[m.File] = true
 	}
 	remove := func(n string, replaced bool) {
-		if err := sink.Remove(ctx, n); err != nil {
+		if err := dest.Remove(ctx, n); err != nil {
 			res.Warnings = append(res.Warnings, fmt.Sprintf("could not remove %s: %v", n, err))
 			return
 		}
@@ -646,8 +646,8 @@ func Commit(ctx context.Context, location string, opts CommitOptions) (*CommitRe
 	for _, n := range g.markerNames() {
 		remove(n, false)
 	}
-	if ds, ok := sink.(*dirSink); ok {
-		if err := ds.syncDir(); err != nil {
+	if ds, ok := dest.(*sink.Dir); ok {
+		if err := atomicfile.SyncDir(ds.Root()); err != nil {
 			res.Warnings = append(res.Warnings, fmt.Sprintf("syncing %s after the cleanup: %v", location, err))
 		}
 	}
@@ -770,20 +770,20 @@ func (g *saveGroup) owns(ix *shard.Index) bool {
 
 // verify checks every rank's marker and shard; the missing or incomplete
 // ranks are one ErrIncomplete.
-func (g *saveGroup) verify(ctx context.Context, fsys fs.FS, files map[string]int64, sink Sink, data bool) error {
+func (g *saveGroup) verify(ctx context.Context, fsys fs.FS, files map[string]int64, dest sink.Sink, data bool) error {
 	var ranks []int
 	var errs []error
 	errs = append(errs, g.bad...)
 	for r := range g.world {
 		if err := ctx.Err(); err != nil {
-			return &Error{Kind: ErrCanceled, Path: sink.Location(""), Err: err}
+			return &Error{Kind: ErrCanceled, Path: dest.Location(""), Err: err}
 		}
 		m := g.markers[r]
 		var err error
 		if m == nil {
-			err = &Error{Kind: ErrIncomplete, Path: sink.Location(""), Ranks: []int{r}, Msg: fmt.Sprintf("no completion marker of rank %d of %d (save %s, step %d)", r, g.world, g.token, g.step)}
+			err = &Error{Kind: ErrIncomplete, Path: dest.Location(""), Ranks: []int{r}, Msg: fmt.Sprintf("no completion marker of rank %d of %d (save %s, step %d)", r, g.world, g.token, g.step)}
 		} else if err = checkRankShard(ctx, fsys, m, data); err != nil {
-			err = &Error{Kind: ErrIncomplete, Path: sink.Location(m.File), Ranks: []int{r}, Err: err}
+			err = &Error{Kind: ErrIncomplete, Path: dest.Location(m.File), Ranks: []int{r}, Err: err}
 		}
 		if err != nil {
 			ranks = append(ranks, r)
@@ -797,7 +797,7 @@ func (g *saveGroup) verify(ctx context.Context, fsys fs.FS, files map[string]int
 	if len(ranks) == 0 {
 		msg = "markers of the save disagree; nothing was committed"
 	}
-	return &Error{Kind: ErrIncomplete, Path: sink.Location(""), Ranks: ranks, Msg: msg, Err: errors.Join(errs...)}
+	return &Error{Kind: ErrIncomplete, Path: dest.Location(""), Ranks: ranks, Msg: msg, Err: errors.Join(errs...)}
 }
 
 // checkRankShard checks one rank's shard against its marker.

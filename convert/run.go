@@ -25,6 +25,7 @@ import (
 	"github.com/ckpt-go/ckpt/quant"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
+	"github.com/ckpt-go/ckpt/sink"
 	"github.com/ckpt-go/ckpt/source"
 )
 
@@ -92,7 +93,7 @@ type runner struct {
 	// sink is where the output goes when dst is a location of a
 	// registered sink (s3://...); components' outDir and single are then
 	// names in it. nil for paths.
-	sink     Sink
+	sink     sink.Sink
 	destFile string // the file name dst ends with, for a file source
 
 	// srcFS is the file system of a src of a registered source

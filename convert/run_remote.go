@@ -15,6 +15,7 @@ import (
 	"github.com/ckpt-go/ckpt/internal/safeopen"
 	"github.com/ckpt-go/ckpt/internal/srcfs"
 	"github.com/ckpt-go/ckpt/safetensors"
+	"github.com/ckpt-go/ckpt/sink"
 	"github.com/ckpt-go/ckpt/source"
 )
 
@@ -30,11 +31,11 @@ func (r *runner) openDest(dirSrc bool) error {
 		}
 		loc, r.destFile = loc[:i], loc[i+1:]
 	}
-	sink, err := OpenSink(r.ctx, loc)
+	dest, err := openSink(r.ctx, loc)
 	if err != nil {
 		return err
 	}
-	r.sink = sink
+	r.sink = dest
 	return nil
 }
 
@@ -117,12 +118,12 @@ func (r *runner) writeRemote(c *component, cr *ComponentReport, specs []safetens
 		}
 		start(w.Order())
 		// One file replaces its previous version in one step: exclusive
-		// where there was none, else (on a ConditionalSink) only while it
+		// where there was none, else (on a sink.Conditional) only while it
 		// is the version seen now.
 		excl, ver := true, ""
 		if _, err := fs.Stat(r.sink.FS(), path.Join(c.outDir, c.single)); err == nil {
 			var gone bool
-			if ver, gone, err = seenVersion(r.ctx, r.sink, set.name(c.single)); err != nil {
+			if ver, gone, err = sink.SeenVersion(r.ctx, r.sink, set.name(c.single)); err != nil {
 				return &Error{Kind: ErrTarget, Path: where, Component: c.name, Msg: "reading the version of the file to replace", Err: err}
 			}
 			excl = gone
@@ -146,23 +147,23 @@ func (r *runner) writeRemote(c *component, cr *ComponentReport, specs []safetens
 }
 
 // copyToSink copies the local file src to name in sink.
-func copyToSink(ctx context.Context, sink Sink, src, name string) error {
+func copyToSink(ctx context.Context, dest sink.Sink, src, name string) error {
 	in, _, err := safeopen.Open(src)
 	if err != nil {
 		return &Error{Kind: ErrCopy, Path: src, Err: err}
 	}
 	defer in.Close()
-	f, err := sink.Create(ctx, name, false)
+	f, err := dest.Create(ctx, name, false)
 	if err != nil {
-		return sinkErr(ctx, sink.Location(name), -1, err)
+		return sinkErr(ctx, dest.Location(name), -1, err)
 	}
 	if _, err := io.Copy(f, in); err != nil {
 		f.Abort()
-		return sinkErr(ctx, sink.Location(name), -1, err)
+		return sinkErr(ctx, dest.Location(name), -1, err)
 	}
 	if err := f.Close(); err != nil {
 		f.Abort()
-		return sinkErr(ctx, sink.Location(name), -1, err)
+		return sinkErr(ctx, dest.Location(name), -1, err)
 	}
 	return nil
 }

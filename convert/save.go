@@ -249,7 +249,7 @@ const (
 // any instant leaves every committed checkpoint loadable, except the one
 // being replaced, which loads the previous or the new save
 // (TestSaveS3Killed). The multipart uploads a killed save left are aborted
-// (UploadAborter) when its name is saved again or its removal finished;
+// (sink.UploadAborter) when its name is saved again or its removal finished;
 // those of names never saved again stay until a bucket lifecycle rule
 // (AbortIncompleteMultipartUpload) removes them.
 func Save(ctx context.Context, dir string, tensors []safetensors.TensorData, opts SaveOptions) (*Pending, error) {

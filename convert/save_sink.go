@@ -17,6 +17,7 @@ import (
 
 	"github.com/ckpt-go/ckpt/internal/safeopen"
 	"github.com/ckpt-go/ckpt/safetensors"
+	"github.com/ckpt-go/ckpt/sink"
 	"github.com/ckpt-go/ckpt/source"
 )
 
@@ -36,12 +37,12 @@ func (p *plan) saveSink(ctx context.Context, data func(string) ([]byte, error)) 
 	if err := ctx.Err(); err != nil {
 		return nil, &Error{Kind: ErrCanceled, Path: dir, Err: err}
 	}
-	sink, err := OpenSink(ctx, dir)
+	dest, err := openSink(ctx, dir)
 	if err != nil {
 		return nil, err
 	}
 	res := &SaveResult{Name: p.name, Path: joinLocation(dir, p.name), Step: p.opts.Step, Epoch: p.opts.Epoch, Tensors: len(p.specs), TotalSize: p.data}
-	fsys := sink.FS()
+	fsys := dest.FS()
 	replacing, abandoned, err := p.checkNameFS(fsys, res.Path)
 	if err != nil {
 		return nil, err
@@ -54,13 +55,13 @@ func (p *plan) saveSink(ctx context.Context, data func(string) ([]byte, error)) 
 	// kill leaves there is Save's to replace.
 	marker := path.Join(p.name, IncompleteName)
 	if !replacing {
-		if err := writeIncomplete(ctx, sink, p.name, stateSaving, res.Seq); err != nil {
-			return nil, sinkErr(ctx, sink.Location(marker), -1, err)
+		if err := writeIncomplete(ctx, dest, p.name, stateSaving, res.Seq); err != nil {
+			return nil, sinkErr(ctx, dest.Location(marker), -1, err)
 		}
 		at("marked")
 	}
 	if replacing || abandoned {
-		abortUploads(ctx, sink, p.name, "a save killed there", res)
+		abortUploads(ctx, dest, p.name, "a save killed there", res)
 	}
 
 	write := func(s safetensors.TensorSpec, w io.Writer) error {
@@ -74,13 +75,13 @@ func (p *plan) saveSink(ctx context.Context, data func(string) ([]byte, error)) 
 		_, err = w.Write(b)
 		return err
 	}
-	sres, err := writeSinkSet(ctx, &sinkSet{sink: sink, dir: p.name, prefix: p.prefix, specs: p.specs, write: write,
+	sres, err := writeSinkSet(ctx, &sinkSet{sink: dest, dir: p.name, prefix: p.prefix, specs: p.specs, write: write,
 		metadata: p.metadata, maxShard: p.maxShard, overwrite: replacing || abandoned})
 	if err != nil {
 		if !replacing && !abandoned && !errors.Is(err, ErrConflict) {
 			// The set removed its files: the name is free again (unless
 			// another writer took it meanwhile: the marker is its too).
-			sink.Remove(context.WithoutCancel(ctx), marker)
+			dest.Remove(context.WithoutCancel(ctx), marker)
 		}
 		var ce *Error
 		if errors.As(err, &ce) && ce.Kind != ErrWrite {
@@ -98,7 +99,7 @@ func (p *plan) saveSink(ctx context.Context, data func(string) ([]byte, error)) 
 		SavedAt: time.Now().UTC(), Index: sres.index, Files: sres.files, Tensors: len(p.specs), TotalSize: sres.total, Metadata: p.opts.Metadata}
 	b, err := json.MarshalIndent(&m, "", "  ")
 	if err == nil {
-		err = writeSinkFile(context.WithoutCancel(ctx), sink, path.Join(p.name, manifestName), append(b, '\n'), false)
+		err = writeSinkFile(context.WithoutCancel(ctx), dest, path.Join(p.name, manifestName), append(b, '\n'), false)
 	}
 	if err != nil {
 		// The weights are in place and load; only Checkpoints and KeepLast
@@ -107,12 +108,12 @@ func (p *plan) saveSink(ctx context.Context, data func(string) ([]byte, error)) 
 	}
 	at("committed")
 	if !replacing {
-		if err := sink.Remove(context.WithoutCancel(ctx), marker); err != nil {
-			res.Warnings = append(res.Warnings, fmt.Sprintf("removing %s: %v (the manifest is written: the checkpoint counts)", sink.Location(marker), err))
+		if err := dest.Remove(context.WithoutCancel(ctx), marker); err != nil {
+			res.Warnings = append(res.Warnings, fmt.Sprintf("removing %s: %v (the manifest is written: the checkpoint counts)", dest.Location(marker), err))
 		}
 	}
 	if p.opts.KeepLast > 0 {
-		p.pruneSink(sink, res)
+		p.pruneSink(dest, res)
 	}
 	res.Duration = time.Since(start)
 	return res, nil
@@ -164,12 +165,12 @@ type incomplete struct {
 }
 
 // writeIncomplete marks the folder name of sink as being in state.
-func writeIncomplete(ctx context.Context, sink Sink, name, state string, seq int64) error {
+func writeIncomplete(ctx context.Context, dest sink.Sink, name, state string, seq int64) error {
 	b, err := json.Marshal(incomplete{Format: incompleteFormat, State: state, Seq: seq, At: time.Now().UTC()})
 	if err != nil {
 		return err
 	}
-	return writeSinkFile(ctx, sink, path.Join(name, IncompleteName), append(b, '\n'), false)
+	return writeSinkFile(ctx, dest, path.Join(name, IncompleteName), append(b, '\n'), false)
 }
 
 // readIncomplete reads and checks the marker of the folder name.
@@ -276,16 +277,16 @@ func scanFS(fsys fs.FS, dir string) sinkScan {
 // marked folder, which the next save's pass removes. Folders that killed
 // saves left are named in the warnings: saving the name again replaces
 // them, and a save running elsewhere may own them.
-func (p *plan) pruneSink(sink Sink, res *SaveResult) {
+func (p *plan) pruneSink(dest sink.Sink, res *SaveResult) {
 	ctx := context.Background()
-	fsys := sink.FS()
+	fsys := dest.FS()
 	scan := scanFS(fsys, p.dir)
 	for _, name := range slices.Sorted(maps.Keys(scan.incomplete)) {
-		loc := sink.Location(name)
+		loc := dest.Location(name)
 		switch scan.incomplete[name] {
 		case stateRemoving:
-			abortUploads(ctx, sink, name, "a killed save", res)
-			if err := removeSinkFolder(ctx, sink, name); err != nil {
+			abortUploads(ctx, dest, name, "a killed save", res)
+			if err := removeSinkFolder(ctx, dest, name); err != nil {
 				res.Warnings = append(res.Warnings, err.Error()+" (the next save retries)")
 				continue
 			}
@@ -302,12 +303,12 @@ func (p *plan) pruneSink(sink Sink, res *SaveResult) {
 		if c.Name == res.Name {
 			continue
 		}
-		if err := writeIncomplete(ctx, sink, c.Name, stateRemoving, c.Seq); err != nil {
+		if err := writeIncomplete(ctx, dest, c.Name, stateRemoving, c.Seq); err != nil {
 			res.Warnings = append(res.Warnings, fmt.Sprintf("removing old checkpoint %s: marking it: %v (the next save retries)", c.Name, err))
 			continue
 		}
 		at("pruning")
-		if err := removeSinkFolder(ctx, sink, c.Name); err != nil {
+		if err := removeSinkFolder(ctx, dest, c.Name); err != nil {
 			res.Warnings = append(res.Warnings, err.Error()+" (the next save retries)")
 			continue
 		}
@@ -315,20 +316,20 @@ func (p *plan) pruneSink(sink Sink, res *SaveResult) {
 	}
 }
 
-// abortUploads aborts the unfinished uploads under the folder name of an
-// UploadAborter sink (who: what left them), noting it in res's leftovers.
+// abortUploads aborts the unfinished uploads under the folder name of a
+// sink.UploadAborter (who: what left them), noting it in res's leftovers.
 // A failure is a warning: the uploads are only storage.
-func abortUploads(ctx context.Context, sink Sink, name, who string, res *SaveResult) {
-	a, ok := sink.(UploadAborter)
+func abortUploads(ctx context.Context, dest sink.Sink, name, who string, res *SaveResult) {
+	a, ok := dest.(sink.UploadAborter)
 	if !ok {
 		return
 	}
 	n, err := a.AbortUploads(ctx, name)
 	if err != nil {
-		res.Warnings = append(res.Warnings, fmt.Sprintf("%s: aborting the unfinished uploads of %s: %v", sink.Location(name), who, err))
+		res.Warnings = append(res.Warnings, fmt.Sprintf("%s: aborting the unfinished uploads of %s: %v", dest.Location(name), who, err))
 	}
 	if n > 0 {
-		res.Leftovers = append(res.Leftovers, fmt.Sprintf("%s: %d unfinished uploads of %s aborted", sink.Location(name), n, who))
+		res.Leftovers = append(res.Leftovers, fmt.Sprintf("%s: %d unfinished uploads of %s aborted", dest.Location(name), n, who))
 	}
 }
 
@@ -336,9 +337,9 @@ func abortUploads(ctx context.Context, sink Sink, name, who string, res *SaveRes
 // manifest first, then its index or single file, the rest, and its
 // IncompleteName marker last. It lists the folder in a fresh view of the
 // sink (Sink.FS), which holds the marker just written.
-func removeSinkFolder(ctx context.Context, sink Sink, name string) error {
+func removeSinkFolder(ctx context.Context, dest sink.Sink, name string) error {
 	var files []string
-	err := fs.WalkDir(sink.FS(), name, func(f string, d fs.DirEntry, err error) error {
+	err := fs.WalkDir(dest.FS(), name, func(f string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -348,7 +349,7 @@ func removeSinkFolder(ctx context.Context, sink Sink, name string) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("removing %s: %w", sink.Location(name), err)
+		return fmt.Errorf("removing %s: %w", dest.Location(name), err)
 	}
 	rank := func(n string) int {
 		switch b := path.Base(n); {
@@ -363,8 +364,8 @@ func removeSinkFolder(ctx context.Context, sink Sink, name string) error {
 	}
 	slices.SortStableFunc(files, func(a, b string) int { return rank(a) - rank(b) })
 	for _, f := range files {
-		if err := sink.Remove(ctx, f); err != nil {
-			return fmt.Errorf("removing %s: %w", sink.Location(f), err)
+		if err := dest.Remove(ctx, f); err != nil {
+			return fmt.Errorf("removing %s: %w", dest.Location(f), err)
 		}
 		at("pruning")
 	}
@@ -375,11 +376,11 @@ var shardNumRE = regexp.MustCompile(`-\d{5,}-of-\d{5,}`)
 
 // checkpointsSink is Checkpoints for a location of a registered sink.
 func checkpointsSink(dir string) ([]CheckpointInfo, error) {
-	sink, err := OpenSink(context.Background(), dir)
+	dest, err := openSink(context.Background(), dir)
 	if err != nil {
 		return nil, err
 	}
-	scan := scanFS(sink.FS(), dir)
+	scan := scanFS(dest.FS(), dir)
 	var errs []error
 	for _, w := range scan.warnings {
 		errs = append(errs, &Error{Kind: ErrTarget, Path: dir, Msg: w})
@@ -391,11 +392,11 @@ func checkpointsSink(dir string) ([]CheckpointInfo, error) {
 // sink: it can be listed, and the checkpoint's name is free (or Overwrite
 // is set and it holds a checkpoint Save wrote). Nothing is written.
 func (p *plan) checkTargetSink() []error {
-	sink, err := OpenSink(context.Background(), p.dir)
+	dest, err := openSink(context.Background(), p.dir)
 	if err != nil {
 		return []error{err}
 	}
-	fsys := sink.FS()
+	fsys := dest.FS()
 	if _, err := fs.ReadDir(fsys, "."); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return []error{&Error{Kind: ErrTarget, Path: p.dir, Msg: "listing the location", Err: err}}
 	}

@@ -1,90 +1,41 @@
 package convert
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"path"
-	"regexp"
 	"slices"
 	"strings"
 
+	"github.com/ckpt-go/ckpt/internal/setname"
+	"github.com/ckpt-go/ckpt/internal/setwrite"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
+	"github.com/ckpt-go/ckpt/sink"
 )
 
-// setNames recognizes the files of the set of one prefix and variant in
-// every naming package shard and package variant know: the single file,
-// current and legacy indexes, standard, swap-named and legacy shards.
+// setNames are the names of the set of one prefix and variant (package
+// setname's rules): its single file and index, and which files of a folder
+// belong to it in any naming (current and legacy indexes, standard,
+// swap-named and legacy shards).
 type setNames struct {
 	prefix, variant string
 	single, index   string
-	member          *regexp.Regexp
 }
 
 func newSetNames(prefix, variant string) setNames {
-	q := regexp.QuoteMeta(prefix)
-	nn := `-\d{5,}-of-\d{5,}`
-	var alts []string
-	if variant == "" {
-		alts = []string{
-			q + `\.safetensors`,
-			q + `\.safetensors\.index\.json`,
-			q + nn + `(?:\.swap-[0-9a-f]{12})?\.safetensors`,
-		}
-	} else {
-		v := regexp.QuoteMeta(variant)
-		alts = []string{
-			q + `\.` + v + `\.safetensors`,
-			q + `\.safetensors\.index\.` + v + `\.json`,
-			q + `\.safetensors\.` + v + `\.index\.json`,
-			q + `\.` + v + nn + `(?:\.swap-[0-9a-f]{12})?\.safetensors`,
-			q + nn + `\.` + v + `\.safetensors`,
-		}
-	}
-	re := `^(?:`
-	for i, a := range alts {
-		if i > 0 {
-			re += "|"
-		}
-		re += a
-	}
-	return setNames{prefix: prefix, variant: variant, single: singleName(prefix, variant), index: indexName(prefix, variant),
-		member: regexp.MustCompile(re + `)$`)}
+	return setNames{prefix: prefix, variant: variant, single: setname.SingleName(prefix, variant), index: setname.IndexName(prefix, variant)}
 }
 
-func singleName(prefix, variant string) string {
-	if variant == "" {
-		return prefix + ".safetensors"
-	}
-	return prefix + "." + variant + ".safetensors"
-}
-
-func indexName(prefix, variant string) string {
-	if variant == "" {
-		return prefix + ".safetensors.index.json"
-	}
-	return prefix + ".safetensors.index." + variant + ".json"
-}
-
-func shardFileName(prefix, variant string, i, n int, token string) string {
-	if variant != "" {
-		prefix += "." + variant
-	}
-	s := fmt.Sprintf("%s-%05d-of-%05d", prefix, i, n)
-	if token != "" {
-		s += ".swap-" + token
-	}
-	return s + ".safetensors"
-}
+// member reports whether name is a file of the set.
+func (n setNames) member(name string) bool { return setname.Member(name, n.prefix, n.variant) }
 
 // sinkSet is a weights set to write through a Sink.
 type sinkSet struct {
-	sink            Sink
+	sink            sink.Sink
 	dir             string // the set's folder in the sink ("." for its root)
 	prefix, variant string
 	specs           []safetensors.TensorSpec
@@ -123,7 +74,7 @@ func existingSet(fsys fs.FS, dir string, names setNames) ([]string, error) {
 	}
 	var out []string
 	for _, e := range es {
-		if !e.IsDir() && names.member.MatchString(e.Name()) {
+		if !e.IsDir() && names.member(e.Name()) {
 			out = append(out, e.Name())
 		}
 	}
@@ -140,12 +91,12 @@ func takenMsg(prev []string, names setNames, remedy string) string {
 	return fmt.Sprintf("holds shards of this set without their index (%s), left by a write that did not finish (killed?): no reader loads them; %s replaces them", prev[0], remedy)
 }
 
-// writeSinkSet writes a set through a Sink, so that a reader never sees a
+// writeSinkSet writes a set through a sink.Sink, so that a reader never sees a
 // partial one: the shards under names no reader follows yet (their
 // standard names when the folder holds no file of the set, else swap
 // names), then the index, written last in one request (exclusive when the
 // folder had none, so that an index written meanwhile by someone else is
-// never replaced: ErrConflict; on a ConditionalSink, replacing only the
+// never replaced: ErrConflict; on a sink.Conditional, replacing only the
 // version of the previous index seen before the shards were written, so
 // that of two writers replacing a set at once the second fails with
 // ErrConflict, its new shards removed), then the previous set's single file or
@@ -175,8 +126,8 @@ func writeSinkSet(ctx context.Context, s *sinkSet) (*sinkSetResult, error) {
 		}
 		sizes[i], total = n, total+n
 	}
-	groups := packGroups(sizes, s.maxShard)
-	n := len(groups)
+	gspecs := setwrite.Split(s.specs, setwrite.Pack(sizes, s.maxShard))
+	n := len(gspecs)
 	token := ""
 	if n > 1 && len(prev) > 0 {
 		if token, err = randomToken(); err != nil {
@@ -184,7 +135,7 @@ func writeSinkSet(ctx context.Context, s *sinkSet) (*sinkSetResult, error) {
 		}
 	}
 	// The entry point readers follow, replaced last: exclusive where the
-	// folder had none, else (on a ConditionalSink) only while it is still
+	// folder had none, else (on a sink.Conditional) only while it is still
 	// the version seen now.
 	entry := names.index
 	if n == 1 {
@@ -192,33 +143,29 @@ func writeSinkSet(ctx context.Context, s *sinkSet) (*sinkSetResult, error) {
 	}
 	entryExcl, entryVersion := !slices.Contains(prev, entry), ""
 	if !entryExcl {
-		if entryVersion, entryExcl, err = seenVersion(ctx, s.sink, s.name(entry)); err != nil {
+		if entryVersion, entryExcl, err = sink.SeenVersion(ctx, s.sink, s.name(entry)); err != nil {
 			return nil, &Error{Kind: ErrTarget, Path: s.sink.Location(s.name(entry)), Msg: "reading the version of the file to replace", Err: err}
 		}
 	}
 	res := &sinkSetResult{total: total}
-	gspecs := make([][]safetensors.TensorSpec, n)
-	for gi, g := range groups {
-		for _, i := range g {
-			gspecs[gi] = append(gspecs[gi], s.specs[i])
-		}
+	for gi := range gspecs {
 		if n == 1 {
 			res.files = append(res.files, names.single)
 		} else {
-			res.files = append(res.files, shardFileName(s.prefix, s.variant, gi+1, n, token))
+			f := setname.ShardName(s.prefix, s.variant, gi+1, n)
+			if token != "" {
+				f = setname.SwapName(f, token)
+			}
+			res.files = append(res.files, f)
 		}
 	}
 	if n > 1 {
 		res.index = names.index
 	}
 	if s.order != nil {
-		var order []safetensors.TensorSpec
-		for _, gs := range gspecs {
-			w, err := safetensors.NewWriter(io.Discard, gs, s.metadata)
-			if err != nil {
-				return nil, &Error{Kind: ErrHeader, Path: where, Err: err}
-			}
-			order = append(order, w.Order()...)
+		order, err := setwrite.Order(gspecs, s.metadata)
+		if err != nil {
+			return nil, &Error{Kind: ErrHeader, Path: where, Err: err}
 		}
 		s.order(order)
 	}
@@ -258,18 +205,14 @@ func writeSinkSet(ctx context.Context, s *sinkSet) (*sinkSetResult, error) {
 		at("sink-shard")
 	}
 	if n > 1 {
-		doc := struct {
-			Metadata  map[string]int64  `json:"metadata"`
-			WeightMap map[string]string `json:"weight_map"`
-		}{map[string]int64{"total_size": total}, weightMap}
-		b, err := json.MarshalIndent(doc, "", "  ")
+		b, err := setwrite.IndexJSON(total, weightMap)
 		if err != nil {
 			return fail(&Error{Kind: ErrWrite, Path: where, Err: err})
 		}
 		if err := ctx.Err(); err != nil {
 			return fail(&Error{Kind: ErrCanceled, Path: where, Err: err})
 		}
-		if err := writeSinkFileIf(ctx, s.sink, s.name(names.index), append(b, '\n'), entryExcl, entryVersion); err != nil {
+		if err := writeSinkFileIf(ctx, s.sink, s.name(names.index), b, entryExcl, entryVersion); err != nil {
 			if errors.Is(err, fs.ErrExist) {
 				return fail(&Error{Kind: ErrConflict, Path: s.sink.Location(s.name(names.index)), Msg: "another writer wrote or replaced the index meanwhile; it was not replaced, and this save's new shards were removed", Err: err})
 			}
@@ -306,43 +249,21 @@ func writeSinkSet(ctx context.Context, s *sinkSet) (*sinkSetResult, error) {
 }
 
 // writeShard streams one file of the set.
-// With a version, it replaces only that version of name (createSinkFile).
+// With a version, it replaces only that version of name (sink.CreateIf).
 func (s *sinkSet) writeShard(ctx context.Context, name string, specs []safetensors.TensorSpec, exclusive bool, version string) error {
 	where := s.sink.Location(s.name(name))
-	f, err := createSinkFile(ctx, s.sink, s.name(name), exclusive, version)
+	f, err := sink.CreateIf(ctx, s.sink, s.name(name), exclusive, version)
 	if err != nil {
 		return sinkErr(ctx, where, -1, err)
 	}
-	bw := bufio.NewWriterSize(f, 1<<20)
-	err = func() error {
-		w, err := safetensors.NewWriter(bw, specs, s.metadata)
-		if err != nil {
-			return err
-		}
-		for {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			sp, tw, err := w.Next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				return err
-			}
-			cw := &countWriter{w: tw}
-			if err := s.write(sp, cw); err != nil {
-				return err
-			}
-			if want, _ := sp.ByteLen(); cw.n != want {
-				return &Error{Kind: ErrWrite, Path: where, Tensor: sp.Name, Msg: fmt.Sprintf("%d bytes written, %s%v needs %d", cw.n, sp.DType, sp.Shape, want)}
-			}
-		}
-		if err := w.Close(); err != nil {
-			return err
-		}
-		return bw.Flush()
-	}()
+	err = setwrite.Stream(ctx, f, specs, s.write, s.metadata)
+	var te *setwrite.TensorError
+	var le *setwrite.LengthError
+	if errors.As(err, &te) {
+		err = te.Err // the data function's own error
+	} else if errors.As(err, &le) {
+		err = &Error{Kind: ErrWrite, Path: where, Tensor: le.Spec.Name, Msg: le.Error()}
+	}
 	if err == nil {
 		err = f.Close()
 	}
@@ -358,18 +279,6 @@ func (s *sinkSet) writeShard(ctx context.Context, name string, specs []safetenso
 		return sinkErr(ctx, where, -1, err)
 	}
 	return nil
-}
-
-// countWriter counts the bytes a tensor's writer accepted.
-type countWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countWriter) Write(b []byte) (int, error) {
-	n, err := c.w.Write(b)
-	c.n += int64(n)
-	return n, err
 }
 
 // maxShardOr is the shard size limit: n, or package shard's default.

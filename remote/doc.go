@@ -67,8 +67,8 @@
 //
 // # Writing
 //
-// Importing this package also registers s3:// with package convert
-// (convert.RegisterSink), so that convert.Save, convert.Run (ckpt convert),
+// Importing this package also registers s3:// with package sink
+// (sink.Register), so that convert.Save, convert.Run (ckpt convert),
 // convert.SaveShard and convert.Commit write
 // s3://BUCKET/PREFIX locations through an S3Sink: each file a multipart
 // upload whose parts are sent in parallel with their CRC-32C, aborted on

@@ -18,16 +18,16 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
-	"github.com/ckpt-go/ckpt/convert"
+	"github.com/ckpt-go/ckpt/sink"
 )
 
 func init() {
-	convert.RegisterSink("s3", openS3Sink)
+	sink.Register("s3", openS3Sink)
 }
 
 // openS3Sink opens an s3:// location for writing, with the client and
 // options set for reading (SetS3Client, SetOptions) and SetSinkOptions'.
-func openS3Sink(_ context.Context, location string) (convert.Sink, error) {
+func openS3Sink(_ context.Context, location string) (sink.Sink, error) {
 	loc, err := ParseLocation(location)
 	if err != nil {
 		return nil, err
@@ -52,7 +52,7 @@ var sinkDefaults struct {
 }
 
 // SetSinkOptions sets the options of the sinks opened for registered s3://
-// locations (convert.OpenSink: convert.Save, Run, SaveShard and Commit),
+// locations (sink.Open: convert.Save, Run, SaveShard and Commit),
 // replacing earlier ones.
 func SetSinkOptions(opts ...SinkOption) {
 	sinkDefaults.Lock()
@@ -99,7 +99,7 @@ func WithReadOptions(opts ...Option) SinkOption {
 	return func(o *sinkOptions) { o.read = append(o.read, opts...) }
 }
 
-// S3Sink writes files under a key prefix of a bucket: the convert.Sink
+// S3Sink writes files under a key prefix of a bucket: the sink.Sink
 // that convert.Save, Run, SaveShard and Commit write s3:// locations with.
 //
 // A file is uploaded as a multipart upload, its parts (WithPartSize) sent
@@ -181,7 +181,7 @@ func (s *S3Sink) Remove(ctx context.Context, name string) error {
 // under the folder dir ("" or "." for the whole sink) and returns how
 // many it aborted: what writers killed in the middle of a file left (their
 // parts are stored, and billed, until aborted). It is
-// convert.UploadAborter's method: Save calls it for a checkpoint folder it
+// sink.UploadAborter's method: convert.Save calls it for a checkpoint folder it
 // takes over from a killed save. An upload of a writer still running there
 // is aborted too: its Close then fails.
 func (s *S3Sink) AbortUploads(ctx context.Context, dir string) (int, error) {
@@ -217,7 +217,7 @@ func (s *S3Sink) AbortUploads(ctx context.Context, dir string) (int, error) {
 }
 
 // Create starts the upload of name (see S3Sink).
-func (s *S3Sink) Create(ctx context.Context, name string, exclusive bool) (convert.SinkFile, error) {
+func (s *S3Sink) Create(ctx context.Context, name string, exclusive bool) (sink.File, error) {
 	return s.create(ctx, name, exclusive, "")
 }
 
@@ -244,14 +244,14 @@ func (s *S3Sink) Version(ctx context.Context, name string) (string, error) {
 // 404 for a removed one): an *Error of kind ErrExists, which matches
 // fs.ErrExist. On a store that ignores If-Match the object is replaced
 // unconditionally (versitygw v1.8.0 and AWS S3 honour it).
-func (s *S3Sink) CreateReplacing(ctx context.Context, name, version string) (convert.SinkFile, error) {
+func (s *S3Sink) CreateReplacing(ctx context.Context, name, version string) (sink.File, error) {
 	if version == "" {
 		return nil, &Error{Kind: ErrRequest, Location: s.Location(name), Msg: "no version to replace"}
 	}
 	return s.create(ctx, name, false, version)
 }
 
-func (s *S3Sink) create(ctx context.Context, name string, exclusive bool, ifMatch string) (convert.SinkFile, error) {
+func (s *S3Sink) create(ctx context.Context, name string, exclusive bool, ifMatch string) (sink.File, error) {
 	if !fs.ValidPath(name) || name == "." {
 		return nil, &Error{Kind: ErrLocation, Location: s.Location(name), Msg: "not a file name"}
 	}
@@ -595,4 +595,4 @@ func (s *subFS) ReadDir(name string) ([]fs.DirEntry, error) {
 	return s.fsys.ReadDir(full)
 }
 
-var _ convert.ConditionalSink = (*S3Sink)(nil)
+var _ sink.Conditional = (*S3Sink)(nil)

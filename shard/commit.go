@@ -11,6 +11,7 @@ import (
 	"slices"
 
 	"github.com/ckpt-go/ckpt/internal/atomicfile"
+	"github.com/ckpt-go/ckpt/internal/setname"
 )
 
 // fileOps are the file system operations a commit performs after the new
@@ -124,7 +125,7 @@ func (tx *commit) removeStaleTemps() error {
 		return err
 	}
 	for _, f := range files {
-		if f.role != roleTemp {
+		if f.Role != setname.Temp {
 			continue
 		}
 		if err := tx.ops.remove(tx.path(f.name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -138,7 +139,7 @@ func (tx *commit) removeStaleTemps() error {
 
 type namedFile struct {
 	name string
-	setFile
+	setname.File
 }
 
 // setFiles lists the files of the folder that belong to this prefix and
@@ -150,8 +151,8 @@ func (tx *commit) setFiles() ([]namedFile, error) {
 	}
 	var out []namedFile
 	for _, e := range entries {
-		s, ok := parseSetName(e.Name())
-		if !ok || s.prefix != tx.prefix || s.variant != tx.variant || s.role == roleLock || e.IsDir() {
+		s, ok := setname.Parse(e.Name())
+		if !ok || s.Prefix != tx.prefix || s.Variant != tx.variant || s.Role == setname.Lock || e.IsDir() {
 			continue
 		}
 		out = append(out, namedFile{e.Name(), s})
@@ -185,7 +186,7 @@ func (tx *commit) commit(index string, indexDoc func(names map[string]string) ([
 			tx.done = true
 			return nil, tx.notDurable(err)
 		}
-		if err := tx.switchOut(indexName(tx.prefix, tx.variant), has); err != nil {
+		if err := tx.switchOut(setname.IndexName(tx.prefix, tx.variant), has); err != nil {
 			return nil, err
 		}
 		tx.removePrevious(prev, map[string]bool{name: true})
@@ -206,7 +207,7 @@ func (tx *commit) commit(index string, indexDoc func(names map[string]string) ([
 	}
 	if token != "" {
 		for _, f := range tx.files {
-			names[f] = swapName(f, token)
+			names[f] = setname.SwapName(f, token)
 		}
 	}
 	for _, f := range tx.files {
@@ -237,7 +238,7 @@ func (tx *commit) commit(index string, indexDoc func(names map[string]string) ([
 		tx.done = true
 		return nil, tx.notDurable(err)
 	}
-	if err := tx.switchOut(singleName(tx.prefix, tx.variant), has); err != nil {
+	if err := tx.switchOut(setname.SingleName(tx.prefix, tx.variant), has); err != nil {
 		return nil, err
 	}
 	keep := map[string]bool{index: true}
@@ -347,11 +348,11 @@ func (tx *commit) unswap(index string, names map[string]string, indexDoc func(ma
 func (tx *commit) removePrevious(prev []namedFile, keep map[string]bool) {
 	order := func(f namedFile) int {
 		switch {
-		case f.role == roleSingle:
+		case f.Role == setname.Single:
 			return 0
-		case f.isIndex():
+		case f.IsIndex():
 			return 1
-		case f.isShard():
+		case f.IsShard():
 			return 2
 		}
 		return 3
@@ -359,13 +360,13 @@ func (tx *commit) removePrevious(prev []namedFile, keep map[string]bool) {
 	slices.SortStableFunc(prev, func(a, b namedFile) int { return order(a) - order(b) })
 	removed, keepShards := false, false
 	for _, f := range prev {
-		if keep[f.name] || (f.hidden() && !tx.exclusive()) || (keepShards && f.isShard()) {
+		if keep[f.name] || (f.Hidden() && !tx.exclusive()) || (keepShards && f.IsShard()) {
 			continue
 		}
 		if err := tx.ops.remove(tx.path(f.name)); err != nil {
 			if !errors.Is(err, fs.ErrNotExist) {
 				tx.warn("could not remove %s: %v", f.name, err)
-				if f.isIndex() {
+				if f.IsIndex() {
 					// Its shards stay, so that it stays loadable.
 					keepShards = true
 					tx.warn("kept the previous shards, which %s may name", f.name)
@@ -374,14 +375,14 @@ func (tx *commit) removePrevious(prev []namedFile, keep map[string]bool) {
 			continue
 		}
 		removed = true
-		if f.hidden() {
+		if f.Hidden() {
 			tx.leftovers = append(tx.leftovers, f.name)
 		} else {
 			tx.replaced = append(tx.replaced, f.name)
 		}
 	}
 	for _, f := range prev {
-		if keep[f.name] && !f.hidden() {
+		if keep[f.name] && !f.Hidden() {
 			tx.replaced = append(tx.replaced, f.name) // overwritten by the rename
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/ckpt-go/ckpt/internal/atomicfile"
+	"github.com/ckpt-go/ckpt/internal/setname"
 )
 
 // Kinds of Leftover.
@@ -57,8 +58,8 @@ func Leftovers(path string) ([]Leftover, error) {
 	dir, only := path, ""
 	if !st.IsDir() {
 		dir, only = filepath.Dir(path), filepath.Base(path)
-		if s, ok := parseSetName(only); ok {
-			only = s.target()
+		if s, ok := setname.Parse(only); ok {
+			only = s.Target()
 		}
 	}
 	entries, err := os.ReadDir(dir)
@@ -90,33 +91,33 @@ func Leftovers(path string) ([]Leftover, error) {
 		if target, ok := atomicfile.TempTarget(name); ok && strings.HasSuffix(target, ".safetensors") {
 			// The temporary of a file that is not of any set (written by
 			// safetensors.Save under another name).
-			if _, isSet := parseVisible(target); !isSet {
+			if _, isSet := setname.ParseVisible(target); !isSet {
 				if (only == "" || only == target) && !held(target) {
 					out = append(out, Leftover{name, target, LeftoverTemporary, "temporary file of a save of " + target + " that did not finish"})
 				}
 				continue
 			}
 		}
-		s, ok := parseSetName(name)
+		s, ok := setname.Parse(name)
 		if !ok {
 			continue
 		}
-		key := s.target()
+		key := s.Target()
 		if only != "" && key != only {
 			continue
 		}
-		switch s.role {
-		case roleTemp:
+		switch s.Role {
+		case setname.Temp:
 			if !held(key) {
 				out = append(out, Leftover{name, key, LeftoverTemporary, "temporary file of a save that did not finish"})
 			}
 			continue
-		case roleBackup:
+		case setname.Backup:
 			if !held(key) {
 				out = append(out, Leftover{name, key, LeftoverBackup, "backup of a previous set, left by a save that did not finish"})
 			}
 			continue
-		case roleLock:
+		case setname.Lock:
 			if !held(key) {
 				out = append(out, Leftover{name, key, LeftoverLock, "lock file of a save that did not finish"})
 			}
@@ -128,13 +129,13 @@ func Leftovers(path string) ([]Leftover, error) {
 			sets[key] = st
 		}
 		switch {
-		case s.role == roleSingle:
+		case s.Role == setname.Single:
 			st.single = name
-		case s.isIndex():
+		case s.IsIndex():
 			st.indexes = append(st.indexes, name)
 		default:
 			st.shards = append(st.shards, name)
-			if s.role == roleSwapShard {
+			if s.Role == setname.SwapShard {
 				if st.swapped == nil {
 					st.swapped = map[string]bool{}
 				}

@@ -1,9 +1,7 @@
 package shard
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +10,8 @@ import (
 	"slices"
 
 	"github.com/ckpt-go/ckpt/internal/atomicfile"
+	"github.com/ckpt-go/ckpt/internal/setname"
+	"github.com/ckpt-go/ckpt/internal/setwrite"
 	"github.com/ckpt-go/ckpt/safetensors"
 )
 
@@ -200,47 +200,28 @@ func writeSet(ctx context.Context, dir, prefix, variant string, specs []safetens
 		return nil, &Error{Kind: ErrInvalidTensor, Path: dir, Msg: "no tensors to write"}
 	}
 
-	// Pack greedily, in order.
-	var groups [][]int
-	var cur []int
-	var curSize, total int64
-	for i, size := range sizes {
-		if len(cur) > 0 && curSize+size > cfg.maxShard {
-			groups = append(groups, cur)
-			cur, curSize = nil, 0
-		}
-		cur = append(cur, i)
-		curSize += size
-		total += size
+	groups := setwrite.Split(specs, setwrite.Pack(sizes, cfg.maxShard))
+	var total int64
+	for _, n := range sizes {
+		total += n
 	}
-	groups = append(groups, cur)
 
 	res := &WriteResult{Dir: dir, WeightMap: make(map[string]string, len(specs)), TotalSize: total}
 	n := len(groups)
 	for i := range groups {
 		if n == 1 {
-			res.Files = append(res.Files, singleName(prefix, variant))
+			res.Files = append(res.Files, setname.SingleName(prefix, variant))
 		} else {
-			res.Files = append(res.Files, shardName(prefix, variant, i+1, n))
+			res.Files = append(res.Files, setname.ShardName(prefix, variant, i+1, n))
 		}
 	}
 	if n > 1 {
-		res.Index = indexName(prefix, variant)
+		res.Index = setname.IndexName(prefix, variant)
 	}
 	if cfg.order != nil {
-		// The order of every shard's layout, from headers computed (and
-		// discarded) up front.
-		var order []safetensors.TensorSpec
-		for _, g := range groups {
-			gspecs := make([]safetensors.TensorSpec, len(g))
-			for j, i := range g {
-				gspecs[j] = specs[i]
-			}
-			w, err := safetensors.NewWriter(io.Discard, gspecs, metadata, cfg.writeOpts...)
-			if err != nil {
-				return nil, &Error{Kind: ErrWrite, Path: dir, Err: err}
-			}
-			order = append(order, w.Order()...)
+		order, err := setwrite.Order(groups, metadata, cfg.writeOpts...)
+		if err != nil {
+			return nil, &Error{Kind: ErrWrite, Path: dir, Err: err}
 		}
 		cfg.order(order)
 	}
@@ -251,7 +232,7 @@ func writeSet(ctx context.Context, dir, prefix, variant string, specs []safetens
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, &Error{Kind: ErrWrite, Path: dir, Err: err}
 	}
-	lock, err := atomicfile.LockTarget(ctx, dir, singleName(prefix, variant))
+	lock, err := atomicfile.LockTarget(ctx, dir, setname.SingleName(prefix, variant))
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, &Error{Kind: ErrCanceled, Path: dir, Msg: "waiting for another save of the set", Err: err}
@@ -265,14 +246,12 @@ func writeSet(ctx context.Context, dir, prefix, variant string, specs []safetens
 		return nil, &Error{Kind: ErrWrite, Path: dir, Msg: "listing the folder", Err: err}
 	}
 
-	for gi, g := range groups {
+	for gi, gspecs := range groups {
 		if err := ctx.Err(); err != nil {
 			return nil, &Error{Kind: ErrCanceled, Path: dir, Err: err}
 		}
-		gspecs := make([]safetensors.TensorSpec, len(g))
-		for j, i := range g {
-			gspecs[j] = specs[i]
-			res.WeightMap[specs[i].Name] = res.Files[gi]
+		for _, sp := range gspecs {
+			res.WeightMap[sp.Name] = res.Files[gi]
 		}
 		if err := tx.writeShard(ctx, res.Files[gi], gspecs, write, metadata, cfg.writeOpts); err != nil {
 			return nil, err
@@ -288,12 +267,7 @@ func writeSet(ctx context.Context, dir, prefix, variant string, specs []safetens
 			for t, f := range res.WeightMap {
 				wm[t] = names[f]
 			}
-			doc := struct {
-				Metadata  map[string]int64  `json:"metadata"`
-				WeightMap map[string]string `json:"weight_map"`
-			}{map[string]int64{"total_size": total}, wm}
-			b, err := json.MarshalIndent(doc, "", "  ")
-			return append(b, '\n'), err
+			return setwrite.IndexJSON(total, wm)
 		}
 	}
 	files, err := tx.commit(res.Index, indexDoc)
@@ -320,66 +294,36 @@ func (tx *commit) writeShard(ctx context.Context, name string, specs []safetenso
 	if err != nil {
 		return err
 	}
-	bw := bufio.NewWriterSize(newWriteback(f), 1<<20)
-	w, err := safetensors.NewWriter(bw, specs, metadata, opts...)
-	if err != nil {
-		return &Error{Kind: ErrWrite, Path: tx.dir, Shard: name, Err: err}
-	}
-	for {
-		if err := ctx.Err(); err != nil {
-			return &Error{Kind: ErrCanceled, Path: tx.dir, Shard: name, Err: err}
-		}
-		s, tw, err := w.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return &Error{Kind: ErrWrite, Path: tx.dir, Shard: name, Err: err}
-		}
-		cw := &countWriter{w: tw}
-		if err := write(s, cw); err != nil {
-			var se *Error
-			if errors.As(err, &se) {
-				if se.Shard == "" {
-					se.Shard = name
-				}
-				return se
+	err = setwrite.Stream(ctx, newWriteback(f), specs, write, metadata, opts...)
+	var te *setwrite.TensorError
+	var le *setwrite.LengthError
+	switch {
+	case err == nil:
+		return tx.finish(name)
+	case errors.As(err, &te):
+		var se *Error
+		if errors.As(te.Err, &se) {
+			if se.Shard == "" {
+				se.Shard = name
 			}
-			if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
-				return &Error{Kind: ErrCanceled, Path: tx.dir, Shard: name, Tensor: s.Name, Err: err}
-			}
-			return &Error{Kind: ErrWrite, Path: tx.dir, Shard: name, Tensor: s.Name, Err: err}
+			return se
 		}
-		if want, _ := s.ByteLen(); cw.n != want {
-			return &Error{Kind: ErrInvalidTensor, Path: tx.dir, Shard: name, Tensor: s.Name,
-				Msg: fmt.Sprintf("%d bytes written, %s%v needs %d", cw.n, s.DType, s.Shape, want)}
+		if ctx.Err() != nil && (errors.Is(te.Err, context.Canceled) || errors.Is(te.Err, context.DeadlineExceeded)) {
+			return &Error{Kind: ErrCanceled, Path: tx.dir, Shard: name, Tensor: te.Tensor, Err: te.Err}
 		}
+		return &Error{Kind: ErrWrite, Path: tx.dir, Shard: name, Tensor: te.Tensor, Err: te.Err}
+	case errors.As(err, &le):
+		return &Error{Kind: ErrInvalidTensor, Path: tx.dir, Shard: name, Tensor: le.Spec.Name, Msg: le.Error()}
+	case ctx.Err() != nil && err == ctx.Err():
+		return &Error{Kind: ErrCanceled, Path: tx.dir, Shard: name, Err: err}
 	}
-	if err := w.Close(); err != nil {
-		return &Error{Kind: ErrWrite, Path: tx.dir, Shard: name, Err: err}
-	}
-	if err := bw.Flush(); err != nil {
-		return &Error{Kind: ErrWrite, Path: tx.dir, Shard: name, Err: err}
-	}
-	return tx.finish(name)
-}
-
-// countWriter counts the bytes a tensor's writer accepted.
-type countWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countWriter) Write(b []byte) (int, error) {
-	n, err := c.w.Write(b)
-	c.n += int64(n)
-	return n, err
+	return &Error{Kind: ErrWrite, Path: tx.dir, Shard: name, Err: err}
 }
 
 var (
 	variantRE   = regexp.MustCompile(`^[A-Za-z0-9_]+$`)
 	prefixRE    = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_-]*$`)
-	shardTailRE = regexp.MustCompile(shardNN + `$`)
+	shardTailRE = regexp.MustCompile(setname.NN + `$`)
 )
 
 // checkPrefix accepts names such as "model" and "diffusion_pytorch_model":

@@ -4,6 +4,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/ckpt-go/ckpt/internal/setname"
 )
 
 // Weights prefixes: X in the naming rules.
@@ -48,7 +50,7 @@ const nn = `(\d{5})-of-(\d{5})`
 // swap is the tag of a shard that package shard committed under a swap
 // name because a file of the previous set had its standard name; such
 // names last only while a save runs, or after it was killed.
-const swap = `\.swap-([0-9a-f]{12})`
+const swap = `\.swap-(` + setname.SwapToken + `)`
 
 func swapped(p pattern) pattern { p.swap = true; return p }
 
@@ -130,15 +132,7 @@ func describeVariant(v string) string {
 
 // currentShardName is the current-format name of a shard, for warnings.
 func currentShardName(prefix, variant string) string {
-	if variant == "" {
-		return prefix + "-00001-of-0000N.safetensors"
-	}
-	return prefix + "." + variant + "-00001-of-0000N.safetensors"
+	return strings.Replace(setname.ShardName(prefix, variant, 1, 1), "-00001-of-00001.", "-00001-of-0000N.", 1)
 }
 
-func currentIndexName(prefix, variant string) string {
-	if variant == "" {
-		return prefix + ".safetensors.index.json"
-	}
-	return prefix + ".safetensors.index." + variant + ".json"
-}
+func currentIndexName(prefix, variant string) string { return setname.IndexName(prefix, variant) }

@@ -1,0 +1,160 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/ckpt-go/ckpt/internal/atomicfile"
+)
+
+// Dir is the Sink of a folder of a local or shared file system, created
+// when the first file is. A file is written to a hidden temporary file
+// beside its name (".NAME.tmp-DIGITS", the temporaries of package shard),
+// fsynced and renamed into place, and the folder is fsynced; an exclusive
+// file is linked into place instead, which fails when the name is taken.
+// Writers that need more than one file to change together take the lock of
+// package shard's set (".PREFIX.safetensors.lock") in Root, as
+// convert.Commit does, so that they never run beside a shard.WriteFrom of
+// the same set.
+type Dir struct{ dir string }
+
+// NewDir returns the Sink of the folder dir.
+func NewDir(dir string) *Dir { return &Dir{dir: dir} }
+
+// Root returns the folder's path.
+func (s *Dir) Root() string { return s.dir }
+
+func (s *Dir) path(name string) string { return filepath.Join(s.dir, filepath.FromSlash(name)) }
+
+// Location returns the path of name.
+func (s *Dir) Location(name string) string {
+	if name == "" || name == "." {
+		return s.dir
+	}
+	return s.path(name)
+}
+
+// FS returns the folder as an fs.FS (os.DirFS) that reads as empty while
+// the folder does not exist.
+func (s *Dir) FS() fs.FS { return dirFS{os.DirFS(s.dir).(fs.StatFS), s.dir} }
+
+// dirFS reads the sink's folder as empty while it does not exist.
+type dirFS struct {
+	fs.StatFS
+	dir string
+}
+
+func (d dirFS) ReadDir(name string) ([]fs.DirEntry, error) {
+	es, err := fs.ReadDir(d.StatFS, name)
+	if name == "." && errors.Is(err, fs.ErrNotExist) {
+		if _, serr := os.Stat(d.dir); errors.Is(serr, fs.ErrNotExist) {
+			return nil, nil
+		}
+	}
+	return es, err
+}
+
+// Create starts the temporary file of name (see Dir).
+func (s *Dir) Create(ctx context.Context, name string, exclusive bool) (File, error) {
+	if !fs.ValidPath(name) || name == "." {
+		return nil, &os.PathError{Op: "create", Path: name, Err: fs.ErrInvalid}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	p := s.path(name)
+	dir := filepath.Dir(p)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	f, err := atomicfile.CreateTemp(dir, filepath.Base(p))
+	if err != nil {
+		return nil, err
+	}
+	return &dirFile{f: f, path: p, exclusive: exclusive}, nil
+}
+
+// Remove removes the file name (a missing file is not an error).
+func (s *Dir) Remove(ctx context.Context, name string) error {
+	if !fs.ValidPath(name) || name == "." {
+		return &os.PathError{Op: "remove", Path: name, Err: fs.ErrInvalid}
+	}
+	p := s.path(name)
+	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+type dirFile struct {
+	f         *os.File
+	path      string
+	exclusive bool
+	done      bool
+}
+
+func (d *dirFile) Write(b []byte) (int, error) {
+	if d.done {
+		return 0, atomicfile.ErrDone
+	}
+	return d.f.Write(b)
+}
+
+func (d *dirFile) Close() error {
+	if d.done {
+		return atomicfile.ErrDone
+	}
+	d.done = true
+	tmp := d.f.Name()
+	fail := func(err error) error {
+		d.f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := d.f.Chmod(0o644); err != nil {
+		return fail(err)
+	}
+	if err := d.f.Sync(); err != nil {
+		return fail(err)
+	}
+	if err := d.f.Close(); err != nil {
+		return fail(err)
+	}
+	if d.exclusive {
+		// A link fails when the name is taken: an exclusive create that
+		// is also atomic (the file appears whole).
+		// Where links are unsupported (some network and FUSE file
+		// systems), a rename after a check: exclusive only against
+		// writers that take the set's lock, as convert.Commit does.
+		err := os.Link(tmp, d.path)
+		if err != nil && !errors.Is(err, fs.ErrExist) {
+			if _, serr := os.Lstat(d.path); errors.Is(serr, fs.ErrNotExist) {
+				err = os.Rename(tmp, d.path)
+			}
+		}
+		os.Remove(tmp)
+		if err != nil {
+			return err
+		}
+	} else if err := os.Rename(tmp, d.path); err != nil {
+		return fail(err)
+	}
+	return atomicfile.SyncDir(filepath.Dir(d.path))
+}
+
+func (d *dirFile) Abort() error {
+	if d.done {
+		return nil
+	}
+	d.done = true
+	d.f.Close()
+	if err := os.Remove(d.f.Name()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+var _ Sink = (*Dir)(nil)

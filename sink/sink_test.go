@@ -1,0 +1,91 @@
+package sink_test
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ckpt-go/ckpt/sink"
+)
+
+func TestOpen(t *testing.T) {
+	ctx := context.Background()
+	_, err := sink.Open(ctx, "nosuch://b/p")
+	var pe *fs.PathError
+	if !errors.As(err, &pe) || pe.Path != "nosuch://b/p" || !errors.Is(err, sink.ErrNoSink) {
+		t.Fatalf("unregistered scheme: %v", err)
+	}
+	if _, err := sink.Open(ctx, "s3://b/p"); err == nil || !strings.Contains(err.Error(), "import github.com/ckpt-go/ckpt/remote") {
+		t.Errorf("s3 without remote: %v", err)
+	}
+	if _, err := sink.Open(ctx, ""); !errors.Is(err, fs.ErrInvalid) {
+		t.Errorf("empty location: %v", err)
+	}
+	want := errors.New("refused")
+	sink.Register("sinktest", func(context.Context, string) (sink.Sink, error) { return nil, want })
+	if _, err := sink.Open(ctx, "sinktest://x"); !errors.Is(err, want) {
+		t.Errorf("registered function's error: %v", err)
+	}
+	dir := t.TempDir()
+	s, err := sink.Open(ctx, dir)
+	if d, ok := s.(*sink.Dir); err != nil || !ok || d.Root() != dir {
+		t.Errorf("a path: %T %v", s, err)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("Register of an invalid scheme did not panic")
+		}
+	}()
+	sink.Register("C", func(context.Context, string) (sink.Sink, error) { return nil, nil })
+}
+
+func TestDir(t *testing.T) {
+	ctx := context.Background()
+	root := filepath.Join(t.TempDir(), "out")
+	s := sink.NewDir(root)
+	if es, err := fs.ReadDir(s.FS(), "."); err != nil || len(es) != 0 {
+		t.Fatalf("missing folder: %v %v", es, err)
+	}
+	write := func(name string, exclusive bool, body string) error {
+		f, err := s.Create(ctx, name, exclusive)
+		if err != nil {
+			return err
+		}
+		f.Write([]byte(body))
+		return f.Close()
+	}
+	if err := write("a/b.txt", true, "one"); err != nil {
+		t.Fatal(err)
+	}
+	if err := write("a/b.txt", true, "two"); !errors.Is(err, fs.ErrExist) {
+		t.Errorf("exclusive create of a taken name: %v", err)
+	}
+	if err := write("a/b.txt", false, "three"); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := fs.ReadFile(s.FS(), "a/b.txt"); string(b) != "three" {
+		t.Errorf("read %q", b)
+	}
+	f, _ := s.Create(ctx, "c.txt", false)
+	f.Write([]byte("x"))
+	f.Abort()
+	if es, _ := os.ReadDir(root); len(es) != 1 {
+		t.Errorf("after Abort: %v", es)
+	}
+	if err := s.Remove(ctx, "a/b.txt"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Remove(ctx, "a/b.txt"); err != nil {
+		t.Errorf("removing a missing file: %v", err)
+	}
+	if _, err := s.Create(ctx, "../x", false); !errors.Is(err, fs.ErrInvalid) {
+		t.Errorf("invalid name: %v", err)
+	}
+	if got := sink.NewDir(root).Location("a/b"); got != filepath.Join(root, "a", "b") {
+		t.Errorf("Location = %q", got)
+	}
+}
