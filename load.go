@@ -98,7 +98,6 @@ func (t *Tensor) Float32s() ([]float32, error) {
 type Weights struct {
 	model   *Model
 	tensors []*Tensor
-	byName  map[string]*Tensor
 	arena   *Arena
 	ownsMem bool
 	once    sync.Once
@@ -139,17 +138,11 @@ func (w *Weights) Tensor(name string) (*Tensor, error) {
 	if w.closed.Load() {
 		return nil, &Error{Kind: ErrClosed, Tensor: name, Msg: "weights are closed"}
 	}
-	if t, ok := w.byName[name]; ok {
-		return t, nil
-	}
-	c, e, err := w.model.lookup(name)
+	_, e, err := w.model.lookup(name)
 	if err != nil {
 		return nil, err
 	}
-	if t, ok := w.byName[c.name+"/"+e.name]; ok {
-		return t, nil
-	}
-	return nil, &Error{Kind: ErrNotFound, Tensor: name}
+	return w.tensors[e.pos], nil
 }
 
 // Stats adds up the conversion statistics of every tensor.
@@ -214,7 +207,7 @@ func (m *Model) Load(ctx context.Context, opts ...LoadOption) (*Weights, error) 
 			n++
 		}
 	}
-	w := &Weights{model: m, tensors: make([]*Tensor, 0, n), byName: make(map[string]*Tensor, n)}
+	w := &Weights{model: m, tensors: make([]*Tensor, 0, n)}
 	w.arena, w.ownsMem = lc.arena, lc.arena == nil
 	if w.arena == nil {
 		w.arena = NewArena()
@@ -236,7 +229,6 @@ func (m *Model) Load(ctx context.Context, opts ...LoadOption) (*Weights, error) 
 				return nil, err
 			}
 			w.tensors = append(w.tensors, t)
-			w.byName[c.name+"/"+e.name] = t
 		}
 	}
 	if err := m.run(ctx, work); err != nil {
@@ -328,8 +320,7 @@ type piece struct {
 	first int64 // the piece's first unit of its part: element, row or byte, by sj.kind
 	n     int64 // units
 	dst   []byte
-	bytes int64 // output bytes, for progress
-	mu    *sync.Mutex
+	bytes int64    // output bytes, for progress
 	sj    *partJob // what the pieces of its part share
 }
 
@@ -433,10 +424,8 @@ func (m *Model) newMeter(work []piece) *loadMeter {
 
 // finish records that p is done, with the conversion statistics st.
 func (pm *loadMeter) finish(p *piece, st dtype.Stats) {
-	p.mu.Lock()
-	p.t.Stats.Add(st)
-	p.mu.Unlock()
 	pm.mu.Lock()
+	p.t.Stats.Add(st)
 	pm.done += p.bytes
 	if pm.progress != nil {
 		pm.progress(Progress{Phase: PhaseLoad, Done: pm.done, Total: pm.total, Component: p.c.name, Tensor: p.t.Name})
@@ -448,11 +437,20 @@ func (pm *loadMeter) finish(p *piece, st dtype.Stats) {
 // cancellation become ErrRead naming the tensor.
 func (m *Model) doPiece(ctx context.Context, p *piece, opts dtype.Options) (dtype.Stats, error) {
 	st, err := m.doPartPiece(ctx, p, opts)
-	var le *Error
-	if err == nil || errors.As(err, &le) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return st, err
+	if err == nil {
+		return st, nil
 	}
-	return st, &Error{Kind: ErrRead, Component: p.c.name, Tensor: p.t.Name, Err: err}
+	return st, readErr(err, p.c.name, p.t.Name)
+}
+
+// readErr makes err an ErrRead naming the tensor, unless it is the
+// loader's own or a cancellation.
+func readErr(err error, component, tensor string) error {
+	var le *Error
+	if errors.As(err, &le) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return &Error{Kind: ErrRead, Component: component, Tensor: tensor, Err: err}
 }
 
 // protectFault runs fn, turning a memory fault on a mapping (SIGBUS: the

@@ -57,7 +57,6 @@ func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, sts []*safet
 		info.Shape = slices.Clone(info.Shape)
 		t.Split = &info
 	}
-	mu := new(sync.Mutex)
 	view := func(st *safetensors.Tensor, sel strided) ([]byte, error) {
 		b, err := st.Bytes()
 		if err != nil {
@@ -75,7 +74,7 @@ func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, sts []*safet
 		total := sel.total()
 		for first := int64(0); first < total; first += chunkBytes {
 			n := min(chunkBytes, total-first)
-			work = append(work, piece{c: c, e: e, t: t, st: st, first: first, n: n, dst: dst[first : first+n], bytes: n, mu: mu, sj: sj})
+			work = append(work, piece{c: c, e: e, t: t, st: st, first: first, n: n, dst: dst[first : first+n], bytes: n, sj: sj})
 		}
 	}
 	mapped := st.File().Mapped()
@@ -103,7 +102,7 @@ func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, sts []*safet
 		for first := int64(0); first < n; first += per {
 			cnt := min(per, n-first)
 			d0, d1 := first*ob/8, (first+cnt)*ob/8
-			work = append(work, piece{c: c, e: e, t: t, st: st, first: first, n: cnt, dst: t.data[d0:d1], bytes: d1 - d0, mu: mu, sj: sj})
+			work = append(work, piece{c: c, e: e, t: t, st: st, first: first, n: cnt, dst: t.data[d0:d1], bytes: d1 - d0, sj: sj})
 		}
 	case actDequantize:
 		t.data = alloc(e.outBytes)
@@ -120,7 +119,7 @@ func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, sts []*safet
 			p1 := min(rows, p0+per)
 			r0 := max(p0, q.pad)
 			dst := t.data[(r0-q.pad)*outRow : (p1-q.pad)*outRow]
-			work = append(work, piece{c: c, e: e, t: t, st: st, first: p0, n: p1 - p0, dst: dst, bytes: int64(len(dst)), mu: mu, sj: sj})
+			work = append(work, piece{c: c, e: e, t: t, st: st, first: p0, n: p1 - p0, dst: dst, bytes: int64(len(dst)), sj: sj})
 		}
 	case actQuantized:
 		q := sl.q

@@ -3,7 +3,6 @@ package ckpt
 import (
 	"cmp"
 	"context"
-	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -101,13 +100,7 @@ func (m *Model) runRanged(ctx context.Context, rfs source.RangeFS, work []piece)
 	defer cancel(nil)
 	stage := newByteSem(m.cfg.staging)
 	opts := m.cfg.convertOptions()
-	fail := func(p *piece, err error) {
-		var le *Error
-		if !errors.As(err, &le) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-			err = &Error{Kind: ErrRead, Component: p.c.name, Tensor: p.t.Name, Err: err}
-		}
-		cancel(err)
-	}
+	fail := func(p *piece, err error) { cancel(readErr(err, p.c.name, p.t.Name)) }
 	doRequest := func(r *rangedRequest) bool {
 		if !r.direct {
 			if !stage.acquire(ctx, r.stage) {

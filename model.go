@@ -69,6 +69,7 @@ type entry struct {
 	outBytes int64 // bytes of the result (data only for quantized)
 	mapped   int64 // bytes that stay zero-copy views
 	owned    int64 // bytes of owned memory
+	pos      int   // position in the model's load order (Names, Load's tensors)
 }
 
 // maxConfigSize bounds config.json and hf_quant_config.json.
@@ -127,10 +128,15 @@ func Open(path string, opts ...Option) (*Model, error) {
 			return nil, &Error{Kind: ErrOption, Component: r.Component, Pattern: r.Pattern.String(), Msg: "rule names no component of the model"}
 		}
 	}
+	pos := 0
 	for _, c := range m.comps {
 		if err := m.decide(c); err != nil {
 			m.Close()
 			return nil, err
+		}
+		for _, e := range c.entries {
+			e.pos = pos
+			pos++
 		}
 	}
 	return m, nil
@@ -231,7 +237,7 @@ func (m *Model) setup(c *modelComponent) error {
 		file  int
 		begin int64
 	}
-	loc := make(map[string]where, len(names))
+	locs := make([]where, 0, len(names)) // of stored[i]
 	for _, n := range names {
 		info, file, ok := c.ck.Info(n)
 		if !ok {
@@ -242,7 +248,7 @@ func (m *Model) setup(c *modelComponent) error {
 		if !ok {
 			fi = fileIdx[m.src.Base(file)]
 		}
-		loc[n] = where{fi, info.Begin}
+		locs = append(locs, where{fi, info.Begin})
 	}
 	c.scheme, err = quant.Detect(stored, src)
 	if err != nil {
@@ -255,34 +261,57 @@ func (m *Model) setup(c *modelComponent) error {
 		}
 	}
 	c.byName = make(map[string]*entry, len(stored))
-	add := func(e *entry) error {
-		if _, dup := c.byName[e.name]; dup {
-			return &Error{Kind: ErrQuant, Component: c.name, Tensor: e.name, Msg: "a dequantized weight's name is also a stored tensor"}
+	// The entries in one allocation (they are many and small).
+	block := make([]entry, 0, len(stored)+len(c.scheme.Weights))
+	add := func(name string) (*entry, error) {
+		if _, dup := c.byName[name]; dup {
+			return nil, &Error{Kind: ErrQuant, Component: c.name, Tensor: name, Msg: "a dequantized weight's name is also a stored tensor"}
 		}
-		c.byName[e.name] = e
-		c.entries = append(c.entries, e)
-		return nil
+		block = block[:len(block)+1]
+		p := &block[len(block)-1]
+		c.byName[name] = p
+		c.entries = append(c.entries, p)
+		return p, nil
 	}
-	for _, s := range stored {
+	var dataAt map[string]int // stored index of each weight's data tensor
+	if len(c.scheme.Weights) > 0 {
+		dataAt = make(map[string]int, len(c.scheme.Weights))
+		for _, w := range c.scheme.Weights {
+			dataAt[w.Data.Name] = -1
+		}
+		for i, s := range stored {
+			if _, ok := dataAt[s.Name]; ok {
+				dataAt[s.Name] = i
+			}
+		}
+	}
+	for i, s := range stored {
 		if c.scheme.Consumed(s.Name) && !(m.cfg.keepScales && scaleOf[s.Name]) {
 			continue
 		}
-		l := loc[s.Name]
+		l := locs[i]
 		n, _ := s.DType.ByteLen(numElements(s.Shape))
-		if err := add(&entry{name: s.Name, stored: s.DType, shape: s.Shape, fileIdx: l.file, begin: l.begin, inBytes: n}); err != nil {
+		e, err := add(s.Name)
+		if err != nil {
 			return err
 		}
+		*e = entry{name: s.Name, stored: s.DType, shape: s.Shape, fileIdx: l.file, begin: l.begin, inBytes: n}
 	}
 	for _, w := range c.scheme.Weights {
-		l := loc[w.Data.Name]
+		var l where
+		if i := dataAt[w.Data.Name]; i >= 0 {
+			l = locs[i]
+		}
 		in, _ := w.Data.DType.ByteLen(numElements(w.Data.Shape))
 		for _, s := range w.Scales {
 			b, _ := s.DType.ByteLen(numElements(s.Shape))
 			in += b
 		}
-		if err := add(&entry{name: w.Name, stored: w.Elem, shape: w.Shape, fileIdx: l.file, begin: l.begin, inBytes: in, q: w}); err != nil {
+		e, err := add(w.Name)
+		if err != nil {
 			return err
 		}
+		*e = entry{name: w.Name, stored: w.Elem, shape: w.Shape, fileIdx: l.file, begin: l.begin, inBytes: in, q: w}
 	}
 	slices.SortFunc(c.entries, func(a, b *entry) int {
 		return cmp.Or(cmp.Compare(a.fileIdx, b.fileIdx), cmp.Compare(a.begin, b.begin), strings.Compare(a.name, b.name))
