@@ -325,8 +325,9 @@ type piece struct {
 }
 
 // prepareInto fills t's description, assigns its memory, and appends its
-// pieces of work. intoCaller forces a quantized weight's data to be read
-// into the first allocation (the caller's buffer).
+// pieces of work. intoCaller says the first allocation is the caller's
+// buffer: a tensor that would be a view is read into it, and so is a
+// quantized weight's data.
 func (m *Model) prepareInto(c *modelComponent, e *entry, t *Tensor, alloc func(int64) []byte, work []piece, intoCaller bool) ([]piece, error) {
 	*t = Tensor{Component: c.name, Name: e.name, DType: e.out, Shape: slices.Clone(e.shape), Stored: e.stored, Decision: e.dec, act: e.act}
 	if e.q != nil {
