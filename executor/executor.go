@@ -161,3 +161,12 @@ func FreeWeight(ex Executor, w *Weight) error {
 	}
 	return errors.Join(errs...)
 }
+
+// IsActivation reports whether d is an activation dtype: F32, BF16 or F16.
+func IsActivation(d dtype.DType) bool { return d == dtype.F32 || d == dtype.BF16 || d == dtype.F16 }
+
+// IsLinearWeight reports whether d is an element type Linear takes for its
+// weight: F32, BF16, F16, F8_E4M3 or F8_E5M2.
+func IsLinearWeight(d dtype.DType) bool {
+	return IsActivation(d) || d == dtype.F8_E4M3 || d == dtype.F8_E5M2
+}

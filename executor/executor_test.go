@@ -23,7 +23,10 @@ func (b *fakeBuf) DType() dtype.DType { return b.dt }
 func (b *fakeBuf) Shape() []int64     { return slices.Clone(b.shape) }
 func (b *fakeBuf) Name() string       { return b.name }
 func (b *fakeBuf) Bytes() int64 {
-	n, _ := Elements(b.shape)
+	n := int64(1)
+	for _, d := range b.shape {
+		n *= d
+	}
 	nb, _ := b.dt.ByteLen(n)
 	return nb
 }
@@ -204,94 +207,5 @@ func TestWeightAccessors(t *testing.T) {
 	}
 	if err := FreeWeight(&fakeEx{}, nil); err != nil {
 		t.Error(err)
-	}
-}
-
-func TestChecks(t *testing.T) {
-	x := buf(dtype.BF16, "x", 2, 3, 8)
-	w := &Weight{Data: buf(dtype.F32, "fc.weight", 5, 8)}
-	b := buf(dtype.F32, "fc.bias", 5)
-	m, k, n, shape, err := LinearDims(x, w, b, dtype.F16)
-	if err != nil || m != 6 || k != 8 || n != 5 || !slices.Equal(shape, []int64{2, 3, 5}) {
-		t.Fatalf("LinearDims = %d %d %d %v %v", m, k, n, shape, err)
-	}
-	blockScale := quant.Scale{Role: quant.RoleScaleInv, Stored: quant.Stored{Name: "fc.weight_scale_inv", DType: dtype.F32, Shape: []int64{1, 1}}, Block: [2]int64{128, 128}}
-	fp8 := func(scales ...Buffer) *Weight {
-		return &Weight{Data: buf(dtype.F8_E4M3, "fc.weight", 5, 8), Scales: scales, Quant: &quant.Weight{
-			Name: "fc.weight", Shape: []int64{5, 8}, Elem: dtype.F8_E4M3, Layout: quant.DeepSeekFP8Block,
-			Data: quant.Stored{Name: "fc.weight", DType: dtype.F8_E4M3, Shape: []int64{5, 8}}, Scales: []quant.Scale{blockScale}}}
-	}
-	if _, _, _, _, err := LinearDims(x, fp8(buf(dtype.F32, "s", 1, 1)), nil, dtype.F32); err != nil {
-		t.Errorf("fp8 weight: %v", err)
-	}
-	f4 := &Weight{Data: buf(dtype.U8, "q", 5, 4), Quant: &quant.Weight{Name: "q", Shape: []int64{5, 8}, Elem: dtype.F4, Data: quant.Stored{DType: dtype.U8, Shape: []int64{5, 4}}}}
-	for _, c := range []struct {
-		name string
-		x    Buffer
-		w    *Weight
-		b    Buffer
-		out  dtype.DType
-		kind ErrorKind
-	}{
-		{"nil x", nil, w, nil, dtype.F32, ErrArgument},
-		{"int x", buf(dtype.I32, "x", 2, 8), w, nil, dtype.F32, ErrDType},
-		{"nil w", x, nil, nil, dtype.F32, ErrArgument},
-		{"out F8", x, w, nil, dtype.F8_E4M3, ErrDType},
-		{"K", buf(dtype.F32, "x", 2, 7), w, nil, dtype.F32, ErrShape},
-		{"scalar x", buf(dtype.F32, "x"), w, nil, dtype.F32, ErrShape},
-		{"rank-3 w", x, &Weight{Data: buf(dtype.F32, "w", 1, 5, 8)}, nil, dtype.F32, ErrShape},
-		{"I8 w", x, &Weight{Data: buf(dtype.I8, "w", 5, 8)}, nil, dtype.F32, ErrDType},
-		{"F4 w", x, f4, nil, dtype.F32, ErrDType},
-		{"bias shape", x, w, buf(dtype.F32, "b", 4), dtype.F32, ErrShape},
-		{"bias dtype", x, w, buf(dtype.F8_E4M3, "b", 5), dtype.F32, ErrDType},
-		{"missing scale", x, fp8(), nil, dtype.F32, ErrArgument},
-		{"scale bytes", x, fp8(buf(dtype.F32, "s", 2, 1)), nil, dtype.F32, ErrArgument},
-		{"scale nil", x, fp8(nil), nil, dtype.F32, ErrArgument},
-		{"scales without layout", x, &Weight{Data: w.Data, Scales: []Buffer{b}}, nil, dtype.F32, ErrArgument},
-	} {
-		if _, _, _, _, err := LinearDims(c.x, c.w, c.b, c.out); !errors.Is(err, c.kind) {
-			t.Errorf("%s: %v, want %s", c.name, err, c.kind)
-		}
-	}
-	if err := CheckSameShape(OpAdd, buf(dtype.F16, "a", 2, 3), buf(dtype.F32, "b", 2, 3)); err != nil {
-		t.Error(err)
-	}
-	if err := CheckSameShape(OpAdd, buf(dtype.F16, "a", 2, 3), buf(dtype.F32, "b", 3, 2)); !errors.Is(err, ErrShape) {
-		t.Error(err)
-	}
-	if rows, d, err := RMSNormDims(buf(dtype.F32, "h", 4, 2, 6), buf(dtype.BF16, "n", 6), 1e-6); err != nil || rows != 8 || d != 6 {
-		t.Errorf("RMSNormDims %d %d %v", rows, d, err)
-	}
-	for _, c := range []struct {
-		x, w Buffer
-		eps  float32
-		kind ErrorKind
-	}{
-		{buf(dtype.F32, "h", 4, 0), nil, 0, ErrShape},
-		{buf(dtype.F32, "h", 4, 6), nil, -1, ErrArgument},
-		{buf(dtype.F32, "h", 4, 6), buf(dtype.F32, "n", 5), 0, ErrShape},
-		{buf(dtype.F64, "h", 4, 6), nil, 0, ErrDType},
-	} {
-		if _, _, err := RMSNormDims(c.x, c.w, c.eps); !errors.Is(err, c.kind) {
-			t.Errorf("RMSNormDims(%v): %v, want %s", c.x.Shape(), err, c.kind)
-		}
-	}
-	if err := CheckHost(make([]byte, 6), dtype.BF16, []int64{3}, "x"); err != nil {
-		t.Error(err)
-	}
-	for _, c := range []struct {
-		n     int
-		dt    dtype.DType
-		shape []int64
-		kind  ErrorKind
-	}{
-		{5, dtype.BF16, []int64{3}, ErrShape},
-		{0, dtype.Invalid, nil, ErrDType},
-		{0, dtype.F32, []int64{-1}, ErrShape},
-		{0, dtype.F32, []int64{1 << 40, 1 << 40}, ErrShape},
-	} {
-		if err := CheckHost(make([]byte, c.n), c.dt, c.shape, "x"); !errors.Is(err, c.kind) {
-			t.Errorf("CheckHost(%d, %s, %v): %v", c.n, c.dt, c.shape, err)
-		}
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/executor"
+	"github.com/ckpt-go/ckpt/executor/backend"
 	"github.com/ckpt-go/ckpt/internal/sysmem"
 	"github.com/ckpt-go/ckpt/quant"
 )
@@ -173,7 +174,7 @@ func (e *Executor) newBuffer(dt dtype.DType, shape []int64, name string, data []
 func (e *Executor) finish(op string, out *buffer, st dtype.Stats) (executor.Buffer, error) {
 	seq := e.seq.Add(1)
 	if e.opts.CheckFinite {
-		n, _ := executor.Elements(out.shape)
+		n, _ := backend.Elements(out.shape)
 		r := &executor.NonFiniteError{Executor: Name, Op: op, Seq: seq, Tensor: out.name, DType: out.dt.String(),
 			NaN: st.NaN, Inf: st.Inf, Elements: n}
 		if err := e.opts.Finite(r); err != nil {
@@ -189,7 +190,7 @@ func (e *Executor) FromHost(ctx context.Context, data []byte, dt dtype.DType, sh
 	if err := e.start(ctx, executor.OpFromHost); err != nil {
 		return nil, err
 	}
-	if err := executor.CheckHost(data, dt, shape, name); err != nil {
+	if err := backend.CheckHost(data, dt, shape, name); err != nil {
 		return nil, fail(err)
 	}
 	return e.newBuffer(dt, shape, name, slices.Clone(data)), nil
@@ -211,7 +212,7 @@ func (e *Executor) Upload(ctx context.Context, t *ckpt.Tensor) (*executor.Weight
 // false) buffers borrowing them.
 func (e *Executor) wrap(t *ckpt.Tensor, name string, copyBytes bool) (*executor.Weight, error) {
 	mk := func(data []byte, dt dtype.DType, shape []int64, name string) (*buffer, error) {
-		if err := executor.CheckHost(data, dt, shape, name); err != nil {
+		if err := backend.CheckHost(data, dt, shape, name); err != nil {
 			var xe *executor.Error
 			if errors.As(err, &xe) {
 				xe.Op = executor.OpUpload
@@ -258,7 +259,7 @@ func (e *Executor) wrap(t *ckpt.Tensor, name string, copyBytes bool) (*executor.
 		made = append(made, sb)
 		w.Scales = append(w.Scales, sb)
 	}
-	if err := executor.CheckWeight(executor.OpUpload, w); err != nil {
+	if err := backend.CheckWeight(executor.OpUpload, w); err != nil {
 		return undo(fail(err))
 	}
 	return w, nil

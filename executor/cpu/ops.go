@@ -9,6 +9,7 @@ import (
 
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/executor"
+	"github.com/ckpt-go/ckpt/executor/backend"
 )
 
 // chunk is the number of elements an elementwise worker takes at a time.
@@ -22,7 +23,7 @@ func (e *Executor) Dequantize(ctx context.Context, w *executor.Weight, to dtype.
 	if err := e.start(ctx, op); err != nil {
 		return nil, err
 	}
-	if err := executor.CheckWeight(op, w); err != nil {
+	if err := backend.CheckWeight(op, w); err != nil {
 		return nil, fail(err)
 	}
 	if !to.IsFloat() {
@@ -32,7 +33,7 @@ func (e *Executor) Dequantize(ctx context.Context, w *executor.Weight, to dtype.
 	if err != nil {
 		return nil, err
 	}
-	n, err := executor.Elements(w.Shape())
+	n, err := backend.Elements(w.Shape())
 	if err != nil {
 		return nil, fail(err)
 	}
@@ -85,7 +86,7 @@ func (e *Executor) weightF32(ctx context.Context, op string, w *executor.Weight)
 	if c := db.linear; c != nil && c.q == w.Quant && slices.Equal(c.scales, w.Scales) {
 		return c.vals, nil
 	}
-	n, err := executor.Elements(w.Shape())
+	n, err := backend.Elements(w.Shape())
 	if err != nil {
 		return nil, fail(err)
 	}
@@ -139,7 +140,7 @@ func (e *Executor) Linear(ctx context.Context, x executor.Buffer, w *executor.We
 	if err := e.start(ctx, op); err != nil {
 		return nil, err
 	}
-	m, k, n, shape, err := executor.LinearDims(x, w, bias, out)
+	m, k, n, shape, err := backend.LinearDims(x, w, bias, out)
 	if err != nil {
 		return nil, fail(err)
 	}
@@ -188,7 +189,7 @@ func (e *Executor) Linear(ctx context.Context, x executor.Buffer, w *executor.We
 // results as float64 values, and they are rounded once to dt.
 func (e *Executor) elementwise(ctx context.Context, op, name string, dt dtype.DType, shape []int64, ins []*buffer, ind [][]byte,
 	f func(dst []float64, src [][]float32)) (executor.Buffer, error) {
-	n, err := executor.Elements(shape)
+	n, err := backend.Elements(shape)
 	if err != nil {
 		return nil, fail(err)
 	}
@@ -280,7 +281,7 @@ func (e *Executor) unary(ctx context.Context, op string, x executor.Buffer, f fu
 	if err := e.start(ctx, op); err != nil {
 		return nil, err
 	}
-	if err := executor.CheckActivation(op, x); err != nil {
+	if err := backend.CheckActivation(op, x); err != nil {
 		return nil, fail(err)
 	}
 	xb, xd, err := e.own(op, x)
@@ -301,7 +302,7 @@ func (e *Executor) Add(ctx context.Context, a, b executor.Buffer) (executor.Buff
 	if err := e.start(ctx, op); err != nil {
 		return nil, err
 	}
-	if err := executor.CheckSameShape(op, a, b); err != nil {
+	if err := backend.CheckSameShape(op, a, b); err != nil {
 		return nil, fail(err)
 	}
 	ab, ad, err := e.own(op, a)
@@ -353,7 +354,7 @@ func (e *Executor) RMSNorm(ctx context.Context, x executor.Buffer, w executor.Bu
 	if err := e.start(ctx, op); err != nil {
 		return nil, err
 	}
-	rows, d, err := executor.RMSNormDims(x, w, eps)
+	rows, d, err := backend.RMSNormDims(x, w, eps)
 	if err != nil {
 		return nil, fail(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/executor"
+	"github.com/ckpt-go/ckpt/executor/backend"
 	"github.com/ckpt-go/ckpt/quant"
 )
 
@@ -66,7 +67,7 @@ func download(t testing.TB, e *Executor, b executor.Buffer) []float64 {
 	if err := e.Download(ctx, b, raw); err != nil {
 		t.Fatal(err)
 	}
-	n, _ := executor.Elements(b.Shape())
+	n, _ := backend.Elements(b.Shape())
 	v := make([]float64, n)
 	if _, err := dtype.DecodeFloat64(v, raw, b.DType()); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/executor"
+	"github.com/ckpt-go/ckpt/executor/backend"
 )
 
 // Name is the backend's name.
@@ -549,7 +550,7 @@ func (e *Executor) own(op string, b executor.Buffer) (*buffer, error) {
 
 // newBuffer allocates device memory for a tensor (on the driver thread).
 func (e *Executor) newBuffer(op string, dt dtype.DType, shape []int64, name string) (*buffer, error) {
-	n, err := executor.Elements(shape)
+	n, err := backend.Elements(shape)
 	if err != nil {
 		return nil, fail(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/executor"
+	"github.com/ckpt-go/ckpt/executor/backend"
 	"github.com/ckpt-go/ckpt/executor/cpu"
 	"github.com/ckpt-go/ckpt/quant"
 )
@@ -84,7 +85,7 @@ func testDequantizeBitExact(t *testing.T, gpu newGPU) {
 			w.Scales = append(w.Scales, sb)
 		}
 		for _, to := range kernelTargets {
-			n, _ := executor.Elements(c.w.Shape)
+			n, _ := backend.Elements(c.w.Shape)
 			want := make([]byte, n*int64(to.Bits())/8)
 			if _, err := c.w.Dequantize(want, to, c.data, c.scales, dtype.Options{}); err != nil {
 				t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/executor"
+	"github.com/ckpt-go/ckpt/executor/backend"
 )
 
 // Call these on the driver thread with opMu held.
@@ -111,7 +112,7 @@ func (e *Executor) finish(op string, out *buffer, err error) (executor.Buffer, e
 	if !e.opts.CheckFinite {
 		return out, nil
 	}
-	n, _ := executor.Elements(out.shape)
+	n, _ := backend.Elements(out.shape)
 	var nan, inf int64
 	if dt, ok := kernelDType(out.dt); ok && n > 0 {
 		err = e.exec(func() error {
@@ -159,7 +160,7 @@ func (e *Executor) fromHost(ctx context.Context, op string, data []byte, dt dtyp
 	if err := e.start(ctx, op); err != nil {
 		return nil, err
 	}
-	if err := executor.CheckHost(data, dt, shape, name); err != nil {
+	if err := backend.CheckHost(data, dt, shape, name); err != nil {
 		if xe, ok := err.(*executor.Error); ok {
 			xe.Op = op
 		}
@@ -215,7 +216,7 @@ func (e *Executor) Upload(ctx context.Context, t *ckpt.Tensor) (*executor.Weight
 		}
 		w.Scales = append(w.Scales, sb)
 	}
-	if err := executor.CheckWeight(op, w); err != nil {
+	if err := backend.CheckWeight(op, w); err != nil {
 		return undo(fail(err))
 	}
 	return w, nil
@@ -286,7 +287,7 @@ func (e *Executor) Dequantize(ctx context.Context, w *executor.Weight, to dtype.
 	if err := e.start(ctx, op); err != nil {
 		return nil, err
 	}
-	if err := executor.CheckWeight(op, w); err != nil {
+	if err := backend.CheckWeight(op, w); err != nil {
 		return nil, fail(err)
 	}
 	tc, ok := kernelDType(to)
@@ -299,7 +300,7 @@ func (e *Executor) Dequantize(ctx context.Context, w *executor.Weight, to dtype.
 	}
 	var args []uint64
 	var kernel string
-	n, _ := executor.Elements(w.Shape())
+	n, _ := backend.Elements(w.Shape())
 	if w.Quant == nil {
 		sdt, tab, err := e.convertSource(op, db.name, db.dt)
 		if err != nil {
@@ -352,7 +353,7 @@ func (e *Executor) Linear(ctx context.Context, x executor.Buffer, w *executor.We
 	if err := e.start(ctx, op); err != nil {
 		return nil, err
 	}
-	m, k, n, shape, err := executor.LinearDims(x, w, bias, out)
+	m, k, n, shape, err := backend.LinearDims(x, w, bias, out)
 	if err != nil {
 		return nil, fail(err)
 	}
@@ -482,7 +483,7 @@ func (e *Executor) unary(ctx context.Context, op, kernel string, x executor.Buff
 	if err := e.start(ctx, op); err != nil {
 		return nil, err
 	}
-	if err := executor.CheckActivation(op, x); err != nil {
+	if err := backend.CheckActivation(op, x); err != nil {
 		return nil, fail(err)
 	}
 	xb, err := e.own(op, x)
@@ -494,7 +495,7 @@ func (e *Executor) unary(ctx context.Context, op, kernel string, x executor.Buff
 		return nil, err
 	}
 	dt, _ := kernelDType(xb.dt)
-	n, _ := executor.Elements(xb.shape)
+	n, _ := backend.Elements(xb.shape)
 	return e.finish(op, out, e.exec(func() error {
 		return e.launch1D(kernel, n, uint64(xb.ptr), uint64(dt), uint64(out.ptr), uint64(n))
 	}))
@@ -518,7 +519,7 @@ func (e *Executor) Add(ctx context.Context, a, b executor.Buffer) (executor.Buff
 	if err := e.start(ctx, op); err != nil {
 		return nil, err
 	}
-	if err := executor.CheckSameShape(op, a, b); err != nil {
+	if err := backend.CheckSameShape(op, a, b); err != nil {
 		return nil, fail(err)
 	}
 	ab, err := e.own(op, a)
@@ -535,7 +536,7 @@ func (e *Executor) Add(ctx context.Context, a, b executor.Buffer) (executor.Buff
 	}
 	adt, _ := kernelDType(ab.dt)
 	bdt, _ := kernelDType(bb.dt)
-	n, _ := executor.Elements(ab.shape)
+	n, _ := backend.Elements(ab.shape)
 	return e.finish(op, out, e.exec(func() error {
 		return e.launch1D(kAdd, n, uint64(ab.ptr), uint64(adt), uint64(bb.ptr), uint64(bdt), uint64(out.ptr), uint64(adt), uint64(n))
 	}))
@@ -549,7 +550,7 @@ func (e *Executor) RMSNorm(ctx context.Context, x executor.Buffer, w executor.Bu
 	if err := e.start(ctx, op); err != nil {
 		return nil, err
 	}
-	rows, d, err := executor.RMSNormDims(x, w, eps)
+	rows, d, err := backend.RMSNormDims(x, w, eps)
 	if err != nil {
 		return nil, fail(err)
 	}

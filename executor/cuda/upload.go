@@ -11,6 +11,7 @@ import (
 	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/executor"
+	"github.com/ckpt-go/ckpt/executor/backend"
 	"github.com/ckpt-go/ckpt/quant"
 )
 
@@ -387,7 +388,7 @@ func uploadList(ctx context.Context, m *ckpt.Model) ([]upTensor, error) {
 	for _, it := range items {
 		key := it.Key
 		t := upTensor{key: key, shape: slices.Clone(it.Shape), out: it.DType, bytes: it.Bytes}
-		if _, err := executor.Elements(it.Shape); err != nil {
+		if _, err := backend.Elements(it.Shape); err != nil {
 			return nil, fail(err)
 		}
 		switch it.Action {
