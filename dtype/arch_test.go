@@ -483,3 +483,68 @@ func TestArchKernelWired(t *testing.T) {
 		}
 	}
 }
+
+// TestVecStreaming runs conversions with Options.Streaming (non-temporal
+// stores below ntMin) at every dst offset within the kernels' alignment,
+// so that the aligning head converted by the portable kernel takes every
+// length, with special values that send blocks to the fallback, and short
+// lengths where no aligned block fits. It also runs Convert with
+// Streaming, one goroutine and several.
+func TestVecStreaming(t *testing.T) {
+	for _, p := range vecPairs {
+		t.Run(p.from.String()+"to"+p.to.String(), func(t *testing.T) {
+			vec, ref := vecUnderTest(t, p.from, p.to)
+			r := rand.New(rand.NewSource(9))
+			for _, n := range []int{0, 1, 31, 40, 63, 64, 100, 1000, 20011} {
+				f := realisticF32(r, n, 1)
+				for i := 0; i < n; i += 1 + r.Intn(700) {
+					f[i] = math.Float32bits(float32(math.NaN()))
+				}
+				src := u32Bytes(f)
+				if p.from != F32 {
+					src = make([]byte, n*p.from.Bits()/8)
+					var st Stats
+					genericKernel(F32, p.from)(src, u32Bytes(f), Options{}, &st)
+				}
+				outLen := n * p.to.Bits() / 8
+				want := make([]byte, outLen)
+				var ws Stats
+				ref(want, src, Options{}, &ws)
+				buf := make([]byte, outLen+64)
+				base := int(-uintptr(unsafe.Pointer(&buf[0])) & 31)
+				for off := base; off < base+32; off++ {
+					dst := buf[off : off+outLen]
+					for i := range dst {
+						dst[i] = 0xa5
+					}
+					var gs Stats
+					vec(dst, src, Options{Streaming: true}, &gs)
+					if gs != ws || !bytes.Equal(dst, want) {
+						t.Fatalf("n %d, dst offset %d: differs from the portable kernel: stats %v vs %v", n, off-base, gs, ws)
+					}
+				}
+			}
+			n := 1<<19 + 77 // split across goroutines by Convert
+			f := u32Bytes(realisticF32(r, n, 10))
+			src := f
+			if p.from != F32 {
+				src = make([]byte, n*p.from.Bits()/8)
+				var st Stats
+				genericKernel(F32, p.from)(src, f, Options{}, &st)
+			}
+			want := make([]byte, n*p.to.Bits()/8)
+			var ws Stats
+			ref(want, src, Options{}, &ws)
+			for _, workers := range []int{1, 3} {
+				got := make([]byte, len(want))
+				gs, err := Convert(got, p.to, src, p.from, Options{Workers: workers, Streaming: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if gs != ws || !bytes.Equal(got, want) {
+					t.Errorf("Convert workers %d: differs from the portable kernel: %v vs %v", workers, gs, ws)
+				}
+			}
+		})
+	}
+}

@@ -16,9 +16,10 @@ import (
 // converted and how many of them were nonzero and rounded to zero. It folds
 // the magnitudes it saw into acc (a vector register image whose lane layout
 // the kernel's accMax function knows). With nt set (only when the kernel's
-// ntAlign is nonzero and dst is aligned to it) it writes dst with
-// non-temporal stores, which keep a large output from evicting everything
-// else from the caches and save the read-for-ownership of dst.
+// ntAlign is nonzero and dst is aligned to it: Options.Streaming, or an
+// output of ntMin bytes or more) it writes dst with non-temporal stores,
+// which keep a large output from evicting everything else from the caches
+// and save the read-for-ownership of dst.
 type vecRun func(dst, src []byte, acc *[32]byte, nt bool) (n, underflow int)
 
 // vecKernel combines a vector fast path with the portable kernel: the fast
@@ -38,11 +39,6 @@ type vecKernel struct {
 	accMax func(acc *[32]byte) float64
 }
 
-// ntMin is the output size from which the vector kernels write with
-// non-temporal stores: well beyond the per-core caches, where the output
-// would only evict the input on its way to memory.
-const ntMin = 4 << 20
-
 // maxFallbackRun bounds how many elements the portable kernel converts in one
 // go after the fast path gave up, when special values come in runs.
 const maxFallbackRun = 4096
@@ -52,10 +48,22 @@ func (v *vecKernel) convert(dst, src []byte, opts Options, st *Stats) {
 	var acc [32]byte
 	fast, under := 0, 0
 	run := v.block // elements the portable kernel takes after a stop
-	// Blocks and fallback runs are whole blocks, so the alignment of dst
-	// holds at every entry to the fast path.
-	nt := v.ntAlign != 0 && len(dst) >= ntMin && uintptr(unsafe.Pointer(unsafe.SliceData(dst)))%v.ntAlign == 0
-	for i := 0; i < n; {
+	// Non-temporal stores for a streaming output: the portable kernel
+	// first converts the elements before the first aligned dst address
+	// (when the misalignment is whole elements), then blocks and fallback
+	// runs are whole blocks, so the alignment of dst holds at every entry
+	// to the fast path.
+	nt, i := false, 0
+	if v.ntAlign != 0 && (opts.Streaming || len(dst) >= ntMin) {
+		mis := -uintptr(unsafe.Pointer(unsafe.SliceData(dst))) % v.ntAlign
+		if head := int(mis) / v.outSize; mis%uintptr(v.outSize) == 0 && n-head >= v.block {
+			nt, i = true, head
+			if head > 0 {
+				v.fallback(dst[:head*v.outSize], src[:head*v.inSize], opts, st)
+			}
+		}
+	}
+	for i < n {
 		if n-i >= v.block {
 			d, u := v.run(dst[i*v.outSize:n*v.outSize], src[i*v.inSize:n*v.inSize], &acc, nt)
 			under += u

@@ -86,6 +86,11 @@ func run(k kernel, dst []byte, to DType, src []byte, from DType, n int, opts Opt
 	if n == 0 {
 		return
 	}
+	if len(dst) >= ntMin {
+		// A large output streams, whether it is converted in one call
+		// or split across goroutines into parts below ntMin.
+		opts.Streaming = true
+	}
 	workers := opts.Workers
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
@@ -96,6 +101,13 @@ func run(k kernel, dst []byte, to DType, src []byte, from DType, n int, opts Opt
 	}
 	convertParallel(k, dst, to, src, from, n, workers, opts, st)
 }
+
+// ntMin is the output size from which the vector kernels write with
+// non-temporal stores (Options.Streaming) without being asked: well beyond
+// the per-core caches, where the output would only evict the input on its
+// way to memory. Convert applies it to the whole call, before any split
+// across goroutines.
+const ntMin = 4 << 20
 
 // segmentBytes is how much ConvertContext converts between checks of its
 // context (of the larger side).

@@ -13,6 +13,18 @@ type Options struct {
 	// Workers bounds the goroutines a large conversion is split across:
 	// 0 means GOMAXPROCS, 1 means the calling goroutine only.
 	Workers int
+	// Streaming tells that dst is one piece of a large output written
+	// piece by piece (a loader filling an arena much larger than the
+	// caches) and will not be read again soon: the vector kernels then
+	// write it with non-temporal stores whatever the size of this call,
+	// which saves the read of dst into the caches before each write and
+	// keeps the output from evicting everything else. Outputs of 4 MiB and
+	// more are written so without it. It changes no value and no Stats;
+	// where the build has no such stores (arm64, purego, other
+	// architectures) it does nothing. Leave it unset when the caller reads
+	// dst right after the call: the output would then come from memory
+	// instead of the caches.
+	Streaming bool
 }
 
 // Stats tell what a conversion did to the values. Counts are numbers of
