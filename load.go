@@ -322,6 +322,26 @@ type piece struct {
 	dst   []byte
 	bytes int64    // output bytes, for progress
 	sj    *partJob // what the pieces of its part share
+	idx   int      // position in the load's work
+	// The source bytes [evOff, evEnd) of evFile that the load drops from
+	// this process once the pieces before this one are done too (evictor).
+	evFile       *safetensors.File
+	evOff, evEnd int64
+}
+
+// evicting returns p when its part drops the source pages it has read
+// (a conversion or dequantization from a mapping), else nil.
+func (p *piece) evicting() *piece {
+	if p.sj.evict {
+		return p
+	}
+	return nil
+}
+
+// evict records that the load may drop the bytes [lo, hi) of st, relative
+// to its first byte.
+func (p *piece) evict(st *safetensors.Tensor, lo, hi int64) {
+	p.evFile, p.evOff, p.evEnd = st.File(), st.Offset()+lo, st.Offset()+hi
 }
 
 // prepareInto fills t's description, assigns its memory, and appends its
@@ -380,6 +400,7 @@ func (m *Model) run(ctx context.Context, work []piece) error {
 	defer cancel(nil)
 	var next atomic.Int64
 	opts := m.cfg.convertOptions()
+	opts.Streaming = meter.total >= streamingMin
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Add(1)
@@ -404,34 +425,110 @@ func (m *Model) run(ctx context.Context, work []piece) error {
 		}()
 	}
 	wg.Wait()
+	meter.flush()
 	return context.Cause(ctx)
 }
 
+// streamingMin is the output of a load from which its conversions write
+// with streaming stores (dtype.Options.Streaming): each piece is one part
+// of a large output that is not read back soon, and cached stores of many
+// small tensors evict one another (a load of 256 KiB tensors ran at half
+// the speed of 4 MiB ones without it, BENCHMARKS.md).
+const streamingMin = 4 << 20
+
 // loadMeter counts the finished pieces of a load: it adds each one's
-// statistics to its tensor and reports the progress.
+// statistics to its tensor, reports the progress, and drops the source
+// pages of finished pieces from this process in runs of at least
+// evictBatch bytes, in file order: the pages of a piece go once every
+// piece before it is done, merged with its neighbours' (dropping each
+// piece's pages on its own costs a call per tensor, each interrupting
+// the other threads to flush their address translations).
 type loadMeter struct {
 	progress    func(Progress)
 	mu          sync.Mutex
 	done, total int64
+	work        []piece
+	finished    []bool
+	next        int               // the first piece not finished
+	file        *safetensors.File // the pending run of pages to drop
+	lo, hi      int64
 }
 
+// evictBatch is the least a drop of source pages covers, unless it is the
+// last of a file or of the load.
+const evictBatch = 4 << 20
+
 func (m *Model) newMeter(work []piece) *loadMeter {
-	pm := &loadMeter{progress: m.cfg.progress}
-	for _, p := range work {
-		pm.total += p.bytes
+	pm := &loadMeter{progress: m.cfg.progress, work: work, finished: make([]bool, len(work))}
+	for i := range work {
+		work[i].idx = i
+		pm.total += work[i].bytes
 	}
 	return pm
 }
 
 // finish records that p is done, with the conversion statistics st.
 func (pm *loadMeter) finish(p *piece, st dtype.Stats) {
+	var drops [2]evictRun
+	n := 0
 	pm.mu.Lock()
 	p.t.Stats.Add(st)
 	pm.done += p.bytes
 	if pm.progress != nil {
 		pm.progress(Progress{Phase: PhaseLoad, Done: pm.done, Total: pm.total, Component: p.c.name, Tensor: p.t.Name})
 	}
+	pm.finished[p.idx] = true
+	for pm.next < len(pm.work) && pm.finished[pm.next] {
+		q := &pm.work[pm.next]
+		pm.next++
+		if q.evFile == nil {
+			continue
+		}
+		if pm.file != nil && (q.evFile != pm.file || q.evOff < pm.lo || q.evOff > pm.hi+evictGap) {
+			if n < len(drops) {
+				drops[n] = evictRun{pm.file, pm.lo, pm.hi}
+				n++
+			} else {
+				pm.file.Evict(pm.lo, pm.hi-pm.lo) // rare: a third run in one call
+			}
+			pm.file = nil
+		}
+		if pm.file == nil {
+			pm.file, pm.lo, pm.hi = q.evFile, q.evOff, q.evEnd
+		} else {
+			pm.hi = max(pm.hi, q.evEnd)
+		}
+		if pm.hi-pm.lo >= evictBatch && n < len(drops) {
+			drops[n] = evictRun{pm.file, pm.lo, pm.hi}
+			n++
+			pm.file = nil
+		}
+	}
 	pm.mu.Unlock()
+	for _, d := range drops[:n] {
+		d.file.Evict(d.lo, d.hi-d.lo)
+	}
+}
+
+// evictGap is the most bytes between two pieces' sources that a drop
+// still spans (alignment padding between tensors).
+const evictGap = 4 << 10
+
+// evictRun is a run of source bytes of one file to drop.
+type evictRun struct {
+	file   *safetensors.File
+	lo, hi int64
+}
+
+// flush drops what is pending: the end of the load.
+func (pm *loadMeter) flush() {
+	pm.mu.Lock()
+	f, lo, hi := pm.file, pm.lo, pm.hi
+	pm.file = nil
+	pm.mu.Unlock()
+	if f != nil {
+		f.Evict(lo, hi-lo)
+	}
 }
 
 // doPiece does one piece of work; errors other than the loader's own and

@@ -181,18 +181,18 @@ func (m *Model) doPartPiece(ctx context.Context, p *piece, opts dtype.Options) (
 	sj, e := p.sj, p.e
 	switch sj.kind {
 	case partRaw:
-		return dtype.Stats{}, m.readSel(ctx, sj, sj.st, sj.sel, p.first, p.dst, false)
+		return dtype.Stats{}, m.readSel(ctx, sj, sj.st, sj.sel, p.first, p.dst, nil)
 	case partPlain:
 		fb, ob := int64(e.stored.Bits()), int64(e.out.Bits())
 		from, n := p.first*fb/8, p.n*fb/8
 		if !sj.convert {
-			return dtype.Stats{}, m.readSel(ctx, sj, sj.st, e.sl.data, from, p.dst, false)
+			return dtype.Stats{}, m.readSel(ctx, sj, sj.st, e.sl.data, from, p.dst, nil)
 		}
 		var stats dtype.Stats
 		if sj.mapped && (e.sl.data.n >= directRun || e.sl.data.isContiguous()) {
 			// Long runs, and a part stored in one run, are converted
 			// straight from the mapping.
-			err := m.mappedSel(ctx, sj.st, e.sl.data, from, from+n, sj.evict, func(src []byte, pos int64) error {
+			err := m.mappedSel(ctx, sj.st, e.sl.data, from, from+n, p.evicting(), func(src []byte, pos int64) error {
 				d0 := (pos - from) * 8 / fb * ob / 8
 				st, err := dtype.Convert(p.dst[d0:d0+int64(len(src))*8/fb*ob/8], e.out, src, e.stored, opts)
 				stats.Add(st)
@@ -207,7 +207,7 @@ func (m *Model) doPartPiece(ctx context.Context, p *piece, opts dtype.Options) (
 		}
 		defer stagePool.Put(bp)
 		buf := (*bp)[:n]
-		if err := m.readSel(ctx, sj, sj.st, e.sl.data, from, buf, sj.evict); err != nil {
+		if err := m.readSel(ctx, sj, sj.st, e.sl.data, from, buf, p.evicting()); err != nil {
 			return dtype.Stats{}, err
 		}
 		return dtype.Convert(p.dst, e.out, buf, e.stored, opts)
@@ -218,9 +218,9 @@ func (m *Model) doPartPiece(ctx context.Context, p *piece, opts dtype.Options) (
 // readSel reads the compact bytes [from, from+len(dst)) of a selection of
 // st's bytes into dst: copied from the mapping when the load reads mapped
 // files, else with one ReadAt per run.
-func (m *Model) readSel(ctx context.Context, sj *partJob, st *safetensors.Tensor, sel strided, from int64, dst []byte, evict bool) error {
+func (m *Model) readSel(ctx context.Context, sj *partJob, st *safetensors.Tensor, sel strided, from int64, dst []byte, ev *piece) error {
 	if sj.mapped && st.File().Mapped() {
-		return m.mappedSel(ctx, st, sel, from, from+int64(len(dst)), evict, func(src []byte, pos int64) error {
+		return m.mappedSel(ctx, st, sel, from, from+int64(len(dst)), ev, func(src []byte, pos int64) error {
 			copy(dst[pos-from:], src)
 			return nil
 		})
@@ -239,8 +239,9 @@ func (m *Model) readSel(ctx context.Context, sj *partJob, st *safetensors.Tensor
 
 // mappedSel calls fn with the mapped bytes of each run of the compact
 // bytes [from, to) of a selection of st, under one fault protection, and
-// then (evict) drops the pages the runs span from this process.
-func (m *Model) mappedSel(ctx context.Context, st *safetensors.Tensor, sel strided, from, to int64, evict bool, fn func(src []byte, pos int64) error) error {
+// then, when ev is not nil, records there the bytes the runs span for the
+// load to drop from this process (evictor).
+func (m *Model) mappedSel(ctx context.Context, st *safetensors.Tensor, sel strided, from, to int64, ev *piece, fn func(src []byte, pos int64) error) error {
 	view, err := st.Bytes()
 	if err != nil {
 		return err
@@ -261,9 +262,8 @@ func (m *Model) mappedSel(ctx context.Context, st *safetensors.Tensor, sel strid
 			return fn(view[src:src+n:src+n], pos)
 		})
 	})
-	if evict && lo >= 0 {
-		fb := int64(st.DType().Bits())
-		st.Evict(lo*8/fb, (hi-lo)*8/fb)
+	if ev != nil && lo >= 0 {
+		ev.evict(st, lo, hi)
 	}
 	return err
 }
@@ -292,14 +292,14 @@ func (m *Model) dequantPart(ctx context.Context, p *piece, opts dtype.Options) (
 			return err
 		})
 		if sj.evict && err == nil {
-			fb := int64(sj.st.DType().Bits())
-			sj.st.Evict((e.sl.data.first+p0*q.colB)*8/fb, p.n*q.colB*8/fb)
+			lo := e.sl.data.first + p0*q.colB
+			p.evict(sj.st, lo, lo+p.n*q.colB)
 		}
 		return st, err
 	}
 	r0 := max(p0, q.pad)
 	data := make([]byte, (p1-p0)*q.colB)
-	if err := m.readSel(ctx, sj, sj.st, e.sl.data, (r0-q.pad)*q.colB, data[(r0-p0)*q.colB:], sj.evict); err != nil {
+	if err := m.readSel(ctx, sj, sj.st, e.sl.data, (r0-q.pad)*q.colB, data[(r0-p0)*q.colB:], p.evicting()); err != nil {
 		return dtype.Stats{}, err
 	}
 	dq.once.Do(func() {
@@ -309,7 +309,7 @@ func (m *Model) dequantPart(ctx context.Context, p *piece, opts dtype.Options) (
 				continue
 			}
 			b := make([]byte, qs.sel.total())
-			if dq.err = m.readSel(ctx, sj, dq.scaleT[i], qs.sel, 0, b, false); dq.err != nil {
+			if dq.err = m.readSel(ctx, sj, dq.scaleT[i], qs.sel, 0, b, nil); dq.err != nil {
 				return
 			}
 			dq.shared[i] = b
@@ -330,7 +330,7 @@ func (m *Model) dequantPart(ctx context.Context, p *piece, opts dtype.Options) (
 		}
 		g0, g1 := p0/qs.br, ceilDiv(p1, qs.br)
 		b := make([]byte, (g1-g0)*qs.gC*qs.sb)
-		if err := m.readSel(ctx, sj, dq.scaleT[i], qs.sel, g0*qs.gC*qs.sb, b, false); err != nil {
+		if err := m.readSel(ctx, sj, dq.scaleT[i], qs.sel, g0*qs.gC*qs.sb, b, nil); err != nil {
 			return dtype.Stats{}, err
 		}
 		scales[i] = b

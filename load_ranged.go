@@ -100,6 +100,7 @@ func (m *Model) runRanged(ctx context.Context, rfs source.RangeFS, work []piece)
 	defer cancel(nil)
 	stage := newByteSem(m.cfg.staging)
 	opts := m.cfg.convertOptions()
+	opts.Streaming = meter.total >= streamingMin
 	fail := func(p *piece, err error) { cancel(readErr(err, p.c.name, p.t.Name)) }
 	doRequest := func(r *rangedRequest) bool {
 		if !r.direct {
@@ -189,6 +190,7 @@ func (m *Model) runRanged(ctx context.Context, rfs source.RangeFS, work []piece)
 		}
 		wg.Wait()
 	}
+	meter.flush()
 	return context.Cause(ctx)
 }
 

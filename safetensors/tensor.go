@@ -331,11 +331,25 @@ func (t *Tensor) Evict(first, n int64) {
 	fb := int64(t.info.DType.Bits())
 	off := f.hdr.DataOffset + t.info.Begin + first*fb/8
 	end := f.hdr.DataOffset + t.info.Begin + (first+n)*fb/8
-	if f.rlock(t.info.Name) != nil {
+	f.Evict(off, end-off)
+}
+
+// Evict is Tensor.Evict for the bytes [off, off+n) of the file, which may
+// span several tensors: a reader that has finished with a run of them drops
+// their pages with one call (each call interrupts the process's other
+// threads to flush their address translations). The whole pages inside the
+// range leave the resident set; it does nothing for files that are not
+// mapped and never fails.
+func (f *File) Evict(off, n int64) {
+	if !f.mapped || off < 0 || n <= 0 {
+		return
+	}
+	if f.rlock("") != nil {
 		return
 	}
 	defer f.mu.RUnlock()
-	if end > int64(len(f.data)) {
+	end := off + n
+	if end > int64(len(f.data)) || end < off {
 		return
 	}
 	pagecache.Drop(f.data[off:end])
