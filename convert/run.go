@@ -71,6 +71,7 @@ type component struct {
 	format   ScaleFormat // of new FP8 weights (never AutoScaleFormat)
 	scale    Scale       // of new FP8 weights, resolved
 	explicit bool        // the options ask stored FP8 weights for other scales
+	keepNote string      // why the narrow default does not apply ("" when it does)
 }
 
 type runner struct {
@@ -152,6 +153,17 @@ type runner struct {
 // Its scales, markers and activation scales go when none of the
 // component's weights stays in the layout.
 //
+// Every component is written for the library that owns it, as the
+// pipeline's model_index.json lists it ([library, class]) or its
+// config.json says (_diffusers_version): transformers reads both
+// quantization_configs Run writes, diffusers neither, so a diffusers
+// component that would get one is refused before anything is written
+// (ErrUnreadable, naming it) unless Options.AllowCkptOnlyQuant. In a
+// pipeline, a default target of 8 bits or fewer does not apply to VAEs
+// (Autoencoder*, VQModel, a component named vae) and image encoders
+// (*VisionModel*, image_encoder): their tensors stay as stored, and the
+// report says why, unless a component target or a rule names them.
+//
 // dst may also be a location of a registered sink (s3://BUCKET/PREFIX with
 // package remote imported): a folder, or for a file source a location
 // ending in ".safetensors". Each set is then uploaded shard by shard and
@@ -178,7 +190,7 @@ type runner struct {
 //
 // Errors are *Error values: ErrOption, ErrSource, ErrTarget (the
 // destination), ErrCopy, ErrCast, ErrOverflow (Options.FailOnOverflow),
-// ErrWrite, ErrCanceled, ErrVerify.
+// ErrWrite, ErrCanceled, ErrVerify, ErrUnreadable.
 func Run(ctx context.Context, src, dst string, opts Options) (*Report, error) {
 	r := &runner{ctx: ctx, opts: opts, src: src, dst: dst, rep: &Report{Source: src, Dest: dst, Variant: opts.Variant}}
 	if err := r.check(); err != nil {
@@ -375,11 +387,13 @@ func (r *runner) plan(srcs []srcComponent) ([]copyFile, error) {
 			return nil, &Error{Kind: ErrTarget, Path: r.dst, Msg: "the destination folder and the source folder " + r.src + " contain one another"}
 		}
 	}
+	owners := r.owners(srcs, dirSrc, pipeline)
 	for _, cp := range srcs {
 		c := &component{label: cp.label, srcDir: cp.dir, store: cp.store, scheme: cp.scheme}
 		if pipeline {
 			c.name = cp.label
 		}
+		r.protectComponent(c, owners[cp.label], pipeline)
 		if err := r.resolveComponentScale(c); err != nil {
 			return nil, err
 		}
@@ -429,6 +443,9 @@ func (r *runner) plan(srcs []srcComponent) ([]copyFile, error) {
 			}
 		}
 		r.comps = append(r.comps, c)
+	}
+	if err := r.checkOwners(owners); err != nil {
+		return nil, err
 	}
 	if r.sink != nil {
 		if err := r.checkRemoteDest(); err != nil {
