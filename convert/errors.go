@@ -128,6 +128,12 @@ const (
 	// conditional write refused to replace it). Nothing was committed by
 	// this call.
 	ErrConflict
+	// ErrUnreadable: Run would write a component with a quantization that
+	// the library owning it does not load (FP8 weights with a
+	// compressed-tensors or DeepSeek quantization_config in a diffusers
+	// model). Component names it; Msg says how to keep it loadable.
+	// Nothing was written.
+	ErrUnreadable
 )
 
 var kindNames = [...]string{
@@ -153,6 +159,7 @@ var kindNames = [...]string{
 	ErrVerify:     "verify",
 	ErrIncomplete: "incomplete",
 	ErrConflict:   "conflict",
+	ErrUnreadable: "unreadable",
 }
 
 // String returns the kind's snake_case name, e.g. "no_space".

@@ -43,10 +43,31 @@ type Options struct {
 	// channel (the default for compressed-tensors) or per block (the
 	// default, 128×128, and the only choice for DeepSeek's layout); see
 	// ParseScale. Scale.Unscaled casts to FP8 without scales instead.
+	//
+	// A source weight already stored as scaled FP8 whose target is its
+	// element type is copied as stored (the report says so) unless Scale
+	// or ScaleFormat asks for something else: Scale set, or a ScaleFormat
+	// other than the one it is stored in. It is then relabelled when the
+	// request keeps its codes (the same element type and the same scale
+	// grid, only the format's names differ: DeepSeek's weight_scale_inv
+	// becomes compressed-tensors' weight_scale or the reverse, codes and
+	// scale values bit for bit), and requantized otherwise (dequantized
+	// exactly, then quantized with the requested scales). With Scale zero
+	// such weights keep their stored grid when the format can store it.
 	Scale Scale
 	// ScaleFormat says how scales are stored and declared: compressed-tensors
-	// (P.weight_scale, the default) or DeepSeek (P.weight_scale_inv).
+	// (P.weight_scale) or DeepSeek (P.weight_scale_inv). Its zero value,
+	// AutoScaleFormat, is DeepSeek's for a component whose weights are
+	// stored in DeepSeek's layout (when it can store Scale) and
+	// compressed-tensors otherwise.
 	ScaleFormat ScaleFormat
+	// AllowCkptOnlyQuant writes FP8 weights with a quantization_config
+	// into components whose library does not read it (a diffusers model:
+	// diffusers reads neither compressed-tensors nor DeepSeek's format).
+	// The output is for ckpt and vLLM; diffusers will not load it, and the
+	// report's warnings say so. Without it Run refuses such a component
+	// (ErrUnreadable) before writing anything.
+	AllowCkptOnlyQuant bool
 	// Saturate makes narrowing casts clamp to ±max instead of overflowing to
 	// Inf or NaN (dtype.Options.Saturate).
 	Saturate bool
@@ -152,46 +173,55 @@ func (s Scale) String() string {
 type ScaleFormat int
 
 const (
+	// AutoScaleFormat, the zero value: DeepSeek for a component whose
+	// weights are stored in DeepSeek's layout (when it can store the
+	// Scale), compressed-tensors otherwise.
+	AutoScaleFormat ScaleFormat = iota
 	// CompressedTensors writes P.weight_scale (F32) and the config
 	// {"quant_method": "compressed-tensors", "format": "float-quantized",
 	// ...} that transformers, vLLM and ckpt read. Its default granularity is
 	// per channel.
-	CompressedTensors ScaleFormat = iota
+	CompressedTensors
 	// DeepSeek writes P.weight_scale_inv (F32, a factor despite its name)
 	// in blocks and the config {"quant_method": "fp8", "fmt": "e4m3",
 	// "activation_scheme": "dynamic", "weight_block_size": [N, N]}.
 	DeepSeek
 )
 
-// ParseScaleFormat reads "compressed-tensors" or "deepseek".
+// ParseScaleFormat reads "compressed-tensors", "deepseek", or "auto" (or
+// "") for AutoScaleFormat.
 func ParseScaleFormat(s string) (ScaleFormat, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "compressed-tensors", "compressed_tensors", "ct", "":
+	case "auto", "":
+		return AutoScaleFormat, nil
+	case "compressed-tensors", "compressed_tensors", "ct":
 		return CompressedTensors, nil
 	case "deepseek", "fp8", "weight_scale_inv":
 		return DeepSeek, nil
 	}
-	return 0, &Error{Kind: ErrOption, Field: "ScaleFormat", Msg: fmt.Sprintf("%q is not compressed-tensors or deepseek", s)}
+	return 0, &Error{Kind: ErrOption, Field: "ScaleFormat", Msg: fmt.Sprintf("%q is not compressed-tensors, deepseek or auto", s)}
 }
 
-// String returns "compressed-tensors" or "deepseek".
+// String returns "compressed-tensors", "deepseek" or "auto".
 func (f ScaleFormat) String() string {
-	if f == DeepSeek {
+	switch f {
+	case DeepSeek:
 		return "deepseek"
+	case AutoScaleFormat:
+		return "auto"
 	}
 	return "compressed-tensors"
 }
 
-// resolved returns the scale with the format's defaults filled in, or an
-// error for a combination the format cannot store.
-func (o *Options) resolvedScale() (Scale, error) {
-	s := o.Scale
+// resolveScale returns s with format f's defaults filled in (f is not
+// AutoScaleFormat), or an error for a combination the format cannot store.
+func resolveScale(s Scale, f ScaleFormat) (Scale, error) {
 	if s.Unscaled {
 		return s, nil
 	}
 	if s.Granularity == 0 {
 		s.Granularity = quant.PerChannel
-		if o.ScaleFormat == DeepSeek {
+		if f == DeepSeek {
 			s.Granularity = quant.PerBlock
 		}
 	}
@@ -206,8 +236,8 @@ func (o *Options) resolvedScale() (Scale, error) {
 	if s.Block < 0 {
 		return s, &Error{Kind: ErrOption, Field: "Scale", Msg: fmt.Sprintf("block size %d is not positive", s.Block)}
 	}
-	if o.ScaleFormat == DeepSeek && s.Granularity != quant.PerBlock {
-		return s, &Error{Kind: ErrOption, Field: "Scale", Msg: "DeepSeek's weight_scale_inv layout has block scales only, not " + s.Granularity.String()}
+	if f == DeepSeek && s.Granularity != quant.PerBlock {
+		return s, &Error{Kind: ErrOption, Field: "Scale", Msg: "DeepSeek's weight_scale_inv layout has block scales only, not " + s.Granularity.String() + " (--fp8-scale block or block:N, or --scale-format compressed-tensors)"}
 	}
 	return s, nil
 }

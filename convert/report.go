@@ -81,6 +81,7 @@ const (
 	ActionScale      = "scale"      // the scales of a quantized weight
 	ActionDequantize = "dequantize" // a scaled low-precision weight to a float dtype
 	ActionRequantize = "requantize" // a scaled weight dequantized and quantized anew
+	ActionRelabel    = "relabel"    // a scaled FP8 weight's codes as stored, its scales under another format's names
 )
 
 // TensorReport is what happened to one tensor. The numerics fields are
@@ -251,7 +252,7 @@ func (r *Report) String() string {
 		actions[t.Action]++
 	}
 	var parts []string
-	for _, a := range []string{ActionCopy, ActionCast, ActionQuantize, ActionScale, ActionDequantize, ActionRequantize} {
+	for _, a := range []string{ActionCopy, ActionCast, ActionQuantize, ActionScale, ActionDequantize, ActionRequantize, ActionRelabel} {
 		if actions[a] > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", actions[a], a))
 		}

@@ -67,13 +67,17 @@ type component struct {
 	newQ    bool            // weights were quantized here
 	dropQ   bool            // the source's quantization no longer applies
 	config  string          // the source config.json to rewrite ("" for none)
+
+	format   ScaleFormat // of new FP8 weights (never AutoScaleFormat)
+	scale    Scale       // of new FP8 weights, resolved
+	explicit bool        // the options ask stored FP8 weights for other scales
+	keepNote string      // why the narrow default does not apply ("" when it does)
 }
 
 type runner struct {
 	ctx     context.Context
 	opts    Options
 	policy  ckpt.Policy // opts.Policy with NarrowLinearOnly set
-	scale   Scale
 	src     string
 	dst     string
 	rep     *Report
@@ -139,11 +143,26 @@ type runner struct {
 // gets the matching quantization_config, in config.json and in every
 // file's __metadata__; Scale.Unscaled casts plainly instead. A source
 // weight in a scaled layout (DeepSeek FP8, compressed-tensors, ModelOpt,
-// MXFP4, ...) is copied with its scales when its target is its element
-// type or "stored", dequantized (through package quant, one rounding) to a
-// wider float target, and dequantized and quantized anew to an FP8 target
-// with scales; its scales, markers and activation scales go when none of
-// the component's weights stays in the layout.
+// MXFP4, ...) is copied with its scales when its target is "stored", or
+// its element type and Options.Scale and ScaleFormat ask for nothing else
+// (the report's warnings say so); dequantized (through package quant, one
+// rounding) to a wider float target; relabelled (codes and scale values
+// bit for bit under the names and config of Options.ScaleFormat) when the
+// requested scales split it as its stored ones do; and dequantized and
+// quantized anew to any other FP8 target with scales (see Options.Scale).
+// Its scales, markers and activation scales go when none of the
+// component's weights stays in the layout.
+//
+// Every component is written for the library that owns it, as the
+// pipeline's model_index.json lists it ([library, class]) or its
+// config.json says (_diffusers_version): transformers reads both
+// quantization_configs Run writes, diffusers neither, so a diffusers
+// component that would get one is refused before anything is written
+// (ErrUnreadable, naming it) unless Options.AllowCkptOnlyQuant. In a
+// pipeline, a default target of 8 bits or fewer does not apply to VAEs
+// (Autoencoder*, VQModel, a component named vae) and image encoders
+// (*VisionModel*, image_encoder): their tensors stay as stored, and the
+// report says why, unless a component target or a rule names them.
 //
 // dst may also be a location of a registered sink (s3://BUCKET/PREFIX with
 // package remote imported): a folder, or for a file source a location
@@ -171,7 +190,7 @@ type runner struct {
 //
 // Errors are *Error values: ErrOption, ErrSource, ErrTarget (the
 // destination), ErrCopy, ErrCast, ErrOverflow (Options.FailOnOverflow),
-// ErrWrite, ErrCanceled, ErrVerify.
+// ErrWrite, ErrCanceled, ErrVerify, ErrUnreadable.
 func Run(ctx context.Context, src, dst string, opts Options) (*Report, error) {
 	r := &runner{ctx: ctx, opts: opts, src: src, dst: dst, rep: &Report{Source: src, Dest: dst, Variant: opts.Variant}}
 	if err := r.check(); err != nil {
@@ -243,9 +262,11 @@ func (r *runner) check() error {
 	}
 	r.policy = o.Policy
 	r.policy.NarrowLinearOnly = true
-	var err error
-	if r.scale, err = o.resolvedScale(); err != nil {
-		return err
+	if o.ScaleFormat < AutoScaleFormat || o.ScaleFormat > DeepSeek {
+		return bad("ScaleFormat", fmt.Sprintf("unknown format %d", int(o.ScaleFormat)))
+	}
+	if _, err := resolveScale(o.Scale, cmp.Or(o.ScaleFormat, CompressedTensors)); err != nil {
+		return err // each component resolves its own (resolveComponentScale)
 	}
 	r.workers = o.Workers
 	if r.workers == 0 {
@@ -366,10 +387,15 @@ func (r *runner) plan(srcs []srcComponent) ([]copyFile, error) {
 			return nil, &Error{Kind: ErrTarget, Path: r.dst, Msg: "the destination folder and the source folder " + r.src + " contain one another"}
 		}
 	}
+	owners := r.owners(srcs, dirSrc, pipeline)
 	for _, cp := range srcs {
 		c := &component{label: cp.label, srcDir: cp.dir, store: cp.store, scheme: cp.scheme}
 		if pipeline {
 			c.name = cp.label
+		}
+		r.protectComponent(c, owners[cp.label], pipeline)
+		if err := r.resolveComponentScale(c); err != nil {
+			return nil, err
 		}
 		srcName := cp.naming
 		prefix, svariant, ok := weightsName(srcName)
@@ -417,6 +443,9 @@ func (r *runner) plan(srcs []srcComponent) ([]copyFile, error) {
 			}
 		}
 		r.comps = append(r.comps, c)
+	}
+	if err := r.checkOwners(owners); err != nil {
+		return nil, err
 	}
 	if r.sink != nil {
 		if err := r.checkRemoteDest(); err != nil {

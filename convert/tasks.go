@@ -56,7 +56,7 @@ func (r *runner) buildTasks(c *component) error {
 		return &Error{Kind: ErrCast, Component: c.name, Tensor: name, Msg: msg}
 	}
 	scaled := func(d dtype.DType, name string, shape []int64) (bool, error) {
-		if r.scale.Unscaled || !d.IsFloat() || d.Bits() > 8 || len(shape) != 2 || !strings.HasSuffix(name, ".weight") || numElements(shape) == 0 {
+		if c.scale.Unscaled || !d.IsFloat() || d.Bits() > 8 || len(shape) != 2 || !strings.HasSuffix(name, ".weight") || numElements(shape) == 0 {
 			return false, nil // an empty weight is cast: it has no values to scale
 		}
 		if d != dtype.F8_E4M3 && d != dtype.F8_E5M2 {
@@ -65,45 +65,96 @@ func (r *runner) buildTasks(c *component) error {
 		return true, nil
 	}
 	addQuant := func(t *task, elem dtype.DType) error {
-		q, err := quant.NewFP8Quantizer(elem, t.spec.Shape, r.scale.Granularity, r.scale.Block)
+		q, err := quant.NewFP8Quantizer(elem, t.spec.Shape, c.scale.Granularity, c.scale.Block)
 		if err != nil {
 			return castErr(t.spec.Name, err.Error())
 		}
 		t.q = q
 		t.rows, t.cols = t.spec.Shape[0], t.spec.Shape[1]
-		role, suffix := quant.RoleScale, "_scale"
-		if o.ScaleFormat == DeepSeek {
-			role, suffix = quant.RoleScaleInv, "_scale_inv"
-		}
-		_ = role
-		sname := t.spec.Name + suffix
+		sname := t.spec.Name + c.format.scaleSuffix()
 		st := &task{kind: kScale, comp: c, q: q, spec: safetensors.TensorSpec{Name: sname, DType: dtype.F32, Shape: q.ScaleShape()}}
 		b, _ := st.spec.ByteLen()
 		st.rep = &TensorReport{Component: c.name, Name: sname, Shape: q.ScaleShape(), From: dtype.F32, To: dtype.F32, Action: ActionScale,
 			Rule: "scales of " + t.spec.Name, Elements: numElements(q.ScaleShape()), Bytes: b}
-		t.rep.Scale, t.rep.ScaleTensor, t.rep.Narrowed = r.scale.String(), sname, true
-		if r.scale.Granularity != quant.PerBlock {
-			t.rep.Scale = r.scale.Granularity.String()
+		t.rep.Scale, t.rep.ScaleTensor, t.rep.Narrowed = c.scale.reportString(), sname, true
+		tasks = append(tasks, t, st)
+		quantTasks = append(quantTasks, t)
+		return nil
+	}
+	// addRelabel writes w's codes and scale values as they are stored,
+	// under the names of c.format, the scale in the shape of c.scale's grid
+	// (which covers the same blocks: see relabels).
+	addRelabel := func(w *quant.Weight, src srcTensor, dec ckpt.Decision) error {
+		q, err := quant.NewFP8Quantizer(w.Elem, w.Shape, c.scale.Granularity, c.scale.Block)
+		if err != nil {
+			return castErr(w.Name, err.Error())
+		}
+		s := w.Scales[0]
+		ss, err := tensor(s.Name)
+		if err != nil {
+			return err
+		}
+		t := newTask(kCopy, w.Data.Name, w.Data.DType, w.Data.Shape, src, dec, ActionRelabel, w.Data.DType)
+		sname := w.Name + c.format.scaleSuffix()
+		t.rep.Scale, t.rep.ScaleTensor = c.scale.reportString(), sname
+		st := newTask(kCopy, sname, dtype.F32, q.ScaleShape(), ss, ckpt.Decision{Rule: fmt.Sprintf("scales of %s: %s %s as stored", w.Name, s.Name, s.DType)}, ActionScale, s.DType)
+		if s.DType != dtype.F32 {
+			st.kind = kCast // exact: F16 and BF16 widen to F32
 		}
 		tasks = append(tasks, t, st)
 		quantTasks = append(quantTasks, t)
 		return nil
 	}
-	// keptStored are stored tensors copied because their weight stays in
-	// its layout; dropped the scales and markers of weights that do not.
+	// notApplied counts FP8 weights that the policy keeps as stored
+	// although scales were asked for; storedFP8 those whose dtype target is
+	// their element type, copied as stored since nothing else was asked.
+	var notApplied, storedFP8 int
+	noTarget := !o.Policy.Default.IsSet() && len(o.Policy.Components) == 0 && len(o.Policy.Rules) == 0
+	// dropped are the scales and markers of weights that leave their layout.
 	var dropped []string
 	var later []storedEntry // activation scales and markers, decided last
 	for _, e := range entries {
 		name, info := e.name, e
 		if w := weightOf[name]; w != nil {
-			dec := r.policy.Decide(c.label, w.Name, w.Elem, true, w.Shape)
+			dec := r.decide(c, w.Name, w.Elem, true, w.Shape)
 			d, isD := dec.Target.DType()
+			if !isD && noTarget && c.explicit && fp8Elem(w.Elem) {
+				// Only scales were asked for: they apply to the
+				// stored FP8 weights.
+				d, isD = w.Elem, true
+				dec.Rule = "no dtype target: " + c.request() + " for the stored " + w.Elem.String()
+			}
 			src, err := tensor(name)
 			if err != nil {
 				return err
 			}
+			keep := !isD
+			if keep && c.explicit && fp8Elem(w.Elem) {
+				notApplied++
+			}
+			if isD && d == w.Elem {
+				switch {
+				case !c.explicit:
+					keep = true
+					storedFP8++
+				case c.scale.Unscaled:
+					// Dequantized and cast without scales, below.
+				case relabels(w, c.format, c.scale):
+					if err := addRelabel(w, src, dec); err != nil {
+						return err
+					}
+					goneWeights++
+					continue
+				default:
+					if sc, err := scaled(d, w.Name, w.Shape); err != nil {
+						return err
+					} else if !sc {
+						return castErr(w.Name, fmt.Sprintf("a %s weight of shape %v in layout %s cannot be requantized with %s scales: they apply to the 2-D P.weight of a linear layer; a rule %s=stored keeps it as stored", w.Elem, w.Shape, w.Layout, c.scale, w.Name))
+					}
+				}
+			}
 			switch {
-			case !isD || d == w.Elem:
+			case keep:
 				keptWeights++
 				t := newTask(kCopy, name, info.dtype, info.shape, src, dec, ActionCopy, info.dtype)
 				tasks = append(tasks, t)
@@ -174,7 +225,7 @@ func (r *runner) buildTasks(c *component) error {
 			tasks = append(tasks, newTask(kCopy, name, info.dtype, info.shape, src, ckpt.Decision{Rule: "unknown layout: as stored"}, ActionCopy, info.dtype))
 			continue
 		}
-		dec := r.policy.Decide(c.label, name, info.dtype, false, info.shape)
+		dec := r.decide(c, name, info.dtype, false, info.shape)
 		d, isD := dec.Target.DType()
 		switch {
 		case !isD || d == info.dtype:
@@ -201,6 +252,12 @@ func (r *runner) buildTasks(c *component) error {
 			t.rep.Narrowed = t.narrow
 			tasks = append(tasks, t)
 		}
+	}
+	if storedFP8 > 0 {
+		r.rep.Warnings = append(r.rep.Warnings, fmt.Sprintf("%s: %d weights already stored as scaled FP8 (%s) are copied with their scales as stored: set Scale or ScaleFormat (--fp8-scale, --scale-format) to requantize or relabel them", cmp.Or(c.name, "weights"), storedFP8, sch.Layout))
+	}
+	if notApplied > 0 {
+		r.rep.Warnings = append(r.rep.Warnings, fmt.Sprintf("%s: %d scaled FP8 weights kept as stored by the policy (a target \"stored\"): the requested %s does not apply to them", cmp.Or(c.name, "weights"), notApplied, c.request()))
 	}
 	c.newQ = len(quantTasks) > 0
 	sourceQ := len(sch.Weights) > 0
@@ -240,7 +297,7 @@ func (r *runner) buildTasks(c *component) error {
 	}
 	var unscaledNarrow int
 	for _, t := range tasks {
-		if t.kind == kCast && t.spec.DType.Bits() <= 8 && t.spec.DType.IsFloat() {
+		if (t.kind == kCast || t.kind == kDequant) && t.spec.DType.Bits() <= 8 && t.spec.DType.IsFloat() {
 			unscaledNarrow++
 		}
 	}
@@ -270,9 +327,9 @@ func (r *runner) buildTasks(c *component) error {
 				return &Error{Kind: ErrCast, Component: c.name, Tensor: t.spec.Name, Msg: fmt.Sprintf("FP8 weights of two element types (%s and %s) in one component: one quantization_config cannot declare both", elem, t.spec.DType)}
 			}
 		}
-		c.qconfig = quantizationConfig(o.ScaleFormat, r.scale, elem, ignoreList(tasks))
+		c.qconfig = quantizationConfig(c.format, c.scale, elem, ignoreList(tasks))
 		meta[MetaQuantizationConfig] = string(c.qconfig)
-		meta[MetaScale] = r.scale.String() + " " + o.ScaleFormat.String()
+		meta[MetaScale] = c.scale.String() + " " + c.format.String()
 	} else if q, ok := meta[MetaQuantizationConfig]; ok && !c.dropQ {
 		c.qconfig = []byte(q)
 	}
@@ -289,7 +346,7 @@ func ignoreList(tasks []*task) []string {
 	set := map[string]bool{"lm_head": true}
 	for _, t := range tasks {
 		name := t.spec.Name
-		if t.kind == kQuant || t.kind == kRequant || t.kind == kScale || !strings.HasSuffix(name, ".weight") {
+		if t.kind == kQuant || t.kind == kRequant || t.kind == kScale || t.rep.Action == ActionRelabel || !strings.HasSuffix(name, ".weight") {
 			continue
 		}
 		module := strings.TrimSuffix(name, ".weight")

@@ -92,6 +92,11 @@ func (r *runner) verifySet(c *component, m *ckpt.Model, entry string) error {
 		if crc != t.rep.crc {
 			return fail(t, fmt.Sprintf("its bytes differ from those written (CRC-32C %08x, written %08x)", crc, t.rep.crc), nil)
 		}
+		if t.rep.Action == ActionRelabel {
+			if w := scheme.Weight(t.spec.Name); w == nil || len(w.Scales) != 1 || w.Scales[0].Name != t.rep.ScaleTensor || w.Elem != t.spec.DType {
+				return fail(t, fmt.Sprintf("the loader does not read it back as a quantized weight with scale %s (layout %s)", t.rep.ScaleTensor, scheme.Layout), nil)
+			}
+		}
 		if t.kind == kQuant || t.kind == kRequant {
 			if err := r.verifyQuant(t, scheme, ck); err != nil {
 				return &Error{Kind: ErrVerify, Path: entry, Component: c.name, Tensor: t.spec.Name, Err: err}

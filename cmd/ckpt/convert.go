@@ -43,8 +43,27 @@ DeepSeek weight_scale_inv, with the matching quantization_config in
 config.json and in the files' metadata, so that ckpt, transformers and vLLM
 read the result as a quantized model. --keep rules override everything. A
 weight stored in a scaled layout (DeepSeek FP8, compressed-tensors, ...) is
-copied with its scales when its target is its element type or "stored",
-dequantized to a wider float, and requantized to an FP8 target.
+dequantized to a wider float target and requantized to another FP8 type.
+An FP8 weight whose target is its own type (or, with no --dtype, any FP8
+weight when --fp8-scale or --scale-format is given) is copied with its
+scales as stored when neither flag asks for something else (the report
+says so); otherwise it is relabelled when only the format's names change
+(compressed-tensors block weight_scale <-> DeepSeek weight_scale_inv of the
+same block size: every code and scale bit kept) and requantized (dequantized
+exactly, then quantized with the requested scales) when the scales differ.
+Without --fp8-scale such weights keep their stored grid when the format can
+store it; without --scale-format a DeepSeek model stays DeepSeek's.
+
+Every component is written for the library that owns it (model_index.json's
+[library, class], or config.json's _diffusers_version): transformers reads
+both quantization_configs above, diffusers neither. A diffusers component
+(a UNet, a transformer) that would get FP8 weights with scales is refused
+before anything is written; keep it in BF16 with --component NAME=BF16 (or
+=stored), or write it anyway with --allow-ckpt-only-quant: the result is
+for ckpt and vLLM, diffusers will not load it, and the report says so. In a
+pipeline, an 8-bit --dtype does not quantize VAEs (Autoencoder*, VQModel)
+or image encoders (*VisionModel*, image_encoder): they stay as stored and
+the report says why; --component vae=F8_E4M3 or a --keep rule forces it.
 
 Every output set is committed atomically: on an error or Ctrl-C the
 previous output is intact and no temporary file is left. At the end the
@@ -73,6 +92,9 @@ Examples:
   ckpt convert ./llama ./llama-fp8 --dtype F8_E4M3 --fp8-scale block:128 --verify
   ckpt convert ./flux-dev ./flux-dev --variant bf16 --dtype bf16
   ckpt convert ./model.safetensors ./out --dtype F8_E4M3 --scale-format deepseek --max-shard-size 2GB
+  ckpt convert ./deepseek-v3 ./v3-ct --scale-format compressed-tensors   # relabel: codes and scales kept
+  ckpt convert ./llama-fp8 ./llama-fp8-b32 --dtype F8_E4M3 --fp8-scale block:32   # requantize
+  ckpt convert ./sd15 ./sd15-fp8 --dtype F8_E4M3 --component unet=BF16   # text encoder in FP8
   ckpt convert ./model.safetensors ./model.fp16.safetensors --dtype f16 --fail-on-overflow --json
   ckpt convert ./llama s3://models/llama-fp8 --dtype F8_E4M3 --verify`,
 	}
@@ -91,7 +113,8 @@ Examples:
 		variant := fs.String("variant", "", "write the output as precision variant `V` (beside the source when DST is the source folder)")
 		srcVariant := fs.String("source-variant", "", "read the source folder's precision variant `V` (empty: its untagged weights)")
 		scale := fs.String("fp8-scale", "", "FP8 scales `S`: tensor, channel, block or block:N, or none for casts without scales (default: channel for compressed-tensors, block:128 for deepseek)")
-		format := fs.String("scale-format", "compressed-tensors", "how FP8 scales are stored, `F`: compressed-tensors (P.weight_scale) or deepseek (P.weight_scale_inv)")
+		format := fs.String("scale-format", "", "how FP8 scales are stored, `F`: compressed-tensors (P.weight_scale; the default) or deepseek (P.weight_scale_inv; the default for a DeepSeek FP8 source)")
+		ckptOnly := fs.Bool("allow-ckpt-only-quant", false, "write FP8 weights with scales into components whose library cannot load them (diffusers models): for ckpt and vLLM; diffusers will not load it")
 		saturate := fs.Bool("saturate", false, "narrowing casts clamp to ±max instead of overflowing to Inf/NaN")
 		fs.Var(&shardSize, "max-shard-size", "largest output shard `SIZE` (5GB, 2GiB, bytes); default 5GB")
 		failOverflow := fs.Bool("fail-on-overflow", false, "fail, committing nothing, when a value overflows its target or becomes NaN or Inf")
@@ -110,7 +133,7 @@ Examples:
 		opts := convert.Options{
 			Policy: ckpt.Policy{Default: dtype.t, Rules: rules}, Variant: *variant, SourceVariant: *srcVariant,
 			Saturate: *saturate, FailOnOverflow: *failOverflow, Verify: *verify,
-			Workers: *workers, FollowSymlinks: *follow, Overwrite: *overwrite,
+			Workers: *workers, FollowSymlinks: *follow, Overwrite: *overwrite, AllowCkptOnlyQuant: *ckptOnly,
 		}
 		if len(components) > 0 {
 			opts.Policy.Components = map[string]ckpt.Target{}

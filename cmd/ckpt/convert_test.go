@@ -61,11 +61,20 @@ func TestConvertCommand(t *testing.T) {
 		t.Errorf("the output has %d tensors, want 8", checked)
 	}
 
-	// FP8 with block scales as JSON; the bias rule keeps its F32.
+	// FP8 with block scales as JSON: the transformer is a diffusers
+	// model, which diffusers would not load with compressed-tensors
+	// scales: refused, unless written for ckpt on purpose.
 	dst2 := filepath.Join(t.TempDir(), "fp8")
-	stdout, stderr, code = runCLI(t, "convert", root, dst2, "--dtype", "F8_E4M3", "--fp8-scale", "block:16", "--json", "--max-shard-size", "1KB")
+	_, stderr, code = runCLI(t, "convert", root, dst2, "--dtype", "F8_E4M3", "--fp8-scale", "block:16")
+	if code != 1 || !strings.Contains(stderr, `unreadable: component "transformer"`) || !strings.Contains(stderr, "--allow-ckpt-only-quant") {
+		t.Errorf("fp8 diffusers transformer: exit %d: %s", code, stderr)
+	}
+	stdout, stderr, code = runCLI(t, "convert", root, dst2, "--dtype", "F8_E4M3", "--fp8-scale", "block:16", "--json", "--max-shard-size", "1KB", "--allow-ckpt-only-quant")
 	if code != 0 {
 		t.Fatalf("fp8: exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stdout, "diffusers will not load it") {
+		t.Errorf("fp8: no warning that diffusers will not load the transformer:\n%s", stdout)
 	}
 	var rep struct {
 		Components []struct {
