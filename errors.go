@@ -1,6 +1,7 @@
 package ckpt
 
 import (
+	"io/fs"
 	"strconv"
 
 	"github.com/ckpt-go/ckpt/internal/errkind"
@@ -99,9 +100,14 @@ func (e *Error) Error() string {
 }
 
 // Is reports whether target is e's kind.
+//
+// Conditions that several packages share are one value each: an ErrClosed
+// error also matches fs.ErrClosed.
 func (e *Error) Is(target error) bool {
-	k, ok := target.(ErrorKind)
-	return ok && k == e.Kind
+	if k, ok := target.(ErrorKind); ok {
+		return k == e.Kind
+	}
+	return e.Kind == ErrClosed && target == fs.ErrClosed
 }
 
 // Unwrap returns the underlying error.

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"fmt"
+	"io/fs"
 	"strconv"
 
 	"github.com/ckpt-go/ckpt"
@@ -96,7 +97,9 @@ func (e *Error) Error() string {
 // budget also matches ckpt.ErrBudget, as the loader's refusal for the
 // host's does: one condition, whichever memory did not suffice.
 func (e *Error) Is(target error) bool {
-	if e.Kind == ErrBudget && target == ckpt.ErrBudget {
+	switch {
+	case e.Kind == ErrBudget && target == ckpt.ErrBudget,
+		e.Kind == ErrClosed && target == fs.ErrClosed:
 		return true
 	}
 	k, ok := target.(ErrorKind)

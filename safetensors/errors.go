@@ -2,6 +2,7 @@ package safetensors
 
 import (
 	"cmp"
+	"io/fs"
 	"strconv"
 	"strings"
 
@@ -151,9 +152,14 @@ func (e *Error) Error() string {
 }
 
 // Is reports whether target is e's Kind.
+//
+// Conditions that several packages share are one value each: an ErrClosed
+// error also matches fs.ErrClosed.
 func (e *Error) Is(target error) bool {
-	k, ok := target.(ErrorKind)
-	return ok && k == e.Kind
+	if k, ok := target.(ErrorKind); ok {
+		return k == e.Kind
+	}
+	return e.Kind == ErrClosed && target == fs.ErrClosed
 }
 
 // Unwrap returns the underlying error, if any.

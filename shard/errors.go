@@ -1,7 +1,7 @@
 package shard
 
 import (
-	"errors"
+	"io/fs"
 
 	"github.com/ckpt-go/ckpt/internal/errkind"
 	"github.com/ckpt-go/ckpt/safetensors"
@@ -132,14 +132,20 @@ func (e *Error) Error() string {
 		Add(e.Msg).Err(e.Err).String()
 }
 
-// Is reports whether target is e's kind (or, for ErrTensorNotFound,
-// safetensors.ErrTensorNotFound).
+// Is reports whether target is e's kind. Conditions that several packages
+// share are one value each: ErrTensorNotFound and ErrNotRegular errors also
+// match safetensors' kinds of those names, ErrClosed ones fs.ErrClosed.
 func (e *Error) Is(target error) bool {
 	if k, ok := target.(ErrorKind); ok {
 		return k == e.Kind
 	}
-	if e.Kind == ErrTensorNotFound {
-		return errors.Is(safetensors.ErrTensorNotFound, target)
+	switch e.Kind {
+	case ErrTensorNotFound:
+		return target == safetensors.ErrTensorNotFound
+	case ErrNotRegular:
+		return target == safetensors.ErrNotRegular
+	case ErrClosed:
+		return target == fs.ErrClosed
 	}
 	return false
 }

@@ -2,6 +2,8 @@ package torch
 
 import (
 	"cmp"
+	"github.com/ckpt-go/ckpt/safetensors"
+	"io/fs"
 	"strings"
 
 	"github.com/ckpt-go/ckpt/internal/errkind"
@@ -148,9 +150,21 @@ func (e *Error) Error() string {
 }
 
 // Is reports whether target is e's kind.
+//
+// Conditions that several packages share are one value each: an ErrClosed
+// error also matches fs.ErrClosed, an ErrTensorNotFound one
+// safetensors.ErrTensorNotFound.
 func (e *Error) Is(target error) bool {
-	k, ok := target.(ErrorKind)
-	return ok && k == e.Kind
+	if k, ok := target.(ErrorKind); ok {
+		return k == e.Kind
+	}
+	switch e.Kind {
+	case ErrClosed:
+		return target == fs.ErrClosed
+	case ErrTensorNotFound:
+		return target == safetensors.ErrTensorNotFound
+	}
+	return false
 }
 
 // Unwrap returns the underlying error.

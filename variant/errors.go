@@ -2,6 +2,7 @@ package variant
 
 import (
 	"github.com/ckpt-go/ckpt/internal/errkind"
+	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
 )
 
@@ -135,9 +136,23 @@ func (e *Error) Error() string {
 }
 
 // Is reports whether target is e's kind.
+//
+// Conditions that several packages share are one value each: ErrInsecurePath
+// and ErrMissingShard errors also match shard's, and ErrNotRegular ones
+// safetensors.ErrNotRegular, whichever package found them.
 func (e *Error) Is(target error) bool {
-	k, ok := target.(ErrorKind)
-	return ok && k == e.Kind
+	if k, ok := target.(ErrorKind); ok {
+		return k == e.Kind
+	}
+	switch e.Kind {
+	case ErrInsecurePath:
+		return target == shard.ErrInsecurePath
+	case ErrMissingShard:
+		return target == shard.ErrMissingShard
+	case ErrNotRegular:
+		return target == safetensors.ErrNotRegular
+	}
+	return false
 }
 
 // Unwrap returns the underlying error.

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"io/fs"
 	"strconv"
 	"strings"
 
@@ -103,9 +104,14 @@ func (e *Error) Error() string {
 }
 
 // Is reports whether target is e's kind.
+//
+// An ErrClosed error also matches fs.ErrClosed, the condition every
+// package's closed errors share.
 func (e *Error) Is(target error) bool {
-	k, ok := target.(ErrorKind)
-	return ok && k == e.Kind
+	if k, ok := target.(ErrorKind); ok {
+		return k == e.Kind
+	}
+	return e.Kind == ErrClosed && target == fs.ErrClosed
 }
 
 // Unwrap returns the underlying error.
