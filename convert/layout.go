@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -82,6 +83,35 @@ func isWeightsFile(name string) (bool, string) {
 		return true, "a lock or temporary file of an earlier save"
 	}
 	return false, ""
+}
+
+// convertedFiles returns the paths, relative to the source folder, of the
+// weights files (and indexes) of the sets that Run converts: the files of
+// the source folder that are written anew rather than copied or left out.
+func (r *runner) convertedFiles() map[string]bool {
+	out := map[string]bool{}
+	for _, c := range r.comps {
+		rel, err := r.srcRel(c.srcDir)
+		if err != nil {
+			continue
+		}
+		shards, index := c.store.files()
+		if index != "" {
+			shards = append(shards, index)
+		}
+		for _, f := range shards {
+			out[filepath.Join(filepath.FromSlash(rel), path.Base(filepath.ToSlash(f)))] = true
+		}
+	}
+	return out
+}
+
+// leftOut returns the files of skipped that Run does not convert either:
+// the weights files of the sets it converts are written anew, not left
+// out.
+func (r *runner) leftOut(skipped []SkippedFile) []SkippedFile {
+	converted := r.convertedFiles()
+	return slices.DeleteFunc(skipped, func(s SkippedFile) bool { return converted[s.Path] })
 }
 
 // copyFile is a non-weight file of a source folder to copy: real is the

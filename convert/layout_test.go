@@ -196,6 +196,9 @@ func TestRunPipeline(t *testing.T) {
 			t.Errorf("%s: %v", f, err)
 		}
 	}
+	if len(rep.Skipped) != 0 {
+		t.Errorf("skipped %v: every component's weights were converted", rep.Skipped)
+	}
 	m, err := ckpt.Open(dst)
 	if err != nil {
 		t.Fatal(err)

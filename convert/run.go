@@ -121,7 +121,7 @@ type runner struct {
 // named as the source names them (the prefix, sharded when MaxShardSize
 // says so), every other regular file copied (configs, tokenizers,
 // schedulers; weights of other formats and variants are left out and
-// listed in Report.Skipped), config.json rewritten when the quantization
+// listed in Report.Skipped, the weights converted are not), config.json rewritten when the quantization
 // changes. With Options.Variant set, the weights are named as that
 // precision variant; when dst is the source folder itself, they are
 // written beside the source's (model.bf16.safetensors,
@@ -445,14 +445,14 @@ func (r *runner) plan(srcs []srcComponent) ([]copyFile, error) {
 	}
 	if r.srcFS != nil {
 		copies, skipped, err := scanSourceCopies(r.srcFS, r.srcRoot, r.src, skip)
-		r.rep.Skipped = skipped
+		r.rep.Skipped = r.leftOut(skipped)
 		return copies, err
 	}
 	copies, skipped, err := scanCopies(r.src, r.opts.FollowSymlinks, skip)
 	if err != nil {
 		return nil, err
 	}
-	r.rep.Skipped = skipped
+	r.rep.Skipped = r.leftOut(skipped)
 	return copies, nil
 }
 

@@ -36,6 +36,9 @@ type storedEntry struct {
 type srcStore interface {
 	// entries lists the stored tensors in the order of the files.
 	entries() []storedEntry
+	// files returns the paths of the weights files the tensors are read
+	// from, sorted, and of the index that lists them ("" for none).
+	files() (shards []string, index string)
 	tensor(name string) (srcTensor, error)
 	metadata() map[string]string
 }
@@ -75,6 +78,14 @@ func (s shardStore) entries() []storedEntry {
 		out[i] = l.e
 	}
 	return out
+}
+
+func (s shardStore) files() ([]string, string) {
+	index := ""
+	if ix := s.ck.Index(); ix != nil {
+		index = ix.Path
+	}
+	return s.ck.Files(), index
 }
 
 func (s shardStore) tensor(name string) (srcTensor, error) { return s.ck.Tensor(name) }
