@@ -47,6 +47,9 @@ func TestRunSkippedOnlyOtherWeights(t *testing.T) {
 	if got := skippedPaths(rep); !slices.Equal(got, want) {
 		t.Errorf("fp16: skipped %v, want %v", got, want)
 	}
+	if got := rep.Components[0].Files; !slices.Equal(got, []string{"model.fp16-00001-of-00002.safetensors", "model.fp16-00002-of-00002.safetensors"}) {
+		t.Errorf("fp16: wrote %v", got)
+	}
 
 	// A single file, in a folder or alone: one file, nothing skipped.
 	single := ckpttest.Dir(t, ckpttest.Weights{Tensors: llama(rng, dtype.F32)})

@@ -134,9 +134,10 @@ type torchStore struct {
 }
 
 func (s *torchStore) entries() []storedEntry {
+	files, _ := s.files()
 	var out []storedEntry
 	for name, t := range s.ck.Tensors() {
-		out = append(out, storedEntry{name: name, dtype: t.DType(), shape: t.Shape()})
+		out = append(out, storedEntry{name: name, dtype: t.DType(), shape: t.Shape(), file: slices.Index(files, t.File())})
 	}
 	return out
 }
