@@ -250,7 +250,11 @@ func (r *Report) String() string {
 		if n := len(r.Skipped) - len(names); n > 0 {
 			names = append(names, fmt.Sprintf("%d more", n))
 		}
-		fmt.Fprintf(&b, "left out %d files not converted or copied: %s (the JSON report says why)\n", len(r.Skipped), strings.Join(names, ", "))
+		files := "files"
+		if len(r.Skipped) == 1 {
+			files = "file"
+		}
+		fmt.Fprintf(&b, "left out %d %s not converted or copied: %s (the JSON report says why)\n", len(r.Skipped), files, strings.Join(names, ", "))
 	}
 	if len(r.Dropped) > 0 {
 		fmt.Fprintf(&b, "dropped %d scale or marker tensors of weights no longer quantized\n", len(r.Dropped))
