@@ -7,10 +7,11 @@
 // Run converts anything ckpt.Open accepts — a safetensors file, a shard
 // index, a component folder, a diffusers pipeline — into a file, a folder
 // with the same layout (component subfolders, configs, tokenizers and
-// other regular files copied, weights named as the source names them and
-// sharded by Options.MaxShardSize), or precision-variant files beside the
-// source (model.bf16.safetensors, X.V-0000k-of-0000n.safetensors with
-// X.safetensors.index.V.json) that variant resolution then picks up.
+// other regular files copied, weights named and sharded as the source
+// names and shards them, or re-sharded by Options.MaxShardSize), or
+// precision-variant files beside the source (model.bf16.safetensors,
+// X.V-0000k-of-0000n.safetensors with X.safetensors.index.V.json) that
+// variant resolution then picks up.
 //
 // The dtype policy is the loader's (Options.Policy, a ckpt.Policy: a
 // default, per-component targets, per-tensor rules; ckpt.ParseRule),

@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"github.com/ckpt-go/ckpt/internal/atomicfile"
 	"github.com/ckpt-go/ckpt/internal/pathutil"
 	"github.com/ckpt-go/ckpt/internal/safeopen"
+	"github.com/ckpt-go/ckpt/quant"
 	"github.com/ckpt-go/ckpt/shard"
 )
 
@@ -82,6 +84,73 @@ func isWeightsFile(name string) (bool, string) {
 		return true, "a lock or temporary file of an earlier save"
 	}
 	return false, ""
+}
+
+// sourceShards places each output tensor of c in the shard of the source
+// file its data is read from (that file's number among the source's
+// weights files, srcStore.files), so that the output keeps the source's
+// sharding: a weight's new FP8 scale goes with its weight, and a tensor
+// read from no stored tensor of that name goes with the tensor before it.
+// Package shard numbers the output's shards in the order of these numbers
+// and makes none for a number no tensor has (a source file that held only
+// scales of weights that were dequantized), so n source files convert to
+// n output files unless one ends up empty.
+func sourceShards(c *component) map[string]int {
+	fileOf := map[string]int{}
+	for _, e := range c.store.entries() {
+		fileOf[e.name] = e.file
+	}
+	byQuant := map[*quant.FP8Quantizer]int{} // a quantized weight's shard, for its scale
+	out := make(map[string]int, len(c.tasks))
+	prev := 0
+	for _, t := range c.tasks {
+		name := t.spec.Name
+		if t.w != nil {
+			name = t.w.Data.Name // a dequantized or requantized weight's data
+		}
+		f, ok := fileOf[name]
+		if t.kind == kScale {
+			// Its name may be a stored scale's, which the new one replaces.
+			f, ok = byQuant[t.q]
+		}
+		if !ok {
+			f = prev
+		}
+		if t.q != nil && t.kind != kScale {
+			byQuant[t.q] = f
+		}
+		out[t.spec.Name], prev = f, f
+	}
+	return out
+}
+
+// convertedFiles returns the paths, relative to the source folder, of the
+// weights files (and indexes) of the sets that Run converts: the files of
+// the source folder that are written anew rather than copied or left out.
+func (r *runner) convertedFiles() map[string]bool {
+	out := map[string]bool{}
+	for _, c := range r.comps {
+		rel, err := r.srcRel(c.srcDir)
+		if err != nil {
+			continue
+		}
+		shards, index := c.store.files()
+		if index != "" {
+			shards = append(shards, index)
+		}
+		for _, f := range shards {
+			out[filepath.Join(filepath.FromSlash(rel), path.Base(filepath.ToSlash(f)))] = true
+		}
+	}
+	return out
+}
+
+// leftOut returns the files of skipped that Run does not convert either:
+// the weights files of the sets it converts are written anew, not left
+// out.
+func (r *runner) leftOut(skipped []SkippedFile) []SkippedFile {
+	converted := r.convertedFiles()
+	return slices.DeleteFunc(skipped, func(s SkippedFile) bool { return converted[s.Path] })
 }
 
 // copyFile is a non-weight file of a source folder to copy: real is the

@@ -117,12 +117,19 @@ func TestRunFolderLayout(t *testing.T) {
 	if f1 != f2 || ck.Metadata()["origin"] != "test" {
 		t.Errorf("weight in %s, scale in %s; metadata %v", f1, f2, ck.Metadata())
 	}
-	// Converting again replaces the set atomically (four shards by one
-	// file): nothing of the old set, no temporary file left.
+	// Converting again replaces the set atomically (the shards packed by
+	// size by the source's three): nothing of the old set, no temporary
+	// file left.
+	if shards == 3 {
+		t.Fatalf("MaxShardSize made %d shards, as many as the source has", shards)
+	}
 	run(t, src, dst, Options{Policy: ckpt.Policy{Default: target(t, "bf16")}})
 	files = testutil.Entries(t, dst)
-	if slices.Contains(files, "model.safetensors.index.json") || !slices.Contains(files, "model.safetensors") || len(files) != 5 {
-		t.Errorf("after reconverting: %v", files)
+	want = []string{"README.md", "config.json", "generation_config.json",
+		"model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors",
+		"model.safetensors.index.json", "tokenizer"}
+	if !slices.Equal(files, want) {
+		t.Errorf("after reconverting: %v, want %v", files, want)
 	}
 	b, _ = os.ReadFile(filepath.Join(dst, "config.json"))
 	if strings.Contains(string(b), "quantization_config") || !strings.Contains(string(b), `"torch_dtype": "bfloat16"`) {
@@ -139,7 +146,8 @@ func TestRunVariantBeside(t *testing.T) {
 	run(t, src, src, Options{Policy: ckpt.Policy{Default: target(t, "bf16")}, Variant: "bf16"})
 	run(t, src, src, Options{Policy: ckpt.Policy{Default: target(t, "F8_E4M3")}, Variant: "fp8", MaxShardSize: 10000, Scale: Scale{Granularity: 3, Block: 16}})
 	files := testutil.Entries(t, src)
-	for _, f := range []string{"diffusion_pytorch_model.bf16.safetensors", "diffusion_pytorch_model.fp8-00001-of-00004.safetensors",
+	for _, f := range []string{"diffusion_pytorch_model.bf16-00001-of-00002.safetensors", "diffusion_pytorch_model.bf16-00002-of-00002.safetensors",
+		"diffusion_pytorch_model.safetensors.index.bf16.json", "diffusion_pytorch_model.fp8-00001-of-00004.safetensors",
 		"diffusion_pytorch_model.safetensors.index.fp8.json", "diffusion_pytorch_model.safetensors.index.json"} {
 		if !slices.Contains(files, f) {
 			t.Errorf("no %s in %v", f, files)
@@ -191,10 +199,14 @@ func TestRunPipeline(t *testing.T) {
 	rep := run(t, src, dst, Options{Policy: ckpt.Policy{Default: target(t, "bf16"), Components: map[string]ckpt.Target{"transformer": target(t, "F8_E4M3")},
 		Rules: []ckpt.Rule{mustRule(t, "text_encoder/**.bias=F32")}}, AllowCkptOnlyQuant: true}) // the transformer is diffusers': FP8 for ckpt
 	for _, f := range []string{"model_index.json", "scheduler/scheduler_config.json", "text_encoder/config.json", "text_encoder/model.safetensors",
-		"transformer/config.json", "transformer/diffusion_pytorch_model.safetensors"} {
+		"transformer/config.json", "transformer/diffusion_pytorch_model.safetensors.index.json",
+		"transformer/diffusion_pytorch_model-00001-of-00002.safetensors", "transformer/diffusion_pytorch_model-00002-of-00002.safetensors"} {
 		if _, err := os.Stat(filepath.Join(dst, f)); err != nil {
 			t.Errorf("%s: %v", f, err)
 		}
+	}
+	if len(rep.Skipped) != 0 {
+		t.Errorf("skipped %v: every component's weights were converted", rep.Skipped)
 	}
 	m, err := ckpt.Open(dst)
 	if err != nil {

@@ -76,9 +76,20 @@ type Options struct {
 	// Saturate, to ±max) or becomes NaN or Inf: the FP16-activation trap.
 	FailOnOverflow bool
 
-	// MaxShardSize is the largest output shard in bytes of tensor data
-	// (shard.DefaultMaxShardSize, 5 GB, when 0); a larger set is sharded
-	// with an index.
+	// MaxShardSize, when set, re-shards the output by size: shards of at
+	// most this many bytes of tensor data (a larger tensor gets one of its
+	// own), PREFIX[.V]-0000k-of-0000n.safetensors with an index when there
+	// are several, one file when it all fits. 0 keeps the source's
+	// sharding: as many files as the source's set has, each output tensor
+	// in the file its source tensor is in (a new FP8 scale in its
+	// weight's), named PREFIX[.V]-0000k-of-0000n.safetensors with the index
+	// rewritten (its total_size and weight_map), or one file for a
+	// single-file source; the files' sizes change with the dtypes. A source
+	// file left with no tensor (one that held only the scales of weights
+	// that are dequantized) makes no output file. A PyTorch source keeps
+	// its number of files the same way. A file destination whose name no
+	// set can have is one file either way, of at most MaxShardSize
+	// (shard.DefaultMaxShardSize, 5 GB, when 0).
 	MaxShardSize int64
 	// Verify reads the output back after the commit and checks it tensor
 	// by tensor (see Report.Verified).

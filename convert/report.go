@@ -26,7 +26,9 @@ type Report struct {
 	Tensors []TensorReport `json:"tensors"`
 	// Copied lists the non-weight files copied (configs, tokenizers, ...),
 	// relative to Dest; Skipped the files of the source folder that were
-	// not, with the reason (other weights formats, other variants).
+	// neither converted nor copied, with the reason (weights of other
+	// formats or variants, a quantization config that no longer applies).
+	// The weights files Run converted are in neither.
 	Copied  []string      `json:"copied,omitempty"`
 	Skipped []SkippedFile `json:"skipped,omitempty"`
 	// Dropped lists stored tensors of the source that the output does not
@@ -242,7 +244,18 @@ func (r *Report) String() string {
 		fmt.Fprintf(&b, "copied %d other files\n", len(r.Copied))
 	}
 	if len(r.Skipped) > 0 {
-		fmt.Fprintf(&b, "left out %d files (weights of other variants or formats; see the JSON report)\n", len(r.Skipped))
+		var names []string
+		for _, s := range r.Skipped[:min(len(r.Skipped), 3)] {
+			names = append(names, s.Path)
+		}
+		if n := len(r.Skipped) - len(names); n > 0 {
+			names = append(names, fmt.Sprintf("%d more", n))
+		}
+		files := "files"
+		if len(r.Skipped) == 1 {
+			files = "file"
+		}
+		fmt.Fprintf(&b, "left out %d %s not converted or copied: %s (the JSON report says why)\n", len(r.Skipped), files, strings.Join(names, ", "))
 	}
 	if len(r.Dropped) > 0 {
 		fmt.Fprintf(&b, "dropped %d scale or marker tensors of weights no longer quantized\n", len(r.Dropped))

@@ -61,6 +61,7 @@ type component struct {
 	variant string
 	single  string // an output file whose name no set can have, written alone
 	tasks   []*task
+	shardOf map[string]int // each output tensor's shard, for the source's sharding (sourceShards); nil to pack by size
 	byName  map[string]*task
 	meta    map[string]string
 	qconfig json.RawMessage // the quantization config written (new or kept)
@@ -117,16 +118,19 @@ type runner struct {
 // each tensor is read whole before its pieces are converted, tied names are
 // written once and recorded under torch.AliasesKey, and the output is named
 // model.safetensors (diffusion_pytorch_model.safetensors, X.safetensors
-// for X.pt). A file converts to a file: dst is the output file
-// (a name such as "model.safetensors" or "model.bf16.safetensors" is a set
-// that Options.MaxShardSize may shard, any other name a single file), or a
+// for X.pt; model-0000k-of-0000n.safetensors for the shards of
+// pytorch_model-0000k-of-0000n.bin). A file converts to a file: dst is the
+// output file (a name such as "model.safetensors" or
+// "model.bf16.safetensors" is a set, any other name a single file), or a
 // folder that receives the source's file name. A folder or pipeline
 // converts to a folder with the same layout: each component's weights
-// named as the source names them (the prefix, sharded when MaxShardSize
-// says so), every other regular file copied (configs, tokenizers,
-// schedulers; weights of other formats and variants are left out and
-// listed in Report.Skipped), config.json rewritten when the quantization
-// changes. With Options.Variant set, the weights are named as that
+// named as the source names them (its prefix) and sharded as the source
+// is (the same number of shards, each tensor in the shard of its source
+// tensor, the index rewritten; Options.MaxShardSize re-shards by size),
+// every other regular file copied (configs, tokenizers, schedulers;
+// weights of other formats and variants are left out and listed in
+// Report.Skipped, the weights converted are not), config.json rewritten
+// when the quantization changes. With Options.Variant set, the weights are named as that
 // precision variant; when dst is the source folder itself, they are
 // written beside the source's (model.bf16.safetensors,
 // X.V-0000k-of-0000n.safetensors with X.safetensors.index.V.json), config
@@ -437,6 +441,9 @@ func (r *runner) plan(srcs []srcComponent) ([]copyFile, error) {
 		if err := r.buildTasks(c); err != nil {
 			return nil, err
 		}
+		if r.opts.MaxShardSize == 0 {
+			c.shardOf = sourceShards(c)
+		}
 		if beside {
 			if err := r.besideConfig(c); err != nil {
 				return nil, err
@@ -474,14 +481,14 @@ func (r *runner) plan(srcs []srcComponent) ([]copyFile, error) {
 	}
 	if r.srcFS != nil {
 		copies, skipped, err := scanSourceCopies(r.srcFS, r.srcRoot, r.src, skip)
-		r.rep.Skipped = skipped
+		r.rep.Skipped = r.leftOut(skipped)
 		return copies, err
 	}
 	copies, skipped, err := scanCopies(r.src, r.opts.FollowSymlinks, skip)
 	if err != nil {
 		return nil, err
 	}
-	r.rep.Skipped = skipped
+	r.rep.Skipped = r.leftOut(skipped)
 	return copies, nil
 }
 
@@ -637,7 +644,9 @@ func (r *runner) writeComponent(c *component) error {
 		cr.Dir, cr.Files = filepath.Dir(c.single), []string{filepath.Base(c.single)}
 	} else {
 		wopts := []shard.WriteOption{shard.WithOrder(start)}
-		if r.opts.MaxShardSize > 0 {
+		if c.shardOf != nil {
+			wopts = append(wopts, shard.WithShards(func(name string) int { return c.shardOf[name] }))
+		} else if r.opts.MaxShardSize > 0 {
 			wopts = append(wopts, shard.WithMaxShardSize(r.opts.MaxShardSize))
 		}
 		res, err := shard.WriteStream(r.ctx, c.outDir, c.prefix, c.variant, specs, write, c.meta, wopts...)

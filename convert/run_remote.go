@@ -107,6 +107,9 @@ func (r *runner) writeRemote(c *component, cr *ComponentReport, specs []safetens
 	maxShard := maxShardOr(r.opts.MaxShardSize)
 	set := &sinkSet{sink: r.sink, dir: c.outDir, prefix: c.prefix, variant: c.variant, specs: specs, write: write,
 		metadata: c.meta, maxShard: maxShard, overwrite: r.opts.Overwrite, order: start}
+	if c.shardOf != nil {
+		set.shardOf = func(name string) int { return c.shardOf[name] }
+	}
 	if c.single != "" {
 		where := r.sink.Location(path.Join(c.outDir, c.single))
 		if total > maxShard {

@@ -42,6 +42,7 @@ type sinkSet struct {
 	write           func(safetensors.TensorSpec, io.Writer) error
 	metadata        map[string]string
 	maxShard        int64
+	shardOf         func(name string) int // each tensor's shard (shard.WithShards); nil packs by maxShard
 	overwrite       bool
 	order           func([]safetensors.TensorSpec)
 }
@@ -126,7 +127,15 @@ func writeSinkSet(ctx context.Context, s *sinkSet) (*sinkSetResult, error) {
 		}
 		sizes[i], total = n, total+n
 	}
-	gspecs := setwrite.Split(s.specs, setwrite.Pack(sizes, s.maxShard))
+	groups := setwrite.Pack(sizes, s.maxShard)
+	if s.shardOf != nil {
+		shardOf := make([]int, len(s.specs))
+		for i, sp := range s.specs {
+			shardOf[i] = s.shardOf(sp.Name)
+		}
+		groups = setwrite.Assign(shardOf)
+	}
+	gspecs := setwrite.Split(s.specs, groups)
 	n := len(gspecs)
 	token := ""
 	if n > 1 && len(prev) > 0 {

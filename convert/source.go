@@ -30,12 +30,17 @@ type storedEntry struct {
 	name  string
 	dtype dtype.DType
 	shape []int64
+	file  int // the number of the file that holds it, in srcStore.files' order
 }
 
 // srcStore is the stored tensors of one component of a source.
 type srcStore interface {
 	// entries lists the stored tensors in the order of the files.
 	entries() []storedEntry
+	// files returns the paths of the weights files the tensors are read
+	// from, sorted (storedEntry.file numbers them), and of the index that
+	// lists them ("" for none).
+	files() (shards []string, index string)
 	tensor(name string) (srcTensor, error)
 	metadata() map[string]string
 }
@@ -52,7 +57,6 @@ func (s shardStore) entries() []storedEntry {
 	}
 	type loc struct {
 		e     storedEntry
-		file  int
 		begin int64
 	}
 	var ls []loc
@@ -65,16 +69,24 @@ func (s shardStore) entries() []storedEntry {
 		if !ok {
 			fi = fileIdx[filepath.Base(f)]
 		}
-		ls = append(ls, loc{storedEntry{n, info.DType, info.Shape}, fi, info.Begin})
+		ls = append(ls, loc{storedEntry{n, info.DType, info.Shape, fi}, info.Begin})
 	}
 	slices.SortFunc(ls, func(a, b loc) int {
-		return cmp.Or(cmp.Compare(a.file, b.file), cmp.Compare(a.begin, b.begin), strings.Compare(a.e.name, b.e.name))
+		return cmp.Or(cmp.Compare(a.e.file, b.e.file), cmp.Compare(a.begin, b.begin), strings.Compare(a.e.name, b.e.name))
 	})
 	out := make([]storedEntry, len(ls))
 	for i, l := range ls {
 		out[i] = l.e
 	}
 	return out
+}
+
+func (s shardStore) files() ([]string, string) {
+	index := ""
+	if ix := s.ck.Index(); ix != nil {
+		index = ix.Path
+	}
+	return s.ck.Files(), index
 }
 
 func (s shardStore) tensor(name string) (srcTensor, error) { return s.ck.Tensor(name) }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -133,11 +134,30 @@ type torchStore struct {
 }
 
 func (s *torchStore) entries() []storedEntry {
+	files, _ := s.files()
 	var out []storedEntry
 	for name, t := range s.ck.Tensors() {
-		out = append(out, storedEntry{name: name, dtype: t.DType(), shape: t.Shape()})
+		out = append(out, storedEntry{name: name, dtype: t.DType(), shape: t.Shape(), file: slices.Index(files, t.File())})
 	}
 	return out
+}
+
+// files returns the archives that hold the tensors, sorted (the shards of
+// an index by their names, pytorch_model-0000k-of-0000n.bin), and the
+// index the checkpoint was opened with.
+func (s *torchStore) files() ([]string, string) {
+	var files []string
+	for _, t := range s.ck.Tensors() {
+		if !slices.Contains(files, t.File()) {
+			files = append(files, t.File())
+		}
+	}
+	slices.Sort(files)
+	index := ""
+	if strings.HasSuffix(s.ck.Path(), ".json") {
+		index = s.ck.Path()
+	}
+	return files, index
 }
 
 func (s *torchStore) tensor(name string) (srcTensor, error) {

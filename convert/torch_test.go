@@ -2,6 +2,7 @@ package convert
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/internal/testutil"
 	"github.com/ckpt-go/ckpt/safetensors"
+	"github.com/ckpt-go/ckpt/shard"
 	"github.com/ckpt-go/ckpt/torch"
 )
 
@@ -21,19 +23,23 @@ import (
 // tied names are recorded as aliases of a kept tensor with their bytes.
 func TestRunTorchFixtures(t *testing.T) {
 	dir := testutil.Fixtures(t, "torch", "cases.json")
-	for _, c := range []struct{ src, expected string }{
-		{"mlp_f32.bin", "mlp_f32.expected.safetensors"},
-		{"tied_bf16.pt", "tied_bf16.expected.safetensors"},
-		{"dtypes.pt", "dtypes.expected.safetensors"},
-		{"train_state.pt", "train_state.expected.safetensors"},
-		{"sharded/pytorch_model.bin.index.json", "sharded.expected.safetensors"},
+	for _, c := range []struct {
+		src, expected string
+		files         int // a sharded checkpoint keeps its shards
+	}{
+		{"mlp_f32.bin", "mlp_f32.expected.safetensors", 1},
+		{"tied_bf16.pt", "tied_bf16.expected.safetensors", 1},
+		{"dtypes.pt", "dtypes.expected.safetensors", 1},
+		{"train_state.pt", "train_state.expected.safetensors", 1},
+		{"sharded/pytorch_model.bin.index.json", "sharded.expected.safetensors", 2},
 	} {
 		out := t.TempDir() + string(filepath.Separator)
 		rep := run(t, filepath.Join(dir, c.src), out, Options{Verify: true})
-		if len(rep.Components) != 1 || len(rep.Components[0].Files) != 1 {
-			t.Fatalf("%s: wrote %+v", c.src, rep.Components)
+		if len(rep.Components) != 1 || len(rep.Components[0].Files) != c.files {
+			t.Fatalf("%s: wrote %+v, want %d files", c.src, rep.Components, c.files)
 		}
-		got, err := safetensors.Open(filepath.Join(out, rep.Components[0].Files[0]))
+		entry := cmp.Or(rep.Components[0].Index, rep.Components[0].Files[0])
+		got, err := shard.Open(filepath.Join(out, entry))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -112,8 +118,8 @@ func TestRunTorchCastAndFolder(t *testing.T) {
 			t.Errorf("%s: not the BF16 of the source", n)
 		}
 	}
-	if rep.Summary.Narrowed == 0 {
-		t.Errorf("summary %+v", rep.Summary)
+	if rep.Summary.Narrowed == 0 || len(rep.Skipped) != 0 {
+		t.Errorf("summary %+v, skipped %v", rep.Summary, rep.Skipped)
 	}
 	if b, _ := os.ReadFile(filepath.Join(dst, "config.json")); string(b) != "{\n  \"torch_dtype\": \"bfloat16\"\n}\n" {
 		t.Errorf("config.json: %q", b)

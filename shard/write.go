@@ -20,6 +20,7 @@ type WriteOption func(*writeConfig)
 
 type writeConfig struct {
 	maxShard  int64
+	shardOf   func(name string) int // WithShards; nil packs by maxShard
 	err       error
 	writeOpts []safetensors.WriteOption
 	order     func([]safetensors.TensorSpec)
@@ -37,6 +38,18 @@ func WithMaxShardSize(n int64) WriteOption {
 		}
 		c.maxShard = n
 	}
+}
+
+// WithShards places each tensor in the shard shardOf gives it instead of
+// packing tensors by size: shardOf(name) is the tensor's shard number. The
+// shards come in increasing order of number, each holding its tensors in
+// the order given; a number no tensor has makes no shard, so the set has
+// as many shards as distinct numbers (one writes PREFIX[.V].safetensors,
+// with no index). A converter keeps a source's sharding with it: each
+// tensor in the shard its source tensor came from. It replaces the
+// packing of WithMaxShardSize, whatever the order of the options.
+func WithShards(shardOf func(name string) int) WriteOption {
+	return func(c *writeConfig) { c.shardOf = shardOf }
 }
 
 // WithWriteOptions passes options to safetensors.NewWriter for every shard.
@@ -84,7 +97,7 @@ func Write(ctx context.Context, dir, prefix, variant string, tensors []safetenso
 // from data only when that tensor is written, so memory stays bounded by the
 // largest tensor. Tensors are packed greedily in the given order into shards
 // of at most the max shard size (WithMaxShardSize); a tensor larger than the
-// limit gets a shard of its own. Shards are named
+// limit gets a shard of its own (WithShards places them instead). Shards are named
 // PREFIX-00001-of-0000N.safetensors (PREFIX.V-00001-of-0000N.safetensors
 // for variant V) and listed in PREFIX.safetensors.index.json
 // (PREFIX.safetensors.index.V.json) with metadata.total_size; a set that
@@ -200,7 +213,16 @@ func writeSet(ctx context.Context, dir, prefix, variant string, specs []safetens
 		return nil, &Error{Kind: ErrInvalidTensor, Path: dir, Msg: "no tensors to write"}
 	}
 
-	groups := setwrite.Split(specs, setwrite.Pack(sizes, cfg.maxShard))
+	var groups [][]safetensors.TensorSpec
+	if cfg.shardOf != nil {
+		shardOf := make([]int, len(specs))
+		for i, s := range specs {
+			shardOf[i] = cfg.shardOf(s.Name)
+		}
+		groups = setwrite.Split(specs, setwrite.Assign(shardOf))
+	} else {
+		groups = setwrite.Split(specs, setwrite.Pack(sizes, cfg.maxShard))
+	}
 	var total int64
 	for _, n := range sizes {
 		total += n

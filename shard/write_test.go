@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -88,6 +89,47 @@ func TestWritePacking(t *testing.T) {
 	}
 	if names := testutil.Entries(t, dir); len(names) != 5 {
 		t.Errorf("folder holds %v", names)
+	}
+}
+
+func TestWriteShards(t *testing.T) {
+	dir := t.TempDir()
+	ts := []safetensors.TensorData{td("a", dtype.F32, 10), td("b", dtype.F32, 10), td("big", dtype.F32, 50), td("c", dtype.F32, 10)}
+	// Shard numbers 0, 2 and 7 with nothing in 1: three shards, each
+	// tensor where it was put, whatever the size limit says.
+	place := map[string]int{"a": 2, "b": 0, "big": 2, "c": 7}
+	res, err := Write(context.Background(), dir, "model", "fp16", ts, nil,
+		WithShards(func(name string) int { return place[name] }), WithMaxShardSize(8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"b": "model.fp16-00001-of-00003.safetensors", "a": "model.fp16-00002-of-00003.safetensors",
+		"big": "model.fp16-00002-of-00003.safetensors", "c": "model.fp16-00003-of-00003.safetensors",
+	}
+	if !maps.Equal(res.WeightMap, want) || res.Index != "model.safetensors.index.fp16.json" || len(res.Files) != 3 {
+		t.Errorf("result %+v, want weight map %v", res, want)
+	}
+	ix, err := ReadIndex(filepath.Join(dir, res.Index))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ix.TotalSize != 320 || !maps.Equal(ix.WeightMap, want) {
+		t.Errorf("index %+v", ix)
+	}
+	c := mustOpen(t, filepath.Join(dir, res.Index))
+	defer c.Close()
+	for _, tt := range c.Tensors() {
+		wantBytes(t, tt)
+	}
+
+	// One shard number: one file, no index.
+	res, err = Write(context.Background(), dir, "one", "", ts, nil, WithShards(func(string) int { return 3 }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Index != "" || !slices.Equal(res.Files, []string{"one.safetensors"}) {
+		t.Errorf("one shard: %+v", res)
 	}
 }
 

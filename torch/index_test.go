@@ -53,6 +53,12 @@ func TestOpenIndex(t *testing.T) {
 	if b, err := tn.Bytes(); err != nil || string(b) != string(f32(5, 6)) {
 		t.Errorf("l0.b: %v %v", b, err)
 	}
+	// Each tensor's file is its shard, an alias's the tensor's it ties to.
+	for name, want := range map[string]string{"l0.w": "pytorch_model-00001-of-00002.bin", "l1.w": "pytorch_model-00002-of-00002.bin", "l1.tied": "pytorch_model-00002-of-00002.bin"} {
+		if tn, _ := c.Tensor(name); filepath.Base(tn.File()) != want {
+			t.Errorf("%s in %s, want %s", name, tn.File(), want)
+		}
+	}
 }
 
 func TestOpenIndexRefusals(t *testing.T) {

@@ -42,6 +42,11 @@ type Tensor struct {
 // ("model.enc.weight").
 func (t *Tensor) Name() string { return t.name }
 
+// File returns the path of the archive that holds the tensor's storage:
+// the checkpoint's file, or for a sharded checkpoint the shard's path (the
+// index's folder joined with the name the index gives it).
+func (t *Tensor) File() string { return t.sf.path }
+
 // DType returns the element type.
 func (t *Tensor) DType() dtype.DType { return t.dt }
 

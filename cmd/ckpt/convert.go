@@ -24,10 +24,13 @@ reads one of its precision variants. SRC may also be a PyTorch checkpoint
 without executing anything of its pickle: a checkpoint that names any other
 global is refused before anything is written. A file converts to a file (DST is the
 output file, or a folder that receives the source's file name); a folder or
-a pipeline converts to a folder with the same layout: weights named as the
-source names them (sharded when --max-shard-size says so), every other
-regular file copied (configs, tokenizers, schedulers), config.json rewritten
-when the quantization changes. --variant V names the output as precision
+a pipeline converts to a folder with the same layout: weights named and
+sharded as the source's (the same number of shards, each tensor in the shard
+its source tensor is in, an FP8 scale with its weight, the index rewritten;
+a PyTorch set's shards become safetensors shards), every other regular file
+copied (configs, tokenizers, schedulers), config.json rewritten when the
+quantization changes. --max-shard-size re-shards by size instead. Weights of
+other variants or formats are left out, and the report lists them. --variant V names the output as precision
 variant V (model.V.safetensors, X.V-0000k-of-0000n.safetensors with
 X.safetensors.index.V.json); with DST the source folder itself, the variant
 files are written beside the source's, for a later --variant V to load.
@@ -116,7 +119,7 @@ Examples:
 		format := fs.String("scale-format", "", "how FP8 scales are stored, `F`: compressed-tensors (P.weight_scale; the default) or deepseek (P.weight_scale_inv; the default for a DeepSeek FP8 source)")
 		ckptOnly := fs.Bool("allow-ckpt-only-quant", false, "write FP8 weights with scales into components whose library cannot load them (diffusers models): for ckpt and vLLM; diffusers will not load it")
 		saturate := fs.Bool("saturate", false, "narrowing casts clamp to ±max instead of overflowing to Inf/NaN")
-		fs.Var(&shardSize, "max-shard-size", "largest output shard `SIZE` (5GB, 2GiB, bytes); default 5GB")
+		fs.Var(&shardSize, "max-shard-size", "re-shard the output by size: largest shard `SIZE` (5GB, 2GiB, bytes); default: the source's sharding")
 		failOverflow := fs.Bool("fail-on-overflow", false, "fail, committing nothing, when a value overflows its target or becomes NaN or Inf")
 		verify := fs.Bool("verify", false, "read the output back and check it tensor by tensor")
 		asJSON := fs.Bool("json", false, "print the report as JSON")

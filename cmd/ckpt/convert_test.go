@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/ckpt-go/ckpt/ckpttest"
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/internal/hostile"
+	"github.com/ckpt-go/ckpt/shard"
 )
 
 func TestConvertCommand(t *testing.T) {
@@ -22,7 +24,9 @@ func TestConvertCommand(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	for _, want := range []string{"transformer: diffusion_pytorch_model.safetensors", "numerics:", "worst tensors:", "verified"} {
+	// The transformer keeps its two shards; its bf16 variant is left out.
+	for _, want := range []string{"transformer: diffusion_pytorch_model-00001-of-00002.safetensors, diffusion_pytorch_model-00002-of-00002.safetensors",
+		"left out 1 file not converted or copied: transformer/diffusion_pytorch_model.bf16.safetensors", "numerics:", "worst tensors:", "verified"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("output lacks %q:\n%s", want, stdout)
 		}
@@ -69,7 +73,7 @@ func TestConvertCommand(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, `unreadable: component "transformer"`) || !strings.Contains(stderr, "--allow-ckpt-only-quant") {
 		t.Errorf("fp8 diffusers transformer: exit %d: %s", code, stderr)
 	}
-	stdout, stderr, code = runCLI(t, "convert", root, dst2, "--dtype", "F8_E4M3", "--fp8-scale", "block:16", "--json", "--max-shard-size", "1KB", "--allow-ckpt-only-quant")
+	stdout, stderr, code = runCLI(t, "convert", root, dst2, "--dtype", "F8_E4M3", "--fp8-scale", "block:16", "--json", "--max-shard-size", "100B", "--allow-ckpt-only-quant")
 	if code != 0 {
 		t.Fatalf("fp8: exit %d: %s", code, stderr)
 	}
@@ -102,9 +106,50 @@ func TestConvertCommand(t *testing.T) {
 		t.Errorf("quantized %v (%d)", quantized, rep.Summary.Quantized)
 	}
 	for _, c := range rep.Components {
-		if c.Name == "transformer" && c.Index == "" {
-			t.Errorf("--max-shard-size 1KB: transformer not sharded: %+v", c)
+		if c.Name == "transformer" && (c.Index == "" || len(c.Files) <= 2) {
+			t.Errorf("--max-shard-size 100B: transformer not re-sharded: %+v", c)
 		}
+	}
+}
+
+// A sharded folder converts to as many shards, each tensor in the shard
+// it came from, and the report lists nothing as left out (issue 19).
+func TestConvertCommandKeepsShards(t *testing.T) {
+	src := t.TempDir()
+	if _, err := ckpttest.WriteWeights(src, ckpttest.Weights{Shards: 3, Tensors: ckpttest.Tensors(t,
+		"a.weight:BF16[64,64] b.weight:BF16[64,64] c.weight:BF16[64,64] d.bias:BF16[64] e.weight:BF16[32,64] f.weight:BF16[64,64]")}); err != nil {
+		t.Fatal(err)
+	}
+	srcIndex, err := shard.ReadIndex(filepath.Join(src, "model.safetensors.index.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "out")
+	stdout, stderr, code := runCLI(t, "convert", src, dst, "--dtype", "F32")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if want := "weights: model-00001-of-00003.safetensors, model-00002-of-00003.safetensors, model-00003-of-00003.safetensors in " + dst + " (index model.safetensors.index.json)"; !strings.Contains(stdout, want) || strings.Contains(stdout, "left out") {
+		t.Errorf("output:\n%s\nwant %q and nothing left out", stdout, want)
+	}
+	ix, err := shard.ReadIndex(filepath.Join(dst, "model.safetensors.index.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(ix.WeightMap, srcIndex.WeightMap) || ix.TotalSize != 2*srcIndex.TotalSize {
+		t.Errorf("index %+v, the source's %+v", ix, srcIndex)
+	}
+
+	stdout, stderr, code = runCLI(t, "convert", src, filepath.Join(t.TempDir(), "json"), "--dtype", "F32", "--json")
+	if code != 0 {
+		t.Fatalf("--json: exit %d: %s", code, stderr)
+	}
+	var rep map[string]any
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if s, ok := rep["skipped"]; ok {
+		t.Errorf("--json: skipped %v", s)
 	}
 }
 

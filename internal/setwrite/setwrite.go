@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/ckpt-go/ckpt/safetensors"
 )
@@ -37,7 +38,32 @@ func Pack(sizes []int64, max int64) [][]int {
 	return append(groups, cur)
 }
 
-// Split returns the specs of each group of Pack.
+// Assign groups tensors by the shard each is placed in: shardOf[i] is
+// tensor i's shard number. The groups come in increasing order of number,
+// each with its tensors in order; a number no tensor has makes no group,
+// so the set has as many shards as distinct numbers. It returns at least
+// one group.
+func Assign(shardOf []int) [][]int {
+	byShard := map[int][]int{}
+	var nums []int
+	for i, s := range shardOf {
+		if _, ok := byShard[s]; !ok {
+			nums = append(nums, s)
+		}
+		byShard[s] = append(byShard[s], i)
+	}
+	slices.Sort(nums)
+	groups := make([][]int, 0, max(len(nums), 1))
+	for _, s := range nums {
+		groups = append(groups, byShard[s])
+	}
+	if len(groups) == 0 {
+		groups = append(groups, nil)
+	}
+	return groups
+}
+
+// Split returns the specs of each group of Pack or Assign.
 func Split(specs []safetensors.TensorSpec, groups [][]int) [][]safetensors.TensorSpec {
 	out := make([][]safetensors.TensorSpec, len(groups))
 	for gi, g := range groups {

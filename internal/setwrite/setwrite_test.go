@@ -23,6 +23,17 @@ func TestPack(t *testing.T) {
 	}
 }
 
+func TestAssign(t *testing.T) {
+	got := Assign([]int{2, 0, 2, 5, 0})
+	want := [][]int{{1, 4}, {0, 2}, {3}}
+	if !slices.EqualFunc(got, want, slices.Equal) {
+		t.Errorf("Assign = %v, want %v", got, want)
+	}
+	if got := Assign(nil); len(got) != 1 || len(got[0]) != 0 {
+		t.Errorf("Assign(nil) = %v", got)
+	}
+}
+
 func TestStream(t *testing.T) {
 	specs := []safetensors.TensorSpec{{Name: "a", DType: dtype.F32, Shape: []int64{2}}}
 	ctx := context.Background()
