@@ -12,6 +12,7 @@ import (
 
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/executor"
+	"github.com/ckpt-go/ckpt/internal/shapes"
 )
 
 // The checks' errors leave executor.Error.Executor empty for the executor
@@ -20,15 +21,9 @@ import (
 // Elements returns the number of elements of shape, refusing negative
 // dimensions and products that overflow int64 (executor.ErrShape).
 func Elements(shape []int64) (int64, error) {
-	n := int64(1)
-	for _, d := range shape {
-		if d < 0 {
-			return 0, &executor.Error{Kind: executor.ErrShape, Msg: fmt.Sprintf("negative dimension in %v", shape)}
-		}
-		if d != 0 && n > math.MaxInt64/d {
-			return 0, &executor.Error{Kind: executor.ErrShape, Msg: fmt.Sprintf("shape %v overflows", shape)}
-		}
-		n *= d
+	n, err := shapes.Elements(shape)
+	if err != nil {
+		return 0, &executor.Error{Kind: executor.ErrShape, Msg: err.Error()}
 	}
 	return n, nil
 }
