@@ -279,6 +279,16 @@ func (f *File) Tensor(name string) (*Tensor, error) {
 	return &f.views[i], nil
 }
 
+// TensorAt returns a view of the i-th tensor of the header, in file
+// (offset) order: the position Header.Index gives, without looking the
+// name up again. It panics when i is out of range, as a slice does.
+func (f *File) TensorAt(i int) (*Tensor, error) {
+	if f.closed.Load() {
+		return nil, f.err(ErrClosed, f.hdr.Tensors[i].Name, "file is closed")
+	}
+	return &f.views[i], nil
+}
+
 // Tensors iterates over the tensors in file (offset) order.
 func (f *File) Tensors() iter.Seq2[string, *Tensor] {
 	return func(yield func(string, *Tensor) bool) {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/ckpt-go/ckpt/dtype"
@@ -178,6 +180,81 @@ func BenchmarkOpenTouch(b *testing.B) {
 				if _, err := c.Tensor(name); err != nil {
 					b.Fatal(err)
 				}
+			}
+			c.Close()
+		}
+	})
+}
+
+// writeBigIndex writes n tiny tensors (F32 [1], "layers.N.w") into one
+// shard of dir and an index listing all of them (keys sorted, indent 2,
+// as transformers writes it). It returns the index's and the shard's paths.
+func writeBigIndex(tb testing.TB, dir string, n int) (index, file string) {
+	tb.Helper()
+	ts := make([]safetensors.TensorData, n)
+	data := make([]byte, 4)
+	for i := range ts {
+		ts[i] = safetensors.TensorData{Name: fmt.Sprintf("layers.%d.w", i), DType: dtype.F32, Shape: []int64{1}, Data: data}
+	}
+	const shard = "model-00001-of-00001.safetensors"
+	file = filepath.Join(dir, shard)
+	if err := safetensors.Save(context.Background(), file, ts, nil); err != nil {
+		tb.Fatal(err)
+	}
+	names := make([]string, n)
+	for i := range ts {
+		names[i] = ts[i].Name
+	}
+	slices.Sort(names)
+	var b strings.Builder
+	fmt.Fprintf(&b, "{\n  \"metadata\": {\n    \"total_size\": %d\n  },\n  \"weight_map\": {", 4*n)
+	for i, name := range names {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "\n    %q: %q", name, shard)
+	}
+	b.WriteString("\n  }\n}\n")
+	index = filepath.Join(dir, "model.safetensors.index.json")
+	if err := os.WriteFile(index, []byte(b.String()), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	return index, file
+}
+
+// BenchmarkBigIndex reads and opens an index of 1,000,000 tiny tensors over
+// one shard (a 56 MiB index; nothing but names and offsets). Baseline in
+// the same run: opening that shard alone with safetensors.Open, a single
+// file with a 1,000,000-tensor header, which Open must read too.
+func BenchmarkBigIndex(b *testing.B) {
+	if testing.Short() {
+		b.Skip("writes a 1,000,000-tensor fixture")
+	}
+	index, file := writeBigIndex(b, b.TempDir(), 1_000_000)
+	b.Run("baseline=safetensors.Open", func(b *testing.B) {
+		for range b.N {
+			f, err := safetensors.Open(file)
+			if err != nil {
+				b.Fatal(err)
+			}
+			f.Close()
+		}
+	})
+	b.Run("ReadIndex", func(b *testing.B) {
+		for range b.N {
+			if _, err := ReadIndex(index); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("Open", func(b *testing.B) {
+		for range b.N {
+			c, err := Open(index)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if c.Len() != 1_000_000 {
+				b.Fatalf("%d tensors", c.Len())
 			}
 			c.Close()
 		}

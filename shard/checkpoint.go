@@ -109,8 +109,8 @@ type Checkpoint struct {
 	path     string
 	index    *Index // nil for a single file
 	shards   []*shardFile
-	single   *safetensors.Header // a single file's header: its index and order serve as byName and names
-	byName   map[string]entry    // for an index
+	single   *safetensors.Header // a single file's header: its index and order serve as lookup and names
+	pos      map[string]int32    // for an index: shard name -> position in shards
 	names    []string            // for an index
 	meta     map[string]string
 	warnings []string
@@ -135,6 +135,7 @@ type shardFile struct {
 	name   string // as the index spells it
 	path   string
 	header *safetensors.Header
+	mapped []bool // for an index: which of header.Tensors the index maps to this shard
 
 	mu sync.Mutex
 	f  *safetensors.File
@@ -193,9 +194,8 @@ func (c *Checkpoint) openIndex() error {
 	c.index = ix
 	c.warnings = append(c.warnings, ix.Warnings...)
 	dir := c.cfg.src.Dir(c.path)
-	shardNames := ix.Shards()
-	pos := make(map[string]int, len(shardNames))
-	for i, name := range shardNames {
+	c.pos = make(map[string]int32, len(ix.shards))
+	for i, name := range ix.shards { // what ix.Shards returns
 		p := c.cfg.src.Join(dir, name)
 		real, err := c.resolveShard(name, p)
 		if err != nil {
@@ -205,16 +205,21 @@ func (c *Checkpoint) openIndex() error {
 		if err != nil {
 			return shardErr(c.path, name, err)
 		}
-		c.shards = append(c.shards, &shardFile{name: name, path: p, header: h})
-		pos[name] = i
+		c.shards = append(c.shards, &shardFile{name: name, path: p, header: h, mapped: make([]bool, len(h.Tensors))})
+		c.pos[name] = int32(i)
 	}
 
-	// Every mapped tensor must be in its shard.
-	c.byName = make(map[string]entry, len(ix.WeightMap))
-	for _, name := range ix.order {
-		sname := ix.WeightMap[name]
-		s := c.shards[pos[sname]]
-		idx, ok := s.header.Index(name)
+	// Every mapped tensor must be in its shard. The index knows each
+	// entry's shard (no lookup by name), and writers list a shard's
+	// tensors in the index's (name) order, so that the tensor after the
+	// previous one found is tried before the shard's name index.
+	next := make([]int, len(c.shards)) // per shard: the position after the last tensor found
+	for i, name := range ix.order {
+		s := c.shards[ix.shardOf[i]]
+		idx, ok := next[ix.shardOf[i]], true
+		if idx >= len(s.header.Tensors) || s.header.Tensors[idx].Name != name {
+			idx, ok = s.header.Index(name)
+		}
 		if !ok {
 			msg := "the index maps it to this shard, whose header does not have it"
 			var others []string
@@ -226,37 +231,38 @@ func (c *Checkpoint) openIndex() error {
 			if len(others) > 0 {
 				msg += fmt.Sprintf(" (it is in %s: the index names the wrong shard)", strings.Join(others, ", "))
 			}
-			return &Error{Kind: ErrTensorMissingFromShard, Path: c.path, Shard: sname, Tensor: name, Msg: msg}
+			return &Error{Kind: ErrTensorMissingFromShard, Path: c.path, Shard: s.name, Tensor: name, Msg: msg}
 		}
-		// A header holds fewer than 2^31 tensors (MaxHeaderSize), an index
-		// fewer than 2^31 shards.
-		c.byName[name] = entry{shard: int32(pos[sname]), idx: int32(idx)}
+		s.mapped[idx] = true
+		next[ix.shardOf[i]] = idx + 1
 	}
 
 	// Duplicates and unmapped tensors, in shard order, and the logical
 	// order: shard by shard, in data order (each header is sorted by
 	// offset), tensors at the same offset (empty ones) by name.
 	var total int64
-	c.names = make([]string, 0, len(c.byName))
-	for i, s := range c.shards {
+	c.names = make([]string, 0, len(ix.order))
+	for _, s := range c.shards {
 		var unmapped []string
 		run, runBegin := len(c.names), int64(-1) // tensors of c.names at offset runBegin
-		for _, ti := range s.header.Tensors {
-			e, mapped := c.byName[ti.Name]
-			switch {
-			case !mapped:
-				unmapped = append(unmapped, ti.Name)
-			case int(e.shard) != i:
-				c.warnings = append(c.warnings, fmt.Sprintf("tensor %q is in %s and %s; taking it from %s as the index says",
-					ti.Name, s.name, c.shards[e.shard].name, c.shards[e.shard].name))
-			default:
-				total += ti.End - ti.Begin
-				if ti.Begin != runBegin {
-					slices.Sort(c.names[run:])
-					run, runBegin = len(c.names), ti.Begin
+		for j, ti := range s.header.Tensors {
+			if !s.mapped[j] {
+				// Not mapped to this shard: to none, or to another one
+				// (a header has no name twice).
+				if other, ok := ix.WeightMap[ti.Name]; !ok {
+					unmapped = append(unmapped, ti.Name)
+				} else {
+					c.warnings = append(c.warnings, fmt.Sprintf("tensor %q is in %s and %s; taking it from %s as the index says",
+						ti.Name, s.name, other, other))
 				}
-				c.names = append(c.names, ti.Name)
+				continue
 			}
+			total += ti.End - ti.Begin
+			if ti.Begin != runBegin {
+				slices.Sort(c.names[run:])
+				run, runBegin = len(c.names), ti.Begin
+			}
+			c.names = append(c.names, ti.Name)
 		}
 		slices.Sort(c.names[run:])
 		if len(unmapped) > 0 {
@@ -364,14 +370,30 @@ func (c *Checkpoint) nameAt(i int) string {
 	return c.names[i]
 }
 
-// lookup locates the tensor called name.
+// lookup locates the tensor called name. For an index there is no map of
+// its own: the index's weight map names the shard, whose header's name
+// index gives the position (only the one when there is a single shard),
+// and the shard's mapped flags keep to what Open validated.
 func (c *Checkpoint) lookup(name string) (entry, bool) {
 	if c.single != nil {
 		i, ok := c.single.Index(name)
 		return entry{idx: int32(i)}, ok
 	}
-	e, ok := c.byName[name]
-	return e, ok
+	var si int32
+	if len(c.shards) > 1 {
+		var ok bool
+		if si, ok = c.pos[c.index.WeightMap[name]]; !ok {
+			return entry{}, false
+		}
+	}
+	s := c.shards[si]
+	i, ok := s.header.Index(name)
+	if !ok || !s.mapped[i] {
+		return entry{}, false
+	}
+	// A header holds fewer than 2^31 tensors (MaxHeaderSize), an index
+	// fewer than 2^31 shards.
+	return entry{shard: si, idx: int32(i)}, true
 }
 
 // Names returns the tensor names: shard by shard (in file name order), and
@@ -440,7 +462,12 @@ func (c *Checkpoint) Tensor(name string) (*safetensors.Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	t, err := f.Tensor(name)
+	var t *safetensors.Tensor
+	if f.Header() == s.header { // opened WithHeader: the position lookup found holds
+		t, err = f.TensorAt(int(e.idx))
+	} else {
+		t, err = f.Tensor(name)
+	}
 	if err != nil {
 		return nil, &Error{Kind: ErrInvalidShard, Path: c.path, Shard: s.name, Tensor: name, Err: err}
 	}

@@ -35,7 +35,9 @@ type Index struct {
 	// Warnings are the oddities that did not make the index invalid.
 	Warnings []string `json:"warnings,omitempty"`
 
-	order []string // tensor names in file order
+	order   []string // tensor names in file order
+	shardOf []int32  // the shard of order[i], a position in shards
+	shards  []string // the distinct shard names, sorted
 }
 
 // Names returns the tensor names in the order the index lists them.
@@ -43,6 +45,9 @@ func (ix *Index) Names() []string { return slices.Clone(ix.order) }
 
 // Shards returns the distinct shard file names, sorted.
 func (ix *Index) Shards() []string {
+	if ix.shards != nil { // a parsed index: as parsed, like Names
+		return slices.Clone(ix.shards)
+	}
 	var out []string
 	seen := make(map[string]bool)
 	for _, s := range ix.WeightMap {
@@ -244,50 +249,135 @@ func (s *scanner) decode(raw []byte, escaped bool) (string, bool) {
 }
 
 // weightMap reads a non-empty object of valid tensor and shard names.
+//
+// A large index is mostly tensor names: they are gathered first (as spans
+// of the input) and then copied into one string, and the map is built at
+// its final size, one assignment per name (a name listed twice shows in
+// the map's length). Most entries repeat a few shard names: each distinct
+// one is validated and allocated once.
 func (s *scanner) weightMap(ix *Index) bool {
 	if !s.eat('{') {
 		return false
 	}
-	ix.WeightMap = make(map[string]string)
-	shards := make(map[string]string)
+	type span struct{ start, end int32 } // of s.b; start < 0: escaped[-start-1]
+	var (
+		spans   []span
+		escaped []string // names with escapes, decoded
+		size    int      // bytes of the names without escapes
+		set     shardSet
+	)
 	for first := true; ; first = false {
 		s.ws()
 		if s.eat('}') {
-			return len(ix.WeightMap) > 0
+			break
 		}
 		if !first && !(s.eat(',') && s.wsThen()) {
 			return false
 		}
-		name, ok := s.str()
-		if !ok || name == "" {
+		raw, esc, ok := s.rawStr()
+		if !ok || len(raw) == 0 {
 			return false
+		}
+		if esc {
+			name, ok := s.decode(raw, esc)
+			if !ok {
+				return false
+			}
+			escaped = append(escaped, name)
+			spans = append(spans, span{start: -int32(len(escaped))})
+		} else {
+			if !utf8.Valid(raw) {
+				return false
+			}
+			end := s.i - 1 // the closing quote; MaxIndexSize < 2^31
+			spans = append(spans, span{int32(end - len(raw)), int32(end)})
+			size += len(raw)
 		}
 		s.ws()
 		if !s.eat(':') {
 			return false
 		}
 		s.ws()
-		// Most entries repeat a few shard names: validate and allocate
-		// each distinct name once.
-		raw, escaped, ok := s.rawStr()
+		raw, esc, ok = s.rawStr()
 		if !ok {
 			return false
 		}
-		shard, known := shards[string(raw)]
-		if !known || escaped {
-			if shard, ok = s.decode(raw, escaped); !ok || CheckShardName(shard) != nil {
+		id, known := set.ids[string(raw)]
+		if !known || esc {
+			shard, ok := s.decode(raw, esc)
+			if !ok || CheckShardName(shard) != nil {
 				return false
 			}
-			if !escaped {
-				shards[shard] = shard
-			}
+			id = set.id(shard)
 		}
-		if _, dup := ix.WeightMap[name]; dup {
+		ix.shardOf = append(ix.shardOf, id)
+	}
+	if len(spans) == 0 {
+		return false
+	}
+	var b strings.Builder
+	b.Grow(size)
+	for _, sp := range spans {
+		if sp.start >= 0 {
+			b.Write(s.b[sp.start:sp.end])
+		}
+	}
+	all := b.String()
+	ix.order = make([]string, len(spans))
+	ix.WeightMap = make(map[string]string, len(spans))
+	off := 0
+	for i, sp := range spans {
+		var name string
+		if sp.start < 0 {
+			name = escaped[-sp.start-1]
+		} else {
+			n := int(sp.end - sp.start)
+			name, off = all[off:off+n], off+n
+		}
+		ix.order[i] = name
+		ix.WeightMap[name] = set.names[ix.shardOf[i]]
+		if len(ix.WeightMap) != i+1 { // listed twice
 			return false
 		}
-		ix.WeightMap[name] = shard
-		ix.order = append(ix.order, name)
 	}
+	set.finish(ix)
+	return true
+}
+
+// shardSet numbers the distinct shard names of a weight map in the order
+// they come.
+type shardSet struct {
+	ids   map[string]int32
+	names []string
+}
+
+func (s *shardSet) id(name string) int32 {
+	if id, ok := s.ids[name]; ok {
+		return id
+	}
+	if s.ids == nil {
+		s.ids = make(map[string]int32)
+	}
+	id := int32(len(s.names))
+	s.ids[name] = id
+	s.names = append(s.names, name)
+	return id
+}
+
+// finish records the shard names in ix sorted, and renumbers ix.shardOf
+// to match.
+func (s *shardSet) finish(ix *Index) {
+	sorted := slices.Clone(s.names)
+	slices.Sort(sorted)
+	to := make([]int32, len(s.names)) // first-seen number -> sorted one
+	for i, n := range s.names {
+		j, _ := slices.BinarySearch(sorted, n)
+		to[i] = int32(j)
+	}
+	for i, id := range ix.shardOf {
+		ix.shardOf[i] = to[id]
+	}
+	ix.shards = sorted
 }
 
 // parseIndexSlow decodes token by token, so that it can report exactly what
@@ -372,6 +462,7 @@ func (ix *Index) parseWeightMap(d *json.Decoder, syntax func(error) error) error
 		return &Error{Kind: ErrIndexInvalidWeightMap, Msg: `"weight_map" is ` + describe(tok) + ", not an object"}
 	}
 	ix.WeightMap = make(map[string]string)
+	var set shardSet
 	for d.More() {
 		tok, err := d.Token()
 		if err != nil {
@@ -400,7 +491,9 @@ func (ix *Index) parseWeightMap(d *json.Decoder, syntax func(error) error) error
 		}
 		ix.WeightMap[name] = shard
 		ix.order = append(ix.order, name)
+		ix.shardOf = append(ix.shardOf, set.id(shard))
 	}
+	set.finish(ix)
 	if _, err := d.Token(); err != nil {
 		return syntax(err)
 	}

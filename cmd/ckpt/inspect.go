@@ -116,6 +116,9 @@ func buildInspectReport(t *checkpointTarget) *inspectReport {
 		rep.Files = append(rep.Files, t.rel(f))
 	}
 	var tot totaler
+	if n := t.ckpt.Len(); n > 0 { // no tensors: nil, "null" in JSON
+		rep.Tensors = make([]inspectTensor, 0, n)
+	}
 	for _, name := range t.ckpt.Names() {
 		it := tensorEntry(t, name)
 		rep.Tensors = append(rep.Tensors, it)
@@ -130,7 +133,7 @@ func buildInspectReport(t *checkpointTarget) *inspectReport {
 func tensorEntry(t *checkpointTarget, name string) inspectTensor {
 	info, file, _ := t.ckpt.Info(name)
 	it := inspectTensor{Name: name, DType: info.DType.String(), Shape: info.Shape,
-		Bytes: info.ByteLen(), Offsets: [2]int64{info.Begin, info.End}, File: t.rel(file),
+		Bytes: info.ByteLen(), Offsets: [2]int64{info.Begin, info.End}, File: t.relFile(file),
 		elements: info.NumElements(), dtype: info.DType}
 	if it.Shape == nil {
 		it.Shape = []int64{}

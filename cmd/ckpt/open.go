@@ -22,8 +22,9 @@ type checkpointTarget struct {
 	path string
 	kind string // "file", "index" or "folder"
 	ckpt *shard.Checkpoint
-	fsys fs.FS  // the remote location's file system, or nil
-	name string // path as a name of fsys (path itself for a local path)
+	fsys fs.FS             // the remote location's file system, or nil
+	name string            // path as a name of fsys (path itself for a local path)
+	rels map[string]string // relFile's: file -> rel(file)
 }
 
 // root returns the folder the target's files are named relative to: the
@@ -61,6 +62,20 @@ func (t *checkpointTarget) rel(file string) string {
 		return file
 	}
 	return filepath.ToSlash(r)
+}
+
+// relFile is rel, computed once per file: a checkpoint has a few files
+// and up to millions of tensors, each naming its file.
+func (t *checkpointTarget) relFile(file string) string {
+	if r, ok := t.rels[file]; ok {
+		return r
+	}
+	if t.rels == nil {
+		t.rels = make(map[string]string)
+	}
+	r := t.rel(file)
+	t.rels[file] = r
+	return r
 }
 
 // followFlag is the --follow-symlinks flag of the commands that open
