@@ -352,10 +352,12 @@ func (m *Model) alternatives(c *modelComponent) []Alternative {
 	var out []Alternative
 	for _, t := range uniformTargets {
 		pol := Policy{Default: t, Rules: m.cfg.policy.Rules, NarrowLinearOnly: m.cfg.policy.NarrowLinearOnly}
+		block := make([]entry, len(c.entries)) // one allocation, not one per tensor
 		xs := make([]*entry, 0, len(c.entries))
 		ok := true
-		for _, e := range c.entries {
-			x := &entry{name: e.name, stored: e.stored, shape: e.shape, inBytes: e.inBytes, q: e.q, sl: e.sl}
+		for i, e := range c.entries {
+			x := &block[i]
+			*x = entry{name: e.name, stored: e.stored, shape: e.shape, inBytes: e.inBytes, q: e.q, sl: e.sl}
 			x.dec = pol.Decide(c.name, e.name, e.stored, e.q != nil, e.shape)
 			if x.resolve(c.strategy) != nil || x.resolveSlice(c.strategy) != nil {
 				ok = false
