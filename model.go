@@ -203,11 +203,6 @@ func (m *Model) shardOptions(strategy ReadStrategy) []shard.Option {
 // builds its logical tensors in file order.
 func (m *Model) setup(c *modelComponent) error {
 	c.files = c.ck.Files()
-	fileIdx := make(map[string]int, len(c.files))
-	for i, f := range c.files {
-		fileIdx[f] = i
-		fileIdx[m.src.Base(f)] = i
-	}
 	src := quant.Sources{Metadata: c.ck.Metadata(), ReadTensor: func(name string) ([]byte, error) {
 		// Small marker tensors (ComfyUI's P.comfy_quant JSON) only.
 		info, _, ok := c.ck.Info(name)
@@ -231,23 +226,16 @@ func (m *Model) setup(c *modelComponent) error {
 	if src.HFQuantConfig, err = m.readConfig(m.src.Join(c.dir, "hf_quant_config.json")); err != nil {
 		return &Error{Kind: ErrConfig, Component: c.name, Err: err}
 	}
-	names := c.ck.Names()
-	stored := make([]quant.Stored, 0, len(names))
+	n := c.ck.Len()
+	stored := make([]quant.Stored, 0, n)
 	type where struct {
 		file  int
 		begin int64
 	}
-	locs := make([]where, 0, len(names)) // of stored[i]
-	for _, n := range names {
-		info, file, ok := c.ck.Info(n)
-		if !ok {
-			continue
-		}
-		stored = append(stored, quant.Stored{Name: n, DType: info.DType, Shape: info.Shape})
-		fi, ok := fileIdx[file]
-		if !ok {
-			fi = fileIdx[m.src.Base(file)]
-		}
+	locs := make([]where, 0, n) // of stored[i]
+	for i := range n {
+		info, fi := c.ck.At(i)
+		stored = append(stored, quant.Stored{Name: info.Name, DType: info.DType, Shape: info.Shape})
 		locs = append(locs, where{fi, info.Begin})
 	}
 	c.scheme, err = quant.Detect(stored, src)

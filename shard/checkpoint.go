@@ -112,6 +112,7 @@ type Checkpoint struct {
 	single   *safetensors.Header // a single file's header: its index and order serve as lookup and names
 	pos      map[string]int32    // for an index: shard name -> position in shards
 	names    []string            // for an index
+	order    []entry             // for an index: where names[i] is
 	meta     map[string]string
 	warnings []string
 	unmapped []string
@@ -242,7 +243,8 @@ func (c *Checkpoint) openIndex() error {
 	// offset), tensors at the same offset (empty ones) by name.
 	var total int64
 	c.names = make([]string, 0, len(ix.order))
-	for _, s := range c.shards {
+	c.order = make([]entry, 0, len(ix.order))
+	for si, s := range c.shards {
 		var unmapped []string
 		run, runBegin := len(c.names), int64(-1) // tensors of c.names at offset runBegin
 		for j, ti := range s.header.Tensors {
@@ -259,12 +261,13 @@ func (c *Checkpoint) openIndex() error {
 			}
 			total += ti.End - ti.Begin
 			if ti.Begin != runBegin {
-				slices.Sort(c.names[run:])
+				c.sortNames(run)
 				run, runBegin = len(c.names), ti.Begin
 			}
 			c.names = append(c.names, ti.Name)
+			c.order = append(c.order, entry{shard: int32(si), idx: int32(j)})
 		}
-		slices.Sort(c.names[run:])
+		c.sortNames(run)
 		if len(unmapped) > 0 {
 			c.unmapped = append(c.unmapped, unmapped...)
 			c.warnings = append(c.warnings, fmt.Sprintf("%s has %d tensor(s) the index does not map, not loaded: %s",
@@ -294,6 +297,24 @@ func (c *Checkpoint) openIndex() error {
 		}
 	}
 	return nil
+}
+
+// sortNames sorts the names from position from on, with their entries
+// (tensors at one offset: empty ones, ordered by name).
+func (c *Checkpoint) sortNames(from int) {
+	names, order := c.names[from:], c.order[from:]
+	if len(names) < 2 {
+		return
+	}
+	perm := make([]int, len(names))
+	for i := range perm {
+		perm[i] = i
+	}
+	slices.SortFunc(perm, func(a, b int) int { return strings.Compare(names[a], names[b]) })
+	sn, so := slices.Clone(names), slices.Clone(order)
+	for i, p := range perm {
+		names[i], order[i] = sn[p], so[p]
+	}
 }
 
 // resolveShard checks that the shard file p (named name in the index)
@@ -404,6 +425,17 @@ func (c *Checkpoint) Names() []string {
 		out[i] = c.nameAt(i)
 	}
 	return out
+}
+
+// At returns the i-th tensor in Names order (0 ≤ i < Len) without a lookup
+// by name: its description and the position of its file in Files. It is
+// how a reader walks a large checkpoint.
+func (c *Checkpoint) At(i int) (info safetensors.TensorInfo, file int) {
+	if c.single != nil {
+		return c.single.Tensors[i], 0
+	}
+	e := c.order[i]
+	return c.shards[e.shard].header.Tensors[e.idx], int(e.shard)
 }
 
 // Has reports whether the checkpoint has a tensor called name.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -400,5 +401,29 @@ func TestNamesOrderTies(t *testing.T) {
 	}
 	if got := strings.Join(c.Names(), ","); got != "y,z,b,c,a,q,p" {
 		t.Errorf("Names() = %s, want y,z,b,c,a,q,p", got)
+	}
+}
+
+// At walks the tensors in Names order without lookups by name, and agrees
+// with Info: also for tensors at one offset (empty ones, ordered by name)
+// and for a single file.
+func TestAtAgreesWithInfo(t *testing.T) {
+	ts := append(slices.Clone(sample), ckpttest.MustParseTensors("z.empty:F32[0] a.empty:F32[0] m.empty:BF16[0,3]")...)
+	for _, shards := range []int{1, 3} {
+		dir := ckpttest.Dir(t, ckpttest.Weights{Shards: shards, Tensors: ts})
+		path := filepath.Join(dir, "model.safetensors")
+		if shards > 1 {
+			path = filepath.Join(dir, "model.safetensors.index.json")
+		}
+		c := mustOpen(t, path)
+		files := c.Files()
+		for i, name := range c.Names() {
+			info, fi := c.At(i)
+			want, file, ok := c.Info(name)
+			if !ok || info.Name != name || !reflect.DeepEqual(info, want) || files[fi] != file {
+				t.Errorf("%d shards: At(%d) = %s in %s, Info(%s) = %s in %s", shards, i, info.Name, files[fi], name, want.Name, file)
+			}
+		}
+		c.Close()
 	}
 }
