@@ -49,11 +49,12 @@ func Detect(tensors []Stored, src Sources) (*Scheme, error) {
 		used:    map[string]bool{},
 		s:       &Scheme{},
 	}
+	d.names = make([]string, 0, len(tensors))
 	for _, t := range tensors {
-		if _, dup := d.byName[t.Name]; dup {
+		d.byName[t.Name] = t
+		if len(d.byName) == len(d.names) { // the name was there: the map did not grow
 			return nil, tensorErr(ErrConflict, t.Name, "tensor name appears twice")
 		}
-		d.byName[t.Name] = t
 		d.names = append(d.names, t.Name)
 	}
 	slices.Sort(d.names)

@@ -367,3 +367,13 @@ func TestDequantizeContext(t *testing.T) {
 		t.Fatalf("%v %v", st, err)
 	}
 }
+
+// A name listed twice is a conflict naming it.
+func TestDuplicateName(t *testing.T) {
+	ts := []Stored{{Name: "a.weight", DType: dtype.F32, Shape: []int64{2}}, {Name: "b", DType: dtype.F32}, {Name: "a.weight", DType: dtype.F32, Shape: []int64{2}}}
+	_, err := Detect(ts, Sources{})
+	var qe *Error
+	if !errors.As(err, &qe) || qe.Kind != ErrConflict || qe.Tensor != "a.weight" {
+		t.Errorf("Detect with a name twice: %v", err)
+	}
+}
