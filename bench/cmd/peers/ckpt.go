@@ -35,10 +35,14 @@ func loadAllAsF32(path string) (map[string][]float32, error) {
 	}
 	out := make(map[string][]float32, w.Len())
 	for name, t := range w.All() {
-		b := t.Bytes()
-		out[name] = unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/4)
+		out[name] = f32s(t.Bytes())
 	}
 	return out, nil
+}
+
+// f32s views b (F32 bytes, 4-aligned) as float32s.
+func f32s(b []byte) []float32 {
+	return unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/4)
 }
 
 func f32Bytes(v []float32) []byte {
@@ -55,27 +59,45 @@ func copyAll(path string) ([][]byte, error) {
 		return nil, err
 	}
 	defer c.Close()
-	names := c.Names()
-	type item struct {
-		src, dst []byte
+	items, outs, err := copyItems(c)
+	if err != nil {
+		return nil, err
 	}
-	var items []item
+	runCopy(items)
+	return outs, nil
+}
+
+// copyItem is one piece of copyAll's work.
+type copyItem struct {
+	src, dst []byte
+}
+
+// copyItems allocates one buffer per tensor of c and cuts the copy into
+// pieces of at most 4 MiB.
+func copyItems(c *shard.Checkpoint) ([]copyItem, [][]byte, error) {
+	names := c.Names()
+	var items []copyItem
 	outs := make([][]byte, len(names))
 	for i, n := range names {
 		t, err := c.Tensor(n)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		src, err := t.Bytes()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		outs[i] = make([]byte, len(src))
 		for off := 0; off < len(src); off += 4 << 20 {
 			end := min(off+4<<20, len(src))
-			items = append(items, item{src[off:end], outs[i][off:end]})
+			items = append(items, copyItem{src[off:end], outs[i][off:end]})
 		}
 	}
+	return items, outs, nil
+}
+
+// runCopy copies every item, on all cores.
+func runCopy(items []copyItem) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range runtime.GOMAXPROCS(0) {
@@ -92,7 +114,6 @@ func copyAll(path string) ([][]byte, error) {
 		}()
 	}
 	wg.Wait()
-	return outs, nil
 }
 
 // openTouch is ckpt's side of the open case: open the checkpoint and look

@@ -164,6 +164,11 @@ func makeFixtures(dir string, cfg config, needed map[string]bool) (map[string]fi
 	for i := range many {
 		many[i] = safetensors.TensorSpec{Name: fmt.Sprintf("model.layers.%d.weight", i), DType: dtype.BF16, Shape: []int64{cfg.manyKiB / 2, 1024}}
 	}
+	// tiny: one file of many 4×4 tensors (per-tensor overhead).
+	tiny := make(shardSpec, cfg.tiny)
+	for i := range tiny {
+		tiny[i] = safetensors.TensorSpec{Name: fmt.Sprintf("model.layers.%d.mlp.experts.%d.weight", i/256, i%256), DType: dtype.BF16, Shape: []int64{4, 4}}
+	}
 	mib := int64(1 << 20)
 	steps := []struct {
 		name, base string
@@ -174,6 +179,7 @@ func makeFixtures(dir string, cfg config, needed map[string]bool) (map[string]fi
 		{"one", fmt.Sprintf("one-%dMiB", cfg.oneMiB), []shardSpec{{{Name: "weight", DType: dtype.BF16, Shape: []int64{cfg.oneMiB * mib / 2048, 1024}}}}},
 		{"set", fmt.Sprintf("set-%dMiB", cfg.setMiB), layers("set", cfg.setMiB*mib, 8*mib, 2)},
 		{"big", fmt.Sprintf("big-%dMiBx%d", cfg.bigMiB, cfg.bigShards), layers("big", cfg.bigMiB*mib, 16*mib, cfg.bigShards)},
+		{"tiny", fmt.Sprintf("tiny-%dx4x4", cfg.tiny), []shardSpec{tiny}},
 	}
 	for _, s := range steps {
 		if fx, ok := existing(dir, s.base, s.shards); ok && needed[s.name] {

@@ -5,19 +5,30 @@
 //     (shard.Open + Tensor), the Rust safetensors crate (serde_json index,
 //     mmap, SafeTensors::deserialize, tensor), Python safetensors (safe_open,
 //     get_slice); baseline: reading the index and header bytes.
-//   - many, one, set, big: every tensor of a BF16 checkpoint converted to
-//     F32 on all cores; ckpt (loadAllAsF32), Rust (half + rayon), Python +
-//     NumPy (safe_open(framework="numpy"), .astype(np.float32), one core as
-//     its users run it); baseline: a parallel Go copy of the same source
-//     bytes into fresh buffers. Fixtures: 1,000 tensors of 128 KiB in one
-//     file; one 256 MiB tensor; a 2-shard 512 MiB set; a 4-shard 1 GiB set.
+//   - many, one, set, big, tiny: every tensor of a BF16 checkpoint
+//     converted to F32 on all cores; ckpt (loadAllAsF32), Rust (half +
+//     rayon), Python + NumPy (safe_open(framework="numpy"),
+//     .astype(np.float32), one core as its users run it); the per-tensor Go
+//     API a user writes first (pertensor: safetensors.Open or shard.Open,
+//     then Tensor.Float32s per tensor in a loop; pertensor-into: the same
+//     with Tensor.ConvertTo into one reused buffer); baseline: a parallel Go
+//     copy of the same source bytes into fresh buffers. Fixtures: 1,000
+//     tensors of 128 KiB in one file; one 256 MiB tensor; a 2-shard 512 MiB
+//     set; a 4-shard 1 GiB set; 100,000 tensors of 4×4 in one file.
 //   - inspect: max RSS and time of `ckpt inspect --json` against a program
 //     that only opens the same 1,000,000-tensor file (shard.Open).
 //
 // Every measurement is a fresh process (the peers' own programs, or this
 // one re-executed as `peers run IMPL OP PATH`) that times only the work,
 // not its start-up; so every implementation allocates its output from a
-// fresh address space, as a real load does. The files are in the page cache
+// fresh address space, as a real load does. In the steady mode
+// (CKPT_PEERS_MODES=steady) each process instead converts the same
+// checkpoint CKPT_PEERS_ITERS times and reports the median of the
+// iterations after the first: ckpt loads one Model again and again with
+// IntoArena into one reused Arena (opened before the timer); the copy
+// baseline copies into the same buffers; the per-tensor API, Rust and
+// Python run their loop again (open included), dropping the previous
+// iteration's outputs, so their allocators reuse that memory where they do. The files are in the page cache
 // (written just before). Implementations take turns within each round;
 // the table gives medians over the rounds. Conversion outputs are
 // cross-checked with a sampled checksum of the F32 bits (the copy baseline
@@ -29,7 +40,9 @@
 //
 // Environment (sizes for a small machine; defaults in parentheses):
 //
-//	CKPT_PEERS_CASES       cases to run (open,many,one,set,big,inspect)
+//	CKPT_PEERS_CASES       cases to run (open,many,one,set,big,inspect; tiny on request)
+//	CKPT_PEERS_MODES       fresh, steady or both, for the conversion cases (fresh)
+//	CKPT_PEERS_ITERS       loads per process in the steady mode (7)
 //	CKPT_PEERS_RUNS        rounds per case (5)
 //	CKPT_PEERS_DIR         keep fixtures here and reuse them (a temp dir, removed)
 //	CKPT_PEERS_OPEN        tensors of the open case (10000)
@@ -37,6 +50,8 @@
 //	CKPT_PEERS_ONE_MIB     the one-tensor case (256)
 //	CKPT_PEERS_SET_MIB     the 2-shard set (512)
 //	CKPT_PEERS_BIG_MIB     the multi-shard set (1024), CKPT_PEERS_BIG_SHARDS shards (4)
+//	CKPT_PEERS_TINY        tensors of 4×4 of the tiny case (100000)
+//	CKPT_PEERS_IMPLS       implementations to run (all that are available)
 //	CKPT_PEERS_INSPECT     tensors of the inspect case (1000000)
 //	CKPT_PEERS_PYTHON      Python with safetensors, numpy, ml_dtypes (../interop/.venv/bin/python; "off")
 //	CKPT_PEERS_RUST        a built peers/rust binary ("" builds it; "off")
@@ -60,8 +75,8 @@ import (
 )
 
 type config struct {
-	cases                        []string
-	runs                         int
+	cases, modes, impls          []string
+	runs, iters, tiny            int
 	dir                          string
 	openTensors, many, inspectN  int
 	manyKiB, oneMiB, setMiB      int64
@@ -100,7 +115,11 @@ func envInt(name string, def int64) int64 {
 func loadConfig() config {
 	return config{
 		cases:       strings.Split(cmp.Or(os.Getenv("CKPT_PEERS_CASES"), "open,many,one,set,big,inspect"), ","),
+		modes:       strings.Split(cmp.Or(os.Getenv("CKPT_PEERS_MODES"), "fresh"), ","),
+		impls:       strings.Split(os.Getenv("CKPT_PEERS_IMPLS"), ","),
 		runs:        int(envInt("CKPT_PEERS_RUNS", 5)),
+		iters:       int(envInt("CKPT_PEERS_ITERS", 7)),
+		tiny:        int(envInt("CKPT_PEERS_TINY", 100_000)),
 		dir:         os.Getenv("CKPT_PEERS_DIR"),
 		openTensors: int(envInt("CKPT_PEERS_OPEN", 10000)),
 		many:        int(envInt("CKPT_PEERS_MANY", 1000)),
@@ -117,10 +136,11 @@ func loadConfig() config {
 	}
 }
 
-// impl is one implementation of an op: the command that runs it once.
+// impl is one implementation of an op: the command that runs it once
+// (extra: the steady op's iteration count).
 type impl struct {
 	name string
-	cmd  func(op, path string) *exec.Cmd
+	cmd  func(op, path string, extra ...string) *exec.Cmd
 }
 
 // result is what one run printed.
@@ -133,8 +153,8 @@ type result struct {
 
 var resultLine = regexp.MustCompile(`(?m)^RESULT impl=(\S+) op=(\S+) seconds=([\d.e+-]+) bytes=(\d+) tensors=(\d+) check=(\d+)$`)
 
-func runImpl(im impl, op, path string) (result, error) {
-	c := im.cmd(op, path)
+func runImpl(im impl, op, path string, extra ...string) (result, error) {
+	c := im.cmd(op, path, extra...)
 	var out, errb bytes.Buffer
 	c.Stdout, c.Stderr = &out, &errb
 	if err := c.Run(); err != nil {
@@ -186,16 +206,20 @@ func drive(stdout, stderr io.Writer) error {
 	}
 
 	// The implementations.
-	impls := []impl{
-		{"copy", func(op, path string) *exec.Cmd { return exec.Command(self, "run", "copy", op, path) }},
-		{"ckpt", func(op, path string) *exec.Cmd { return exec.Command(self, "run", "ckpt", op, path) }},
+	var impls []impl
+	for _, name := range goImpls {
+		impls = append(impls, impl{name, func(op, path string, extra ...string) *exec.Cmd {
+			return exec.Command(self, append([]string{"run", name, op, path}, extra...)...)
+		}})
 	}
 	if cfg.rust != "off" {
 		bin, err := rustPeer(cfg, stderr)
 		if err != nil {
 			fmt.Fprintf(stderr, "peers: no Rust peer: %v\n", err)
 		} else {
-			impls = append(impls, impl{"rust", func(op, path string) *exec.Cmd { return exec.Command(bin, op, path) }})
+			impls = append(impls, impl{"rust", func(op, path string, extra ...string) *exec.Cmd {
+				return exec.Command(bin, append([]string{op, path}, extra...)...)
+			}})
 		}
 	}
 	if cfg.python != "off" {
@@ -204,17 +228,26 @@ func drive(stdout, stderr io.Writer) error {
 		} else {
 			script, _ := filepath.Abs(filepath.Join("peers", "python", "peer.py"))
 			py := cfg.python
-			impls = append(impls, impl{"python", func(op, path string) *exec.Cmd { return exec.Command(py, script, op, path) }})
+			impls = append(impls, impl{"python", func(op, path string, extra ...string) *exec.Cmd {
+				return exec.Command(py, append([]string{script, op, path}, extra...)...)
+			}})
 		}
 	}
 
+	if cfg.impls[0] != "" {
+		// The copy baseline always runs: the checksums and ratios need it.
+		impls = slices.DeleteFunc(impls, func(im impl) bool {
+			return im.name != "copy" && !slices.Contains(cfg.impls, im.name)
+		})
+	}
 	fmt.Fprintf(stderr, "peers: fixtures in %s\n", dir)
 	fixtures, err := makeFixtures(dir, cfg, needed)
 	if err != nil {
 		return err
 	}
 
-	fmt.Fprintf(stdout, "Runs: %d (medians). Implementations: %s. %s\n\n", cfg.runs, implNames(impls), time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+	fmt.Fprintf(stdout, "Runs: %d (medians). Modes: %s (steady: %d loads per process, median of the last %d). Implementations: %s. %s\n\n",
+		cfg.runs, strings.Join(cfg.modes, ","), cfg.iters, cfg.iters-1, implNames(impls), time.Now().UTC().Format("2006-01-02 15:04 UTC"))
 	var failed bool
 	for _, cs := range cfg.cases {
 		switch cs {
@@ -222,12 +255,17 @@ func drive(stdout, stderr io.Writer) error {
 			if err := openCase(stdout, stderr, cfg, impls, fixtures["open"]); err != nil {
 				return err
 			}
-		case "many", "one", "set", "big":
-			ok, err := convertCase(stdout, stderr, cfg, impls, cs, fixtures[cs])
-			if err != nil {
-				return err
+		case "many", "one", "set", "big", "tiny":
+			for _, mode := range cfg.modes {
+				if mode != "fresh" && mode != "steady" {
+					return fmt.Errorf("unknown mode %q", mode)
+				}
+				ok, err := convertCase(stdout, stderr, cfg, impls, cs, mode, fixtures[cs])
+				if err != nil {
+					return err
+				}
+				failed = failed || !ok
 			}
-			failed = failed || !ok
 		case "inspect":
 			if err := inspectCase(stdout, stderr, cfg, dir, self); err != nil {
 				return err
@@ -253,12 +291,12 @@ func implNames(impls []impl) string {
 // rounds runs op on path with every implementation cfg.runs times, taking
 // turns (the first implementation of each round rotates), and returns the
 // results per implementation.
-func rounds(stderr io.Writer, cfg config, impls []impl, op, path string) (map[string][]result, error) {
+func rounds(stderr io.Writer, cfg config, impls []impl, op, path string, extra ...string) (map[string][]result, error) {
 	res := map[string][]result{}
 	for r := range cfg.runs {
 		for k := range impls {
 			im := impls[(r+k)%len(impls)]
-			rr, err := runImpl(im, op, path)
+			rr, err := runImpl(im, op, path, extra...)
 			if err != nil {
 				return nil, err
 			}
@@ -313,8 +351,14 @@ func openCase(w, stderr io.Writer, cfg config, impls []impl, fx fixture) error {
 	return nil
 }
 
-func convertCase(w, stderr io.Writer, cfg config, impls []impl, name string, fx fixture) (bool, error) {
-	res, err := rounds(stderr, cfg, impls, "convert", fx.path)
+func convertCase(w, stderr io.Writer, cfg config, impls []impl, name, mode string, fx fixture) (bool, error) {
+	var res map[string][]result
+	var err error
+	if mode == "steady" {
+		res, err = rounds(stderr, cfg, impls, "steady", fx.path, strconv.Itoa(cfg.iters))
+	} else {
+		res, err = rounds(stderr, cfg, impls, "convert", fx.path)
+	}
 	if err != nil {
 		return false, err
 	}
@@ -331,9 +375,11 @@ func convertCase(w, stderr io.Writer, cfg config, impls []impl, name string, fx 
 	gbs := func(s float64) float64 { return float64(fx.bytes) / s / 1e9 }
 	base := median(seconds(res["copy"]))
 	ck := median(seconds(res["ckpt"]))
-	fmt.Fprintf(w, "**%s** — BF16→F32 of %d tensors, %d MiB of BF16 in %s (GB/s of source bytes, median)\n\n", name, fx.tensors, fx.bytes>>20, filepath.Base(fx.path))
+	fmt.Fprintf(w, "**%s, %s** — BF16→F32 of %d tensors, %.1f MiB of BF16 in %s (GB/s of source bytes, median)\n\n",
+		name, mode, fx.tensors, float64(fx.bytes)/(1<<20), filepath.Base(fx.path))
 	fmt.Fprintln(w, "| implementation | time | GB/s | × copy | ckpt speed-up |")
 	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: |")
+	fastest, fastestName := 0.0, ""
 	for _, im := range impls {
 		m := median(seconds(res[im.name]))
 		label := im.name
@@ -344,8 +390,15 @@ func convertCase(w, stderr io.Writer, cfg config, impls []impl, name string, fx 
 		if im.name != "copy" && im.name != "ckpt" {
 			sp = fmt.Sprintf("%.2f×", m/ck)
 		}
+		if !isGoImpl(im.name) && (fastestName == "" || m < fastest) {
+			fastest, fastestName = m, im.name
+		}
 		fmt.Fprintf(w, "| %s | %s | %.2f | %.2f× | %s |\n", label, fmtDur(m), gbs(m), base/m, sp)
 	}
 	fmt.Fprintln(w)
+	if fastestName != "" {
+		fmt.Fprintf(w, "ckpt vs the fastest peer (%s): %.2f× its speed; pertensor %.2f×, pertensor-into %.2f×.\n\n",
+			fastestName, fastest/ck, fastest/median(seconds(res["pertensor"])), fastest/median(seconds(res["pertensor-into"])))
+	}
 	return ok, nil
 }

@@ -85,3 +85,31 @@ func TestParseTimeV(t *testing.T) {
 		t.Error("no error for a report without figures")
 	}
 }
+
+// Every Go implementation, fresh and steady, converts every tensor of every
+// conversion fixture to the copy baseline's checksum.
+func TestGoImplsAgree(t *testing.T) {
+	cfg := config{many: 20, manyKiB: 4, oneMiB: 1, setMiB: 2, bigMiB: 4, bigShards: 3, tiny: 300}
+	needed := map[string]bool{"many": true, "one": true, "set": true, "tiny": true}
+	fx, err := makeFixtures(t.TempDir(), cfg, needed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, f := range fx {
+		want, err := runGo("copy", f.path, 1)
+		if err != nil || want.tensors != f.tensors {
+			t.Fatalf("%s: copy: %d tensors, %v", name, want.tensors, err)
+		}
+		for _, im := range goImpls {
+			for _, iters := range []int{1, 3} {
+				r, err := runGo(im, f.path, iters)
+				if err != nil {
+					t.Fatalf("%s: %s × %d: %v", name, im, iters, err)
+				}
+				if r.tensors != f.tensors || r.check != want.check || len(r.secs) != iters {
+					t.Errorf("%s: %s × %d: %d tensors, check %d, %d times; want %d, %d", name, im, iters, r.tensors, r.check, len(r.secs), f.tensors, want.check)
+				}
+			}
+		}
+	}
+}

@@ -17,11 +17,14 @@ import (
 	"github.com/ckpt-go/ckpt/shard"
 )
 
-// runOne is `peers run IMPL OP PATH`: one timed run of a Go implementation
-// (ckpt, or the copy/read baseline), printing a RESULT line.
+// runOne is `peers run IMPL OP PATH [ITERS]`: one timed run of a Go
+// implementation (ckpt, the per-tensor API, or the copy/read baseline),
+// printing a RESULT line. OP convert is one load in a fresh process; OP
+// steady loads ITERS times in this process and reports the median of the
+// iterations after the first.
 func runOne(args []string) int {
-	if len(args) != 3 {
-		fmt.Fprintln(os.Stderr, "usage: peers run ckpt|copy convert|open PATH")
+	if len(args) != 3 && len(args) != 4 {
+		fmt.Fprintln(os.Stderr, "usage: peers run ckpt|copy|pertensor|pertensor-into convert|open|steady PATH [ITERS]")
 		return 2
 	}
 	im, op, path := args[0], args[1], args[2]
@@ -32,34 +35,29 @@ func runOne(args []string) int {
 		check   uint64
 		err     error
 	)
-	switch im + " " + op {
-	case "ckpt convert":
-		start := time.Now()
-		var out map[string][]float32
-		out, err = loadAllAsF32(path)
-		secs = time.Since(start).Seconds()
-		for _, v := range out {
-			check += checksum(v)
+	switch {
+	case op == "convert" || op == "steady":
+		iters := 1
+		if op == "steady" {
+			if len(args) != 4 {
+				err = fmt.Errorf("steady needs ITERS")
+				break
+			}
+			if iters, err = strconv.Atoi(args[3]); err != nil || iters < 2 {
+				err = fmt.Errorf("ITERS %q: want an integer of at least 2", args[3])
+				break
+			}
 		}
-		tensors = len(out)
-		if err == nil {
+		var r timed
+		if r, err = runGo(im, path, iters); err == nil {
+			secs, tensors, check = steadySeconds(r.secs), r.tensors, r.check
 			nbytes, err = sourceBytes(path)
 		}
-	case "copy convert":
-		start := time.Now()
-		var out [][]byte
-		out, err = copyAll(path)
-		secs = time.Since(start).Seconds()
-		for _, b := range out {
-			check += bytesChecksum(b)
-			nbytes += int64(len(b))
-		}
-		tensors = len(out)
-	case "ckpt open":
+	case im == "ckpt" && op == "open":
 		start := time.Now()
 		tensors, nbytes, err = openTouch(path)
 		secs = time.Since(start).Seconds()
-	case "copy open":
+	case im == "copy" && op == "open":
 		var files []string
 		if files, err = shardFiles(path); err == nil {
 			start := time.Now()

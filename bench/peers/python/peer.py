@@ -5,8 +5,14 @@ with framework="numpy" (which returns BF16 tensors as ml_dtypes.bfloat16
 arrays), then .astype(np.float32). One run per process; the timer covers
 opening, reading and converting, not the interpreter start or the imports.
 
-    python peer.py convert PATH   every tensor to a float32 ndarray
-    python peer.py open PATH      open every shard, look every tensor up
+    python peer.py convert PATH        every tensor to a float32 ndarray
+    python peer.py steady PATH ITERS   convert ITERS times in this process;
+                                       seconds: median of the iterations
+                                       after the first (each iteration's
+                                       arrays are freed after its timer, so
+                                       NumPy's allocator reuses that memory
+                                       where it does)
+    python peer.py open PATH           open every shard, look every tensor up
 
 PATH is a .safetensors file or a *.index.json naming shards in its folder.
 Output: one line
@@ -45,7 +51,8 @@ def checksum(a):
     return (int(bits[::1021].astype(np.uint64).sum()) + int(bits[-1])) % (1 << 64)
 
 
-def convert(path):
+def convert_once(path):
+    """One load; returns seconds, source bytes, tensors, checksum."""
     start = time.perf_counter()
     files, _ = shards(path)
     out = {}
@@ -58,7 +65,25 @@ def convert(path):
                 out[k] = t.astype(np.float32)
     secs = time.perf_counter() - start
     check = sum(checksum(a) for a in out.values()) % (1 << 64)
-    print(f"RESULT impl=python op=convert seconds={secs:.6f} bytes={nbytes} tensors={len(out)} check={check}")
+    return secs, nbytes, len(out), check
+
+
+def convert(path):
+    secs, nbytes, n, check = convert_once(path)
+    print(f"RESULT impl=python op=convert seconds={secs:.6f} bytes={nbytes} tensors={n} check={check}")
+
+
+def steady(path, iters):
+    if iters < 2:
+        raise SystemExit("ITERS must be at least 2")
+    times = []
+    for _ in range(iters):
+        secs, nbytes, n, check = convert_once(path)
+        times.append(secs)
+    later = sorted(times[1:])
+    k = len(later)
+    secs = later[k // 2] if k % 2 else (later[k // 2 - 1] + later[k // 2]) / 2
+    print(f"RESULT impl=python op=steady seconds={secs:.6f} bytes={nbytes} tensors={n} check={check}")
 
 
 def open_(path):
@@ -77,8 +102,11 @@ def open_(path):
 
 
 def main():
+    if sys.argv[1:2] == ["steady"] and len(sys.argv) == 4:
+        steady(sys.argv[2], int(sys.argv[3]))
+        return
     if len(sys.argv) != 3 or sys.argv[1] not in ("convert", "open"):
-        print("usage: peer.py convert|open PATH", file=sys.stderr)
+        print("usage: peer.py convert|open PATH | peer.py steady PATH ITERS", file=sys.stderr)
         sys.exit(2)
     (convert if sys.argv[1] == "convert" else open_)(sys.argv[2])
 

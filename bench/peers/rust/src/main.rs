@@ -2,8 +2,13 @@
 //! `safetensors` crate used the way a competent Rust user would, on the
 //! same files as ckpt, in a fresh process per run.
 //!
-//!     ckpt-peer convert PATH   every tensor to a Vec<f32> (BF16/F16/F32)
-//!     ckpt-peer open PATH      open every shard, look every tensor up
+//!     ckpt-peer convert PATH        every tensor to a Vec<f32> (BF16/F16/F32)
+//!     ckpt-peer steady PATH ITERS   convert ITERS times in this process;
+//!                                   seconds: median of the iterations after
+//!                                   the first (each iteration's outputs are
+//!                                   dropped after its timer, so the
+//!                                   allocator reuses that memory where it does)
+//!     ckpt-peer open PATH           open every shard, look every tensor up
 //!
 //! PATH is a .safetensors file or a *.index.json naming shards in its
 //! folder. Files are mmap'd (memmap2) and parsed with
@@ -35,12 +40,16 @@ type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    if args.len() != 3 {
-        eprintln!("usage: ckpt-peer convert|open PATH");
+    if args.len() != 3 && !(args.len() == 4 && args[1] == "steady") {
+        eprintln!("usage: ckpt-peer convert|open PATH | ckpt-peer steady PATH ITERS");
         std::process::exit(2);
     }
     let r = match args[1].as_str() {
         "convert" => convert(Path::new(&args[2])),
+        "steady" => args[3]
+            .parse::<usize>()
+            .map_err(|e| e.into())
+            .and_then(|n| steady(Path::new(&args[2]), n)),
         "open" => open(Path::new(&args[2])),
         op => Err(format!("unknown op {op}").into()),
     };
@@ -127,7 +136,10 @@ fn checksum(v: &[f32]) -> u64 {
     c
 }
 
-fn convert(path: &Path) -> Res<()> {
+/// One load: open, map, parse and convert every tensor. It returns the
+/// seconds that took (not counting the drop of the outputs), the source
+/// bytes, the tensors and the checksum.
+fn convert_once(path: &Path) -> Res<(f64, usize, usize, u64)> {
     let start = Instant::now();
     let (files, _) = shards(path)?;
     let maps = map_files(&files)?;
@@ -140,7 +152,32 @@ fn convert(path: &Path) -> Res<()> {
     let secs = start.elapsed().as_secs_f64();
     let bytes: usize = views.iter().map(|(_, v)| v.data().len()).sum();
     let check = outs.iter().fold(0u64, |c, o| c.wrapping_add(checksum(o)));
-    println!("RESULT impl=rust op=convert seconds={secs:.6} bytes={bytes} tensors={} check={check}", views.len());
+    Ok((secs, bytes, views.len(), check))
+}
+
+fn convert(path: &Path) -> Res<()> {
+    let (secs, bytes, n, check) = convert_once(path)?;
+    println!("RESULT impl=rust op=convert seconds={secs:.6} bytes={bytes} tensors={n} check={check}");
+    Ok(())
+}
+
+fn steady(path: &Path, iters: usize) -> Res<()> {
+    if iters < 2 {
+        return Err("ITERS must be at least 2".into());
+    }
+    let mut times = Vec::with_capacity(iters);
+    let mut last = (0, 0, 0);
+    for _ in 0..iters {
+        let (secs, bytes, n, check) = convert_once(path)?;
+        times.push(secs);
+        last = (bytes, n, check);
+    }
+    let mut later = times[1..].to_vec();
+    later.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let k = later.len();
+    let secs = if k % 2 == 1 { later[k / 2] } else { (later[k / 2 - 1] + later[k / 2]) / 2.0 };
+    let (bytes, n, check) = last;
+    println!("RESULT impl=rust op=steady seconds={secs:.6} bytes={bytes} tensors={n} check={check}");
     Ok(())
 }
 
