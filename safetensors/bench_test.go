@@ -275,3 +275,46 @@ func BenchmarkSave(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkFloat32s: the per-tensor API a user writes first, Tensor.Float32s
+// for every tensor of one mapped file in a loop (1,000 BF16 tensors of
+// 256 KiB, issue 19 item 6), against ConvertTo into one reused buffer (the
+// same conversions without allocating) in the same run.
+func BenchmarkFloat32s(b *testing.B) {
+	const tensors, elems = 1000, 128 << 10 // 256 KiB of BF16 each
+	src := make([]byte, 2*elems)
+	for i := range src {
+		src[i] = byte(i*31) & 0x3f // finite values
+	}
+	td := make([]TensorData, tensors)
+	for i := range td {
+		td[i] = TensorData{Name: fmt.Sprintf("model.layers.%d.weight", i), DType: dtype.BF16, Shape: []int64{elems / 1024, 1024}, Data: src}
+	}
+	path := writeBenchFile(b, td)
+	f, err := Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	b.Run("Float32s", func(b *testing.B) {
+		b.SetBytes(tensors * 2 * elems)
+		for range b.N {
+			for _, t := range f.Tensors() {
+				if _, err := t.Float32s(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+	b.Run("ConvertTo-one-buffer", func(b *testing.B) {
+		buf := make([]byte, 4*elems)
+		b.SetBytes(tensors * 2 * elems)
+		for range b.N {
+			for _, t := range f.Tensors() {
+				if _, err := t.ConvertTo(dtype.F32, buf, dtype.Options{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+}
