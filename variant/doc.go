@@ -11,7 +11,9 @@
 // a component without the requested variant falls back to its untagged
 // weights with a warning. Resolve picks between the two. The plans marshal
 // to JSON (files, ignored, warnings, error.kind, error.message) and
-// Plan.Open opens exactly the planned files with package shard.
+// Plan.Open opens exactly the planned files with package shard (handing
+// over the checkpoint resolution opened to check them, when they are
+// unchanged since).
 //
 // # Files and symbolic links
 //

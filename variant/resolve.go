@@ -51,6 +51,7 @@ type Plan struct {
 	err  error
 	opts []shard.Option
 	src  srcfs.FS
+	kept *kept // the checkpoint resolution opened, for Open to hand over
 }
 
 // Option configures ResolveComponent and ResolvePipeline.
@@ -120,7 +121,15 @@ func (p *Plan) Paths() []string {
 // plan's own error when resolution failed, and with ErrPlanChanged when the
 // index now names other files than the planned ones. opts are added to the
 // shard options given to the resolver (WithShardOptions).
+//
+// Resolution opened the planned files already, to check them. Without
+// opts, the first Open hands that checkpoint over instead of opening them
+// again, provided the files are unchanged since: the same index content
+// (by its SHA-256), and every file with the same identity, size and
+// modification time, its symlinks still allowed. Otherwise, and with opts,
+// Open opens the files anew.
 func (p *Plan) Open(opts ...shard.Option) (*shard.Checkpoint, error) {
+	extra := slices.ContainsFunc(opts, func(o shard.Option) bool { return o != nil })
 	opts = append(slices.Clone(p.opts), opts...)
 	if p.err != nil {
 		return nil, p.err
@@ -136,11 +145,20 @@ func (p *Plan) Open(opts ...shard.Option) (*shard.Checkpoint, error) {
 	// The folder may have changed since resolution: the index or single
 	// file must still keep to the symlink rule.
 	if _, err := shard.ResolveFile(path, opts...); err != nil {
+		p.kept.drop()
 		return nil, fromShard(p.Dir, file, err)
 	}
-	c, err := shard.Open(path, opts...)
-	if err != nil {
-		return nil, err
+	var c *shard.Checkpoint
+	if !extra {
+		c = p.kept.take(p.src, opts)
+	} else {
+		p.kept.drop()
+	}
+	if c == nil {
+		var err error
+		if c, err = shard.Open(path, opts...); err != nil {
+			return nil, err
+		}
 	}
 	got := make([]string, 0, len(c.Files()))
 	for _, f := range c.Files() {
@@ -156,6 +174,8 @@ func (p *Plan) Open(opts ...shard.Option) (*shard.Checkpoint, error) {
 }
 
 func (p *Plan) fail(err error) (*Plan, error) {
+	p.kept.drop()
+	p.kept = nil
 	p.err = err
 	p.Files = []string{}
 	p.Layout = ""
@@ -307,6 +327,7 @@ type checked struct {
 	legacy  bool
 	warns   []string
 	unusedS map[string]bool
+	kept    *kept // the checkpoint opened for the check, when complete
 }
 
 func (f *folder) resolve(p *Plan) (*Plan, error) {
@@ -374,7 +395,20 @@ func (f *folder) resolve(p *Plan) (*Plan, error) {
 	})
 
 	// Check the indexes: tags first (a hard error), then completeness.
+	// The plan keeps the checkpoint of the candidate it uses; the others'
+	// go.
 	var idx []*checked
+	var singleKept *kept
+	defer func() {
+		if singleKept != p.kept {
+			singleKept.drop()
+		}
+		for _, ch := range idx {
+			if ch.kept != p.kept {
+				ch.kept.drop()
+			}
+		}
+	}()
 	for _, c := range indexes {
 		ch, err := f.checkIndex(c, prefix, v)
 		if err != nil {
@@ -384,13 +418,14 @@ func (f *folder) resolve(p *Plan) (*Plan, error) {
 	}
 	var singleErr error
 	if single != nil {
-		singleErr = f.checkSingle(single.name)
+		singleKept, singleErr = f.checkSingle(single.name)
 	}
 
 	used := map[string]bool{}
 	switch {
 	case single != nil && singleErr == nil:
 		p.Layout, p.Files = LayoutSingle, []string{single.name}
+		p.kept = singleKept
 		used[single.name] = true
 		for _, ch := range idx {
 			if ch.err == nil {
@@ -448,6 +483,7 @@ func (f *folder) resolve(p *Plan) (*Plan, error) {
 			return p.fail(&e)
 		}
 		p.Index, p.Files = chosen.c.name, chosen.shards
+		p.kept = chosen.kept
 		p.Layout = LayoutSharded
 		if chosen.legacy {
 			p.Layout = LayoutLegacySharded
@@ -536,20 +572,31 @@ func (f *folder) notFound(v string) error {
 }
 
 // checkSingle reports whether a single file is complete: it keeps to the
-// symlink rule, is a regular file, and its header parses.
-func (f *folder) checkSingle(name string) error {
-	real, err := shard.ResolveFile(f.src.Join(f.dir, name), f.shardOpts...)
+// symlink rule, is a regular file, and its header parses. When it is, the
+// checkpoint opened to check it is returned too, for the plan to keep.
+func (f *folder) checkSingle(name string) (*kept, error) {
+	path := f.src.Join(f.dir, name)
+	real, err := shard.ResolveFile(path, f.shardOpts...)
 	if err != nil {
-		return fromShard(f.dir, name, err)
+		return nil, fromShard(f.dir, name, err)
+	}
+	// Open reads the header as the plan's Open would; only when it fails
+	// is the header read again on its own, for this package's error.
+	ck, k, openErr := openKept(f.src, path, false, f.shardOpts)
+	if openErr == nil {
+		if k == nil {
+			ck.Close()
+		}
+		return k, nil
 	}
 	if err := f.readHeader(real); err != nil {
 		kind := ErrInvalidWeights
 		if errors.Is(err, safetensors.ErrNotRegular) {
 			kind = ErrNotRegular
 		}
-		return &Error{Kind: kind, Dir: f.dir, File: name, Err: err}
+		return nil, &Error{Kind: kind, Dir: f.dir, File: name, Err: err}
 	}
-	return nil
+	return nil, nil
 }
 
 // checkIndex validates an index's tags (errors returned directly: they are
@@ -563,10 +610,12 @@ func (f *folder) checkIndex(c candidate, prefix, v string) (*checked, error) {
 	}
 	// Open reads the index itself; only when it fails is the index read
 	// again on its own, for the tag checks, which come first.
-	ck, openErr := shard.Open(path, f.shardOpts...)
+	ck, k, openErr := openKept(f.src, path, true, f.shardOpts)
 	var ix *shard.Index
 	if openErr == nil {
-		defer ck.Close()
+		if k == nil {
+			defer ck.Close()
+		}
 		ix = ck.Index()
 	} else {
 		var err error
@@ -580,10 +629,12 @@ func (f *folder) checkIndex(c candidate, prefix, v string) (*checked, error) {
 	for _, s := range ch.shards {
 		sc, ok := classify(s)
 		if !ok || sc.prefix != prefix {
+			k.drop()
 			return nil, &Error{Kind: ErrForeignShard, Dir: f.dir, File: c.name,
 				Msg: fmt.Sprintf("maps tensors to %s, which is not a %s weights file name", s, prefix)}
 		}
 		if sc.variant != v || sc.kind == kindIndex {
+			k.drop()
 			return nil, &Error{Kind: ErrVariantMismatch, Dir: f.dir, File: c.name,
 				Msg: fmt.Sprintf("this %s index maps tensors to %s, which is %s: refusing to mix", describeVariant(v), s, describeVariant(sc.variant))}
 		}
@@ -604,6 +655,7 @@ func (f *folder) checkIndex(c candidate, prefix, v string) (*checked, error) {
 	for _, w := range ck.Warnings() {
 		ch.warns = append(ch.warns, c.name+": "+w)
 	}
+	ch.kept = k
 	return ch, nil
 }
 

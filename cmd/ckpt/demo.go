@@ -214,8 +214,7 @@ func demoInspect(d *demo, root, _ string) error {
 	defer t.Close()
 	rep := buildInspectReport(t)
 	rep.Path = relTo(root, rep.Path)
-	printInspectReport(d.e, rep)
-	return nil
+	return printInspectReport(d.e, rep)
 }
 
 func demoNarrowing(d *demo, root, _ string) error {

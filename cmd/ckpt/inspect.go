@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"unicode/utf8"
 
 	"github.com/ckpt-go/ckpt/dtype"
 )
@@ -64,8 +65,7 @@ Examples:
 			}
 			return w.Flush()
 		}
-		printInspectReport(e, buildInspectReport(t))
-		return nil
+		return printInspectReport(e, buildInspectReport(t))
 	}
 	return c
 }
@@ -347,27 +347,27 @@ func writeArray[T any](j *jsonWriter, vs []T, indent string, elem func(T)) {
 	j.w.WriteByte(']')
 }
 
-func printInspectReport(e *env, rep *inspectReport) {
-	w := e.stdout
+func printInspectReport(e *env, rep *inspectReport) error {
+	w := bufio.NewWriterSize(e.stdout, 64<<10)
 	fmt.Fprintf(w, "%s (%s, %d file(s): %s)\n", rep.Path, rep.Kind, len(rep.Files), strings.Join(rep.Files, ", "))
 	for _, warn := range rep.Warnings {
 		fmt.Fprintf(w, "warning: %s\n", warn)
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	header := []string{"TENSOR", "DTYPE", "SHAPE", "BYTES", "OFFSETS"}
 	fileCol := len(rep.Files) > 1
 	if fileCol {
-		fmt.Fprintln(tw, "TENSOR\tDTYPE\tSHAPE\tBYTES\tOFFSETS\tFILE")
-	} else {
-		fmt.Fprintln(tw, "TENSOR\tDTYPE\tSHAPE\tBYTES\tOFFSETS")
+		header = append(header, "FILE")
 	}
-	for _, t := range rep.Tensors {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t[%d, %d)", t.Name, t.DType, formatShape(t.Shape), t.Bytes, t.Offsets[0], t.Offsets[1])
-		if fileCol {
-			fmt.Fprintf(tw, "\t%s", t.File)
+	writeTable(w, len(rep.Tensors)+1, func(buf []byte, ends []int, i int) ([]byte, []int) {
+		if i == 0 {
+			for _, h := range header {
+				buf = append(buf, h...)
+				ends = append(ends, len(buf))
+			}
+			return buf, ends
 		}
-		fmt.Fprintln(tw)
-	}
-	tw.Flush()
+		return tensorCells(buf, ends, &rep.Tensors[i-1], fileCol)
+	})
 	if len(rep.Metadata) > 0 {
 		fmt.Fprintln(w, "metadata:")
 		keys := make([]string, 0, len(rep.Metadata))
@@ -383,12 +383,120 @@ func printInspectReport(e *env, rep *inspectReport) {
 	for _, tot := range rep.Totals {
 		fmt.Fprintf(w, "  %-12s %4d tensors %12d elements %10s\n", tot.DType, tot.Tensors, tot.Elements, humanBytes(tot.Bytes))
 	}
+	return w.Flush()
+}
+
+// tensorCells appends the cells of t's table row to buf, recording where
+// each ends in ends: name, dtype, shape, bytes, offsets, and the file when
+// fileCol is set.
+func tensorCells(buf []byte, ends []int, t *inspectTensor, fileCol bool) ([]byte, []int) {
+	buf = append(buf, t.Name...)
+	ends = append(ends, len(buf))
+	buf = append(buf, t.DType...)
+	ends = append(ends, len(buf))
+	buf = appendShape(buf, t.Shape)
+	ends = append(ends, len(buf))
+	buf = strconv.AppendInt(buf, t.Bytes, 10)
+	ends = append(ends, len(buf))
+	buf = append(buf, '[')
+	buf = strconv.AppendInt(buf, t.Offsets[0], 10)
+	buf = append(buf, ", "...)
+	buf = strconv.AppendInt(buf, t.Offsets[1], 10)
+	buf = append(buf, ')')
+	ends = append(ends, len(buf))
+	if fileCol {
+		buf = append(buf, t.File...)
+		ends = append(ends, len(buf))
+	}
+	return buf, ends
+}
+
+// tableSpecial are the bytes text/tabwriter does not take as text: cell
+// and line terminators, and its Escape.
+var tableSpecial = [256]bool{'\t': true, '\v': true, '\n': true, '\f': true, tabwriter.Escape: true}
+
+// tablePadding is the space between columns.
+const tablePadding = 2
+
+// writeTable writes n rows, each of the same number of cells, aligned in
+// columns exactly as text/tabwriter.NewWriter(w, 0, 0, tablePadding, ' ',
+// 0) did with the cells joined by tabs: every cell but the last of its row
+// padded with spaces to its column's widest cell, counted in runes, plus
+// tablePadding. row appends row i's cells to buf (given empty) and their
+// ends to ends. The widths are measured in a first pass over the rows and
+// the rows formatted again in the second: no cell is kept, and nothing is
+// buffered per cell as tabwriter does (seconds for a million rows). A cell
+// holding a byte tabwriter treats specially (tableSpecial) sends the whole
+// table through tabwriter itself, whose output it stays.
+func writeTable(w *bufio.Writer, n int, row func(buf []byte, ends []int, i int) ([]byte, []int)) {
+	var buf []byte
+	var ends, widths []int
+	for i := range n {
+		buf, ends = row(buf[:0], ends[:0], i)
+		for _, c := range buf {
+			if tableSpecial[c] {
+				writeTableTabwriter(w, n, row)
+				return
+			}
+		}
+		for j, start := 0, 0; j < len(ends)-1; j++ { // the last cell is not padded
+			if j == len(widths) {
+				widths = append(widths, 0)
+			}
+			widths[j] = max(widths[j], utf8.RuneCount(buf[start:ends[j]]))
+			start = ends[j]
+		}
+	}
+	for i := range n {
+		buf, ends = row(buf[:0], ends[:0], i)
+		start := 0
+		for j, end := range ends {
+			w.Write(buf[start:end])
+			if j < len(ends)-1 {
+				for pad := widths[j] + tablePadding - utf8.RuneCount(buf[start:end]); pad > 0; pad-- {
+					w.WriteByte(' ')
+				}
+			}
+			start = end
+		}
+		w.WriteByte('\n')
+	}
+}
+
+// writeTableTabwriter is writeTable through text/tabwriter.
+func writeTableTabwriter(w *bufio.Writer, n int, row func(buf []byte, ends []int, i int) ([]byte, []int)) {
+	tw := tabwriter.NewWriter(w, 0, 0, tablePadding, ' ', 0)
+	var buf, line []byte
+	var ends []int
+	for i := range n {
+		buf, ends = row(buf[:0], ends[:0], i)
+		line = line[:0]
+		start := 0
+		for j, end := range ends {
+			if j > 0 {
+				line = append(line, '\t')
+			}
+			line = append(line, buf[start:end]...)
+			start = end
+		}
+		line = append(line, '\n')
+		tw.Write(line)
+	}
+	tw.Flush()
 }
 
 func formatShape(shape []int64) string {
-	parts := make([]string, len(shape))
+	return string(appendShape(nil, shape))
+}
+
+// appendShape appends shape as formatShape writes it: "[4096, 11008]".
+func appendShape(buf []byte, shape []int64) []byte {
+	buf = append(buf, '[')
 	for i, d := range shape {
-		parts[i] = fmt.Sprint(d)
+		if i > 0 {
+			buf = append(buf, ", "...)
+		}
+		buf = strconv.AppendInt(buf, d, 10)
 	}
-	return "[" + strings.Join(parts, ", ") + "]"
+	return append(buf, ']')
 }
