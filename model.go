@@ -175,7 +175,9 @@ func (m *Model) openDir() error {
 	}
 	for _, p := range pp.Components {
 		strategy, why := m.chooseStrategy(p.Dir)
-		ck, err := p.Open(m.shardOptions(strategy)...)
+		// The plan adds these to the shard options it resolved with; with
+		// none, it hands over the checkpoint resolution opened.
+		ck, err := p.Open(m.readOptions(strategy)...)
 		if err != nil {
 			return &Error{Kind: ErrResolve, Path: p.Dir, Component: p.Component, Err: err}
 		}
@@ -192,11 +194,16 @@ func (m *Model) openDir() error {
 // the pread strategy, local files are not mapped at all (reads go through
 // pread, never through page faults on a mapping).
 func (m *Model) shardOptions(strategy ReadStrategy) []shard.Option {
-	opts := slices.Clone(m.cfg.shardOptions)
+	return append(slices.Clone(m.cfg.shardOptions), m.readOptions(strategy)...)
+}
+
+// readOptions are the shard options the read strategy adds to the model's
+// own: with pread, local files are opened without a mapping.
+func (m *Model) readOptions(strategy ReadStrategy) []shard.Option {
 	if strategy == ReadPread && m.src.FS() == nil {
-		opts = append(opts, shard.WithOpenOptions(safetensors.WithReadAt()))
+		return []shard.Option{shard.WithOpenOptions(safetensors.WithReadAt())}
 	}
-	return opts
+	return nil
 }
 
 // setup reads the component's configs, detects its quantization layout and
