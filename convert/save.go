@@ -145,8 +145,13 @@ const manifestName = "checkpoint.json"
 // the folder holds files of no committed checkpoint: from before the first
 // shard of a new checkpoint until its manifest is written, and while
 // KeepLast removes an old one. A folder with the marker and no manifest is
-// Save's: a save killed there left it. Saving that name again replaces it
-// (Overwrite is not needed: nothing was committed under it), and a save's
+// Save's: a save runs there, or one that stopped left it. The marker names
+// its holder (host and process) and the save refreshes it every 15 s: a
+// save of that name refuses it (ErrConflict, saying who holds it) while
+// the holder runs, and replaces it once the holder is gone (a process of
+// this host that no longer runs, or a marker not refreshed for a minute)
+// — Overwrite is not needed: nothing was committed under it. A save whose
+// marker was taken over stops with ErrConflict before it commits. A save's
 // KeepLast pass removes the folders that a killed removal left. Folders on
 // a file system never hold it: there a save is renamed into place.
 const IncompleteName = ".ckpt-incomplete"

@@ -43,22 +43,39 @@ func (p *plan) saveSink(ctx context.Context, data func(string) ([]byte, error)) 
 	}
 	res := &SaveResult{Name: p.name, Path: joinLocation(dir, p.name), Step: p.opts.Step, Epoch: p.opts.Epoch, Tensors: len(p.specs), TotalSize: p.data}
 	fsys := dest.FS()
-	replacing, abandoned, err := p.checkNameFS(fsys, res.Path)
+	st, err := p.checkNameFS(ctx, dest, res.Path)
 	if err != nil {
 		return nil, err
 	}
+	replacing, abandoned := st.replacing, st.abandoned
 	scan := scanFS(fsys, dir)
 	res.Warnings = append(res.Warnings, scan.warnings...)
 	res.Seq = scan.highest + 1
 	at("locked")
 	// A new name holds the marker until the manifest is written: what a
-	// kill leaves there is Save's to replace.
-	marker := path.Join(p.name, IncompleteName)
+	// kill leaves there is Save's to replace (save_marker.go).
+	var mk *marker
 	if !replacing {
-		if err := writeIncomplete(ctx, dest, p.name, stateSaving, res.Seq); err != nil {
-			return nil, sinkErr(ctx, dest.Location(marker), -1, err)
+		mk, err = claimMarker(ctx, dest, p.name, res.Seq, abandoned, st.markerVersion)
+		if errors.Is(err, fs.ErrExist) {
+			return nil, &Error{Kind: ErrConflict, Path: res.Path, Msg: "another save of this name began meanwhile (it wrote " + IncompleteName + " first)", Err: err}
 		}
+		if err != nil {
+			return nil, sinkErr(ctx, dest.Location(path.Join(p.name, IncompleteName)), -1, err)
+		}
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		mk.keep(ctx, cancel)
+		defer mk.release()
 		at("marked")
+	}
+	marker := path.Join(p.name, IncompleteName)
+	takenOver := func() error {
+		if mk != nil && (!mk.owned() || errors.Is(context.Cause(ctx), errTakenOver)) {
+			return &Error{Kind: ErrConflict, Path: res.Path, Msg: "this save stopped: another one took the name over", Err: errTakenOver}
+		}
+		return nil
 	}
 	if replacing || abandoned {
 		abortUploads(ctx, dest, p.name, "a save killed there", res)
@@ -78,10 +95,16 @@ func (p *plan) saveSink(ctx context.Context, data func(string) ([]byte, error)) 
 	sres, err := writeSinkSet(ctx, &sinkSet{sink: dest, dir: p.name, prefix: p.prefix, specs: p.specs, write: write,
 		metadata: p.metadata, maxShard: p.maxShard, overwrite: replacing || abandoned})
 	if err != nil {
+		if terr := takenOver(); terr != nil {
+			return nil, terr
+		}
 		if !replacing && !abandoned && !errors.Is(err, ErrConflict) {
 			// The set removed its files: the name is free again (unless
 			// another writer took it meanwhile: the marker is its too).
-			dest.Remove(context.WithoutCancel(ctx), marker)
+			mk.release()
+			if mk.owned() {
+				dest.Remove(context.WithoutCancel(ctx), marker)
+			}
 		}
 		var ce *Error
 		if errors.As(err, &ce) && ce.Kind != ErrWrite {
@@ -97,6 +120,14 @@ func (p *plan) saveSink(ctx context.Context, data func(string) ([]byte, error)) 
 	at("written")
 	m := manifest{Format: manifestFormat, Name: p.name, Step: p.opts.Step, Epoch: p.opts.Epoch, Seq: res.Seq,
 		SavedAt: time.Now().UTC(), Index: sres.index, Files: sres.files, Tensors: len(p.specs), TotalSize: sres.total, Metadata: p.opts.Metadata}
+	if mk != nil {
+		if err := mk.confirm(context.WithoutCancel(ctx)); err != nil {
+			if terr := takenOver(); terr != nil {
+				return nil, terr
+			}
+			return nil, &Error{Kind: ErrCommit, Path: res.Path, Msg: "refreshing " + IncompleteName + " before the manifest", Err: err}
+		}
+	}
 	b, err := json.MarshalIndent(&m, "", "  ")
 	if err == nil {
 		err = writeSinkFile(context.WithoutCancel(ctx), dest, path.Join(p.name, manifestName), append(b, '\n'), false)
@@ -119,32 +150,47 @@ func (p *plan) saveSink(ctx context.Context, data func(string) ([]byte, error)) 
 	return res, nil
 }
 
+// nameState is what checkNameFS found under a checkpoint name.
+type nameState struct {
+	replacing     bool   // a checkpoint Save wrote, which Overwrite replaces
+	abandoned     bool   // only what a stopped save left: replaced without Overwrite
+	markerVersion string // the version of the stopped save's marker (a Conditional sink)
+}
+
 // checkNameFS refuses a name that holds a checkpoint (or files of one)
 // unless Overwrite is set and it is a checkpoint that Save wrote; it
 // reports whether one is replaced, and whether the name holds only what a
-// killed save left (IncompleteName without a manifest), which is replaced
-// without Overwrite: nothing was committed under it.
-func (p *plan) checkNameFS(fsys fs.FS, where string) (replacing, abandoned bool, err error) {
+// save that stopped left (IncompleteName without a manifest, its holder
+// gone: save_marker.go), which is replaced without Overwrite: nothing was
+// committed under it. A name a running save holds is ErrConflict.
+func (p *plan) checkNameFS(ctx context.Context, dest sink.Sink, where string) (nameState, error) {
+	fsys := dest.FS()
 	es, err := fs.ReadDir(fsys, p.name)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return false, false, &Error{Kind: ErrTarget, Path: where, Msg: "listing the location", Err: err}
+		return nameState{}, &Error{Kind: ErrTarget, Path: where, Msg: "listing the location", Err: err}
 	}
 	if len(es) == 0 {
-		return false, false, nil
+		return nameState{}, nil
 	}
 	_, merr := readManifestFS(fsys, p.name)
 	if errors.Is(merr, fs.ErrNotExist) {
-		if _, err := readIncomplete(fsys, p.name); err == nil {
-			return false, true, nil
+		// The version first: a marker refreshed after it is read is
+		// then not replaced (the conditional write fails).
+		version, gone, verr := sink.SeenVersion(ctx, dest, path.Join(p.name, IncompleteName))
+		if inc, err := readIncomplete(fsys, p.name); err == nil && verr == nil && !gone {
+			if stopped, who := inc.stale(time.Now()); !stopped {
+				return nameState{}, &Error{Kind: ErrConflict, Path: where, Msg: who}
+			}
+			return nameState{abandoned: true, markerVersion: version}, nil
 		}
 	}
 	if !p.opts.Overwrite {
-		return false, false, &Error{Kind: ErrExists, Path: where, Msg: "a checkpoint of this name exists (SaveOptions.Overwrite replaces it)"}
+		return nameState{}, &Error{Kind: ErrExists, Path: where, Msg: "a checkpoint of this name exists (SaveOptions.Overwrite replaces it)"}
 	}
 	if merr != nil {
-		return false, false, &Error{Kind: ErrExists, Path: where, Msg: "exists and is not a checkpoint that Save wrote (no readable " + manifestName + "): Overwrite replaces only those", Err: merr}
+		return nameState{}, &Error{Kind: ErrExists, Path: where, Msg: "exists and is not a checkpoint that Save wrote (no readable " + manifestName + "): Overwrite replaces only those", Err: merr}
 	}
-	return true, false, nil
+	return nameState{replacing: true}, nil
 }
 
 // The states of a folder that IncompleteName marks.
@@ -161,7 +207,12 @@ type incomplete struct {
 	Format string    `json:"format"`
 	State  string    `json:"state"`
 	Seq    int64     `json:"seq"`
-	At     time.Time `json:"at"`
+	At     time.Time `json:"at"` // written, or last refreshed
+	// Who holds the name (save_marker.go); absent in a marker of
+	// state removing.
+	Owner string `json:"owner,omitempty"`
+	Host  string `json:"host,omitempty"`
+	PID   int    `json:"pid,omitempty"`
 }
 
 // writeIncomplete marks the folder name of sink as being in state.
@@ -400,7 +451,7 @@ func (p *plan) checkTargetSink() []error {
 	if _, err := fs.ReadDir(fsys, "."); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return []error{&Error{Kind: ErrTarget, Path: p.dir, Msg: "listing the location", Err: err}}
 	}
-	if _, _, err := p.checkNameFS(fsys, joinLocation(p.dir, p.name)); err != nil {
+	if _, err := p.checkNameFS(context.Background(), dest, joinLocation(p.dir, p.name)); err != nil {
 		return []error{err}
 	}
 	return nil

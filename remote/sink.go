@@ -308,6 +308,7 @@ type upload struct {
 	parts    []types.CompletedPart
 	err      error // the first failure
 	finished bool
+	etag     string // the version Close wrote
 }
 
 func (u *upload) fail(err error) {
@@ -432,6 +433,11 @@ func (u *upload) Close() error {
 	return nil
 }
 
+// Version returns the ETag of the object Close wrote ("" before a
+// successful Close, or when the store returned none): the version a
+// later CreateReplacing of the same name replaces (sink.Written).
+func (u *upload) Version() string { return u.etag }
+
 func (u *upload) complete() error {
 	if err := u.stopped(); err != nil {
 		return err
@@ -448,9 +454,11 @@ func (u *upload) complete() error {
 		if u.ifMatch != "" {
 			in.IfMatch = aws.String(u.ifMatch)
 		}
-		if _, err := u.s.client.PutObject(u.ctx, in); err != nil {
+		out, err := u.s.client.PutObject(u.ctx, in)
+		if err != nil {
 			return u.putErr(err)
 		}
+		u.etag = aws.ToString(out.ETag)
 		return nil
 	}
 	if len(u.buf) > 0 {
@@ -472,9 +480,11 @@ func (u *upload) complete() error {
 	if u.ifMatch != "" {
 		in.IfMatch = aws.String(u.ifMatch)
 	}
-	if _, err := u.s.client.CompleteMultipartUpload(u.ctx, in); err != nil {
+	out, err := u.s.client.CompleteMultipartUpload(u.ctx, in)
+	if err != nil {
 		return u.putErr(err)
 	}
+	u.etag = aws.ToString(out.ETag)
 	u.id = "" // completed: nothing to abort
 	return nil
 }

@@ -113,6 +113,22 @@ func CreateIf(ctx context.Context, s Sink, name string, exclusive bool, version 
 	return s.Create(ctx, name, exclusive)
 }
 
+// Written returns the version of name that f, a file of s just closed
+// without error, wrote: "" on a sink that is not Conditional. A file that
+// knows its version (an object store's ETag from the write's response)
+// reports it with a Version method; for one that does not, the version is
+// read back, which a writer racing in between could have replaced.
+func Written(ctx context.Context, s Sink, f File, name string) (string, error) {
+	cs, ok := s.(Conditional)
+	if !ok {
+		return "", nil
+	}
+	if v, ok := f.(interface{ Version() string }); ok && v.Version() != "" {
+		return v.Version(), nil
+	}
+	return cs.Version(ctx, name)
+}
+
 // Func opens a location of a registered scheme as a Sink.
 type Func func(ctx context.Context, location string) (Sink, error)
 
