@@ -200,7 +200,7 @@ func TestReadAndRewriteReferenceFiles(t *testing.T) {
 			tds[i] = gt.tensorData()
 		}
 		r.Shuffle(len(tds), func(i, j int) { tds[i], tds[j] = tds[j], tds[i] })
-		got, err := safetensors.Serialize(tds, gf.Metadata)
+		got, err := safetensors.Serialize(tds, gf.Metadata, safetensors.WithoutChecksums())
 		if err != nil {
 			t.Errorf("%s: ckpt Serialize: %v", gf.Name, err)
 			continue
@@ -290,6 +290,7 @@ type pyRead struct {
 		DType       string  `json:"dtype"`
 		Shape       []int64 `json:"shape"`
 		SHA256      string  `json:"sha256"`
+		CRC32C      string  `json:"crc32c"`
 		Len         int     `json:"len"`
 		NumpySHA256 *string `json:"numpy_sha256"`
 		LoadFileSHA *string `json:"load_file_sha256"`
@@ -405,8 +406,31 @@ func TestReferenceReadsCkptFiles(t *testing.T) {
 			t.Errorf("%s: the reference cannot read ckpt's file: %s", gf.Name, pr.Error)
 			continue
 		}
-		if !maps.Equal(pr.Metadata, gf.Metadata) || (pr.Metadata == nil) != (gf.Metadata == nil) {
+		// ckpt's checksums ride in the metadata: the reference reads them
+		// as any other key, and its bytes have the CRC-32C they name
+		// (computed in Python, below).
+		sums := map[string]string{}
+		userMeta := map[string]string{}
+		for k, v := range pr.Metadata {
+			if name, ok := strings.CutPrefix(k, safetensors.ChecksumPrefix); ok {
+				sums[name] = v
+			} else {
+				userMeta[k] = v
+			}
+		}
+		if len(gf.Metadata) == 0 && len(userMeta) == 0 {
+			userMeta = gf.Metadata
+		}
+		if !maps.Equal(userMeta, gf.Metadata) {
 			t.Errorf("%s: reference reads metadata %q, ckpt wrote %q", gf.Name, pr.Metadata, gf.Metadata)
+		}
+		if len(gf.Tensors) > 0 && len(sums) != len(gf.Tensors) {
+			t.Errorf("%s: %d checksums for %d tensors", gf.Name, len(sums), len(gf.Tensors))
+		}
+		for _, pt := range pr.Tensors {
+			if sums[pt.Name] != pt.CRC32C {
+				t.Errorf("%s: tensor %q: header names crc32c %q, Python computes %s over the bytes it reads", gf.Name, pt.Name, sums[pt.Name], pt.CRC32C)
+			}
 		}
 		byName := map[string]genTensor{}
 		for _, gt := range gf.Tensors {
@@ -902,7 +926,7 @@ func TestRealCheckpoints(t *testing.T) {
 				}
 				tds = append(tds, safetensors.TensorData{Name: name, DType: tn.DType(), Shape: tn.Shape(), Data: b})
 			}
-			got, err := safetensors.Serialize(tds, f.Metadata())
+			got, err := safetensors.Serialize(tds, f.Metadata(), safetensors.WithoutChecksums())
 			if err != nil {
 				t.Fatalf("ckpt Serialize: %v", err)
 			}

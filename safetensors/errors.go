@@ -85,6 +85,10 @@ const (
 	// file: a FIFO, a device, a socket or a folder. It is refused before
 	// anything is read, without blocking.
 	ErrNotRegular
+	// ErrChecksum: a tensor's stored bytes differ from the checksum its
+	// file's header names (a *ChecksumError), or the header's checksums are
+	// damaged (see ChecksumPrefix).
+	ErrChecksum
 
 	numKinds // keep last
 )
@@ -115,6 +119,7 @@ var kindNames = [...]string{
 	ErrCanceled:            "canceled",
 	ErrFileChanged:         "file_changed",
 	ErrNotRegular:          "not_regular_file",
+	ErrChecksum:            "checksum",
 }
 
 // String returns the snake_case name of the kind, e.g. "header_too_large".
@@ -172,6 +177,11 @@ func newErr(kind ErrorKind, tensor, field, msg string) *Error {
 // withFile sets the file name on a *Error (if err is one without a name).
 func withFile(err error, file string) error {
 	if e, ok := err.(*Error); ok && e.File == "" && file != "" {
+		e2 := *e
+		e2.File = file
+		return &e2
+	}
+	if e, ok := err.(*ChecksumError); ok && e.File == "" && file != "" {
 		e2 := *e
 		e2.File = file
 		return &e2

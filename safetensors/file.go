@@ -76,6 +76,16 @@ type File struct {
 	closed  atomic.Bool
 	scratch sync.Pool // *[]byte chunks for converting reads
 	views   []Tensor  // one per header entry, in file order
+
+	sumsOnce sync.Once
+	sums     map[string]uint32 // the header's checksums (Header.Checksums)
+	sumsErr  error
+}
+
+// checksums returns the header's checksums, parsed once.
+func (f *File) checksums() (map[string]uint32, error) {
+	f.sumsOnce.Do(func() { f.sums, f.sumsErr = f.hdr.Checksums() })
+	return f.sums, f.sumsErr
 }
 
 // Open opens the safetensors file at path, validates its header and maps it

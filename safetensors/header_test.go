@@ -224,8 +224,8 @@ func TestErrorFormatting(t *testing.T) {
 	if !errors.Is(e, ErrTensorNotFound) || errors.Is(e, ErrClosed) {
 		t.Error("Is mismatch")
 	}
-	if ks := Kinds(); len(ks) != int(numKinds)-1 || ks[0] != ErrHeaderTooSmall || ks[len(ks)-1] != ErrNotRegular {
-		t.Fatalf("Kinds() = %v, want every kind from header_too_small to not_regular_file", ks)
+	if ks := Kinds(); len(ks) != int(numKinds)-1 || ks[0] != ErrHeaderTooSmall || ks[len(ks)-1] != ErrChecksum {
+		t.Fatalf("Kinds() = %v, want every kind from header_too_small to checksum", ks)
 	}
 	seen := map[string]bool{}
 	for _, k := range Kinds() {

@@ -2,7 +2,6 @@ package safetensors
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -13,6 +12,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/ckpt-go/ckpt/dtype"
@@ -54,8 +54,14 @@ type TensorData struct {
 type WriteOption func(*writeConfig)
 
 type writeConfig struct {
-	align int
+	align       int
+	noChecksums bool
 }
+
+// WithoutChecksums writes no checksums (see ChecksumPrefix) and drops
+// checksum keys from the metadata given: the file is then byte for byte
+// what the reference writer writes.
+func WithoutChecksums() WriteOption { return func(c *writeConfig) { c.noChecksums = true } }
 
 // WithAlignment makes the data section start at a multiple of n bytes in
 // the file (default 8, as the reference writer), by padding the header with
@@ -134,6 +140,7 @@ type plan struct {
 	sizes   []int64
 	header  []byte // 8-byte length + JSON + padding
 	dataLen int64
+	cfg     writeConfig
 }
 
 func makePlan(tensors []TensorSpec, metadata map[string]string, opts []WriteOption) (*plan, error) {
@@ -146,7 +153,7 @@ func makePlan(tensors []TensorSpec, metadata map[string]string, opts []WriteOpti
 	if cfg.align <= 0 || cfg.align%8 != 0 {
 		return nil, newErr(ErrInvalidArgument, "", "", fmt.Sprintf("alignment %d is not a positive multiple of 8", cfg.align))
 	}
-	p := &plan{order: make([]TensorSpec, len(tensors)), sizes: make([]int64, len(tensors))}
+	p := &plan{order: make([]TensorSpec, len(tensors)), sizes: make([]int64, len(tensors)), cfg: cfg}
 	seen := make(map[string]struct{}, len(tensors))
 	for i, t := range tensors {
 		if t.Name == MetadataKey {
@@ -294,6 +301,13 @@ type Writer struct {
 	total   int64 // data bytes written
 	err     error // sticky failure
 	closed  bool
+
+	sums     *checksumPlan // nil: no checksums
+	crcs     []uint32      // per tensor in p.order, as written
+	patch    io.WriterAt   // where Close rewrites the header with the checksums
+	flush    func() error  // flushes w before patching, if buffered
+	metadata map[string]string
+	tensors  []TensorSpec
 }
 
 // NewWriter validates the declared tensors and metadata, computes the
@@ -302,16 +316,109 @@ type Writer struct {
 // data section starts at a multiple of 8, or of WithAlignment's n) and writes
 // the header to w. The same input always gives the same bytes. A nil
 // metadata map writes no __metadata__ entry; an empty one writes "{}".
+//
+// Checksums: the Writer computes the CRC-32C of every tensor as its bytes
+// pass (see ChecksumPrefix). When w is also an io.WriterAt (a file), the
+// header holds a placeholder for each, and Close rewrites the header in
+// place with the values: the file carries a checksum for every tensor.
+// Checksum keys in the metadata given are claims about the data: Close
+// fails with a *ChecksumError when a tensor's bytes differ from its claim
+// (a copy that changed on its way). Where w cannot be patched, the claims
+// are written when they name every tensor, and no checksums otherwise.
+// WithoutChecksums turns all of this off.
 func NewWriter(w io.Writer, tensors []TensorSpec, metadata map[string]string, opts ...WriteOption) (*Writer, error) {
-	p, err := makePlan(tensors, metadata, opts)
+	wa, _ := w.(io.WriterAt)
+	wr, err := newWriter(w, wa, nil, tensors, metadata, opts)
 	if err != nil {
 		return nil, err
 	}
-	wr := &Writer{w: w, p: p, cur: -1}
-	if err := wr.raw(p.header); err != nil {
+	if err := wr.raw(wr.p.header); err != nil {
 		return nil, err
 	}
 	return wr, nil
+}
+
+// newWriter plans a Writer to w whose header patch, if any, goes to wa
+// after flush.
+func newWriter(w io.Writer, wa io.WriterAt, flush func() error, tensors []TensorSpec, metadata map[string]string, opts []WriteOption) (*Writer, error) {
+	sums, md, err := planChecksums(tensors, metadata, wa != nil, opts)
+	if err != nil {
+		return nil, err
+	}
+	p, err := makePlan(tensors, md, opts)
+	if err != nil {
+		return nil, err
+	}
+	wr := &Writer{w: w, p: p, cur: -1, sums: sums, metadata: md, tensors: tensors, flush: flush}
+	if sums != nil {
+		wr.crcs = make([]uint32, len(p.order))
+		if sums.patch {
+			wr.patch = wa
+		}
+	}
+	return wr, nil
+}
+
+// checksumPlan is what a Writer does about checksums.
+type checksumPlan struct {
+	claims map[string]uint32 // checksums the caller's metadata names
+	patch  bool              // placeholders now, the values at Close
+}
+
+// placeholder is the value written for a checksum before it is known: of
+// the same length, so that the header keeps its size.
+const placeholder = "00000000"
+
+// planChecksums decides what a writer does about checksums and returns the
+// metadata to write first.
+func planChecksums(tensors []TensorSpec, metadata map[string]string, patchable bool, opts []WriteOption) (*checksumPlan, map[string]string, error) {
+	var cfg writeConfig
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	claims := map[string]uint32{}
+	var md map[string]string
+	if metadata != nil {
+		md = make(map[string]string, len(metadata)+len(tensors))
+	}
+	for k, v := range metadata {
+		name, ok := strings.CutPrefix(k, ChecksumPrefix)
+		if !ok {
+			md[k] = v
+			continue
+		}
+		c, ok := parseChecksum(v)
+		if !ok {
+			return nil, nil, newErr(ErrChecksum, MetadataKey, k, fmt.Sprintf("checksum %q is not 8 lowercase hex digits", v))
+		}
+		claims[name] = c
+	}
+	if cfg.noChecksums || len(tensors) == 0 {
+		return nil, md, nil
+	}
+	for name := range claims {
+		if !slices.ContainsFunc(tensors, func(t TensorSpec) bool { return t.Name == name }) {
+			return nil, nil, newErr(ErrChecksum, MetadataKey, ChecksumPrefix+name, "a checksum for a tensor that is not written")
+		}
+	}
+	cp := &checksumPlan{claims: claims, patch: patchable}
+	if !patchable && len(claims) < len(tensors) {
+		// Nothing to write: the claims are still checked.
+		return cp, md, nil
+	}
+	if md == nil {
+		md = make(map[string]string, len(tensors))
+	}
+	for _, t := range tensors {
+		v := placeholder
+		if c, ok := claims[t.Name]; ok && !patchable {
+			v = FormatChecksum(c)
+		}
+		md[ChecksumPrefix+t.Name] = v
+	}
+	return cp, md, nil
 }
 
 // Order returns the tensors in the order their bytes must be written.
@@ -406,6 +513,9 @@ func (tw *tensorWriter) Write(b []byte) (int, error) {
 	if err := w.raw(b); err != nil {
 		return 0, err
 	}
+	if w.crcs != nil {
+		w.crcs[tw.idx] = UpdateChecksum(w.crcs[tw.idx], b)
+	}
 	w.written += int64(len(b))
 	w.total += int64(len(b))
 	return len(b), nil
@@ -443,6 +553,9 @@ func (w *Writer) WriteTensor(name string, data []byte) error {
 	if err := w.raw(data); err != nil {
 		return err
 	}
+	if w.crcs != nil {
+		w.crcs[j] = Checksum(data)
+	}
 	w.written = int64(len(data))
 	w.total += int64(len(data))
 	return nil
@@ -467,9 +580,69 @@ func (w *Writer) Close() error {
 		}
 		return newErr(ErrWriteOrder, next, "", fmt.Sprintf("incomplete: %d of %d data bytes written", w.total, w.p.dataLen))
 	}
+	if err := w.finishChecksums(); err != nil {
+		w.err = err
+		return err
+	}
 	w.closed = true
 	return nil
 }
+
+// finishChecksums checks the claims and writes the checksums into the
+// header.
+func (w *Writer) finishChecksums() error {
+	if w.sums == nil {
+		return nil
+	}
+	off := int64(len(w.p.header))
+	for i, t := range w.p.order {
+		if c, ok := w.sums.claims[t.Name]; ok && c != w.crcs[i] {
+			return &ChecksumError{Tensor: t.Name, Begin: off, End: off + w.p.sizes[i], Want: c, Got: w.crcs[i]}
+		}
+		off += w.p.sizes[i]
+	}
+	if w.patch == nil {
+		return nil
+	}
+	md := maps.Clone(w.metadata)
+	for i, t := range w.p.order {
+		md[ChecksumPrefix+t.Name] = FormatChecksum(w.crcs[i])
+	}
+	p, err := makePlan(w.tensors, md, []WriteOption{WithAlignment(w.p.cfg.align)})
+	if err != nil {
+		return err
+	}
+	if len(p.header) != len(w.p.header) {
+		return newErr(ErrWriteOrder, "", "", "internal: the header changed size when its checksums were filled in")
+	}
+	if w.flush != nil {
+		if err := w.flush(); err != nil {
+			return writeErr("flush", err)
+		}
+	}
+	if _, err := w.patch.WriteAt(p.header, 0); err != nil {
+		return writeErr("writing the checksums into the header", err)
+	}
+	w.p.header = p.header
+	return nil
+}
+
+// Checksums returns the CRC-32C of every tensor written, by name, once
+// Close succeeded (nil before, and with WithoutChecksums).
+func (w *Writer) Checksums() map[string]uint32 {
+	if !w.closed || w.crcs == nil {
+		return nil
+	}
+	out := make(map[string]uint32, len(w.crcs))
+	for i, t := range w.p.order {
+		out[t.Name] = w.crcs[i]
+	}
+	return out
+}
+
+// Header returns the header as written so far (8-byte length, JSON,
+// padding): after Close, with its checksums filled in.
+func (w *Writer) Header() []byte { return slices.Clone(w.p.header) }
 
 // FileWriter is a Writer to a file that appears atomically: the bytes go to
 // a hidden temporary file in the same directory, and only Commit renames it
@@ -514,8 +687,7 @@ func create(ctx context.Context, path string, tensors []TensorSpec, metadata map
 	if err := ctx.Err(); err != nil {
 		return nil, &Error{Kind: ErrCanceled, File: path, Err: err}
 	}
-	p, err := makePlan(tensors, metadata, opts)
-	if err != nil {
+	if _, err := makePlan(tensors, metadata, opts); err != nil {
 		return nil, withFile(err, path)
 	}
 	af, err := atomicfile.Create(ctx, path)
@@ -530,9 +702,13 @@ func create(ctx context.Context, path string, tensors []TensorSpec, metadata map
 		out = wrap(af)
 	}
 	bw := bufio.NewWriterSize(ctxWriter{ctx: ctx, w: out}, 1<<20)
-	wr := &Writer{w: bw, p: p, cur: -1}
+	wr, err := newWriter(bw, af, bw.Flush, tensors, metadata, opts)
+	if err != nil {
+		_ = af.Abort()
+		return nil, withFile(err, path)
+	}
 	fw := &FileWriter{Writer: wr, ctx: ctx, af: af, bw: bw, path: path}
-	if err := wr.raw(p.header); err != nil {
+	if err := wr.raw(wr.p.header); err != nil {
 		_ = af.Abort()
 		return nil, withFile(err, path)
 	}
@@ -643,21 +819,45 @@ func Save(ctx context.Context, path string, tensors []TensorData, metadata map[s
 }
 
 // Serialize returns the bytes of a safetensors file holding tensors and
-// metadata, laid out as NewWriter does.
+// metadata, laid out as NewWriter does, with checksums unless
+// WithoutChecksums is given.
 func Serialize(tensors []TensorData, metadata map[string]string, opts ...WriteOption) ([]byte, error) {
 	specs, idx, err := specsOf(tensors)
 	if err != nil {
 		return nil, err
 	}
-	p, err := makePlan(specs, metadata, opts)
+	out := &sliceWriter{}
+	w, err := newWriter(out, out, nil, specs, metadata, opts)
 	if err != nil {
 		return nil, err
 	}
-	var buf bytes.Buffer
-	buf.Grow(len(p.header) + int(p.dataLen))
-	buf.Write(p.header)
-	for _, t := range p.order {
-		buf.Write(tensors[idx[t.Name]].Data)
+	out.b = make([]byte, 0, len(w.p.header)+int(w.p.dataLen))
+	if err := w.raw(w.p.header); err != nil {
+		return nil, err
 	}
-	return buf.Bytes(), nil
+	for _, t := range w.p.order {
+		if err := w.WriteTensor(t.Name, tensors[idx[t.Name]].Data); err != nil {
+			return nil, err
+		}
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	return out.b, nil
+}
+
+// sliceWriter is a growing byte slice written at its end or, for a
+// header's patch, inside it.
+type sliceWriter struct{ b []byte }
+
+func (s *sliceWriter) Write(p []byte) (int, error) {
+	s.b = append(s.b, p...)
+	return len(p), nil
+}
+
+func (s *sliceWriter) WriteAt(p []byte, off int64) (int, error) {
+	if off < 0 || off+int64(len(p)) > int64(len(s.b)) {
+		return 0, io.ErrShortWrite
+	}
+	return copy(s.b[off:], p), nil
 }

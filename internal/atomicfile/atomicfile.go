@@ -82,6 +82,15 @@ func (f *File) Write(p []byte) (int, error) {
 	return f.f.Write(p)
 }
 
+// WriteAt writes to the temporary file at offset off (a writer patching
+// a header it wrote first).
+func (f *File) WriteAt(p []byte, off int64) (int, error) {
+	if f.done {
+		return 0, ErrDone
+	}
+	return f.f.WriteAt(p, off)
+}
+
 // Commit makes the write durable and visible: it fsyncs the temporary file,
 // closes it, renames it over the target and fsyncs the directory. On any
 // error the temporary file is removed and the target is left as it was

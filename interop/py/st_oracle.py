@@ -122,6 +122,28 @@ def sha(b):
     return hashlib.sha256(bytes(b)).hexdigest()
 
 
+def _crc32c_table():
+    table = []
+    for n in range(256):
+        c = n
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+CRC32C_TABLE = _crc32c_table()
+
+
+def crc32c(b):
+    """CRC-32C (Castagnoli, reflected), written out here as an independent
+    check of the checksums ckpt's writers put in __metadata__."""
+    c = 0xFFFFFFFF
+    for x in bytes(b):
+        c = CRC32C_TABLE[(c ^ x) & 0xFF] ^ (c >> 8)
+    return "%08x" % (c ^ 0xFFFFFFFF)
+
+
 def cmd_read(out_path, paths):
     res = []
     for p in paths:
@@ -149,6 +171,7 @@ def cmd_read(out_path, paths):
                     "dtype": t["dtype"],
                     "shape": list(t["shape"]),
                     "sha256": sha(t["data"]),
+                    "crc32c": crc32c(t["data"]),
                     "len": len(t["data"]),
                     "numpy_sha256": npt.get(name),
                     "load_file_sha256": None if lf is None else lf.get(name),
