@@ -46,7 +46,7 @@ func WithVariant(v string) Option {
 // WithComponentDType and WithRules set before it.
 func WithPolicy(p Policy) Option {
 	return func(c *config) error {
-		c.policy = Policy{Default: p.Default, Rules: append([]Rule(nil), p.Rules...), NarrowLinearOnly: p.NarrowLinearOnly}
+		c.policy = Policy{Default: p.Default, Rules: append([]Rule(nil), p.Rules...), NarrowLinearOnly: p.NarrowLinearOnly, Verify: p.Verify}
 		if len(p.Components) > 0 {
 			c.policy.Components = make(map[string]Target, len(p.Components))
 			for k, v := range p.Components {
@@ -55,6 +55,12 @@ func WithPolicy(p Policy) Option {
 		}
 		return nil
 	}
+}
+
+// WithVerify chooses which tensors' checksums the load checks (the
+// policy's Verify; VerifyPresent by default).
+func WithVerify(v Verify) Option {
+	return func(c *config) error { c.policy.Verify = v; return nil }
 }
 
 // WithDType sets the default target of every component (the lowest level

@@ -2,9 +2,11 @@ package ckpt
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/safetensors"
 )
 
 // Target is what a tensor should be loaded as: a dtype, "as stored", or
@@ -167,7 +169,47 @@ type Policy struct {
 	// Rules are not limited. Package convert's Run always applies its
 	// policy with NarrowLinearOnly set; the loader applies it as given.
 	NarrowLinearOnly bool
+	// Verify says which tensors' checksums are checked as their bytes are
+	// read (see safetensors.ChecksumPrefix): by default every tensor whose
+	// file names checksums.
+	Verify Verify
 }
+
+// Verify chooses which tensors a load (and convert, and the executors'
+// uploads) checks against the checksums their files name.
+type Verify uint8
+
+const (
+	// VerifyPresent checks every tensor of a file that names checksums,
+	// and reads files without them as they are (the default).
+	VerifyPresent Verify = iota
+	// VerifyAlways is VerifyPresent that also refuses a file without
+	// checksums (ErrChecksum): for pipelines that only take checkpoints
+	// whose integrity can be proven.
+	VerifyAlways
+	// VerifyNever checks nothing.
+	VerifyNever
+)
+
+// String returns "present", "always" or "never".
+func (v Verify) String() string {
+	switch v {
+	case VerifyPresent:
+		return "present"
+	case VerifyAlways:
+		return "always"
+	case VerifyNever:
+		return "never"
+	}
+	return "Verify(" + strconv.Itoa(int(v)) + ")"
+}
+
+// ErrChecksum matches a tensor whose bytes differ from the checksum its
+// file names (a *safetensors.ChecksumError, which names the file, the
+// tensor and its bytes), damaged checksums in a header, and, with
+// VerifyAlways, a file that names none. It is safetensors.ErrChecksum:
+// one condition for every package.
+var ErrChecksum error = safetensors.ErrChecksum
 
 // Decision is what the policy decided for one tensor, and why.
 type Decision struct {
