@@ -285,7 +285,9 @@ type pyRead struct {
 	OK       bool              `json:"ok"`
 	Error    string            `json:"error"`
 	Metadata map[string]string `json:"metadata"`
-	Tensors  []struct {
+	// HeaderCRC32C is the header's canonical checksum, computed in Python.
+	HeaderCRC32C string `json:"header_crc32c"`
+	Tensors      []struct {
 		Name        string  `json:"name"`
 		DType       string  `json:"dtype"`
 		Shape       []int64 `json:"shape"`
@@ -414,7 +416,7 @@ func TestReferenceReadsCkptFiles(t *testing.T) {
 		for k, v := range pr.Metadata {
 			if name, ok := strings.CutPrefix(k, safetensors.ChecksumPrefix); ok {
 				sums[name] = v
-			} else {
+			} else if !safetensors.IsChecksumKey(k) {
 				userMeta[k] = v
 			}
 		}
@@ -426,6 +428,9 @@ func TestReferenceReadsCkptFiles(t *testing.T) {
 		}
 		if len(gf.Tensors) > 0 && len(sums) != len(gf.Tensors) {
 			t.Errorf("%s: %d checksums for %d tensors", gf.Name, len(sums), len(gf.Tensors))
+		}
+		if len(gf.Tensors) > 0 && pr.Metadata[safetensors.HeaderChecksumKey] != pr.HeaderCRC32C {
+			t.Errorf("%s: header names %s %q, Python computes %s", gf.Name, safetensors.HeaderChecksumKey, pr.Metadata[safetensors.HeaderChecksumKey], pr.HeaderCRC32C)
 		}
 		for _, pt := range pr.Tensors {
 			if sums[pt.Name] != pt.CRC32C {

@@ -28,10 +28,19 @@ import (
 // verified without a second pass. It is not a defence against an attacker
 // who rewrites a file on purpose: that is a signature's job.
 //
-// A header either names a checksum for every tensor or for none; a key
-// that names no tensor of the file, a tensor without one, or a malformed
-// value is a damaged header, reported by Checksums.
+// The header itself is covered too: HeaderChecksumKey holds the CRC-32C
+// of the rest of the header in a canonical form (HeaderChecksum), so that
+// a flipped bit in a dtype, a shape, an offset or a metadata value, which
+// the tensors' checksums do not cover, is found as well.
+//
+// A header either names a checksum for every tensor and itself or for
+// none; a key that names no tensor of the file, a tensor without one, a
+// malformed value or a header that differs from its checksum is a damaged
+// header, reported by Checksums.
 const ChecksumPrefix = "ckpt.crc32c."
+
+// HeaderChecksumKey is the __metadata__ key of the header's own checksum.
+const HeaderChecksumKey = "ckpt.header.crc32c"
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -116,9 +125,63 @@ func parseChecksum(s string) (uint32, bool) {
 	return uint32(v), err == nil
 }
 
-// IsChecksumKey reports whether the metadata key k holds a tensor's
-// checksum.
-func IsChecksumKey(k string) bool { return strings.HasPrefix(k, ChecksumPrefix) }
+// IsChecksumKey reports whether the metadata key k holds a checksum: a
+// tensor's or the header's.
+func IsChecksumKey(k string) bool { return strings.HasPrefix(k, ChecksumPrefix) || k == HeaderChecksumKey }
+
+// HeaderChecksum returns the CRC-32C of a header's canonical form: its
+// metadata entries other than checksums, sorted by key, then its tensors
+// in file order with dtype, shape and data offsets, every string
+// length-prefixed ("m" LEN ":" KEY LEN ":" VALUE ... "t" LEN ":" NAME
+// DTYPE ":" DIM "," DIM ... ";" BEGIN "," END ";" ...). tensors must be in
+// file (offset) order.
+func HeaderChecksum(metadata map[string]string, tensors []TensorInfo) uint32 {
+	keys := make([]string, 0, len(metadata))
+	for k := range metadata {
+		if !IsChecksumKey(k) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	var b []byte
+	str := func(s string) {
+		b = strconv.AppendInt(b, int64(len(s)), 10)
+		b = append(b, ':')
+		b = append(b, s...)
+	}
+	var crc uint32
+	flush := func() {
+		if len(b) > 4096 {
+			crc = UpdateChecksum(crc, b)
+			b = b[:0]
+		}
+	}
+	for _, k := range keys {
+		b = append(b, 'm')
+		str(k)
+		str(metadata[k])
+		flush()
+	}
+	for _, t := range tensors {
+		b = append(b, 't')
+		str(t.Name)
+		b = append(b, t.DType.String()...)
+		b = append(b, ':')
+		for i, d := range t.Shape {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendInt(b, d, 10)
+		}
+		b = append(b, ';')
+		b = strconv.AppendInt(b, t.Begin, 10)
+		b = append(b, ',')
+		b = strconv.AppendInt(b, t.End, 10)
+		b = append(b, ';')
+		flush()
+	}
+	return UpdateChecksum(crc, b)
+}
 
 // Checksums returns the checksum of every tensor of the header, by name:
 // nil, nil when the header names none. A header that names some but not
@@ -129,6 +192,7 @@ func IsChecksumKey(k string) bool { return strings.HasPrefix(k, ChecksumPrefix) 
 func (h *Header) Checksums() (map[string]uint32, error) {
 	var sums map[string]uint32
 	var bad []string
+	hv, hasHeader := h.Metadata[HeaderChecksumKey]
 	for k, v := range h.Metadata {
 		name, ok := strings.CutPrefix(k, ChecksumPrefix)
 		if !ok {
@@ -148,8 +212,15 @@ func (h *Header) Checksums() (map[string]uint32, error) {
 		}
 		sums[name] = c
 	}
-	if sums == nil && bad == nil {
+	if sums == nil && bad == nil && !hasHeader {
 		return nil, nil
+	}
+	if !hasHeader {
+		bad = append(bad, "no "+HeaderChecksumKey)
+	} else if c, ok := parseChecksum(hv); !ok {
+		bad = append(bad, fmt.Sprintf("%s: %q is not 8 lowercase hex digits", HeaderChecksumKey, hv))
+	} else if got := HeaderChecksum(h.Metadata, h.Tensors); got != c {
+		bad = append(bad, fmt.Sprintf("the header differs from its checksum (%s says %s, the header has %s): a dtype, shape, offset or metadata value changed after it was written", HeaderChecksumKey, hv, FormatChecksum(got)))
 	}
 	var missing []string
 	for _, t := range h.Tensors {

@@ -170,3 +170,33 @@ func TestWriterClaims(t *testing.T) {
 		t.Fatal("WithoutChecksums differs from the reference layout")
 	}
 }
+
+// The header's own checksum finds a changed metadata value, dtype or
+// shape, which the tensors' checksums do not cover.
+func TestHeaderChecksum(t *testing.T) {
+	ts := []TensorData{
+		{Name: "w", DType: dtype.I16, Shape: []int64{2, 2}, Data: []byte("abcdefgh")},
+		{Name: "v", DType: dtype.U8, Shape: []int64{4}, Data: []byte("ijkl")},
+	}
+	raw, err := Serialize(ts, map[string]string{"format": "pt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, _ := OpenBytes(raw); f.Metadata()[HeaderChecksumKey] == "" {
+		t.Fatalf("no header checksum: %v", f.Metadata())
+	}
+	for _, c := range []struct{ from, to string }{
+		{`"format":"pt"`, `"format":"pu"`},
+		{`"dtype":"I16"`, `"dtype":"F16"`},
+		{`"shape":[2,2]`, `"shape":[4,1]`},
+	} {
+		s := strings.Replace(string(raw), c.from, c.to, 1)
+		f, err := OpenBytes([]byte(s))
+		if err != nil {
+			t.Fatalf("%s: %v", c.to, err)
+		}
+		if _, err := f.Header().Checksums(); !errors.Is(err, ErrChecksum) || !strings.Contains(err.Error(), "the header differs from its checksum") {
+			t.Errorf("%s: %v", c.to, err)
+		}
+	}
+}

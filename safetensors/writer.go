@@ -349,6 +349,14 @@ func newWriter(w io.Writer, wa io.WriterAt, flush func() error, tensors []Tensor
 	if err != nil {
 		return nil, err
 	}
+	if _, ok := md[HeaderChecksumKey]; ok {
+		// The layout is known now: the header's own checksum (of the same
+		// length as its placeholder) goes in, and the plan is redone.
+		md[HeaderChecksumKey] = FormatChecksum(HeaderChecksum(md, p.infos()))
+		if p, err = makePlan(tensors, md, opts); err != nil {
+			return nil, err
+		}
+	}
 	wr := &Writer{w: w, p: p, cur: -1, sums: sums, metadata: md, tensors: tensors, flush: flush}
 	if sums != nil {
 		wr.crcs = make([]uint32, len(p.order))
@@ -384,6 +392,9 @@ func planChecksums(tensors []TensorSpec, metadata map[string]string, patchable b
 		md = make(map[string]string, len(metadata)+len(tensors))
 	}
 	for k, v := range metadata {
+		if k == HeaderChecksumKey {
+			continue // the header's: written anew
+		}
 		name, ok := strings.CutPrefix(k, ChecksumPrefix)
 		if !ok {
 			md[k] = v
@@ -418,7 +429,19 @@ func planChecksums(tensors []TensorSpec, metadata map[string]string, patchable b
 		}
 		md[ChecksumPrefix+t.Name] = v
 	}
+	md[HeaderChecksumKey] = placeholder
 	return cp, md, nil
+}
+
+// infos returns the planned tensors as a header lists them, in file order.
+func (p *plan) infos() []TensorInfo {
+	out := make([]TensorInfo, len(p.order))
+	var off int64
+	for i, t := range p.order {
+		out[i] = TensorInfo{Name: t.Name, DType: t.DType, Shape: t.Shape, Begin: off, End: off + p.sizes[i]}
+		off += p.sizes[i]
+	}
+	return out
 }
 
 // Order returns the tensors in the order their bytes must be written.

@@ -135,6 +135,34 @@ def _crc32c_table():
 CRC32C_TABLE = _crc32c_table()
 
 
+def header_crc32c(raw):
+    """The CRC-32C of a header's canonical form, as ckpt's safetensors
+    package documents it for the key ckpt.header.crc32c: metadata other
+    than checksums sorted by key, then tensors in file order, every string
+    length-prefixed (in UTF-8 bytes)."""
+    n = int.from_bytes(raw[:8], "little")
+    hdr = json.loads(raw[8:8 + n].decode("utf-8"))
+    meta = hdr.pop("__metadata__", None) or {}
+    out = bytearray()
+
+    def s(x):
+        b = x.encode("utf-8")
+        out.extend(b"%d:" % len(b))
+        out.extend(b)
+
+    for k in sorted((k for k in meta if not (k.startswith("ckpt.crc32c.") or k == "ckpt.header.crc32c")), key=lambda k: k.encode("utf-8")):
+        out.extend(b"m")
+        s(k)
+        s(meta[k])
+    for name, t in sorted(hdr.items(), key=lambda kv: (kv[1]["data_offsets"][0], kv[1]["data_offsets"][1])):
+        out.extend(b"t")
+        s(name)
+        out.extend(t["dtype"].encode("ascii") + b":")
+        out.extend(",".join(str(d) for d in t["shape"]).encode("ascii") + b";")
+        out.extend(b"%d,%d;" % tuple(t["data_offsets"]))
+    return crc32c(out)
+
+
 def crc32c(b):
     """CRC-32C (Castagnoli, reflected), written out here as an independent
     check of the checksums ckpt's writers put in __metadata__."""
@@ -176,7 +204,7 @@ def cmd_read(out_path, paths):
                     "numpy_sha256": npt.get(name),
                     "load_file_sha256": None if lf is None else lf.get(name),
                 })
-            entry.update(ok=True, metadata=meta, tensors=tensors)
+            entry.update(ok=True, metadata=meta, tensors=tensors, header_crc32c=header_crc32c(raw))
         except Exception as e:
             entry.update(ok=False, error="%s: %s" % (type(e).__name__, e))
         res.append(entry)
