@@ -127,7 +127,9 @@ func parseChecksum(s string) (uint32, bool) {
 
 // IsChecksumKey reports whether the metadata key k holds a checksum: a
 // tensor's or the header's.
-func IsChecksumKey(k string) bool { return strings.HasPrefix(k, ChecksumPrefix) || k == HeaderChecksumKey }
+func IsChecksumKey(k string) bool {
+	return strings.HasPrefix(k, ChecksumPrefix) || k == HeaderChecksumKey
+}
 
 // HeaderChecksum returns the CRC-32C of a header's canonical form: its
 // metadata entries other than checksums, sorted by key, then its tensors
