@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"math"
 	"os"
@@ -193,7 +192,7 @@ func newPlan(dir string, specs []safetensors.TensorSpec, lens []int, opts *SaveO
 		for j, i := range g {
 			gs[j] = p.specs[i]
 		}
-		w, err := safetensors.NewWriter(io.Discard, gs, p.metadata)
+		n, err := setwrite.HeaderLen(gs, p.metadata)
 		if err != nil {
 			kind := ErrHeader
 			var se *safetensors.Error
@@ -203,7 +202,7 @@ func newPlan(dir string, specs []safetensors.TensorSpec, lens []int, opts *SaveO
 			errs = append(errs, &Error{Kind: kind, Path: dir, Field: fmt.Sprintf("shard %d of %d", gi+1, len(groups)), Err: err})
 			continue
 		}
-		p.files += w.HeaderLen()
+		p.files += n
 	}
 	if len(groups) > 1 {
 		// The index: one line per tensor, about its name and a shard name.

@@ -73,6 +73,8 @@ type component struct {
 	scale    Scale       // of new FP8 weights, resolved
 	explicit bool        // the options ask stored FP8 weights for other scales
 	keepNote string      // why the narrow default does not apply ("" when it does)
+
+	srcFiles map[*safetensors.File]*srcFile // source files verified as read (integrity.go)
 }
 
 type runner struct {
@@ -105,6 +107,8 @@ type runner struct {
 	// (s3://...), srcRoot src's name in it; nil for paths.
 	srcFS   fs.FS
 	srcRoot string
+
+	rawPool sync.Pool // *[]byte: stored bytes of converting reads that are verified (integrity.go)
 }
 
 // Run converts the checkpoint src into dst and reports what it did.
@@ -604,7 +608,7 @@ func (r *runner) writeComponent(c *component) error {
 	write := func(s safetensors.TensorSpec, w io.Writer) error {
 		return r.writeTensor(pl, c, c.byName[s.Name], w)
 	}
-	cr := ComponentReport{Name: c.name, Dir: c.outDir, Quantization: c.qconfig}
+	cr := ComponentReport{Name: c.name, Dir: c.outDir, Quantization: c.qconfig, SourceCRC32C: sourceDigests(c)}
 	if r.sink != nil {
 		if err := r.writeRemote(c, &cr, specs, total, write, start); err != nil {
 			return err

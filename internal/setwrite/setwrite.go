@@ -262,6 +262,25 @@ func NewWriter(w io.Writer, specs []safetensors.TensorSpec, metadata map[string]
 	return sw, bw.Flush, nil
 }
 
+// FileChecksum returns the CRC-32C of the whole file that w, closed,
+// wrote: its header (as written, checksums included) followed by its
+// tensors, combined from their checksums (safetensors.CombineChecksums)
+// without reading the bytes again. ok is false when w computed none (not
+// closed, or safetensors.WithoutChecksums).
+func FileChecksum(w *safetensors.Writer) (crc uint32, ok bool) {
+	sums := w.Checksums()
+	order := w.Order()
+	if sums == nil && len(order) > 0 {
+		return 0, false
+	}
+	crc = safetensors.Checksum(w.Header())
+	for _, s := range order {
+		n, _ := s.ByteLen()
+		crc = safetensors.CombineChecksums(crc, sums[s.Name], n)
+	}
+	return crc, true
+}
+
 // patcher is a buffered writer whose WriteAt flushes the buffer, then
 // rewrites bytes of the destination.
 type patcher struct {
