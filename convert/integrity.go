@@ -15,38 +15,10 @@ import (
 	"github.com/ckpt-go/ckpt/safetensors"
 )
 
-// Integrity of what Run reads and writes.
-//
-// Run writes the CRC-32C of every output tensor into its file's header
-// (safetensors.ChecksumPrefix), as every writer of ckpt does. A tensor
-// copied as stored carries its source's checksum as a claim: the writer
-// checks that the bytes written are those the source's header vouches
-// for, end to end. Every other tensor (cast, quantized, dequantized,
-// relabelled scales of another dtype) gets the checksum of the bytes
-// written, and the source's checksum keys are never copied.
-//
-// Run verifies the source as it reads it, under Options.Policy.Verify
-// (ckpt.Verify): with VerifyPresent (the default) every tensor of a
-// source file that names checksums is checked as its pieces pass (their
-// CRCs combined in order, safetensors.CombineChecksums), so a tensor is
-// read once; a mismatch fails Run before anything is committed, with an
-// error matching ckpt.ErrChecksum that wraps a *safetensors.ChecksumError
-// naming the source file, the tensor and its bytes. With VerifyAlways a
-// source file that names no checksums (a PyTorch checkpoint names none)
-// is refused before anything is written; VerifyNever checks nothing and
-// passes no claims.
-
-// MetaSourceCRC32C prefixes the provenance key Run writes, into every
-// output file of a component, for each source weights file that names
-// checksums: MetaSourceCRC32C+NAME (NAME the file's base name) holds the
-// CRC-32C of the whole source file, 8 lowercase hex digits, as `crc32c`
-// tools and S3's full-object CRC-32C compute it. It is combined from the
-// CRC of the file's header and the checksums that header names, so that
-// it is known before the output is written and costs no second read; Run
-// checks every tensor it reads against those checksums, so the digest
-// names the bytes that were read. It is not written with VerifyNever,
-// nor for source files without checksums (ckpt checksum adds them).
-const MetaSourceCRC32C = "ckpt.convert.source_crc32c."
+// The checksums of what Run reads and writes: see Run and
+// MetaSourceCRC32C. Tensors copied as stored carry their source's
+// checksums as claims (the writer checks the bytes written against them);
+// the others get fresh ones.
 
 // srcFile is a source weights file that names checksums.
 type srcFile struct {

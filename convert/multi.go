@@ -69,9 +69,12 @@ type ShardResult struct {
 type CommitOptions struct {
 	// Prefix is the ranks' ShardOptions.Prefix (DefaultPrefix when empty).
 	Prefix string
-	// VerifyData reads every shard whole and compares its CRC-32C with the
-	// one its rank recorded, before the commit; without it Commit checks
-	// each shard's size and header (a few KB per shard) only.
+	// VerifyData reads every shard whole, before the commit, and checks
+	// each tensor against the checksum its header names (a
+	// *safetensors.ChecksumError, matching ckpt.ErrChecksum, names the
+	// one that differs) and the whole file against the CRC-32C its rank
+	// recorded; without it Commit checks each shard's size and header (a
+	// few KB per shard) only.
 	VerifyData bool
 }
 
@@ -123,8 +126,9 @@ type rankMarker struct {
 	Save string `json:"save"`
 	Base string `json:"base"`
 	// File is the shard's name, Size its size, HeaderLen the bytes of its
-	// header (length field included), HeaderSHA256 their hash and CRC32C
-	// the CRC-32C (Castagnoli) of the whole file, all in hex.
+	// header as written (length field included, tensors' checksums filled
+	// in), HeaderSHA256 their hash and CRC32C the CRC-32C (Castagnoli) of
+	// the whole file, all in hex.
 	File         string         `json:"file"`
 	Size         int64          `json:"size"`
 	HeaderLen    int64          `json:"header_len"`
