@@ -7,11 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/ckpt-go/ckpt/internal/setwrite"
@@ -179,6 +182,13 @@ func newPlan(dir string, specs []safetensors.TensorSpec, lens []int, opts *SaveO
 			continue
 		}
 		p.data += n
+	}
+	for _, k := range slices.Sorted(maps.Keys(opts.Metadata)) {
+		// A checksum is a claim about a tensor's data, checked by the
+		// writer of the shard that holds it.
+		if name, ok := strings.CutPrefix(k, safetensors.ChecksumPrefix); ok && !seen[name] {
+			errs = append(errs, &Error{Kind: ErrMetadata, Path: dir, Field: fmt.Sprintf("metadata %q", k), Msg: "a checksum for a tensor that is not saved"})
+		}
 	}
 	if len(errs) > 0 && !clean || p.maxShard <= 0 {
 		return p, errs

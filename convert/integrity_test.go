@@ -451,6 +451,29 @@ func TestSaveChecksums(t *testing.T) {
 		}
 	}
 
+	// Checksum keys of the caller's metadata are claims about the tensors.
+	for _, dir := range []string{t.TempDir(), "s3://" + bucket + "/claims"} {
+		good := map[string]string{safetensors.ChecksumPrefix + ts[1].Name: safetensors.FormatChecksum(safetensors.Checksum(ts[1].Data))}
+		p, err := convert.Save(ctx, dir, ts, convert.SaveOptions{Step: 1, Metadata: good, MaxShardSize: 300})
+		if err == nil {
+			_, err = p.Wait()
+		}
+		if err != nil {
+			t.Errorf("%s: a true claim: %v", dir, err)
+		}
+		bad := map[string]string{safetensors.ChecksumPrefix + ts[1].Name: "00000000"}
+		if p, err = convert.Save(ctx, dir, ts, convert.SaveOptions{Step: 2, Metadata: bad, MaxShardSize: 300}); err == nil {
+			_, err = p.Wait()
+		}
+		if !errors.Is(err, ckpt.ErrChecksum) {
+			t.Errorf("%s: a false claim: %v", dir, err)
+		}
+		none := map[string]string{safetensors.ChecksumPrefix + "nosuch": "00000000"}
+		if _, err := convert.Save(ctx, dir, ts, convert.SaveOptions{Step: 3, Metadata: none}); !errors.Is(err, convert.ErrMetadata) {
+			t.Errorf("%s: a claim for no tensor: %v", dir, err)
+		}
+	}
+
 	for _, loc := range []string{t.TempDir(), "s3://" + bucket + "/multi"} {
 		shards := saveRanks(t, loc, 1, 3)
 		for _, r := range shards {
