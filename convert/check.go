@@ -6,13 +6,15 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/ckpt-go/ckpt/internal/setwrite"
@@ -181,6 +183,13 @@ func newPlan(dir string, specs []safetensors.TensorSpec, lens []int, opts *SaveO
 		}
 		p.data += n
 	}
+	for _, k := range slices.Sorted(maps.Keys(opts.Metadata)) {
+		// A checksum is a claim about a tensor's data, checked by the
+		// writer of the shard that holds it.
+		if name, ok := strings.CutPrefix(k, safetensors.ChecksumPrefix); ok && !seen[name] {
+			errs = append(errs, &Error{Kind: ErrMetadata, Path: dir, Field: fmt.Sprintf("metadata %q", k), Msg: "a checksum for a tensor that is not saved"})
+		}
+	}
 	if len(errs) > 0 && !clean || p.maxShard <= 0 {
 		return p, errs
 	}
@@ -193,7 +202,7 @@ func newPlan(dir string, specs []safetensors.TensorSpec, lens []int, opts *SaveO
 		for j, i := range g {
 			gs[j] = p.specs[i]
 		}
-		w, err := safetensors.NewWriter(io.Discard, gs, p.metadata)
+		n, err := setwrite.HeaderLen(gs, p.metadata)
 		if err != nil {
 			kind := ErrHeader
 			var se *safetensors.Error
@@ -203,7 +212,7 @@ func newPlan(dir string, specs []safetensors.TensorSpec, lens []int, opts *SaveO
 			errs = append(errs, &Error{Kind: kind, Path: dir, Field: fmt.Sprintf("shard %d of %d", gi+1, len(groups)), Err: err})
 			continue
 		}
-		p.files += w.HeaderLen()
+		p.files += n
 	}
 	if len(groups) > 1 {
 		// The index: one line per tensor, about its name and a shard name.

@@ -99,6 +99,21 @@
 // rank fails Commit with ErrIncomplete naming the ranks; a kill of the
 // committing process at any instant leaves either checkpoint loadable.
 //
+// # Integrity
+//
+// Every file Save, SaveShard and Run write names the CRC-32C of each of
+// its tensors in its __metadata__ (safetensors.ChecksumPrefix), whatever
+// the destination: a folder, or an object store (whose uploads hold their
+// first part until the header's checksums are filled in). Run verifies
+// its source as it reads it, under Options.Policy.Verify: a tensor whose
+// bytes differ from the checksum its file names fails the conversion
+// before anything is committed, with an error matching ckpt.ErrChecksum
+// that names the source file and the tensor. Tensors copied as stored
+// keep their source's checksums, which the writer checks again against
+// the bytes written; the output's provenance records each source file's
+// CRC-32C (MetaSourceCRC32C). Commit's CommitOptions.VerifyData checks
+// every tensor of every rank's shard against its header's checksum.
+//
 // # Where checkpoints are written
 //
 // Save, SaveShard, Commit and Run write a folder of a local or shared file

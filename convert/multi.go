@@ -1,8 +1,6 @@
 package convert
 
 import (
-	"bufio"
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/sha256"
@@ -11,8 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash"
-	"hash/crc32"
 	"io"
 	"io/fs"
 	"math"
@@ -73,9 +69,12 @@ type ShardResult struct {
 type CommitOptions struct {
 	// Prefix is the ranks' ShardOptions.Prefix (DefaultPrefix when empty).
 	Prefix string
-	// VerifyData reads every shard whole and compares its CRC-32C with the
-	// one its rank recorded, before the commit; without it Commit checks
-	// each shard's size and header (a few KB per shard) only.
+	// VerifyData reads every shard whole, before the commit, and checks
+	// each tensor against the checksum its header names (a
+	// *safetensors.ChecksumError, matching ckpt.ErrChecksum, names the
+	// one that differs) and the whole file against the CRC-32C its rank
+	// recorded; without it Commit checks each shard's size and header (a
+	// few KB per shard) only.
 	VerifyData bool
 }
 
@@ -127,8 +126,9 @@ type rankMarker struct {
 	Save string `json:"save"`
 	Base string `json:"base"`
 	// File is the shard's name, Size its size, HeaderLen the bytes of its
-	// header (length field included), HeaderSHA256 their hash and CRC32C
-	// the CRC-32C (Castagnoli) of the whole file, all in hex.
+	// header as written (length field included, tensors' checksums filled
+	// in), HeaderSHA256 their hash and CRC32C the CRC-32C (Castagnoli) of
+	// the whole file, all in hex.
 	File         string         `json:"file"`
 	Size         int64          `json:"size"`
 	HeaderLen    int64          `json:"header_len"`
@@ -413,17 +413,15 @@ func writeSinkFileIf(ctx context.Context, dest sink.Sink, name string, b []byte,
 }
 
 // writeRankShard streams the shard of a plan's tensors to name and fills
-// in the marker's description of it.
+// in the marker's description of it: the file as written, its header with
+// the checksums of its tensors (filled in at the end, when the sink's
+// files are sink.Patchable) and its CRC-32C, combined from the header's
+// and the tensors' without reading the file again.
 func writeRankShard(ctx context.Context, dest sink.Sink, name string, p *plan, data map[string][]byte, m *rankMarker) error {
 	where := dest.Location(name)
-	// The header alone, for its hash (the writer below writes the same
-	// bytes: the layout is deterministic).
-	var hb bytes.Buffer
-	if _, err := safetensors.NewWriter(&hb, p.specs, p.metadata); err != nil {
+	if _, err := setwrite.HeaderLen(p.specs, p.metadata); err != nil {
 		return &Error{Kind: ErrHeader, Path: where, Err: err}
 	}
-	hs := sha256.Sum256(hb.Bytes())
-	m.HeaderLen, m.HeaderSHA256 = int64(hb.Len()), hex.EncodeToString(hs[:])
 	for _, s := range p.specs {
 		m.Tensors = append(m.Tensors, markerTensor{Name: s.Name, DType: s.DType.String(), Shape: s.Shape})
 	}
@@ -433,10 +431,8 @@ func writeRankShard(ctx context.Context, dest sink.Sink, name string, p *plan, d
 	if err != nil {
 		return sinkErr(ctx, where, -1, err)
 	}
-	crc := crc32.New(crcTable)
-	bw := bufio.NewWriterSize(io.MultiWriter(f, crc), 1<<20)
 	err = func() error {
-		w, err := safetensors.NewWriter(bw, p.specs, p.metadata)
+		w, flush, err := setwrite.NewWriter(f, p.specs, p.metadata)
 		if err != nil {
 			return err
 		}
@@ -458,8 +454,19 @@ func writeRankShard(ctx context.Context, dest sink.Sink, name string, p *plan, d
 		if err := w.Close(); err != nil {
 			return err
 		}
+		if err := flush(); err != nil {
+			return err
+		}
+		hdr := w.Header()
+		hs := sha256.Sum256(hdr)
+		m.HeaderLen, m.HeaderSHA256 = int64(len(hdr)), hex.EncodeToString(hs[:])
 		m.Size = w.Size()
-		return bw.Flush()
+		crc, ok := setwrite.FileChecksum(w)
+		if !ok {
+			return errors.New("the writer computed no checksums")
+		}
+		m.CRC32C = safetensors.FormatChecksum(crc)
+		return nil
 	}()
 	if err == nil {
 		at("shard-closing")
@@ -472,11 +479,8 @@ func writeRankShard(ctx context.Context, dest sink.Sink, name string, p *plan, d
 		f.Abort()
 		return sinkErr(ctx, where, -1, err)
 	}
-	m.CRC32C = hexCRC(crc)
 	return nil
 }
-
-func hexCRC(h hash.Hash32) string { return fmt.Sprintf("%08x", h.Sum32()) }
 
 // Commit completes a checkpoint that several ranks saved with SaveShard:
 // run once, by any process, after every rank has returned. It finds the
@@ -835,27 +839,49 @@ func checkRankShard(ctx context.Context, fsys fs.FS, m *rankMarker, data bool) e
 	if !data {
 		return nil
 	}
+	// Every tensor against the checksum its header names (a shard of a
+	// sink that cannot patch has none), and the whole file against its
+	// marker's CRC-32C, in one read.
+	sums, err := h.Checksums()
+	if err != nil {
+		return fmt.Errorf("%s: %w", m.File, err)
+	}
 	f, err := fsys.Open(m.File)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	crc := crc32.New(crcTable)
 	buf := make([]byte, 1<<20)
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
+	read := func(n int64) (uint32, error) {
+		var crc uint32
+		for n > 0 {
+			if err := ctx.Err(); err != nil {
+				return 0, err
+			}
+			b := buf[:min(n, int64(len(buf)))]
+			if _, err := io.ReadFull(f, b); err != nil {
+				return 0, fmt.Errorf("%s: %w", m.File, err)
+			}
+			crc = safetensors.UpdateChecksum(crc, b)
+			n -= int64(len(b))
 		}
-		n, err := f.Read(buf)
-		crc.Write(buf[:n])
-		if err == io.EOF {
-			break
-		}
+		return crc, nil
+	}
+	crc, err := read(h.DataOffset)
+	if err != nil {
+		return err
+	}
+	for _, t := range h.Tensors {
+		tc, err := read(t.ByteLen())
 		if err != nil {
 			return err
 		}
+		if want, ok := sums[t.Name]; ok && want != tc {
+			return &safetensors.ChecksumError{File: m.File, Tensor: t.Name, Begin: h.DataOffset + t.Begin, End: h.DataOffset + t.End, Want: want, Got: tc}
+		}
+		crc = safetensors.CombineChecksums(crc, tc, t.ByteLen())
 	}
-	if got := hexCRC(crc); got != m.CRC32C {
+	if got := safetensors.FormatChecksum(crc); got != m.CRC32C {
 		return fmt.Errorf("%s: CRC-32C %s, its marker records %s", m.File, got, m.CRC32C)
 	}
 	return nil

@@ -25,7 +25,8 @@ type Options struct {
 	// embeddings, lm_head and non-float tensors stay as they are. A rule
 	// decides whatever the tensor is (it may cast an integer tensor or
 	// quantize an embedding). ckpt.AsStored (or the zero Policy) keeps
-	// every tensor.
+	// every tensor. Its Verify field chooses which source tensors are
+	// checked against their files' checksums as they are read (see Run).
 	Policy ckpt.Policy
 
 	// SourceVariant selects the precision variant of a source folder or

@@ -67,6 +67,10 @@ type ComponentReport struct {
 	// Quantization is the quantization_config the weights carry in their
 	// __metadata__ (and Config), null when they have none.
 	Quantization json.RawMessage `json:"quantization_config,omitempty"`
+	// SourceCRC32C is the CRC-32C of each source weights file that names
+	// checksums, by base name, as the output's provenance metadata
+	// records it (MetaSourceCRC32C).
+	SourceCRC32C map[string]string `json:"source_crc32c,omitempty"`
 }
 
 // SkippedFile is a file of the source folder that Run did not copy.

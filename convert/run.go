@@ -30,8 +30,10 @@ import (
 )
 
 // Metadata keys Run adds to every file's __metadata__ (besides the
-// source's, which it keeps, and "format": "pt", which transformers
-// requires, when the source has none).
+// source's, which it keeps but for its checksums and MetaSourceCRC32C
+// keys, which describe other files; "format": "pt", which transformers
+// requires, when the source has none; and the checksums of the tensors
+// written, safetensors.ChecksumPrefix).
 const (
 	// MetaSource is the base name of the source Run read.
 	MetaSource = "ckpt.convert.source"
@@ -44,6 +46,17 @@ const (
 	// that makes a bare quantized file self-describing (package quant reads
 	// it when no config.json declares one).
 	MetaQuantizationConfig = "quantization_config"
+	// MetaSourceCRC32C prefixes the provenance key Run writes, into every
+	// output file of a component, for each source weights file that names
+	// checksums: MetaSourceCRC32C+NAME (NAME the file's base name) holds the
+	// CRC-32C of the whole source file, 8 lowercase hex digits, as `crc32c`
+	// tools and S3's full-object CRC-32C compute it. It is combined from the
+	// CRC of the file's header and the checksums that header names, so that
+	// it is known before the output is written and costs no second read; Run
+	// checks every tensor it reads against those checksums, so the digest
+	// names the bytes that were read. It is not written with VerifyNever,
+	// nor for source files without checksums (ckpt checksum adds them).
+	MetaSourceCRC32C = "ckpt.convert.source_crc32c."
 )
 
 // maxConfigSize bounds the config.json Run reads and rewrites.
@@ -73,6 +86,8 @@ type component struct {
 	scale    Scale       // of new FP8 weights, resolved
 	explicit bool        // the options ask stored FP8 weights for other scales
 	keepNote string      // why the narrow default does not apply ("" when it does)
+
+	srcFiles map[*safetensors.File]*srcFile // source files verified as read (integrity.go)
 }
 
 type runner struct {
@@ -105,6 +120,8 @@ type runner struct {
 	// (s3://...), srcRoot src's name in it; nil for paths.
 	srcFS   fs.FS
 	srcRoot string
+
+	rawPool sync.Pool // *[]byte: stored bytes of converting reads that are verified (integrity.go)
 }
 
 // Run converts the checkpoint src into dst and reports what it did.
@@ -191,6 +208,17 @@ type runner struct {
 // resident set, so memory does not grow with the model. Every set is
 // committed atomically by package shard: on any error, or when ctx is
 // canceled, the previous output is intact and no temporary file is left.
+//
+// Every output file names the CRC-32C of each of its tensors (see
+// MetaSourceCRC32C for what is written and why), and the source is
+// verified as it is read, under Options.Policy.Verify (ckpt.Verify): by
+// default every tensor of a source file that names checksums is checked
+// on the read that converts it, and a mismatch fails Run before the set
+// is committed with an ErrSource error matching ckpt.ErrChecksum and
+// wrapping a *safetensors.ChecksumError that names the source file, the
+// tensor and its bytes; VerifyAlways also refuses, before anything is
+// written, a source file that names no checksums (and PyTorch sources);
+// VerifyNever checks nothing.
 //
 // Errors are *Error values: ErrOption, ErrSource, ErrTarget (the
 // destination), ErrCopy, ErrCast, ErrOverflow (Options.FailOnOverflow),
@@ -604,7 +632,7 @@ func (r *runner) writeComponent(c *component) error {
 	write := func(s safetensors.TensorSpec, w io.Writer) error {
 		return r.writeTensor(pl, c, c.byName[s.Name], w)
 	}
-	cr := ComponentReport{Name: c.name, Dir: c.outDir, Quantization: c.qconfig}
+	cr := ComponentReport{Name: c.name, Dir: c.outDir, Quantization: c.qconfig, SourceCRC32C: sourceDigests(c)}
 	if r.sink != nil {
 		if err := r.writeRemote(c, &cr, specs, total, write, start); err != nil {
 			return err

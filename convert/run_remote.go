@@ -13,6 +13,7 @@ import (
 
 	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/internal/safeopen"
+	"github.com/ckpt-go/ckpt/internal/setwrite"
 	"github.com/ckpt-go/ckpt/internal/srcfs"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/sink"
@@ -115,11 +116,11 @@ func (r *runner) writeRemote(c *component, cr *ComponentReport, specs []safetens
 		if total > maxShard {
 			return &Error{Kind: ErrTarget, Path: where, Msg: fmt.Sprintf("%s of tensors is more than the largest shard (%s), and a file of this name cannot be one of a set of shards: name it PREFIX.safetensors", ckpt.FormatSize(total), ckpt.FormatSize(maxShard))}
 		}
-		w, err := safetensors.NewWriter(io.Discard, specs, c.meta)
+		order, err := setwrite.Order([][]safetensors.TensorSpec{specs}, c.meta)
 		if err != nil {
 			return &Error{Kind: ErrHeader, Path: where, Component: c.name, Err: err}
 		}
-		start(w.Order())
+		start(order)
 		// One file replaces its previous version in one step: exclusive
 		// where there was none, else (on a sink.Conditional) only while it
 		// is the version seen now.

@@ -49,7 +49,10 @@ type SaveOptions struct {
 	Epoch float64
 	// Metadata is added to every shard's __metadata__. "format" defaults
 	// to "pt", which transformers requires; "step" and "epoch" are
-	// Save's own (ErrMetadata).
+	// Save's own (ErrMetadata). Every shard names the checksum of each of
+	// its tensors (safetensors.ChecksumPrefix); a checksum key given here
+	// is a claim the tensor's data must match, which goes into the shard
+	// that holds it (ErrMetadata when no tensor of that name is saved).
 	Metadata map[string]string
 	// Prefix names the shard files (DefaultPrefix, "model", when empty).
 	Prefix string

@@ -127,6 +127,9 @@ func writeSinkSet(ctx context.Context, s *sinkSet) (*sinkSetResult, error) {
 		}
 		sizes[i], total = n, total+n
 	}
+	if k := setwrite.CheckClaims(s.metadata, s.specs); k != "" {
+		return nil, &Error{Kind: ErrMetadata, Path: where, Field: k, Msg: "a checksum for a tensor that is not written"}
+	}
 	groups := setwrite.Pack(sizes, s.maxShard)
 	if s.shardOf != nil {
 		shardOf := make([]int, len(s.specs))

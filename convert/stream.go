@@ -272,6 +272,9 @@ func (t *task) fetchViews() error {
 		if t.data, t.viewErr = t.src.Bytes(); t.viewErr == nil {
 			for _, s := range t.scales {
 				b, err := s.Bytes()
+				if err == nil {
+					err = protect(func() error { return observeView(s, 0, b) })
+				}
 				if err != nil {
 					t.viewErr = err
 					break
@@ -302,16 +305,24 @@ func (t *task) storedBytes(first, n int64) int64 {
 // dst, turning a fault on the mapping (a file truncated meanwhile) into an
 // error, and drops the data pages read from the resident set.
 func (t *task) dequantRows(ctx context.Context, dst []byte, to dtype.DType, first, n int64) error {
+	// The stored bytes of these rows (one byte holds one FP8 code or two
+	// FP4 codes), checked as they are read.
+	eb := int64(t.w.Elem.Bits())
+	b0, b1 := min(first*t.cols*eb/8, int64(len(t.data))), min((first+n)*t.cols*eb/8, int64(len(t.data)))
+	if first+n == t.rows {
+		b1 = int64(len(t.data))
+	}
 	err := protect(func() error {
+		if err := observeView(t.src, b0, t.data[b0:b1]); err != nil {
+			return err
+		}
 		_, err := t.w.DequantizeRows(ctx, dst, to, t.data, t.scaleData, first, n, dtype.Options{Workers: 1})
 		return err
 	})
 	if err != nil {
 		return &Error{Kind: ErrSource, Component: t.comp.name, Tensor: t.spec.Name, Err: err}
 	}
-	// The stored elements of these rows (one byte holds one FP8 code or two
-	// FP4 codes).
-	eb := int64(t.w.Elem.Bits())
+	// The stored elements of these rows.
 	sb := int64(t.src.DType().Bits())
 	t.src.Evict(first*t.cols*eb/sb, n*t.cols*eb/sb)
 	return nil

@@ -35,12 +35,15 @@ func (r *runner) buildTasks(c *component) error {
 	for _, n := range sch.Markers {
 		markers[n] = true
 	}
+	if err := r.checkSources(c); err != nil {
+		return err
+	}
 	tensor := func(name string) (srcTensor, error) {
 		t, err := c.store.tensor(name)
 		if err != nil {
 			return nil, &Error{Kind: ErrSource, Component: c.name, Tensor: name, Err: err}
 		}
-		return t, nil
+		return r.checked(c, t), nil
 	}
 	newTask := func(kind taskKind, name string, to dtype.DType, shape []int64, src srcTensor, dec ckpt.Decision, action string, from dtype.DType) *task {
 		t := &task{kind: kind, comp: c, spec: safetensors.TensorSpec{Name: name, DType: to, Shape: slices.Clone(shape)}, src: src}
@@ -311,6 +314,7 @@ func (r *runner) buildTasks(c *component) error {
 	if meta == nil {
 		meta = map[string]string{}
 	}
+	meta = r.sourceMetadata(c, meta)
 	if c.newQ || c.dropQ {
 		delete(meta, MetaQuantizationConfig)
 		delete(meta, "_quantization_metadata")

@@ -88,7 +88,8 @@ func WithPartSize(n int64) SinkOption {
 
 // WithUploadConcurrency sets how many parts of one file are uploaded at
 // once (default 4, at least 1). A file being written holds at most this
-// many parts in memory, plus the one being filled.
+// many parts in memory, plus the one being filled and its first part
+// (held until Close: see S3Sink).
 func WithUploadConcurrency(n int) SinkOption {
 	return func(o *sinkOptions) { o.concurrency = max(n, 1) }
 }
@@ -107,6 +108,15 @@ func WithReadOptions(opts ...Option) SinkOption {
 // CRC-32C (x-amz-checksum-crc32c, which the server verifies); Close
 // completes the upload, which makes the whole object appear at once. A
 // file smaller than one part is sent with one PutObject, with its CRC-32C.
+//
+// The files are sink.Patchable: the first part stays in memory until
+// Close, so that its bytes can be rewritten (WriteAt) after the rest was
+// written, and is uploaded last, as part 1 (parts may be uploaded in any
+// order). It is the part size, or the n bytes of Reserve when more (a
+// safetensors header larger than a part, up to 5 GiB, S3's largest
+// part), so that a writer that patches its header at the end (the
+// checksums of package convert's shards) never finds it sent. A file of
+// one PutObject is patched in its buffer before it is sent.
 // An exclusive file is written with If-None-Match: *, so that it never
 // replaces an object written by someone else meanwhile: the refusal (HTTP
 // 412 or 409) is an *Error of kind ErrExists, which matches fs.ErrExist.
@@ -260,7 +270,7 @@ func (s *S3Sink) create(ctx context.Context, name string, exclusive bool, ifMatc
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	return &upload{s: s, name: name, key: s.objectKey(name), exclusive: exclusive, ifMatch: ifMatch, ctx: ctx, cancel: cancel,
-		sem: make(chan struct{}, s.opts.concurrency), spare: make(chan []byte, s.opts.concurrency)}, nil
+		next: 1, sem: make(chan struct{}, s.opts.concurrency), spare: make(chan []byte, s.opts.concurrency)}, nil
 }
 
 // wrap names the location of an error of the client.
@@ -298,10 +308,12 @@ type upload struct {
 	ctx       context.Context
 	cancel    context.CancelFunc
 
+	head     []byte      // part 1, held until Close (rewritable: WriteAt)
+	reserve  int64       // the bytes part 1 holds at least (Reserve)
 	buf      []byte      // the part being filled
 	spare    chan []byte // buffers of parts sent, for the next parts
 	id       string      // the multipart upload, once started
-	next     int32       // the next part's number - 1
+	next     int32       // the last part number used (1: the head's)
 	sem      chan struct{}
 	wg       sync.WaitGroup
 	mu       sync.Mutex
@@ -335,7 +347,40 @@ func (u *upload) stopped() error {
 	return u.ctx.Err()
 }
 
-// Write buffers p into parts, sending each part once full.
+// maxPartSize is the largest part S3 accepts.
+const maxPartSize = 5 << 30
+
+// Reserve makes the first part, held until Close, at least n bytes: they
+// can be rewritten with WriteAt until then. It must come before the first
+// Write; n is at most 5 GiB, S3's largest part.
+func (u *upload) Reserve(n int64) error {
+	switch {
+	case u.finished:
+		return &Error{Kind: ErrRequest, Location: u.s.Location(u.name), Msg: "Reserve after Close or Abort"}
+	case u.head != nil:
+		return &Error{Kind: ErrRequest, Location: u.s.Location(u.name), Msg: "Reserve after the first Write"}
+	case n > maxPartSize:
+		return &Error{Kind: ErrRequest, Location: u.s.Location(u.name), Msg: fmt.Sprintf("cannot hold %d bytes in the first part: S3's largest part is %d", n, int64(maxPartSize))}
+	}
+	u.reserve = max(n, 0)
+	return nil
+}
+
+// WriteAt rewrites bytes of the first part, which is held until Close;
+// bytes beyond it (already sent, or not written yet) are an error.
+func (u *upload) WriteAt(p []byte, off int64) (int, error) {
+	if u.finished {
+		return 0, &Error{Kind: ErrRequest, Location: u.s.Location(u.name), Msg: "write after Close or Abort"}
+	}
+	if off < 0 || off+int64(len(p)) > int64(len(u.head)) {
+		return 0, &Error{Kind: ErrRequest, Location: u.s.Location(u.name),
+			Msg: fmt.Sprintf("cannot rewrite bytes %d to %d: only the first part, %d bytes written so far, is held until Close (sink.Patchable.Reserve)", off, off+int64(len(p)), len(u.head))}
+	}
+	return copy(u.head[off:], p), nil
+}
+
+// Write buffers p into parts: the first, held until Close, then the
+// others, each sent once full.
 func (u *upload) Write(p []byte) (int, error) {
 	if u.finished {
 		return 0, &Error{Kind: ErrRequest, Location: u.s.Location(u.name), Msg: "write after Close or Abort"}
@@ -344,6 +389,15 @@ func (u *upload) Write(p []byte) (int, error) {
 	for len(p) > 0 {
 		if err := u.stopped(); err != nil {
 			return n, err
+		}
+		if u.head == nil {
+			u.head = make([]byte, 0, max(u.s.opts.partSize, u.reserve))
+		}
+		if len(u.head) < cap(u.head) {
+			k := min(len(p), cap(u.head)-len(u.head))
+			u.head = append(u.head, p[:k]...)
+			p, n = p[k:], n+k
+			continue
 		}
 		if u.buf == nil {
 			select {
@@ -367,6 +421,23 @@ func (u *upload) Write(p []byte) (int, error) {
 // sendPart starts the upload of the full buffer as the next part,
 // waiting while WithUploadConcurrency parts are in flight.
 func (u *upload) sendPart() error {
+	if err := u.start(); err != nil {
+		return err
+	}
+	if u.next >= MaxParts {
+		err := &Error{Kind: ErrRequest, Location: u.s.Location(u.name),
+			Msg: fmt.Sprintf("more than %d parts of %d bytes: use a larger part size (remote.WithPartSize)", MaxParts, u.s.opts.partSize)}
+		u.fail(err)
+		return err
+	}
+	u.next++
+	num, body := u.next, u.buf
+	u.buf = nil
+	return u.uploadPart(num, body, true)
+}
+
+// start starts the multipart upload, once.
+func (u *upload) start() error {
 	if u.id == "" {
 		in := &s3.CreateMultipartUploadInput{Bucket: aws.String(u.s.bucket), Key: aws.String(u.key),
 			ChecksumAlgorithm: types.ChecksumAlgorithmCrc32c}
@@ -378,15 +449,13 @@ func (u *upload) sendPart() error {
 		}
 		u.id = aws.ToString(out.UploadId)
 	}
-	if u.next >= MaxParts {
-		err := &Error{Kind: ErrRequest, Location: u.s.Location(u.name),
-			Msg: fmt.Sprintf("more than %d parts of %d bytes: use a larger part size (remote.WithPartSize)", MaxParts, u.s.opts.partSize)}
-		u.fail(err)
-		return err
-	}
-	u.next++
-	num, body := u.next, u.buf
-	u.buf = nil
+	return nil
+}
+
+// uploadPart starts the upload of body as part num, waiting while
+// WithUploadConcurrency parts are in flight; recycle hands body to the
+// next parts once sent.
+func (u *upload) uploadPart(num int32, body []byte, recycle bool) error {
 	select {
 	case u.sem <- struct{}{}:
 	case <-u.ctx.Done():
@@ -405,9 +474,11 @@ func (u *upload) sendPart() error {
 			u.fail(u.s.wrap(u.name, s3Err(err), fmt.Sprintf("uploading part %d", num)))
 			return
 		}
-		select {
-		case u.spare <- body[:0]: // the client is done with it
-		default:
+		if recycle {
+			select {
+			case u.spare <- body[:0]: // the client is done with it
+			default:
+			}
 		}
 		u.mu.Lock()
 		u.parts = append(u.parts, types.CompletedPart{ETag: out.ETag, PartNumber: aws.Int32(num), ChecksumCRC32C: aws.String(sum)})
@@ -428,7 +499,7 @@ func (u *upload) Close() error {
 		u.abort()
 		return err
 	}
-	u.buf, u.spare = nil, nil // every part is sent: nothing reads them now
+	u.head, u.buf, u.spare = nil, nil, nil // every part is sent: nothing reads them now
 	u.cancel()
 	return nil
 }
@@ -443,8 +514,11 @@ func (u *upload) complete() error {
 		return err
 	}
 	if u.id == "" {
-		// One part or less: a single PutObject.
-		body := u.buf
+		// One part or a little more: a single PutObject.
+		body := u.head
+		if len(u.buf) > 0 {
+			body = append(body, u.buf...)
+		}
 		in := &s3.PutObjectInput{Bucket: aws.String(u.s.bucket), Key: aws.String(u.key),
 			Body: bytes.NewReader(body), ContentLength: aws.Int64(int64(len(body))),
 			ChecksumAlgorithm: types.ChecksumAlgorithmCrc32c, ChecksumCRC32C: aws.String(crc32cBase64(body))}
@@ -465,6 +539,10 @@ func (u *upload) complete() error {
 		if err := u.sendPart(); err != nil {
 			return err
 		}
+	}
+	// The first part last: its bytes may have been rewritten until now.
+	if err := u.uploadPart(1, u.head, false); err != nil {
+		return err
 	}
 	u.wg.Wait()
 	if err := u.stopped(); err != nil {
@@ -531,7 +609,7 @@ func (u *upload) Abort() error {
 func (u *upload) abort() error {
 	u.cancel()
 	u.wg.Wait()
-	u.buf, u.spare = nil, nil
+	u.head, u.buf, u.spare = nil, nil, nil
 	if u.id == "" {
 		return nil
 	}
@@ -605,4 +683,7 @@ func (s *subFS) ReadDir(name string) ([]fs.DirEntry, error) {
 	return s.fsys.ReadDir(full)
 }
 
-var _ sink.Conditional = (*S3Sink)(nil)
+var (
+	_ sink.Conditional = (*S3Sink)(nil)
+	_ sink.Patchable   = (*upload)(nil)
+)

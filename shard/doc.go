@@ -36,7 +36,10 @@
 // same prefix and variant. Write takes the tensors' bytes, WriteFrom fetches
 // each tensor's bytes when it is written, and WriteStream lets the caller
 // stream each tensor into an io.Writer piece by piece, so that memory does
-// not grow with the tensor. On Linux the writers start the disk writes of a
+// not grow with the tensor. Every shard names the CRC-32C of each of its
+// tensors in its header (safetensors.ChecksumPrefix), filled in once its
+// data is written; checksum keys in the metadata given are claims the
+// data must match. On Linux the writers start the disk writes of a
 // shard every 32 MiB as they go (sync_file_range, asynchronous), so that
 // the fsync of the commit waits for little more than the last piece.
 //

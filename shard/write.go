@@ -8,6 +8,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strings"
 
 	"github.com/ckpt-go/ckpt/internal/atomicfile"
 	"github.com/ckpt-go/ckpt/internal/setname"
@@ -102,7 +103,13 @@ func Write(ctx context.Context, dir, prefix, variant string, tensors []safetenso
 // for variant V) and listed in PREFIX.safetensors.index.json
 // (PREFIX.safetensors.index.V.json) with metadata.total_size; a set that
 // fits one shard is written as PREFIX.safetensors (PREFIX.V.safetensors)
-// with no index. metadata goes into every file's __metadata__. The new set
+// with no index. metadata goes into every file's __metadata__, except
+// its checksum keys (safetensors.ChecksumPrefix): each goes into the file
+// that holds its tensor only, as a claim the data written must match
+// (ErrWrite wrapping a *safetensors.ChecksumError otherwise; a key naming
+// no tensor of the set is ErrInvalidTensor). Every file carries the
+// CRC-32C of each of its tensors (safetensors.NewWriter), unless
+// WithWriteOptions(safetensors.WithoutChecksums()). The new set
 // replaces the previous set of the same prefix and variant in every naming
 // (current and diffusers' legacy names); other prefixes, variants and files
 // are left alone.
@@ -211,6 +218,10 @@ func writeSet(ctx context.Context, dir, prefix, variant string, specs []safetens
 	}
 	if len(specs) == 0 {
 		return nil, &Error{Kind: ErrInvalidTensor, Path: dir, Msg: "no tensors to write"}
+	}
+	if k := setwrite.CheckClaims(metadata, specs); k != "" {
+		return nil, &Error{Kind: ErrInvalidTensor, Path: dir, Tensor: strings.TrimPrefix(k, safetensors.ChecksumPrefix),
+			Msg: "the metadata names a checksum (" + k + ") for a tensor that is not written"}
 	}
 
 	var groups [][]safetensors.TensorSpec

@@ -24,6 +24,10 @@ type writeback struct {
 
 func newWriteback(f *os.File) io.Writer { return &writeback{f: f} }
 
+// WriteAt rewrites bytes written earlier (a header's checksums, filled in
+// after the data): the shard's writer patches the file through it.
+func (w *writeback) WriteAt(b []byte, off int64) (int, error) { return w.f.WriteAt(b, off) }
+
 func (w *writeback) Write(b []byte) (int, error) {
 	n, err := w.f.Write(b)
 	w.off += int64(n)

@@ -103,6 +103,18 @@ func (d *dirFile) Write(b []byte) (int, error) {
 	return d.f.Write(b)
 }
 
+// Reserve does nothing: every byte of a file of a folder can be
+// rewritten.
+func (d *dirFile) Reserve(int64) error { return nil }
+
+// WriteAt rewrites bytes of the temporary file.
+func (d *dirFile) WriteAt(b []byte, off int64) (int, error) {
+	if d.done {
+		return 0, atomicfile.ErrDone
+	}
+	return d.f.WriteAt(b, off)
+}
+
 func (d *dirFile) Close() error {
 	if d.done {
 		return atomicfile.ErrDone
@@ -157,4 +169,7 @@ func (d *dirFile) Abort() error {
 	return nil
 }
 
-var _ Sink = (*Dir)(nil)
+var (
+	_ Sink      = (*Dir)(nil)
+	_ Patchable = (*dirFile)(nil)
+)

@@ -61,6 +61,26 @@ type File interface {
 	Abort() error
 }
 
+// Patchable is a File whose bytes can be rewritten after they were
+// written, until Close: a writer that learns what its first bytes must
+// hold only at the end writes a placeholder, then the rest, then the first
+// bytes again. ckpt's safetensors writers do so for the header, which
+// names every tensor's checksum (safetensors.NewWriter): through a
+// Patchable file every shard carries checksums. The files of Dir and of
+// package remote's S3Sink are Patchable; a File that is not gets shards
+// without checksums (unless their metadata names them all).
+type Patchable interface {
+	File
+	// Reserve keeps the first n bytes of the file rewritable until
+	// Close. It is called before the first Write; an S3 upload holds
+	// them in memory (its first part) until Close.
+	Reserve(n int64) error
+	// WriteAt rewrites len(p) bytes at offset off, all of them written
+	// before (Write) and within the first n bytes of Reserve; beyond
+	// those it may fail.
+	io.WriterAt
+}
+
 // Conditional is a Sink whose files carry versions (an object store's
 // ETags), so that a writer replaces a file only while it is still the
 // version the writer saw: the entry point of a checkpoint (its index or

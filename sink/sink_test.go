@@ -89,3 +89,38 @@ func TestDir(t *testing.T) {
 		t.Errorf("Location = %q", got)
 	}
 }
+
+func TestDirPatchable(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	s := sink.NewDir(root)
+	f, err := s.Create(ctx, "a/x.bin", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, ok := f.(sink.Patchable)
+	if !ok {
+		t.Fatalf("%T is not sink.Patchable", f)
+	}
+	if err := p.Reserve(4); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Write([]byte("0000-body")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.WriteAt([]byte("head"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "a", "x.bin")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("visible before Close: %v", err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(root, "a", "x.bin")); err != nil || string(b) != "head-body" {
+		t.Errorf("file %q, %v", b, err)
+	}
+	if _, err := p.WriteAt([]byte("x"), 0); err == nil {
+		t.Error("WriteAt after Close")
+	}
+}

@@ -63,6 +63,12 @@ func TestWriteSafetensors(t *testing.T) {
 		if ft.DType() != tn.DType() || !slices.Equal(ft.Shape(), tn.Shape()) || !bytes.Equal(got, want) {
 			t.Errorf("%s: %s %v", name, ft.DType(), ft.Shape())
 		}
+		if sum, ok, err := ft.Checksum(); err != nil || !ok || sum != safetensors.Checksum(want) {
+			t.Errorf("%s: checksum %08x, %v, %v; the bytes have %08x", name, sum, ok, err, safetensors.Checksum(want))
+		}
+		if err := ft.Verify(); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
 	}
 	if got := testutil.Entries(t, dir); !slices.Equal(got, []string{"model.safetensors"}) {
 		t.Errorf("folder holds %v", got)

@@ -14,7 +14,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
+	"strings"
 
 	"github.com/ckpt-go/ckpt/safetensors"
 )
@@ -81,7 +83,7 @@ func Split(specs []safetensors.TensorSpec, groups [][]int) [][]safetensors.Tenso
 func Order(groups [][]safetensors.TensorSpec, metadata map[string]string, opts ...safetensors.WriteOption) ([]safetensors.TensorSpec, error) {
 	var order []safetensors.TensorSpec
 	for _, g := range groups {
-		w, err := safetensors.NewWriter(io.Discard, g, metadata, opts...)
+		w, err := safetensors.NewWriter(Discard, g, FileMetadata(metadata, g), opts...)
 		if err != nil {
 			return nil, err
 		}
@@ -89,6 +91,72 @@ func Order(groups [][]safetensors.TensorSpec, metadata map[string]string, opts .
 	}
 	return order, nil
 }
+
+// HeaderLen returns the size of the header (length field included) of
+// the file of specs and metadata as Stream and NewWriter write it to a
+// file they can patch: with the checksums of its tensors.
+func HeaderLen(specs []safetensors.TensorSpec, metadata map[string]string, opts ...safetensors.WriteOption) (int64, error) {
+	w, err := safetensors.NewWriter(Discard, specs, FileMetadata(metadata, specs), opts...)
+	if err != nil {
+		return 0, err
+	}
+	return w.HeaderLen(), nil
+}
+
+// FileMetadata returns the metadata of one file of a set: the set's
+// metadata, whose checksum keys (safetensors.ChecksumPrefix), claims about
+// the data of tensors, go only into the file that holds their tensor.
+// metadata itself is returned when it has none to drop.
+func FileMetadata(metadata map[string]string, specs []safetensors.TensorSpec) map[string]string {
+	var drop []string
+	var names map[string]bool
+	for k := range metadata {
+		name, ok := strings.CutPrefix(k, safetensors.ChecksumPrefix)
+		if !ok {
+			continue
+		}
+		if names == nil {
+			names = make(map[string]bool, len(specs))
+			for _, s := range specs {
+				names[s.Name] = true
+			}
+		}
+		if !names[name] {
+			drop = append(drop, k)
+		}
+	}
+	if len(drop) == 0 {
+		return metadata
+	}
+	md := maps.Clone(metadata)
+	for _, k := range drop {
+		delete(md, k)
+	}
+	return md
+}
+
+// CheckClaims returns the first checksum key of metadata that names no
+// tensor of specs ("" when every one does): a claim no file of the set
+// would check.
+func CheckClaims(metadata map[string]string, specs []safetensors.TensorSpec) string {
+	md := FileMetadata(metadata, specs)
+	for _, k := range slices.Sorted(maps.Keys(metadata)) {
+		if _, ok := md[k]; !ok {
+			return k
+		}
+	}
+	return ""
+}
+
+// Discard is an io.Writer and io.WriterAt that discards everything: a
+// safetensors.Writer to it lays a file out as it does a file it can patch
+// (with checksums).
+var Discard discard
+
+type discard struct{}
+
+func (discard) Write(b []byte) (int, error)            { return len(b), nil }
+func (discard) WriteAt(b []byte, _ int64) (int, error) { return len(b), nil }
 
 // IndexJSON renders an index document: {"metadata": {"total_size":
 // total}, "weight_map": {tensor: file}}, indented, with a final newline.
@@ -127,15 +195,14 @@ func (e *LengthError) Error() string {
 	return fmt.Sprintf("%d bytes written, %s%v needs %d", e.N, e.Spec.DType, e.Spec.Shape, e.Want())
 }
 
-// Stream writes one safetensors file of specs into w, through a 1 MiB
-// buffer, calling write for each tensor's data in the file's order, and
-// flushes it. It returns ctx.Err() itself when ctx is done before a
-// tensor, a *TensorError for a failure of write, a *LengthError for a
-// tensor write gave too few or too many bytes, and otherwise the error of
-// the safetensors writer or of w.
+// Stream writes one safetensors file of specs into w (see NewWriter),
+// calling write for each tensor's data in the file's order, and flushes
+// it. It returns ctx.Err() itself when ctx is done before a tensor, a
+// *TensorError for a failure of write, a *LengthError for a tensor write
+// gave too few or too many bytes, and otherwise the error of the
+// safetensors writer or of w.
 func Stream(ctx context.Context, w io.Writer, specs []safetensors.TensorSpec, write func(safetensors.TensorSpec, io.Writer) error, metadata map[string]string, opts ...safetensors.WriteOption) error {
-	bw := bufio.NewWriterSize(w, 1<<20)
-	sw, err := safetensors.NewWriter(bw, specs, metadata, opts...)
+	sw, flush, err := NewWriter(w, specs, metadata, opts...)
 	if err != nil {
 		return err
 	}
@@ -161,7 +228,71 @@ func Stream(ctx context.Context, w io.Writer, specs []safetensors.TensorSpec, wr
 	if err := sw.Close(); err != nil {
 		return err
 	}
-	return bw.Flush()
+	return flush()
+}
+
+// NewWriter starts a safetensors file of specs in w, through a 1 MiB
+// buffer; flush empties the buffer into w once the Writer is closed.
+// metadata is the set's (FileMetadata keeps the checksum claims of this
+// file's tensors). When w is also an io.WriterAt (a file, a sink.File),
+// the file carries the checksum of every tensor: the Writer rewrites the
+// header with them at Close (see safetensors.NewWriter); a w with a
+// Reserve(n int64) error method (sink.Patchable) is first told to keep
+// the header's bytes rewritable.
+func NewWriter(w io.Writer, specs []safetensors.TensorSpec, metadata map[string]string, opts ...safetensors.WriteOption) (sw *safetensors.Writer, flush func() error, err error) {
+	md := FileMetadata(metadata, specs)
+	bw := bufio.NewWriterSize(w, 1<<20)
+	var out io.Writer = bw
+	if wa, ok := w.(io.WriterAt); ok {
+		if r, ok := w.(interface{ Reserve(n int64) error }); ok {
+			n, err := HeaderLen(specs, md, opts...)
+			if err != nil {
+				return nil, nil, err
+			}
+			if err := r.Reserve(n); err != nil {
+				return nil, nil, err
+			}
+		}
+		out = patcher{bw, wa}
+	}
+	sw, err = safetensors.NewWriter(out, specs, md, opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return sw, bw.Flush, nil
+}
+
+// FileChecksum returns the CRC-32C of the whole file that w, closed,
+// wrote: its header (as written, checksums included) followed by its
+// tensors, combined from their checksums (safetensors.CombineChecksums)
+// without reading the bytes again. ok is false when w computed none (not
+// closed, or safetensors.WithoutChecksums).
+func FileChecksum(w *safetensors.Writer) (crc uint32, ok bool) {
+	sums := w.Checksums()
+	order := w.Order()
+	if sums == nil && len(order) > 0 {
+		return 0, false
+	}
+	crc = safetensors.Checksum(w.Header())
+	for _, s := range order {
+		n, _ := s.ByteLen()
+		crc = safetensors.CombineChecksums(crc, sums[s.Name], n)
+	}
+	return crc, true
+}
+
+// patcher is a buffered writer whose WriteAt flushes the buffer, then
+// rewrites bytes of the destination.
+type patcher struct {
+	*bufio.Writer
+	at io.WriterAt
+}
+
+func (p patcher) WriteAt(b []byte, off int64) (int, error) {
+	if err := p.Flush(); err != nil {
+		return 0, err
+	}
+	return p.at.WriteAt(b, off)
 }
 
 // countWriter counts the bytes a tensor's writer accepted.
