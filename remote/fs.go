@@ -52,6 +52,8 @@ type FS struct {
 	closed atomic.Bool
 	used   atomic.Int64 // the most of its first bytes a partly read file needed
 
+	skipBufs sync.Pool // *[]byte: bytes between spans, when they are accounted
+
 	stats stats
 }
 
@@ -553,7 +555,7 @@ func (f *FS) fetch(ctx context.Context, o *object, spans []source.Span) error {
 // that a mismatch found is never committed there.
 func (f *FS) fetchInto(ctx context.Context, o *object, spans []source.Span, t *tally) error {
 	if o.cache != nil && o.cache.readSpans(spans) {
-		if err := tallyCached(o.cache, spans, t); err != nil {
+		if err := f.tallyCached(o.cache, spans, t); err != nil {
 			o.discard()
 			return err
 		}
@@ -588,11 +590,11 @@ func (f *FS) fetchInto(ctx context.Context, o *object, spans []source.Span, t *t
 			if pos < s.Off {
 				n, err := f.skip(body, pos, s.Off-pos, t)
 				pos += n
+				if errors.Is(err, ErrChecksum) {
+					o.discard()
+					return err
+				}
 				if err != nil {
-					if re := (*Error)(nil); errors.As(err, &re) && re.Kind == ErrChecksum {
-						o.discard()
-						return err
-					}
 					return bodyErr(err)
 				}
 				continue
@@ -620,7 +622,7 @@ func (f *FS) fetchInto(ctx context.Context, o *object, spans []source.Span, t *t
 
 // tallyCached accounts in t spans read from the cache entry e and the
 // bytes between them (which a request would have read too), read from e.
-func tallyCached(e *cacheEntry, spans []source.Span, t *tally) error {
+func (f *FS) tallyCached(e *cacheEntry, spans []source.Span, t *tally) error {
 	if t == nil {
 		return nil
 	}
@@ -628,36 +630,44 @@ func tallyCached(e *cacheEntry, spans []source.Span, t *tally) error {
 		if err := t.add(s.Off, s.Dst); err != nil {
 			return err
 		}
-		if i+1 == len(spans) {
-			break
-		}
-		bp := skipPool.Get().(*[]byte)
-		for pos, end := s.Off+int64(len(s.Dst)), spans[i+1].Off; pos < end; {
-			b := (*bp)[:min(int64(len(*bp)), end-pos)]
-			if !e.readSpans([]source.Span{{Off: pos, Dst: b}}) {
-				break // the entry is gone: these bytes are not accounted
-			}
-			if err := t.add(pos, b); err != nil {
-				skipPool.Put(bp)
+		if i+1 < len(spans) {
+			if err := f.tallyCachedGap(e, s.Off+int64(len(s.Dst)), spans[i+1].Off, t); err != nil {
 				return err
 			}
-			pos += int64(len(b))
 		}
-		skipPool.Put(bp)
+	}
+	return nil
+}
+
+// tallyCachedGap accounts in t the bytes from pos to end of the cache
+// entry e.
+func (f *FS) tallyCachedGap(e *cacheEntry, pos, end int64, t *tally) error {
+	bp := f.skipBuf()
+	defer f.skipBufs.Put(bp)
+	for pos < end {
+		b := (*bp)[:min(int64(len(*bp)), end-pos)]
+		if !e.readSpans([]source.Span{{Off: pos, Dst: b}}) {
+			return nil // the entry is gone: these bytes are not accounted
+		}
+		if err := t.add(pos, b); err != nil {
+			return err
+		}
+		pos += int64(len(b))
 	}
 	return nil
 }
 
 // skip reads the n bytes at pos of body that no span wants, accounting
-// them in t; it returns how many it read.
+// them in t; it returns how many it read and the error reading them, or
+// the tally's (ErrChecksum).
 func (f *FS) skip(body io.Reader, pos, n int64, t *tally) (int64, error) {
 	if t == nil {
 		k, err := io.CopyN(io.Discard, body, n)
 		f.stats.bytes.Add(k)
 		return k, err
 	}
-	bp := skipPool.Get().(*[]byte)
-	defer skipPool.Put(bp)
+	bp := f.skipBuf()
+	defer f.skipBufs.Put(bp)
 	var done int64
 	for done < n {
 		b := (*bp)[:min(int64(len(*bp)), n-done)]
@@ -674,9 +684,15 @@ func (f *FS) skip(body io.Reader, pos, n int64, t *tally) (int64, error) {
 	return done, nil
 }
 
-// skipPool holds the buffers that bytes between spans are read into when
-// they are accounted.
-var skipPool = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
+// skipBuf returns a buffer that bytes between spans are read into when
+// they are accounted (put it back in f.skipBufs).
+func (f *FS) skipBuf() *[]byte {
+	if bp, ok := f.skipBufs.Get().(*[]byte); ok {
+		return bp
+	}
+	b := make([]byte, 256<<10)
+	return &b
+}
 
 // bodyErr classifies an error reading a response body: it ended early or
 // the connection broke (both retried).

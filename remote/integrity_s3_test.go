@@ -383,30 +383,49 @@ func TestS3StoreChecksumCache(t *testing.T) {
 	}
 	flipBit(t, s, bucket, shard, mid) // back
 
-	m = open(t, "m", ckpt.WithFS(remote.NewS3FS(s.Client(), bucket, remote.WithCache(cache))))
-	sameTensors(t, "cached", load(t, m), want)
-	m.Close()
 	orig, _ := os.ReadFile(filepath.Join(dir, "model-00001-of-00002.safetensors"))
-	var entry string
-	for _, e := range entries() {
-		if b, _ := os.ReadFile(e); bytes.Equal(b, orig) {
-			entry = e
+	// damaged loads the checkpoint, which caches the shard, and damages
+	// the cached copy on disk.
+	damaged := func() string {
+		m := open(t, "m", ckpt.WithFS(remote.NewS3FS(s.Client(), bucket, remote.WithCache(cache))))
+		sameTensors(t, "cached", load(t, m), want)
+		m.Close()
+		var entry string
+		for _, e := range entries() {
+			if b, _ := os.ReadFile(e); bytes.Equal(b, orig) {
+				entry = e
+			}
 		}
+		if entry == "" {
+			t.Fatal("the shard was not cached")
+		}
+		f, err := os.OpenFile(entry, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.WriteAt([]byte{orig[mid] ^ 1}, mid); err != nil {
+			t.Fatal(err)
+		}
+		return entry
 	}
-	if entry == "" {
-		t.Fatal("the shard was not cached")
+
+	// Read around the damaged byte: the bytes between the spans are read
+	// from the entry and count.
+	entry := damaged()
+	buf := make([]byte, len(orig))
+	err = remote.NewS3FS(s.Client(), bucket, remote.WithCache(cache)).ReadRanges(context.Background(), shard,
+		[]source.Span{{Off: 0, Dst: buf[:mid-5]}, {Off: mid + 5, Dst: buf[mid+5:]}})
+	checksumErr(t, "damaged cache entry, a gap", err, loc)
+	if _, err := os.Stat(entry); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the damaged entry was kept: %v", err)
 	}
-	// The cached copy damaged on disk.
-	f, err := os.OpenFile(entry, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.WriteAt([]byte{orig[mid] ^ 1}, mid)
-	f.Close()
+
+	entry = damaged()
 	fsys := remote.NewS3FS(s.Client(), bucket, remote.WithCache(cache))
 	m = open(t, "m", ckpt.WithFS(fsys), ckpt.WithVerify(ckpt.VerifyNever))
 	_, err = tryLoad(context.Background(), m)
-	checksumErr(t, "damaged cache entry", err, loc)
+	checksumErr(t, "damaged cache entry, a load", err, loc)
 	m.Close()
 	if _, err := os.Stat(entry); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the damaged entry was kept: %v", err)
