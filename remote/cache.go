@@ -117,6 +117,7 @@ type cacheEntry struct {
 	have   []span // byte ranges written to tmp, sorted and merged
 	failed bool
 	done   bool
+	bad    bool // discarded: its bytes failed the store's checksum
 }
 
 type span struct{ off, end int64 }
@@ -242,6 +243,23 @@ func (e *cacheEntry) close() {
 	}
 }
 
+// discard drops the entry because its bytes failed the store's checksum:
+// a partly filled file is removed and never committed, a committed one
+// (this process's or another's) is removed, so that the next open fetches
+// the object again.
+func (e *cacheEntry) discard() {
+	e.mu.Lock()
+	committed := e.done || e.hit != nil
+	e.failed, e.bad = true, true
+	e.mu.Unlock()
+	e.close()
+	if committed {
+		if err := os.Remove(filepath.Join(e.c.dir, e.name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			e.c.fail(err)
+		}
+	}
+}
+
 // addSpan inserts s into sorted, merged spans.
 func addSpan(have []span, s span) []span {
 	i, _ := slices.BinarySearchFunc(have, s.off, func(a span, off int64) int { return cmp.Compare(a.off, off) })
@@ -296,6 +314,14 @@ func (e *cacheEntry) commit() {
 	if err != nil {
 		os.Remove(tmp.Name())
 		e.c.fail(err)
+		return
+	}
+	e.mu.Lock()
+	bad := e.bad
+	e.mu.Unlock()
+	if bad {
+		// Discarded while it was being committed.
+		os.Remove(filepath.Join(e.c.dir, e.name))
 		return
 	}
 	e.c.stored.Add(1)

@@ -52,6 +52,52 @@
 // keyed by location and ETag, bounded in size and shared safely between
 // processes.
 //
+// # Integrity
+//
+// An S3 store keeps a CRC-32C of an object written with one (this
+// package's S3Sink sends one with every part, and `aws s3 cp
+// --checksum-algorithm CRC32C` does): FULL_OBJECT, the CRC of the whole
+// object, or COMPOSITE for a multipart upload, the CRC of the parts' CRCs
+// followed by "-N". The FS compares what arrives with it. The first time
+// an object's data is read (not when it is opened: planning asks nothing
+// more), it asks the store for that checksum of the version it pinned:
+// one HeadObject with ChecksumMode ENABLED and If-Match; for a composite
+// checksum also the part boundaries, from GetObjectAttributes ObjectParts
+// or, where the store does not list parts (versitygw), one HeadObject per
+// part (objects of up to 1000 parts). From then on every byte handed out
+// of the object — by ReadRanges, by ReadAt and Read, and the bytes read
+// between coalesced spans — is run through CRC-32C as it passes (SSE4.2 or
+// the arm64 CRC instructions: a fraction of the time the bytes take to
+// arrive), the pieces' CRCs combined, so that parallel reads in any order
+// are checked without a second pass and without holding the bytes. When
+// the bytes read cover the whole object (FULL_OBJECT), or every part
+// (COMPOSITE; each part alone where the store listed the parts' own CRCs),
+// they are compared, and a difference fails the read that completed them,
+// and every later read of the object through that FS, with an *Error of
+// kind ErrChecksum naming the object, its ETag (and version ID) and both
+// CRCs; it matches ckpt.ErrChecksum, so the loader refuses the load. The
+// store answering for the pinned ETag with another size is ErrChecksum too
+// (a new ETag is ErrChanged, as before): bytes of one version that differ
+// are an error, never a silent reload.
+//
+// Covered: a load of whole shards (ckpt's Load reads every byte of each
+// shard it loads; the header came from the first GET, which counts), Read
+// and ReadAt of whole objects past their first bytes, VerifyObject (which
+// reads an object whole for that purpose, for `ckpt verify`), and bytes
+// served from the Cache (an entry that fails is removed; an object that
+// fails is never committed to it). Loading the same object again through
+// one FS is verified again when it covers the object again.
+//
+// Not covered: reads of part of an object (loading some tensors of a
+// shard) unless they cover whole parts whose CRCs the store lists; files
+// read only from their first GET (JSON configs and indexes, files smaller
+// than WithHeadSize read through Read: VerifyObject checks them); objects
+// stored without a CRC-32C (AWS and versitygw store a CRC64NVME of objects
+// uploaded without a checksum, which this package does not compute) or
+// with another algorithm; composite objects of more than 1000 parts on
+// stores that do not list parts; HTTP(S) sources. These read as before.
+// WithStoreChecksums(false) turns the comparison off.
+//
 // # Errors
 //
 // Errors are *Error values with an ErrorKind (errors.Is(err,

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/ckpt-go/ckpt/internal/errkind"
+	"github.com/ckpt-go/ckpt/safetensors"
 )
 
 // ErrorKind classifies the failures of this package. Each kind is an error,
@@ -55,6 +56,14 @@ const (
 	// replaced or removed since the writer saw it; nothing was replaced.
 	// Errors of this kind also match fs.ErrExist.
 	ErrExists
+	// ErrChecksum: the bytes that arrived are not the bytes the store
+	// holds for the version opened: their CRC-32C differs from the
+	// checksum the store recorded for the object (or for one of its
+	// parts), or the store answered for the pinned ETag with another
+	// size. Errors of this kind also match safetensors.ErrChecksum
+	// (== ckpt.ErrChecksum): it is the condition the loader reports for a
+	// tensor whose checksum differs.
+	ErrChecksum
 )
 
 var kindNames = [...]string{
@@ -70,6 +79,7 @@ var kindNames = [...]string{
 	ErrNoListing:   "no_listing",
 	ErrCache:       "cache",
 	ErrExists:      "exists",
+	ErrChecksum:    "checksum",
 }
 
 // String returns the kind's snake_case name.
@@ -131,12 +141,14 @@ func (e *Error) Error() string {
 }
 
 // Is reports whether target is e's kind; ErrNotFound also matches
-// fs.ErrNotExist, and ErrExists fs.ErrExist.
+// fs.ErrNotExist, ErrExists fs.ErrExist, and ErrChecksum
+// safetensors.ErrChecksum.
 func (e *Error) Is(target error) bool {
 	if k, ok := target.(ErrorKind); ok {
 		return k == e.Kind
 	}
-	return e.Kind == ErrNotFound && target == errNotExist || e.Kind == ErrExists && target == fs.ErrExist
+	return e.Kind == ErrNotFound && target == errNotExist || e.Kind == ErrExists && target == fs.ErrExist ||
+		e.Kind == ErrChecksum && target == safetensors.ErrChecksum
 }
 
 // Unwrap returns the cause.

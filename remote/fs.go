@@ -33,6 +33,11 @@ var errNotExist = fs.ErrNotExist
 // only as far as they were read, so that reopening a shard to verify its
 // header costs no request.
 //
+// The bytes read of an S3 object are compared with the CRC-32C the store
+// holds of it, once they cover the object (or its parts): see
+// "Integrity" in the package documentation, WithStoreChecksums and
+// VerifyObject.
+//
 // Opened files implement io.ReaderAt (ranged GETs, retried, each bounded by
 // the request timeout) and io.Reader. Folders are listed with
 // ListObjectsV2 (S3); plain HTTP cannot list folders (ErrNoListing): name
@@ -46,6 +51,8 @@ type FS struct {
 	dirs   map[string][]dirEntry // listed folders, sorted by name
 	closed atomic.Bool
 	used   atomic.Int64 // the most of its first bytes a partly read file needed
+
+	skipBufs sync.Pool // *[]byte: bytes between spans, when they are accounted
 
 	stats stats
 }
@@ -62,6 +69,10 @@ type backend interface {
 	// list lists the folder dir ("." for the root), calling page before
 	// each request; ErrNoListing when the backend cannot.
 	list(ctx context.Context, dir string, page func()) ([]dirEntry, error)
+	// checksum returns the CRC-32C the store holds of name's version pin
+	// (nil when it holds none), making at most conc requests at once and
+	// calling count before each.
+	checksum(ctx context.Context, name string, pin version, conc int, count func()) (*storeSum, error)
 	// canList reports whether list works.
 	canList() bool
 }
@@ -99,6 +110,9 @@ type Stats struct {
 	// Requests is GETs + HEADs + LISTs.
 	Requests int64
 	// GETs, HEADs and LISTs count requests by kind (each retry counts).
+	// HEADs include the requests that ask for an object's checksum
+	// (HeadObject, and GetObjectAttributes for a composite one): one per
+	// object whose data is read, where the store can hold one.
 	GETs, HEADs, LISTs int64
 	// Retries counts the requests that were retries of a failed one.
 	Retries int64
@@ -131,6 +145,7 @@ type object struct {
 	headUsed int64  // how far head was read
 	open     int    // open file handles
 	cache    *cacheEntry
+	sums     objectSums // the store's checksum and the bytes that passed (guarded by mu)
 }
 
 // Close releases what the FS holds for its cache (open entries, partly
@@ -438,6 +453,10 @@ func checkVersion(pin, got version) error {
 		return &Error{Kind: ErrChanged, Msg: "the object was replaced: ETag " + got.etag + ", was " + pin.etag + " when it was opened"}
 	case pin.etag == "" && !pin.modTime.IsZero() && !got.modTime.IsZero() && !pin.modTime.Equal(got.modTime):
 		return &Error{Kind: ErrChanged, Msg: "the file was replaced: Last-Modified " + got.modTime.UTC().Format(time.RFC1123) + ", was " + pin.modTime.UTC().Format(time.RFC1123)}
+	case got.size >= 0 && pin.size != got.size && pin.etag != "" && got.etag == pin.etag:
+		// Not a new version: the store's bytes of the pinned one differ.
+		return &Error{Kind: ErrChecksum, Msg: "the store answered for ETag " + pin.etag + " with an object of " + itoa(got.size) +
+			" bytes; it had " + itoa(pin.size) + " when it was opened: its bytes of one version differ"}
 	case got.size >= 0 && pin.size != got.size:
 		return &Error{Kind: ErrChanged, Msg: "the object changed size since it was opened"}
 	}
@@ -489,8 +508,16 @@ func (f *FS) readAt(ctx context.Context, o *object, p []byte, off int64) (int, e
 	h := int64(len(o.head))
 	if off < h {
 		c := copy(p, o.head[off:])
-		o.headUsed = max(o.headUsed, off+int64(c))
+		t := o.sums.t
+		if end := off + int64(c); end > o.headUsed {
+			o.headUsed = end
+			t.setSeed(o.head[:end])
+		}
 		o.mu.Unlock()
+		if err := t.add(off, p[:c]); err != nil {
+			o.discard()
+			return 0, err
+		}
 		if c < n {
 			if err := f.fetch(ctx, o, []source.Span{{Off: off + int64(c), Dst: p[c:]}}); err != nil {
 				return c, err
@@ -509,12 +536,29 @@ func (f *FS) readAt(ctx context.Context, o *object, p []byte, off int64) (int, e
 }
 
 // fetch reads spans of o (sorted, inside it): from the cache when it holds
-// o, else with one pinned request, retried from where it stopped.
+// o, else with one pinned request, retried from where it stopped. What
+// arrives is accounted in o's tally (the store's checksum is asked on the
+// first fetch of o).
 func (f *FS) fetch(ctx context.Context, o *object, spans []source.Span) error {
 	if f.closed.Load() {
 		return pathErr("read", o.name, fs.ErrClosed)
 	}
+	t, err := f.tallyOf(ctx, o)
+	if err != nil {
+		return err
+	}
+	return f.fetchInto(ctx, o, spans, t)
+}
+
+// fetchInto is fetch accounting what arrives in t (none when nil): the
+// spans' bytes and those between them, before they reach the cache, so
+// that a mismatch found is never committed there.
+func (f *FS) fetchInto(ctx context.Context, o *object, spans []source.Span, t *tally) error {
 	if o.cache != nil && o.cache.readSpans(spans) {
+		if err := f.tallyCached(o.cache, spans, t); err != nil {
+			o.discard()
+			return err
+		}
 		return nil
 	}
 	start := spans[0].Off
@@ -544,9 +588,12 @@ func (f *FS) fetch(ctx context.Context, o *object, spans []source.Span) error {
 		for pos < end {
 			s := spans[si]
 			if pos < s.Off {
-				n, err := io.CopyN(io.Discard, body, s.Off-pos)
-				f.stats.bytes.Add(n)
+				n, err := f.skip(body, pos, s.Off-pos, t)
 				pos += n
+				if errors.Is(err, ErrChecksum) {
+					o.discard()
+					return err
+				}
 				if err != nil {
 					return bodyErr(err)
 				}
@@ -555,6 +602,10 @@ func (f *FS) fetch(ctx context.Context, o *object, spans []source.Span) error {
 			dst := s.Dst[pos-s.Off:]
 			n, err := io.ReadFull(body, dst)
 			f.stats.bytes.Add(int64(n))
+			if terr := t.add(pos, dst[:n]); terr != nil {
+				o.discard()
+				return terr
+			}
 			if o.cache != nil && n > 0 {
 				o.cache.write(dst[:n], pos)
 			}
@@ -567,6 +618,80 @@ func (f *FS) fetch(ctx context.Context, o *object, spans []source.Span) error {
 		return nil
 	})
 	return err
+}
+
+// tallyCached accounts in t spans read from the cache entry e and the
+// bytes between them (which a request would have read too), read from e.
+func (f *FS) tallyCached(e *cacheEntry, spans []source.Span, t *tally) error {
+	if t == nil {
+		return nil
+	}
+	for i, s := range spans {
+		if err := t.add(s.Off, s.Dst); err != nil {
+			return err
+		}
+		if i+1 < len(spans) {
+			if err := f.tallyCachedGap(e, s.Off+int64(len(s.Dst)), spans[i+1].Off, t); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// tallyCachedGap accounts in t the bytes from pos to end of the cache
+// entry e.
+func (f *FS) tallyCachedGap(e *cacheEntry, pos, end int64, t *tally) error {
+	bp := f.skipBuf()
+	defer f.skipBufs.Put(bp)
+	for pos < end {
+		b := (*bp)[:min(int64(len(*bp)), end-pos)]
+		if !e.readSpans([]source.Span{{Off: pos, Dst: b}}) {
+			return nil // the entry is gone: these bytes are not accounted
+		}
+		if err := t.add(pos, b); err != nil {
+			return err
+		}
+		pos += int64(len(b))
+	}
+	return nil
+}
+
+// skip reads the n bytes at pos of body that no span wants, accounting
+// them in t; it returns how many it read and the error reading them, or
+// the tally's (ErrChecksum).
+func (f *FS) skip(body io.Reader, pos, n int64, t *tally) (int64, error) {
+	if t == nil {
+		k, err := io.CopyN(io.Discard, body, n)
+		f.stats.bytes.Add(k)
+		return k, err
+	}
+	bp := f.skipBuf()
+	defer f.skipBufs.Put(bp)
+	var done int64
+	for done < n {
+		b := (*bp)[:min(int64(len(*bp)), n-done)]
+		k, err := io.ReadFull(body, b)
+		f.stats.bytes.Add(int64(k))
+		if terr := t.add(pos+done, b[:k]); terr != nil {
+			return done + int64(k), terr
+		}
+		done += int64(k)
+		if err != nil {
+			return done, err
+		}
+	}
+	return done, nil
+}
+
+// skipBuf returns a buffer that bytes between spans are read into when
+// they are accounted (put it back in f.skipBufs).
+func (f *FS) skipBuf() *[]byte {
+	if bp, ok := f.skipBufs.Get().(*[]byte); ok {
+		return bp
+	}
+	b := make([]byte, 256<<10)
+	return &b
 }
 
 // bodyErr classifies an error reading a response body: it ended early or
@@ -636,6 +761,7 @@ func (fl *file) Close() error {
 	o.open--
 	if o.open == 0 && int64(len(o.head)) > o.headUsed {
 		o.head = slices.Clone(o.head[:o.headUsed])
+		o.sums.t.setSeed(o.head)
 	}
 	if o.open == 0 && o.headUsed > 0 && o.headUsed < o.size {
 		for {

@@ -18,6 +18,7 @@ type options struct {
 	maxBackoff  time.Duration
 	timeout     time.Duration
 	cache       *Cache
+	storeSums   bool
 }
 
 // Defaults of the options.
@@ -42,6 +43,7 @@ func defaultOptions() options {
 		backoff:     DefaultBackoff,
 		maxBackoff:  DefaultMaxBackoff,
 		timeout:     DefaultRequestTimeout,
+		storeSums:   true,
 	}
 }
 
@@ -102,3 +104,11 @@ func WithRequestTimeout(d time.Duration) Option {
 // WithCache reads through c: objects loaded whole are kept in c, keyed by
 // location and ETag, and read from it while their ETag stays the same.
 func WithCache(c *Cache) Option { return func(o *options) { o.cache = c } }
+
+// WithStoreChecksums sets whether the bytes read are compared with the
+// CRC-32C the store holds for the object (default true; see the package
+// documentation, "Integrity"): the store is asked for it once per object
+// whose data is read (one HeadObject; for a composite checksum also the
+// part boundaries), and each byte that arrives is run through CRC-32C.
+// false asks nothing and compares nothing.
+func WithStoreChecksums(on bool) Option { return func(o *options) { o.storeSums = on } }

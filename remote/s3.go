@@ -10,11 +10,13 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 )
 
 // NewS3FS returns the file system of one bucket read through client: names
@@ -257,4 +259,176 @@ func parseContentRange(s string) (first, last, size int64, ok bool) {
 		return 0, 0, 0, false
 	}
 	return first, last, size, true
+}
+
+// maxProbedParts is the most parts of a composite checksum whose
+// boundaries are asked one HeadObject each (where the store does not list
+// them): an object of more parts is not verified there.
+const maxProbedParts = 1000
+
+// checksum asks for the CRC-32C the store holds of name's pinned version:
+// HeadObject with ChecksumMode ENABLED and If-Match (a store that refuses
+// it, with 403 or another 4xx than 404 and 412, holds none as far as this
+// package knows). For a COMPOSITE
+// checksum it also needs the parts' boundaries: GetObjectAttributes
+// ObjectParts (with the parts' own CRCs, where the store lists them), else
+// HeadObject with PartNumber for each part, conc at a time.
+func (b *s3Backend) checksum(ctx context.Context, name string, pin version, conc int, count func()) (*storeSum, error) {
+	in := &s3.HeadObjectInput{Bucket: aws.String(b.bucket), Key: aws.String(name), ChecksumMode: types.ChecksumModeEnabled}
+	if pin.etag != "" {
+		in.IfMatch = aws.String(pin.etag)
+	}
+	count()
+	out, err := b.client.HeadObject(ctx, in, ownRetries)
+	if err != nil {
+		e := s3Err(err)
+		var re *Error
+		if errors.As(e, &re) && (re.Kind == ErrDenied || re.Kind == ErrRequest) {
+			// A store (or a policy) that does not answer this: the
+			// object reads as before, unverified.
+			return nil, nil
+		}
+		return nil, e
+	}
+	got := version{size: -1, etag: aws.ToString(out.ETag)}
+	if out.ContentLength != nil {
+		got.size = *out.ContentLength
+	}
+	if err := checkVersion(pin, got); err != nil {
+		return nil, err
+	}
+	sum, n, ok := parseStoreSum(aws.ToString(out.ChecksumCRC32C), string(out.ChecksumType))
+	if !ok {
+		return nil, nil // no CRC-32C (or one this package cannot read): nothing to compare
+	}
+	sum.versionID = aws.ToString(out.VersionId)
+	if n == 0 {
+		return sum, nil
+	}
+	if n == 1 {
+		sum.ends = []int64{pin.size}
+		return sum, nil
+	}
+	ends, parts, ok, err := b.listedParts(ctx, name, pin, n, count)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		if ends, err = b.probeParts(ctx, name, pin, n, conc, count); err != nil || ends == nil {
+			return nil, err
+		}
+	}
+	sum.ends, sum.parts = ends, parts
+	return sum, nil
+}
+
+// listedParts returns the part boundaries (each part's end) of name's
+// version pin, of n parts, from GetObjectAttributes ObjectParts, and the
+// parts' CRC-32Cs when every part has one; ok is false when the store does
+// not list them (an error of the request other than a retryable one, a
+// change or a missing object means that too).
+func (b *s3Backend) listedParts(ctx context.Context, name string, pin version, n int, count func()) (ends []int64, sums []uint32, ok bool, err error) {
+	in := &s3.GetObjectAttributesInput{Bucket: aws.String(b.bucket), Key: aws.String(name),
+		ObjectAttributes: []types.ObjectAttributes{types.ObjectAttributesEtag, types.ObjectAttributesObjectParts},
+		MaxParts:         aws.Int32(1000)}
+	allSums := true
+	for {
+		count()
+		out, err := b.client.GetObjectAttributes(ctx, in, ownRetries)
+		if err != nil {
+			e := s3Err(err)
+			var re *Error
+			if !errors.As(e, &re) || re.Kind == ErrNotFound || (re.retry && re.Status != http.StatusNotImplemented) {
+				return nil, nil, false, e
+			}
+			return nil, nil, false, nil // not supported or not allowed
+		}
+		if etag := aws.ToString(out.ETag); pin.etag != "" && etag != "" && strings.Trim(etag, `"`) != strings.Trim(pin.etag, `"`) {
+			return nil, nil, false, &Error{Kind: ErrChanged, Msg: "the object was replaced: ETag " + etag + ", was " + pin.etag + " when it was opened"}
+		}
+		op := out.ObjectParts
+		if op == nil || len(op.Parts) == 0 || int(aws.ToInt32(op.TotalPartsCount)) != n {
+			return nil, nil, false, nil
+		}
+		for _, p := range op.Parts {
+			size := aws.ToInt64(p.Size)
+			if int(aws.ToInt32(p.PartNumber)) != len(ends)+1 || size <= 0 || len(ends) >= n {
+				return nil, nil, false, nil
+			}
+			var last int64
+			if len(ends) > 0 {
+				last = ends[len(ends)-1]
+			}
+			ends = append(ends, last+size)
+			crc, ok := parseCRCBase64(aws.ToString(p.ChecksumCRC32C))
+			allSums = allSums && ok
+			sums = append(sums, crc)
+		}
+		if !aws.ToBool(op.IsTruncated) || op.NextPartNumberMarker == nil {
+			break
+		}
+		in.PartNumberMarker = op.NextPartNumberMarker
+	}
+	if len(ends) != n || ends[n-1] != pin.size {
+		return nil, nil, false, nil
+	}
+	if !allSums {
+		sums = nil
+	}
+	return ends, sums, true, nil
+}
+
+// probeParts returns the part boundaries of name's version pin, of n
+// parts, asking HeadObject with PartNumber (the part's Content-Range) for
+// each, conc at a time; nil when there are too many parts or the answers
+// do not tile the object.
+func (b *s3Backend) probeParts(ctx context.Context, name string, pin version, n, conc int, count func()) ([]int64, error) {
+	if n > maxProbedParts {
+		return nil, nil
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	starts, ends := make([]int64, n), make([]int64, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(max(conc, 1), n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				i := int(next.Add(1))
+				if i > n {
+					return
+				}
+				in := &s3.HeadObjectInput{Bucket: aws.String(b.bucket), Key: aws.String(name), PartNumber: aws.Int32(int32(i))}
+				if pin.etag != "" {
+					in.IfMatch = aws.String(pin.etag)
+				}
+				count()
+				out, err := b.client.HeadObject(ctx, in, ownRetries)
+				if err != nil {
+					cancel(s3Err(err))
+					return
+				}
+				first, last, size, ok := parseContentRange(aws.ToString(out.ContentRange))
+				if !ok || size != pin.size || int(aws.ToInt32(out.PartsCount)) != n {
+					first, last = -1, -1
+				}
+				starts[i-1], ends[i-1] = first, last+1
+			}
+		}()
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil {
+		return nil, err
+	}
+	for i := range n {
+		if starts[i] < 0 || (i == 0 && starts[i] != 0) || (i > 0 && starts[i] != ends[i-1]) {
+			return nil, nil
+		}
+	}
+	if ends[n-1] != pin.size {
+		return nil, nil
+	}
+	return ends, nil
 }
