@@ -171,7 +171,9 @@ type Policy struct {
 	NarrowLinearOnly bool
 	// Verify says which tensors' checksums are checked as their bytes are
 	// read (see safetensors.ChecksumPrefix): by default every tensor whose
-	// file names checksums.
+	// file names checksums. A rank's part of a tensor (WithRank) is
+	// verified only with VerifyAlways, which then also reads the rest of
+	// the tensor (the checksum covers all of it); see Check.
 	Verify Verify
 }
 
