@@ -181,6 +181,7 @@ func printLoadPlan(w io.Writer, p *ckpt.Plan, allTensors bool) {
 	fmt.Fprintf(w, "\ntotal: %s resident (%s mapped + %s owned) + %s staging = %s peak (%d bytes)\n",
 		ckpt.FormatSize(p.TotalResidentBytes), ckpt.FormatSize(p.TotalMappedBytes), ckpt.FormatSize(p.TotalOwnedBytes),
 		ckpt.FormatSize(p.StagingBytes), ckpt.FormatSize(p.PeakBytes), p.PeakBytes)
+	fmt.Fprintln(w, p.Verify.String())
 	if p.Rank != nil {
 		fmt.Fprintf(w, "read: rank %d of %d reads %s of %s stored (%d of %d bytes, %s)\n", p.Rank.Rank, p.Rank.World,
 			ckpt.FormatSize(p.TotalReadBytes), ckpt.FormatSize(p.TotalStoredBytes), p.TotalReadBytes, p.TotalStoredBytes, percent(p.TotalReadBytes, p.TotalStoredBytes))
