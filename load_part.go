@@ -295,6 +295,9 @@ func (m *Model) checkPiece(ctx context.Context, p *piece) error {
 		if err != nil {
 			return err
 		}
+		if !sj.rest {
+			populate(view[lo:hi:hi]) // a view's pages, which the load hands out: in one call, not a fault each few pages
+		}
 		err = protectFault(func() error { return sj.ck.add(lo, view[lo:hi:hi]) })
 		if sj.evict && err == nil {
 			p.evict(sj.st, lo, hi)
@@ -370,17 +373,16 @@ func (m *Model) mappedSel(ctx context.Context, st *safetensors.Tensor, sel strid
 			if ck == nil {
 				return fn(view[src:src+n:src+n], pos)
 			}
+			var crc uint32
 			for k := int64(0); k < n; k += verifyStep {
 				s0, s1 := src+k, src+min(n, k+verifyStep)
 				b := view[s0:s1:s1]
-				if err := ck.add(s0, b); err != nil {
-					return err
-				}
 				if err := fn(b, pos+k); err != nil {
 					return err
 				}
+				crc = safetensors.UpdateChecksum(crc, b) // from the cache fn read b into
 			}
-			return nil
+			return ck.addSummed(src, view[src:src+n:src+n], crc, true)
 		})
 	})
 	if ev != nil && lo >= 0 {

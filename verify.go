@@ -227,7 +227,11 @@ type span struct {
 // joins the check's (bytes already recorded are skipped). The add that
 // completes the tensor returns the comparison with the header's checksum:
 // a *safetensors.ChecksumError on a mismatch.
-func (c *tensorCheck) add(lo int64, b []byte) error {
+func (c *tensorCheck) add(lo int64, b []byte) error { return c.addSummed(lo, b, 0, false) }
+
+// addSummed is add for bytes whose CRC the caller computed as it read
+// them (summed): it is used when no part of b was recorded before.
+func (c *tensorCheck) addSummed(lo int64, b []byte, crc uint32, summed bool) error {
 	hi := lo + int64(len(b))
 	if lo < 0 || hi > c.size || lo >= hi {
 		return nil
@@ -241,6 +245,10 @@ func (c *tensorCheck) add(lo int64, b []byte) error {
 	}
 	for i := range claimed {
 		s := &claimed[i]
+		if summed && s.lo == lo && s.hi == hi {
+			s.crc = crc
+			continue
+		}
 		s.crc = safetensors.Checksum(b[s.lo-lo : s.hi-lo])
 	}
 	c.mu.Lock()
@@ -413,7 +421,9 @@ func (c *tensorCheck) finishIn(p *piece) error {
 
 // verifyStep is the run a check sums before the bytes are converted or
 // copied from a mapping, so that they are still in the CPU's cache: a
-// multiple of every element's bytes (3-byte groups of FP6 included).
+// multiple of every element's bytes (3-byte groups of FP6 included). The
+// steps of a run are summed in sequence (UpdateChecksum) and recorded
+// once: combining CRCs costs more than summing a step.
 const verifyStep = 3 << 16
 
 // planVerify computes what verifying e's part costs, for the budget
