@@ -456,8 +456,12 @@ func TestVerifyRankParts(t *testing.T) {
 				t.Errorf("VerifyPresent: read %d bytes, the plan reads %d", read, p.TotalReadBytes)
 			}
 			// VerifyAlways: the rest is read too.
+			present := p
 			m = mustOpen(t, clean, opts(VerifyAlways, 1)...)
 			p, _ = m.Plan()
+			if p.PeakBytes < present.PeakBytes || p.TotalResidentBytes != present.TotalResidentBytes {
+				t.Errorf("VerifyAlways plans a peak of %d bytes (resident %d), VerifyPresent %d (resident %d)", p.PeakBytes, p.TotalResidentBytes, present.PeakBytes, present.TotalResidentBytes)
+			}
 			var rest int64
 			for _, tp := range p.Components[0].Tensors {
 				rest += tp.VerifyReadBytes

@@ -103,6 +103,28 @@ func TestOneLoadPathRefusesDamage(t *testing.T) {
 		s3Srv.PutDir(t, bucket, "clean", clean)
 	}
 
+	// VerifyAlways refuses a checkpoint without checksums everywhere.
+	t.Run("always-without-checksums", func(t *testing.T) {
+		m, err := ckpt.Open(writeOnePathModel(t), ckpt.WithVerify(ckpt.VerifyAlways))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		if ws, err := m.Load(ctx); ws != nil || !errors.Is(err, ckpt.ErrChecksum) {
+			t.Errorf("Load: %v", err)
+		}
+		for _, e := range []executor.Executor{host, gpu} {
+			dev, pinned := emuAllocs()
+			um, err := e.UploadModel(ctx, m, executor.WithStaging(5<<20), executor.WithReaders(2))
+			if um != nil || !errors.Is(err, ckpt.ErrChecksum) || !errors.Is(err, executor.ErrRead) || !strings.Contains(err.Error(), "names no checksums") {
+				t.Errorf("%s UploadModel: %v", e.Info().Kind, err)
+			}
+			if dv, h := emuAllocs(); dv != dev || h != pinned {
+				t.Errorf("%s UploadModel: %d device and %d pinned allocations, were %d and %d: refused after allocating", e.Info().Kind, dv, h, dev, pinned)
+			}
+		}
+	})
+
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			type source struct {

@@ -146,7 +146,9 @@ type upTensor struct {
 // Policy.Verify): a damaged tensor fails the upload with ErrRead wrapping
 // the loader's *safetensors.ChecksumError (errors.Is(err,
 // ckpt.ErrChecksum)), which names the file, the tensor and its bytes, and
-// no model is returned.
+// no model is returned; a tensor the policy refuses to read (VerifyAlways
+// and a file without checksums, damaged checksums) is refused so before
+// anything is allocated.
 func (e *Executor) UploadModel(ctx context.Context, m *ckpt.Model, opts ...executor.UploadOption) (*executor.Model, error) {
 	const op = "UploadModel"
 	if m == nil {
@@ -397,6 +399,15 @@ func uploadList(ctx context.Context, m *ckpt.Model) ([]upTensor, error) {
 		t := upTensor{key: key, shape: slices.Clone(it.Shape), out: it.DType, bytes: it.Bytes}
 		if _, err := backend.Elements(it.Shape); err != nil {
 			return nil, fail(err)
+		}
+		if it.Check().Refused() {
+			// The loader refuses to read it (its Policy.Verify): before
+			// anything is allocated, its ReadAt says why.
+			for _, p := range append([]ckpt.Part{it.Data}, it.Scales...) {
+				if _, err := p.ReadAt(nil, 0); err != nil {
+					return nil, &executor.Error{Kind: executor.ErrRead, Executor: Name, Op: op, Tensor: key, Err: err}
+				}
+			}
 		}
 		switch it.Action {
 		case ckpt.ActionView, ckpt.ActionRead:
