@@ -531,6 +531,9 @@ func TestPlanAndGetVerify(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, "verify (present): 2 tensors (60 B) by checksum") {
 		t.Errorf("plan: exit %d\n%s%s", code, stdout, stderr)
 	}
+	if stdout, _, _ := runCLI(t, "plan", checked, "--tensors"); !regexp.MustCompile(`ids\s+I32\s+\[3\]\s+I32\s+view\s+12\s+no target: as stored\s+checksum`).MatchString(stdout) {
+		t.Errorf("plan --tensors:\n%s", stdout)
+	}
 	out := planJSON(t, 0, plain, "--verify", "always")
 	v, _ := out["verify"].(map[string]any)
 	if v["policy"] != "always" || num(t, v, "refused") != 2 {
