@@ -184,9 +184,11 @@ func (p *Part) ReadAt(b []byte, off int64) (int, error) {
 }
 
 // readRest reads the rest of the part's stored tensor to verify it
-// (CheckRest), once the part's own bytes were read.
+// (CheckRest), once the part's own bytes were read: the ranges the plan
+// counts (restRanges: the whole tensor again for a strided part, read in
+// large pieces rather than a request per gap).
 func (p *Part) readRest() error {
-	ranges := p.ck.gaps()
+	ranges := restRanges(p.sel, p.ck.size)
 	var most int64
 	for _, r := range ranges {
 		most = max(most, r[1]-r[0])

@@ -354,24 +354,6 @@ func (c *tensorCheck) complete() error {
 	return nil
 }
 
-// gaps returns the ranges no span covers.
-func (c *tensorCheck) gaps() [][2]int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out [][2]int64
-	at := int64(0)
-	for _, s := range c.spans {
-		if s.lo > at {
-			out = append(out, [2]int64{at, s.lo})
-		}
-		at = s.hi
-	}
-	if at < c.size {
-		out = append(out, [2]int64{at, c.size})
-	}
-	return out
-}
-
 // startRest reports, once per round, that the spans cover a part of
 // partSize bytes: its reader then reads the rest (Part.ReadAt).
 func (c *tensorCheck) startRest(partSize int64) bool {
