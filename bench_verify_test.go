@@ -71,6 +71,8 @@ func benchChecksummed(b *testing.B, mib int) (index string, bytes int64) {
 // "verified/unverified" is the ratio of their times, and ns/op and MB/s
 // (of stored bytes) are the verified load's.
 //
+//	go test -run '^$' -bench BenchmarkVerifiedLoad -benchtime 4x -count 6 .
+//
 //   - convert: converted to F32 with all cores into a reused arena.
 //   - view-touch: opened afresh, loaded as stored (zero-copy views; the
 //     verified load's pass faults the pages in), then every byte read by
@@ -118,7 +120,6 @@ func benchConvert(b *testing.B, index string, n int64, cold bool) {
 		w.Close()
 	}
 	var took [2]time.Duration
-	b.SetBytes(n)
 	b.ResetTimer()
 	for it := range b.N {
 		for k := range 2 {
@@ -139,6 +140,7 @@ func benchConvert(b *testing.B, index string, n int64, cold bool) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(took[0].Nanoseconds())/float64(b.N), "ns/op")
+	b.ReportMetric(float64(n)*float64(b.N)/took[0].Seconds()/1e6, "MB/s")
 	b.ReportMetric(float64(took[0])/float64(took[1]), "verified/unverified")
 }
 
@@ -171,7 +173,6 @@ func benchViewTouch(b *testing.B, index string, n int64, cold bool) {
 	}
 	once(VerifyNever) // the files in the page cache
 	var took [2]time.Duration
-	b.SetBytes(n)
 	b.ResetTimer()
 	for it := range b.N {
 		for k := range 2 {
@@ -181,6 +182,7 @@ func benchViewTouch(b *testing.B, index string, n int64, cold bool) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(took[0].Nanoseconds())/float64(b.N), "ns/op")
+	b.ReportMetric(float64(n)*float64(b.N)/took[0].Seconds()/1e6, "MB/s")
 	b.ReportMetric(float64(took[0])/float64(took[1]), "verified/unverified")
 }
 
