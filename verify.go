@@ -30,9 +30,9 @@ import (
 // sums the bytes it read. What that costs is the CRC's own speed
 // (hash/crc32's SSE4.2 CRC-32C, about 15 GB/s per core here): next to a
 // BF16 → F32 conversion at 7 GB/s per core from the page cache, a warm
-// converting load of 1 GiB takes about 1.4× as long verified; read from
-// the disk, where the reads dominate, 1.02× (BenchmarkVerifiedLoad;
-// BENCHMARKS.md).
+// converting load of 1 GiB takes about 1.3× as long verified on 2 cores;
+// read from the disk, where the reads dominate, 1.00× (medians of
+// BenchmarkVerifiedLoad).
 //
 // Zero-copy views are not read by the load: Load verifies them with a
 // pass over the mapping, by all workers in pieces of 4 MiB, before it
@@ -41,10 +41,10 @@ import (
 // long after Load returned. The pass maps each piece's pages in one call
 // (MADV_POPULATE_READ on Linux: a file read from the disk arrives in
 // large reads, and the caller's touches find the pages mapped) and sums
-// it. Its cost is one more read of the bytes: about nothing when they
-// come from the disk (a load that then touches every byte takes 1.03× as
-// long), and one pass at memory speed when the file is in the page cache
-// (1.45× for a touch of every byte summed by all cores).
+// it. Its cost is one more read of the bytes at memory speed, and that
+// the caller's first touch no longer overlaps the disk: a load that then
+// sums every byte with all cores takes about 1.1× as long verified when
+// the file comes from the disk, 1.5× when it is in the page cache.
 //
 // A rank's part of a split tensor (WithRank) reads only some of the
 // tensor's bytes, and the CRC covers all of them. With VerifyPresent a
