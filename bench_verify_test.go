@@ -71,15 +71,16 @@ func benchChecksummed(b *testing.B, mib int) (index string, bytes int64) {
 // "verified/unverified" is the ratio of their times, and ns/op and MB/s
 // (of stored bytes) are the verified load's.
 //
-//		go test -run '^$' -bench BenchmarkVerifiedLoad -benchtime 4x -count 6 .
-//
-//	  - convert: converted to F32 with all cores into a reused arena.
-//	  - view-touch: opened afresh, loaded as stored (zero-copy views; the
-//	    verified load's pass faults the pages in), then every byte read by
-//	    all cores, and closed.
+//   - convert: converted to F32 with all cores into a reused arena.
+//   - view-touch: opened afresh, loaded as stored (zero-copy views; the
+//     verified load's pass faults the pages in), then every byte read by
+//     all cores, and closed.
 //
 // The -cold variants drop the files from the page cache before each load
-// (POSIX_FADV_DONTNEED; Linux), so that the bytes come from the disk.
+// (POSIX_FADV_DONTNEED; Linux), so that the bytes come from the disk. The
+// numbers quoted are medians of
+//
+//	go test -run '^$' -bench BenchmarkVerifiedLoad -benchtime 4x -count 6 .
 func BenchmarkVerifiedLoad(b *testing.B) {
 	index, n := benchChecksummed(b, 1024)
 	for _, cold := range []bool{false, true} {
