@@ -109,6 +109,21 @@
 // their own — a dequantized part starting inside a scale block — it takes
 // the loader's bytes, Item.Produce). A backend of its own does the same.
 //
+// # Integrity
+//
+// Files written by ckpt name a CRC-32C of every tensor's stored bytes in
+// their headers (safetensors.ChecksumPrefix). The one load path verifies
+// them as the bytes pass through the reads it already does — Load,
+// LoadTensor, Item.Produce and Part.ReadAt, and so the executors' uploads
+// — with the pieces of a tensor summed in parallel and combined
+// (verify.go says how, and what views and rank parts cost). A damaged
+// tensor is a *safetensors.ChecksumError (errors.Is(err, ErrChecksum))
+// naming the file, the tensor and its bytes, and nothing of the load is
+// handed out. WithVerify chooses: VerifyPresent (the default) verifies
+// every tensor of a file that names checksums, VerifyAlways also refuses
+// files that name none, VerifyNever checks nothing. The plan says what
+// will be verified (Plan.Verify, TensorPlan.Verify).
+//
 // # Object storage, HTTP and other file systems
 //
 // Where the bytes come from is package source's business. Open also takes

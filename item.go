@@ -111,10 +111,14 @@ type Part struct {
 	// in File (a path of the model's file system).
 	File  string
 	Range safetensors.ByteRange
+	// Check says whether ReadAt verifies the bytes against the checksum
+	// the file names, as the policy's Verify decides (see ReadAt).
+	Check Check
 
 	st  *safetensors.Tensor
 	sel strided
 	m   *Model
+	ck  *tensorCheck // the check ReadAt adds to (CheckRead, CheckRest)
 }
 
 // Size returns the part's bytes.
@@ -123,12 +127,27 @@ func (p *Part) Size() int64 { return p.sel.total() }
 // ReadAt reads the compact bytes [off, off+len(b)) of the part through the
 // model's own file system (a mapping, pread, any fs.FS, ranged requests of
 // a remote source), as io.ReaderAt does.
+//
+// It verifies the bytes as they pass, as the part's Check says: the reads
+// may come in any order and from several goroutines, and the ReadAt that
+// completes the part's bytes (CheckRead), or, with CheckRest, also reads
+// the rest of the stored tensor, returns the comparison with the file's
+// checksum: a *safetensors.ChecksumError (ErrChecksum) naming the file,
+// the tensor and its bytes when they differ. The bytes read before are
+// unproven until then: a consumer uses none of a part's bytes unless every
+// ReadAt of the part returned nil, and a consumer that reads only some of
+// a part's bytes gets them unverified. A part whose reading the policy
+// refuses (CheckRefused, CheckDamaged) fails every ReadAt with ErrChecksum.
+// Reading the part again verifies it again.
 func (p *Part) ReadAt(b []byte, off int64) (int, error) {
 	if p.st == nil {
 		return 0, &Error{Kind: ErrRead, Tensor: p.Tensor, Msg: "a Part not made by Model.Items"}
 	}
 	if off < 0 {
 		return 0, &Error{Kind: ErrRead, Tensor: p.Tensor, Msg: fmt.Sprintf("negative offset %d", off)}
+	}
+	if p.Check.Refused() {
+		return 0, p.m.refusal(p.st, p.Check)
 	}
 	size := p.Size()
 	if off >= size {
@@ -142,12 +161,19 @@ func (p *Part) ReadAt(b []byte, off int64) (int, error) {
 		if h := p.m.cfg.onRead; h != nil {
 			h(p.st, src, cnt)
 		}
-		_, err := p.st.ReadAt(b[pos-off:pos-off+cnt], src)
+		dst := b[pos-off : pos-off+cnt]
+		_, err := p.st.ReadAt(dst, src)
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
 		}
+		if err == nil && p.ck != nil {
+			err = p.ck.add(src, dst)
+		}
 		return err
 	})
+	if err == nil && p.ck != nil && p.Check == CheckRest && p.ck.startRest(size) {
+		err = p.readRest()
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -155,6 +181,24 @@ func (p *Part) ReadAt(b []byte, off int64) (int, error) {
 		return int(n), io.EOF
 	}
 	return int(n), nil
+}
+
+// readRest reads the rest of the part's stored tensor to verify it
+// (CheckRest), once the part's own bytes were read: the ranges the plan
+// counts (restRanges: the whole tensor again for a strided part, read in
+// large pieces rather than a request per gap).
+func (p *Part) readRest() error {
+	ranges := restRanges(p.sel, p.ck.size)
+	var most int64
+	for _, r := range ranges {
+		most = max(most, r[1]-r[0])
+	}
+	if h := p.m.cfg.onRead; h != nil {
+		for _, r := range ranges {
+			h(p.st, r[0], r[1]-r[0])
+		}
+	}
+	return p.ck.readRanges(context.Background(), ranges, make([]byte, min(most, 1<<20)))
 }
 
 // Items returns the loader's decision for every logical tensor, in load
@@ -195,8 +239,12 @@ func (m *Model) item(c *modelComponent, e *entry) (*Item, error) {
 			sel = strided{n: st.ByteLen(), count: 1}.norm()
 			shape = st.Shape()
 		}
-		return Part{Tensor: st.Name(), DType: st.DType(), Shape: slices.Clone(shape), File: st.File().Path(),
-			Range: sel.byteRange(st.Offset()), st: st, sel: sel, m: m}
+		p := Part{Tensor: st.Name(), DType: st.DType(), Shape: slices.Clone(shape), File: st.File().Path(),
+			Range: sel.byteRange(st.Offset()), Check: m.checkOf(st, sel), st: st, sel: sel, m: m}
+		if p.Check.Verified() {
+			p.ck = &tensorCheck{st: st, size: st.ByteLen(), kind: p.Check}
+		}
+		return p
 	}
 	if e.q == nil {
 		var sel strided
@@ -244,7 +292,8 @@ func (m *Model) item(c *modelComponent, e *entry) (*Item, error) {
 // weight kept quantized, its data; its scales are attached to the
 // returned Tensor). It is how a consumer that cannot produce an item on its
 // own device (a dequantized part that starts inside a scale block) gets the
-// loader's bytes.
+// loader's bytes. The stored bytes are verified as Load verifies them: a
+// damaged tensor is ErrChecksum.
 func (it *Item) Produce(ctx context.Context, dst []byte) (*Tensor, error) {
 	if it.m == nil {
 		return nil, &Error{Kind: ErrRead, Tensor: it.Key, Msg: "an Item not made by Model.Items"}
@@ -270,5 +319,48 @@ func (it *Item) plan(ranges bool) TensorPlan {
 			tp.Ranges = append(tp.Ranges, TensorRead{Tensor: p.Tensor, File: p.File, ByteRange: p.Range})
 		}
 	}
+	for _, p := range append([]Part{it.Data}, it.Scales...) {
+		if p.Check == CheckRest {
+			tp.VerifyReadBytes += restBytes(p.sel, p.st.ByteLen())
+		}
+	}
+	tp.Verify = it.Check().String()
 	return tp
+}
+
+// Check says how the item's stored bytes are verified: the Check of its
+// least verified Part (its data, or a scale of a quantized weight).
+func (it *Item) Check() Check {
+	check := it.Data.Check
+	for _, p := range it.Scales {
+		if p.Check.weaker(check) {
+			check = p.Check
+		}
+	}
+	return check
+}
+
+// add counts a tensor of the plan (its item and its TensorPlan).
+func (v *VerifyPlan) add(it *Item, tp TensorPlan) {
+	check := it.Check()
+	var bytes int64
+	for _, p := range append([]Part{it.Data}, it.Scales...) {
+		bytes += p.st.ByteLen()
+	}
+	switch {
+	case check.Verified():
+		v.Tensors++
+		v.Bytes += bytes
+		v.ReadBytes += tp.VerifyReadBytes
+	case check.Refused():
+		v.Refused++
+	default:
+		v.Unverified++
+	}
+	if !check.Verified() {
+		if v.Why == nil {
+			v.Why = map[string]int{}
+		}
+		v.Why[check.String()]++
+	}
 }

@@ -186,8 +186,13 @@ func IntoArena(a *Arena) LoadOption { return func(c *loadConfig) { c.arena = a }
 // the pread strategy, read into owned memory); the others are converted or
 // dequantized into owned memory, in file order, by all workers in pieces of
 // a few MiB (tensors in parallel and large tensors split), each piece read
-// once and written once. Cancelling ctx stops the load promptly and frees
-// what it allocated.
+// once and written once. Where the files name checksums, every tensor's
+// stored bytes are verified as they are read, and views by a pass over the
+// mapping (see Policy.Verify); a damaged tensor fails the load with
+// ErrChecksum, and a file the policy refuses (VerifyAlways without
+// checksums, damaged checksums) fails it before anything is allocated.
+// Cancelling ctx, or any error, stops the load promptly and frees what it
+// allocated: Load returns nil Weights.
 func (m *Model) Load(ctx context.Context, opts ...LoadOption) (*Weights, error) {
 	if err := m.checkOpen(); err != nil {
 		return nil, err
@@ -203,6 +208,9 @@ func (m *Model) Load(ctx context.Context, opts ...LoadOption) (*Weights, error) 
 	n := 0
 	for _, c := range m.comps {
 		for _, e := range c.entries {
+			if err := m.checkVerify(c, e); err != nil {
+				return nil, err
+			}
 			owned += e.arenaBytes()
 			n++
 		}
@@ -253,9 +261,10 @@ func (m *Model) checkBudget() error {
 }
 
 // LoadTensor loads one tensor by "COMPONENT/NAME" or by a bare NAME that
-// only one component has, under the policy. A view costs nothing; a
-// converted tensor gets its own buffer (Go memory), converted by all
-// workers.
+// only one component has, under the policy. A view costs nothing but its
+// verification pass (where its file names checksums); a converted tensor
+// gets its own buffer (Go memory), converted by all workers. The stored
+// bytes are verified as Load verifies them.
 func (m *Model) LoadTensor(ctx context.Context, name string) (*Tensor, error) {
 	return m.loadOne(ctx, name, nil)
 }
@@ -291,6 +300,9 @@ func (m *Model) loadEntry(ctx context.Context, c *modelComponent, e *entry, dst 
 	if dst != nil && int64(len(dst)) != e.outBytes {
 		return nil, &Error{Kind: ErrBuffer, Component: c.name, Tensor: e.name,
 			Msg: fmt.Sprintf("buffer is %d bytes; the tensor loads as %s %v = %d bytes", len(dst), e.out, e.shape, e.outBytes)}
+	}
+	if err := m.checkVerify(c, e); err != nil {
+		return nil, err
 	}
 	used := false
 	alloc := func(n int64) []byte {
@@ -383,14 +395,39 @@ func (e *entry) arenaBytes() int64 {
 }
 
 // run does the pieces with the model's workers, in order, reporting
-// progress; the first error or ctx's end stops every worker.
+// progress; the first error or ctx's end stops every worker. Then every
+// check of the pieces must have completed (verify.go).
 func (m *Model) run(ctx context.Context, work []piece) error {
 	if len(work) == 0 {
 		return ctx.Err()
 	}
+	var err error
 	if rfs := m.rangeFS(); rfs != nil {
-		return m.runRanged(ctx, rfs, work) // load_ranged.go
+		err = m.runRanged(ctx, rfs, work) // load_ranged.go
+	} else {
+		err = m.runPieces(ctx, work)
 	}
+	if err != nil {
+		return err
+	}
+	for i := range work {
+		p := &work[i]
+		if err := p.sj.ck.finishIn(p); err != nil {
+			return err
+		}
+		if dq := p.sj.dq; dq != nil {
+			for _, ck := range dq.scaleCk {
+				if err := ck.finishIn(p); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// runPieces does the pieces of run on the model's workers.
+func (m *Model) runPieces(ctx context.Context, work []piece) error {
 	workers := min(m.workers(), len(work))
 	if lim := int(m.cfg.staging / chunkBytes); workers > lim {
 		workers = max(lim, 1)

@@ -19,6 +19,7 @@ const (
 	partRaw     partKind = iota // bytes of a selection into dst
 	partPlain                   // a plain tensor's elements, converted when its target differs
 	partDequant                 // rows of a dequantized weight
+	partCheck                   // bytes read only to verify them: a view's, the rest of a part's tensor
 )
 
 // partJob is what the pieces of one part share.
@@ -30,16 +31,19 @@ type partJob struct {
 	evict   bool                // drop the source pages from this process after reading
 	mapped  bool                // read from the mapping (mmap strategy, mapped file), else ReadAt
 	dq      *dequantJob         // partDequant
+	ck      *tensorCheck        // verifies st from the bytes read (nil: not verified)
+	rest    bool                // partCheck: the rest of a part's tensor, read only to verify it
 }
 
 // dequantJob is what the pieces of a dequantized part share: the scales'
 // stored tensors, those read once for the whole part (not per piece), and
 // from a mapping, views of the data and the scales.
 type dequantJob struct {
-	scaleT []*safetensors.Tensor
-	once   sync.Once
-	shared [][]byte
-	err    error
+	scaleT  []*safetensors.Tensor
+	scaleCk []*tensorCheck // verify the scales (nil: not verified)
+	once    sync.Once
+	shared  [][]byte
+	err     error
 
 	viewOnce sync.Once
 	views    [][]byte
@@ -49,7 +53,9 @@ type dequantJob struct {
 // preparePart assigns the memory of e's part (t) and appends its pieces of
 // work: views of the mapping where the part is stored contiguously and
 // loads as stored, else reads, conversions or dequantizations of about
-// chunkBytes each.
+// chunkBytes each. Each stored tensor the part reads gets its check
+// (verify.go): the reads add to it, views get a pass over the mapping, and
+// a part that verifies the rest of its tensor gets pieces that read it.
 func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, sts []*safetensors.Tensor, alloc func(int64) []byte, work []piece, intoCaller bool) ([]piece, error) {
 	sl, st := e.sl, sts[0]
 	if sl.info != nil {
@@ -57,7 +63,30 @@ func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, sts []*safet
 		info.Shape = slices.Clone(info.Shape)
 		t.Split = &info
 	}
-	view := func(st *safetensors.Tensor, sel strided) ([]byte, error) {
+	pread := c.strategy == ReadPread
+	// checkRun appends pieces that read the bytes [lo, hi) of st only to
+	// verify them: a view's (from the mapping, kept), or the rest of a
+	// part's tensor (dropped again from a mapping).
+	checkRun := func(t *Tensor, st *safetensors.Tensor, ck *tensorCheck, lo, hi int64, rest bool) {
+		mapped := !pread && st.File().Mapped()
+		sj := &partJob{kind: partCheck, st: st, ck: ck, mapped: mapped, evict: rest && mapped, rest: rest}
+		for first := lo; first < hi; first += chunkBytes {
+			work = append(work, piece{c: c, e: e, t: t, st: st, first: first, n: min(chunkBytes, hi-first), sj: sj})
+		}
+	}
+	// check returns the check of the part sel of st (nil when it is not
+	// verified) and appends the pieces that read the rest of the tensor
+	// when the check needs them.
+	check := func(t *Tensor, st *safetensors.Tensor, sel strided) (*tensorCheck, error) {
+		ck, err := m.newCheck(st, sel)
+		if ck != nil && ck.kind == CheckRest {
+			for _, r := range restRanges(sel, ck.size) {
+				checkRun(t, st, ck, r[0], r[1], true)
+			}
+		}
+		return ck, err
+	}
+	view := func(t *Tensor, st *safetensors.Tensor, sel strided) ([]byte, error) {
 		b, err := st.Bytes()
 		if err != nil {
 			return nil, &Error{Kind: ErrRead, Component: c.name, Tensor: e.name, Err: err}
@@ -65,17 +94,29 @@ func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, sts []*safet
 		if h := m.cfg.onRead; h != nil {
 			h(st, sel.first, sel.total())
 		}
+		ck, err := check(t, st, sel)
+		if err != nil {
+			return nil, err
+		}
+		if ck != nil {
+			checkRun(t, st, ck, sel.first, sel.first+sel.total(), false)
+		}
 		end := sel.first + sel.total()
 		return b[sel.first:end:end], nil
 	}
 	// raw appends pieces that read a selection of st into dst.
-	raw := func(t *Tensor, st *safetensors.Tensor, sel strided, dst []byte) {
-		sj := &partJob{kind: partRaw, st: st, sel: sel, mapped: c.strategy != ReadPread && st.File().Mapped()}
+	raw := func(t *Tensor, st *safetensors.Tensor, sel strided, dst []byte) error {
+		ck, err := check(t, st, sel)
+		if err != nil {
+			return err
+		}
+		sj := &partJob{kind: partRaw, st: st, sel: sel, mapped: !pread && st.File().Mapped(), ck: ck}
 		total := sel.total()
 		for first := int64(0); first < total; first += chunkBytes {
 			n := min(chunkBytes, total-first)
 			work = append(work, piece{c: c, e: e, t: t, st: st, first: first, n: n, dst: dst[first : first+n], bytes: n, sj: sj})
 		}
+		return nil
 	}
 	mapped := st.File().Mapped()
 	act := e.act
@@ -86,16 +127,20 @@ func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, sts []*safet
 	switch act {
 	case actView:
 		if mapped {
-			b, err := view(st, sl.data)
+			b, err := view(t, st, sl.data)
 			t.data = b
 			return work, err
 		}
 		t.data = make([]byte, sl.data.total())
-		raw(t, st, sl.data, t.data)
+		return work, raw(t, st, sl.data, t.data)
 	case actRead, actConvert:
 		t.data = alloc(e.outBytes)
 		t.Location.Owned = true
-		sj := &partJob{kind: partPlain, st: st, convert: act == actConvert, evict: act == actConvert && mapped, mapped: c.strategy != ReadPread && mapped}
+		ck, err := check(t, st, sl.data)
+		if err != nil {
+			return nil, err
+		}
+		sj := &partJob{kind: partPlain, st: st, convert: act == actConvert, evict: act == actConvert && mapped, mapped: !pread && mapped, ck: ck}
 		fb, ob := int64(e.stored.Bits()), int64(e.out.Bits())
 		per := max(chunkBytes*8/max(fb, ob)/8*8, 8)
 		n := sl.elems.total()
@@ -108,7 +153,24 @@ func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, sts []*safet
 		t.data = alloc(e.outBytes)
 		t.Location.Owned = true
 		q := sl.q
-		sj := &partJob{kind: partDequant, st: st, evict: mapped, mapped: c.strategy != ReadPread && mapped, dq: &dequantJob{scaleT: sts[1:]}}
+		dq := &dequantJob{scaleT: sts[1:]}
+		ck, err := check(t, st, sl.data)
+		if err != nil {
+			return nil, err
+		}
+		for i, sst := range sts[1:] {
+			sck, err := check(t, sst, q.scales[i].sel)
+			if err != nil {
+				return nil, err
+			}
+			if sck != nil && dq.scaleCk == nil {
+				dq.scaleCk = make([]*tensorCheck, len(sts)-1)
+			}
+			if sck != nil {
+				dq.scaleCk[i] = sck
+			}
+		}
+		sj := &partJob{kind: partDequant, st: st, evict: mapped, mapped: !pread && mapped, dq: dq, ck: ck}
 		outRow := (q.c1 - q.c0) * int64(e.out.Bits()) / 8
 		rows := q.pad + q.rows.total()
 		if q.c1 == q.c0 {
@@ -124,21 +186,21 @@ func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, sts []*safet
 	case actQuantized:
 		q := sl.q
 		t.q = q.keep
+		var err error
 		switch {
-		case c.strategy != ReadPread && !intoCaller && mapped && sl.data.isContiguous():
-			b, err := view(st, sl.data)
-			if err != nil {
-				return nil, err
-			}
-			t.data = b
-		case c.strategy != ReadPread && !intoCaller && sl.data.isContiguous():
+		case !pread && !intoCaller && mapped && sl.data.isContiguous():
+			t.data, err = view(t, st, sl.data)
+		case !pread && !intoCaller && sl.data.isContiguous():
 			// Planned as mapped, but the file has no mapping: a copy.
 			t.data = make([]byte, sl.data.total())
-			raw(t, st, sl.data, t.data)
+			err = raw(t, st, sl.data, t.data)
 		default:
 			t.data = alloc(sl.data.total())
 			t.Location.Owned = true
-			raw(t, st, sl.data, t.data)
+			err = raw(t, st, sl.data, t.data)
+		}
+		if err != nil {
+			return nil, err
 		}
 		for i, s := range e.q.Scales {
 			sst, qs := sts[1+i], q.scales[i]
@@ -146,19 +208,18 @@ func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, sts []*safet
 				Decision: e.dec, Role: s.Role, act: actView,
 				Location: Location{File: sst.File().Path(), Offset: sst.Offset(), Length: sst.ByteLen()}}
 			switch {
-			case c.strategy != ReadPread && qs.sel.isContiguous() && sst.File().Mapped():
-				b, err := view(sst, qs.sel)
-				if err != nil {
-					return nil, err
-				}
-				sc.data = b
-			case c.strategy != ReadPread && qs.sel.isContiguous():
+			case !pread && qs.sel.isContiguous() && sst.File().Mapped():
+				sc.data, err = view(sc, sst, qs.sel)
+			case !pread && qs.sel.isContiguous():
 				sc.data = make([]byte, qs.sel.total())
-				raw(sc, sst, qs.sel, sc.data)
+				err = raw(sc, sst, qs.sel, sc.data)
 			default:
 				sc.act, sc.Location.Owned = actRead, true
 				sc.data = alloc(qs.sel.total())
-				raw(sc, sst, qs.sel, sc.data)
+				err = raw(sc, sst, qs.sel, sc.data)
+			}
+			if err != nil {
+				return nil, err
 			}
 			t.Scales = append(t.Scales, sc)
 		}
@@ -181,18 +242,20 @@ func (m *Model) doPartPiece(ctx context.Context, p *piece, opts dtype.Options) (
 	sj, e := p.sj, p.e
 	switch sj.kind {
 	case partRaw:
-		return dtype.Stats{}, m.readSel(ctx, sj, sj.st, sj.sel, p.first, p.dst, nil)
+		return dtype.Stats{}, m.readSel(ctx, sj, sj.st, sj.sel, p.first, p.dst, nil, sj.ck)
+	case partCheck:
+		return dtype.Stats{}, m.checkPiece(ctx, p)
 	case partPlain:
 		fb, ob := int64(e.stored.Bits()), int64(e.out.Bits())
 		from, n := p.first*fb/8, p.n*fb/8
 		if !sj.convert {
-			return dtype.Stats{}, m.readSel(ctx, sj, sj.st, e.sl.data, from, p.dst, nil)
+			return dtype.Stats{}, m.readSel(ctx, sj, sj.st, e.sl.data, from, p.dst, nil, sj.ck)
 		}
 		var stats dtype.Stats
 		if sj.mapped && (e.sl.data.n >= directRun || e.sl.data.isContiguous()) {
 			// Long runs, and a part stored in one run, are converted
 			// straight from the mapping.
-			err := m.mappedSel(ctx, sj.st, e.sl.data, from, from+n, p.evicting(), func(src []byte, pos int64) error {
+			err := m.mappedSel(ctx, sj.st, e.sl.data, from, from+n, p.evicting(), sj.ck, func(src []byte, pos int64) error {
 				d0 := (pos - from) * 8 / fb * ob / 8
 				st, err := dtype.Convert(p.dst[d0:d0+int64(len(src))*8/fb*ob/8], e.out, src, e.stored, opts)
 				stats.Add(st)
@@ -207,7 +270,7 @@ func (m *Model) doPartPiece(ctx context.Context, p *piece, opts dtype.Options) (
 		}
 		defer stagePool.Put(bp)
 		buf := (*bp)[:n]
-		if err := m.readSel(ctx, sj, sj.st, e.sl.data, from, buf, p.evicting()); err != nil {
+		if err := m.readSel(ctx, sj, sj.st, e.sl.data, from, buf, p.evicting(), sj.ck); err != nil {
 			return dtype.Stats{}, err
 		}
 		return dtype.Convert(p.dst, e.out, buf, e.stored, opts)
@@ -215,12 +278,52 @@ func (m *Model) doPartPiece(ctx context.Context, p *piece, opts dtype.Options) (
 	return m.dequantPart(ctx, p, opts)
 }
 
+// checkPiece reads the bytes [p.first, p.first+p.n) of a tensor only to
+// verify them: from the mapping (dropping the pages of the rest of a
+// part's tensor again), or with ReadAt into a staging buffer.
+func (m *Model) checkPiece(ctx context.Context, p *piece) error {
+	sj := p.sj
+	lo, hi := p.first, p.first+p.n
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if h := m.cfg.onRead; h != nil && sj.rest {
+		h(sj.st, lo, p.n)
+	}
+	if sj.mapped {
+		view, err := sj.st.Bytes()
+		if err != nil {
+			return err
+		}
+		if !sj.rest {
+			populate(view[lo:hi:hi]) // a view's pages, which the load hands out: in one call, not a fault each few pages
+		}
+		err = protectFault(func() error { return sj.ck.add(lo, view[lo:hi:hi]) })
+		if sj.evict && err == nil {
+			p.evict(sj.st, lo, hi)
+		}
+		return err
+	}
+	bp, _ := stagePool.Get().(*[]byte)
+	if bp == nil || int64(cap(*bp)) < p.n {
+		b := make([]byte, p.n)
+		bp = &b
+	}
+	defer stagePool.Put(bp)
+	buf := (*bp)[:p.n]
+	if _, err := sj.st.ReadAt(buf, lo); err != nil {
+		return err
+	}
+	return sj.ck.add(lo, buf)
+}
+
 // readSel reads the compact bytes [from, from+len(dst)) of a selection of
 // st's bytes into dst: copied from the mapping when the load reads mapped
-// files, else with one ReadAt per run.
-func (m *Model) readSel(ctx context.Context, sj *partJob, st *safetensors.Tensor, sel strided, from int64, dst []byte, ev *piece) error {
+// files, else with one ReadAt per run. ck, when not nil, gets the bytes
+// read.
+func (m *Model) readSel(ctx context.Context, sj *partJob, st *safetensors.Tensor, sel strided, from int64, dst []byte, ev *piece, ck *tensorCheck) error {
 	if sj.mapped && st.File().Mapped() {
-		return m.mappedSel(ctx, st, sel, from, from+int64(len(dst)), ev, func(src []byte, pos int64) error {
+		return m.mappedSel(ctx, st, sel, from, from+int64(len(dst)), ev, ck, func(src []byte, pos int64) error {
 			copy(dst[pos-from:], src)
 			return nil
 		})
@@ -232,16 +335,24 @@ func (m *Model) readSel(ctx context.Context, sj *partJob, st *safetensors.Tensor
 		if h := m.cfg.onRead; h != nil {
 			h(st, src, n)
 		}
-		_, err := st.ReadAt(dst[pos-from:pos-from+n], src)
-		return err
+		b := dst[pos-from : pos-from+n]
+		if _, err := st.ReadAt(b, src); err != nil {
+			return err
+		}
+		if ck != nil {
+			return ck.add(src, b)
+		}
+		return nil
 	})
 }
 
 // mappedSel calls fn with the mapped bytes of each run of the compact
 // bytes [from, to) of a selection of st, under one fault protection, and
 // then, when ev is not nil, records there the bytes the runs span for the
-// load to drop from this process (evictor).
-func (m *Model) mappedSel(ctx context.Context, st *safetensors.Tensor, sel strided, from, to int64, ev *piece, fn func(src []byte, pos int64) error) error {
+// load to drop from this process (evictor). With a check, each run is
+// summed and handed to fn verifyStep bytes at a time, so that fn reads
+// them from the cache.
+func (m *Model) mappedSel(ctx context.Context, st *safetensors.Tensor, sel strided, from, to int64, ev *piece, ck *tensorCheck, fn func(src []byte, pos int64) error) error {
 	view, err := st.Bytes()
 	if err != nil {
 		return err
@@ -259,7 +370,19 @@ func (m *Model) mappedSel(ctx context.Context, st *safetensors.Tensor, sel strid
 				lo = src
 			}
 			hi = src + n
-			return fn(view[src:src+n:src+n], pos)
+			if ck == nil {
+				return fn(view[src:src+n:src+n], pos)
+			}
+			var crc uint32
+			for k := int64(0); k < n; k += verifyStep {
+				s0, s1 := src+k, src+min(n, k+verifyStep)
+				b := view[s0:s1:s1]
+				if err := fn(b, pos+k); err != nil {
+					return err
+				}
+				crc = safetensors.UpdateChecksum(crc, b) // from the cache fn read b into
+			}
+			return ck.addSummed(src, view[src:src+n:src+n], crc, true)
 		})
 	})
 	if ev != nil && lo >= 0 {
@@ -288,6 +411,11 @@ func (m *Model) dequantPart(ctx context.Context, p *piece, opts dtype.Options) (
 		}
 		var st dtype.Stats
 		err := protectFault(func() (err error) {
+			if sj.ck != nil {
+				if err := sj.ck.add(e.sl.data.first+p0*q.colB, views[0][p0*q.colB:p1*q.colB]); err != nil {
+					return err
+				}
+			}
 			st, err = q.keep.DequantizeRows(ctx, p.dst, e.out, views[0], views[1:], p0, p.n, opts)
 			return err
 		})
@@ -299,7 +427,7 @@ func (m *Model) dequantPart(ctx context.Context, p *piece, opts dtype.Options) (
 	}
 	r0 := max(p0, q.pad)
 	data := make([]byte, (p1-p0)*q.colB)
-	if err := m.readSel(ctx, sj, sj.st, e.sl.data, (r0-q.pad)*q.colB, data[(r0-p0)*q.colB:], p.evicting()); err != nil {
+	if err := m.readSel(ctx, sj, sj.st, e.sl.data, (r0-q.pad)*q.colB, data[(r0-p0)*q.colB:], p.evicting(), sj.ck); err != nil {
 		return dtype.Stats{}, err
 	}
 	dq.once.Do(func() {
@@ -309,7 +437,7 @@ func (m *Model) dequantPart(ctx context.Context, p *piece, opts dtype.Options) (
 				continue
 			}
 			b := make([]byte, qs.sel.total())
-			if dq.err = m.readSel(ctx, sj, dq.scaleT[i], qs.sel, 0, b, nil); dq.err != nil {
+			if dq.err = m.readSel(ctx, sj, dq.scaleT[i], qs.sel, 0, b, nil, dq.scaleCheck(i)); dq.err != nil {
 				return
 			}
 			dq.shared[i] = b
@@ -330,13 +458,21 @@ func (m *Model) dequantPart(ctx context.Context, p *piece, opts dtype.Options) (
 		}
 		g0, g1 := p0/qs.br, ceilDiv(p1, qs.br)
 		b := make([]byte, (g1-g0)*qs.gC*qs.sb)
-		if err := m.readSel(ctx, sj, dq.scaleT[i], qs.sel, g0*qs.gC*qs.sb, b, nil); err != nil {
+		if err := m.readSel(ctx, sj, dq.scaleT[i], qs.sel, g0*qs.gC*qs.sb, b, nil, dq.scaleCheck(i)); err != nil {
 			return dtype.Stats{}, err
 		}
 		scales[i] = b
 		w.Scales[i].Shape = []int64{g1 - g0, qs.gC}
 	}
 	return w.DequantizeRows(ctx, p.dst, e.out, data, scales, r0-p0, p1-r0, opts)
+}
+
+// scaleCheck returns the check of scale i (nil: not verified).
+func (dq *dequantJob) scaleCheck(i int) *tensorCheck {
+	if dq.scaleCk == nil {
+		return nil
+	}
+	return dq.scaleCk[i]
 }
 
 // partViews returns the views of a quantized part's data and scales (in
@@ -365,9 +501,13 @@ func (m *Model) partViews(sj *partJob, e *entry) (views [][]byte, ok bool, err e
 		}
 		dq.views = append(dq.views, view(sj.st, e.sl.data))
 		for i, qs := range q.scales {
-			dq.views = append(dq.views, view(dq.scaleT[i], qs.sel))
+			v := view(dq.scaleT[i], qs.sel)
+			dq.views = append(dq.views, v)
 			if h := m.cfg.onRead; h != nil {
 				h(dq.scaleT[i], qs.sel.first, qs.sel.total())
+			}
+			if ck := dq.scaleCheck(i); ck != nil && dq.viewErr == nil {
+				dq.viewErr = protectFault(func() error { return ck.add(qs.sel.first, v) })
 			}
 		}
 	})

@@ -131,6 +131,16 @@ func (m *Model) runRanged(ctx context.Context, rfs source.RangeFS, work []piece)
 			return false
 		}
 		for _, it := range r.items {
+			if ck := it.p.sj.ck; ck != nil {
+				b := it.dst
+				if it.convert {
+					b = it.src
+				}
+				if err := ck.add(it.off-it.p.st.Offset(), b); err != nil {
+					fail(it.p, err)
+					return false
+				}
+			}
 			var st dtype.Stats
 			if it.convert {
 				var err error

@@ -49,7 +49,8 @@ type modelComponent struct {
 	entries  []*entry // logical tensors in file order
 	byName   map[string]*entry
 	strategy ReadStrategy
-	why      string // why this read strategy
+	why      string          // why this read strategy
+	sums     map[string]bool // stored tensors whose files name a checksum (from the metadata Open read; planVerify)
 }
 
 // entry is one logical tensor of a component.
@@ -70,6 +71,8 @@ type entry struct {
 	mapped   int64 // bytes that stay zero-copy views
 	owned    int64 // bytes of owned memory
 	pos      int   // position in the model's load order (Names, Load's tensors)
+	vsum     bool  // some stored tensor the part reads is verified (from the checksum keys Open saw)
+	vextra   int64 // bytes read only to verify (the rest of a part's tensors)
 }
 
 // maxConfigSize bounds config.json and hf_quant_config.json.
@@ -328,6 +331,7 @@ func (m *Model) decide(c *modelComponent) error {
 		if err == nil {
 			err = e.resolveSlice(c.strategy)
 		}
+		m.planVerify(c, e)
 		if err != nil {
 			var le *Error
 			if errors.As(err, &le) {

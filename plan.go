@@ -3,6 +3,7 @@ package ckpt
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"runtime"
 	"slices"
 	"strings"
@@ -59,6 +60,8 @@ type Plan struct {
 	TotalReadBytes   int64 `json:"total_read_bytes"`
 	// Rank is the rank option (WithRank), nil without one.
 	Rank *RankPlan `json:"rank,omitempty"`
+	// Verify says what the load verifies by checksum.
+	Verify VerifyPlan `json:"verify"`
 }
 
 // RankPlan is the rank option a plan was made under.
@@ -148,6 +151,60 @@ type TensorPlan struct {
 	// Ranges are the byte ranges of the files read for the tensor, listed
 	// with a rank option only.
 	Ranges []TensorRead `json:"ranges,omitempty"`
+	// Verify says how a load verifies the tensor's stored bytes against
+	// the checksums its file names (Check.String of its least verified
+	// stored tensor: "checksum", "not verified: rank part", "refused: no
+	// checksums", ...), and VerifyReadBytes what it reads only to verify
+	// them (the rest of a rank's part, with VerifyAlways).
+	Verify          string `json:"verify"`
+	VerifyReadBytes int64  `json:"verify_read_bytes,omitempty"`
+}
+
+// VerifyPlan says what a load verifies against the checksums the files
+// name (see Policy.Verify).
+type VerifyPlan struct {
+	// Policy is the policy's Verify: "present", "always" or "never".
+	Policy string `json:"policy"`
+	// Tensors are the logical tensors verified (every stored tensor they
+	// read: data and scales), and Bytes the stored bytes of those stored
+	// tensors.
+	Tensors int   `json:"tensors"`
+	Bytes   int64 `json:"bytes"`
+	// ReadBytes is what the load reads only to verify: the rest of the
+	// tensors of rank parts (VerifyAlways). Views are verified by a pass
+	// over the mapping that the load's workers do (their bytes are
+	// counted in Bytes, not here).
+	ReadBytes int64 `json:"read_bytes,omitempty"`
+	// Unverified counts the tensors not verified, and Why how many for
+	// each reason (TensorPlan.Verify): "not verified: rank part", "not
+	// verified: no checksums", "not verified: never".
+	Unverified int            `json:"unverified"`
+	Why        map[string]int `json:"why,omitempty"`
+	// Refused counts the tensors a load refuses with ErrChecksum: in
+	// files without checksums under VerifyAlways, or whose checksums are
+	// damaged. A load of the model fails before anything is read.
+	Refused int `json:"refused,omitempty"`
+}
+
+// String writes the summary line of a plan: "verify (present): 123
+// tensors (4.1 GiB) by checksum, 2 not (rank part: 2)".
+func (v *VerifyPlan) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "verify (%s): %d tensors (%s) by checksum", v.Policy, v.Tensors, FormatSize(v.Bytes))
+	if v.ReadBytes > 0 {
+		fmt.Fprintf(&b, ", reading %s more to verify rank parts", FormatSize(v.ReadBytes))
+	}
+	if v.Unverified > 0 || v.Refused > 0 {
+		var why []string
+		for _, k := range slices.Sorted(maps.Keys(v.Why)) {
+			why = append(why, fmt.Sprintf("%s: %d", strings.TrimPrefix(k, "not verified: "), v.Why[k]))
+		}
+		fmt.Fprintf(&b, ", %d not (%s)", v.Unverified+v.Refused, strings.Join(why, ", "))
+	}
+	if v.Refused > 0 {
+		fmt.Fprintf(&b, "; a load REFUSES %d of them (ErrChecksum)", v.Refused)
+	}
+	return b.String()
 }
 
 // Plan computes the plan. It reads nothing beyond what Open read.
@@ -155,7 +212,8 @@ func (m *Model) Plan() (*Plan, error) {
 	if err := m.checkOpen(); err != nil {
 		return nil, err
 	}
-	p := &Plan{Path: m.path, Variant: m.cfg.variant, Workers: m.workers(), BudgetBytes: -1}
+	p := &Plan{Path: m.path, Variant: m.cfg.variant, Workers: m.workers(), BudgetBytes: -1,
+		Verify: VerifyPlan{Policy: m.cfg.policy.Verify.String()}}
 	if m.pipeline != nil {
 		p.Warnings = append(p.Warnings, m.pipeline.Warnings...)
 	}
@@ -196,7 +254,9 @@ func (m *Model) Plan() (*Plan, error) {
 			if err != nil {
 				return nil, err
 			}
-			cp.Tensors = append(cp.Tensors, it.plan(m.cfg.rank.set))
+			tp := it.plan(m.cfg.rank.set)
+			cp.Tensors = append(cp.Tensors, tp)
+			p.Verify.add(it, tp)
 			cp.MappedBytes += e.mapped
 			cp.OwnedBytes += e.owned
 			cp.StoredBytes += e.storedBytes()
@@ -278,6 +338,17 @@ func (m *Model) usageOf(c *modelComponent, entries []*entry) usage {
 	var u usage
 	for _, e := range entries {
 		u.resident += e.mapped + e.owned
+		// Verifying: a pass over the views, and the rest of rank parts'
+		// tensors read through the staging buffers (verify.go).
+		if e.vsum && e.mapped > 0 {
+			u.pieces += (e.mapped + chunkBytes - 1) / chunkBytes
+		}
+		if e.vextra > 0 {
+			u.pieces += (e.vextra + chunkBytes - 1) / chunkBytes
+			if c.strategy == ReadPread || !m.src.IsOS() {
+				u.perWorker = max(u.perWorker, min(e.vextra, chunkBytes))
+			}
+		}
 		switch {
 		case e.act == actView || e.act == actQuantized && c.strategy != ReadPread:
 			continue // nothing to read or convert
@@ -357,7 +428,7 @@ func (m *Model) alternatives(c *modelComponent) []Alternative {
 		ok := true
 		for i, e := range c.entries {
 			x := &block[i]
-			*x = entry{name: e.name, stored: e.stored, shape: e.shape, inBytes: e.inBytes, q: e.q, sl: e.sl}
+			*x = entry{name: e.name, stored: e.stored, shape: e.shape, inBytes: e.inBytes, q: e.q, sl: e.sl, vsum: e.vsum, vextra: e.vextra}
 			x.dec = pol.Decide(c.name, e.name, e.stored, e.q != nil, e.shape)
 			if x.resolve(c.strategy) != nil || x.resolveSlice(c.strategy) != nil {
 				ok = false
@@ -474,6 +545,7 @@ func (p *Plan) String() string {
 	} else {
 		fmt.Fprintf(&b, "does NOT fit, %s short\n  %s\n", FormatSize(p.Shortfall), p.Advice)
 	}
+	b.WriteString(p.Verify.String() + "\n")
 	return b.String()
 }
 

@@ -171,7 +171,9 @@ type Policy struct {
 	NarrowLinearOnly bool
 	// Verify says which tensors' checksums are checked as their bytes are
 	// read (see safetensors.ChecksumPrefix): by default every tensor whose
-	// file names checksums.
+	// file names checksums. A rank's part of a tensor (WithRank) is
+	// verified only with VerifyAlways, which then also reads the rest of
+	// the tensor (the checksum covers all of it); see Check.
 	Verify Verify
 }
 
@@ -202,6 +204,17 @@ func (v Verify) String() string {
 		return "never"
 	}
 	return "Verify(" + strconv.Itoa(int(v)) + ")"
+}
+
+// ParseVerify parses "present", "always" or "never", as the CLI's
+// --verify flag takes the policy's Verify.
+func ParseVerify(s string) (Verify, error) {
+	for _, v := range []Verify{VerifyPresent, VerifyAlways, VerifyNever} {
+		if strings.EqualFold(strings.TrimSpace(s), v.String()) {
+			return v, nil
+		}
+	}
+	return 0, &Error{Kind: ErrOption, Msg: fmt.Sprintf("verify %q is not present, always or never", s)}
 }
 
 // ErrChecksum matches a tensor whose bytes differ from the checksum its

@@ -16,6 +16,7 @@ import (
 	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/ckpttest"
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/safetensors"
 )
 
 // testPipeline builds a pipeline whose transformer (F32 with a BF16
@@ -508,5 +509,54 @@ func TestSampleDequantizes(t *testing.T) {
 				break
 			}
 		}
+	}
+}
+
+// --verify chooses what plan and get check against the checksums files
+// name: plan prints what will be verified (and --json says it), get
+// refuses a damaged tensor (exit 1 naming it) unless --verify never, and
+// --verify always refuses a file without checksums.
+func TestPlanAndGetVerify(t *testing.T) {
+	plain := ckpttest.File(t, ckpttest.Tensors(t, "w:BF16[6,4] ids:I32[3]")...)
+	checked := filepath.Join(t.TempDir(), "checked.safetensors")
+	w, _ := ckpttest.Fill("w", dtype.BF16, []int64{6, 4})
+	ids, _ := ckpttest.Fill("ids", dtype.I32, []int64{3})
+	if err := safetensors.Save(context.Background(), checked, []safetensors.TensorData{
+		{Name: "w", DType: dtype.BF16, Shape: []int64{6, 4}, Data: w},
+		{Name: "ids", DType: dtype.I32, Shape: []int64{3}, Data: ids},
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := runCLI(t, "plan", checked)
+	if code != 0 || !strings.Contains(stdout, "verify (present): 2 tensors (60 B) by checksum") {
+		t.Errorf("plan: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if stdout, _, _ := runCLI(t, "plan", checked, "--tensors"); !regexp.MustCompile(`ids\s+I32\s+\[3\]\s+I32\s+view\s+12\s+no target: as stored\s+checksum`).MatchString(stdout) {
+		t.Errorf("plan --tensors:\n%s", stdout)
+	}
+	out := planJSON(t, 0, plain, "--verify", "always")
+	v, _ := out["verify"].(map[string]any)
+	if v["policy"] != "always" || num(t, v, "refused") != 2 {
+		t.Errorf("plan --json --verify always: verify %v", v)
+	}
+	if _, stderr, code := runCLI(t, "get", plain, "w", "--verify", "always"); code != 1 || !strings.Contains(stderr, "names no checksums") {
+		t.Errorf("get --verify always of a file without checksums: exit %d, %s", code, stderr)
+	}
+	h, err := safetensors.ReadHeaderFile(checked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, _ := h.Lookup("w")
+	b, _ := os.ReadFile(checked)
+	b[h.DataOffset+info.Begin+5] ^= 0x20
+	os.WriteFile(checked, b, 0o644)
+	if _, stderr, code := runCLI(t, "get", checked, "w", "--dtype", "F32"); code != 1 || !strings.Contains(stderr, `tensor "w": checksum mismatch`) {
+		t.Errorf("get of a damaged tensor: exit %d, %s", code, stderr)
+	}
+	if stdout, _, code := runCLI(t, "get", checked, "w", "--verify", "never"); code != 0 || len(stdout) != 48 {
+		t.Errorf("get --verify never of a damaged tensor: exit %d, %d bytes", code, len(stdout))
+	}
+	if _, stderr, code := runCLI(t, "plan", checked, "--verify", "sometimes"); code != 2 || !strings.Contains(stderr, "--verify") {
+		t.Errorf("--verify sometimes: exit %d, %s", code, stderr)
 	}
 }

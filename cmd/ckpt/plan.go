@@ -22,9 +22,10 @@ prints the files (resolved for --variant), the quantization layout
 detected, the read strategy and why, the bytes that stay mapped (zero-copy
 views of the files) and owned (converted, dequantized or pread copies), the
 size under other uniform targets, and each dtype decision with the rule
-that made it (--tensors lists every tensor). Then the totals: resident
-bytes plus the load's staging buffers is the peak, compared with the
-budget.
+that made it (--tensors lists every tensor, with how it is verified).
+Then the totals: resident bytes plus the load's staging buffers is the
+peak, compared with the budget, and what a load verifies against the
+checksums the files name (--verify).
 
 The budget is --budget, or else the memory this process can get (the
 smaller of MemAvailable and the cgroup's limit minus its usage); "none"
@@ -181,6 +182,7 @@ func printLoadPlan(w io.Writer, p *ckpt.Plan, allTensors bool) {
 	fmt.Fprintf(w, "\ntotal: %s resident (%s mapped + %s owned) + %s staging = %s peak (%d bytes)\n",
 		ckpt.FormatSize(p.TotalResidentBytes), ckpt.FormatSize(p.TotalMappedBytes), ckpt.FormatSize(p.TotalOwnedBytes),
 		ckpt.FormatSize(p.StagingBytes), ckpt.FormatSize(p.PeakBytes), p.PeakBytes)
+	fmt.Fprintln(w, p.Verify.String())
 	if p.Rank != nil {
 		fmt.Fprintf(w, "read: rank %d of %d reads %s of %s stored (%d of %d bytes, %s)\n", p.Rank.Rank, p.Rank.World,
 			ckpt.FormatSize(p.TotalReadBytes), ckpt.FormatSize(p.TotalStoredBytes), p.TotalReadBytes, p.TotalStoredBytes, percent(p.TotalReadBytes, p.TotalStoredBytes))
@@ -207,7 +209,7 @@ func printDecisions(w io.Writer, c *ckpt.ComponentPlan, all, ranked bool) {
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	if all && ranked {
-		fmt.Fprintln(tw, "  TENSOR\tSTORED\tSHAPE\tAS\tACTION\tBYTES\tREAD\tPART\tRANGES\tRULE")
+		fmt.Fprintln(tw, "  TENSOR\tSTORED\tSHAPE\tAS\tACTION\tBYTES\tREAD\tPART\tRANGES\tRULE\tVERIFY")
 		for _, t := range c.Tensors {
 			part := "replicated"
 			if t.Split != nil {
@@ -217,16 +219,16 @@ func printDecisions(w io.Writer, c *ckpt.ComponentPlan, all, ranked bool) {
 			for i, r := range t.Ranges {
 				ranges[i] = relTo(c.Dir, r.File) + "@" + r.ByteRange.String()
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", t.Name, t.Stored, formatShape(t.Shape), t.DType, t.Action, t.Bytes,
-				t.ReadBytes, part, strings.Join(ranges, " "), t.Rule)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", t.Name, t.Stored, formatShape(t.Shape), t.DType, t.Action, t.Bytes,
+				t.ReadBytes, part, strings.Join(ranges, " "), t.Rule, t.Verify)
 		}
 		tw.Flush()
 		return
 	}
 	if all {
-		fmt.Fprintln(tw, "  TENSOR\tSTORED\tSHAPE\tAS\tACTION\tBYTES\tRULE")
+		fmt.Fprintln(tw, "  TENSOR\tSTORED\tSHAPE\tAS\tACTION\tBYTES\tRULE\tVERIFY")
 		for _, t := range c.Tensors {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\t%s\n", t.Name, t.Stored, formatShape(t.Shape), t.DType, t.Action, t.Bytes, t.Rule)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", t.Name, t.Stored, formatShape(t.Shape), t.DType, t.Action, t.Bytes, t.Rule, t.Verify)
 		}
 		tw.Flush()
 		return

@@ -38,7 +38,15 @@ down_proj); the others are replicated. A rank gets its part of every split
 tensor and reads only that part's bytes: a dimension of size n gives the
 first n mod N ranks one index more (numpy.array_split). A quantized
 weight's part must fall on its scale blocks unless it is dequantized and
-split along dimension 0.`
+split along dimension 0.
+
+Integrity: files written by ckpt name a CRC-32C of every tensor's bytes.
+--verify present (the default) checks every tensor of such files as it is
+read, and a damaged one fails with the file, the tensor and its bytes;
+--verify always also refuses files that name no checksums; --verify never
+checks nothing. A rank's part of a tensor is checked only with always,
+which then reads the rest of the tensor too. The plan's "verify" line says
+what will be checked.`
 
 // policyFlags are the flags that choose what a load produces: the variant
 // and the dtype policy, and how files are read.
@@ -49,6 +57,7 @@ type policyFlags struct {
 	rules      ruleFlags
 	preset     string
 	read       string
+	verify     string
 	workers    int
 	saturate   bool
 	scales     bool
@@ -66,6 +75,7 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 	fs.Var(&p.rules, "keep", "per-tensor rule `PATTERN=D` or COMPONENT/PATTERN=D, tried in order before everything else (repeatable)")
 	fs.StringVar(&p.preset, "preset", "", "add the rules of preset `NAME` after the --keep rules: keep-norms-f32 (norms and biases stay F32)")
 	fs.StringVar(&p.read, "read", "auto", "read strategy `MODE`: auto (mmap on local filesystems, pread on network ones), mmap or pread")
+	fs.StringVar(&p.verify, "verify", "present", "check tensors against the checksums their files name, `MODE`: present (files that name them), always (also refuse files that do not) or never")
 	fs.IntVar(&p.workers, "workers", 0, "the `N` goroutines that read and convert (0: one per CPU)")
 	fs.BoolVar(&p.saturate, "saturate", false, "narrowing casts saturate to ±max instead of overflowing to Inf/NaN")
 	fs.Var(&p.staging, "staging", "transient memory `SIZE` a load may use above the resident bytes for staging and worker buffers (default 64MiB, at least 1MiB)")
@@ -99,6 +109,11 @@ func (p *policyFlags) options() ([]ckpt.Option, error) {
 		return nil, usageError{msg: "--read: " + err.Error()}
 	}
 	opts = append(opts, ckpt.WithReadStrategy(rs))
+	v, err := ckpt.ParseVerify(p.verify)
+	if err != nil {
+		return nil, usageError{msg: "--verify: " + err.Error()}
+	}
+	opts = append(opts, ckpt.WithVerify(v))
 	if p.workers < 0 {
 		return nil, usageError{msg: fmt.Sprintf("--workers %d: must be 0 (one per CPU) or more", p.workers)}
 	}

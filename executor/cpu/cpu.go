@@ -273,7 +273,10 @@ func (e *Executor) wrap(t *ckpt.Tensor, name string, copyBytes bool) (*executor.
 // ErrBudget before anything is read; the loader's own budget check applies
 // too (its *ckpt.BudgetError is wrapped). Progress is reported per tensor
 // once loaded; the loader's progress during the read is set with
-// ckpt.WithProgress at Open.
+// ckpt.WithProgress at Open. The load verifies the stored bytes against
+// the checksums their files name (ckpt.Policy.Verify): a damaged tensor
+// fails the upload with ErrRead wrapping the loader's error
+// (errors.Is(err, ckpt.ErrChecksum)), and nothing is kept.
 func (e *Executor) UploadModel(ctx context.Context, m *ckpt.Model, opts ...executor.UploadOption) (*executor.Model, error) {
 	const op = "UploadModel"
 	if m == nil {

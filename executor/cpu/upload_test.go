@@ -13,6 +13,7 @@ import (
 	"github.com/ckpt-go/ckpt/ckpttest"
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/executor"
+	"github.com/ckpt-go/ckpt/safetensors"
 )
 
 // deepseekDir writes a component with a DeepSeek block-FP8 weight [40, 70]
@@ -161,5 +162,61 @@ func TestUploadModel(t *testing.T) {
 	}
 	if _, err := e.UploadModel(ctx, nil); !errors.Is(err, executor.ErrArgument) {
 		t.Errorf("nil model: %v", err)
+	}
+}
+
+// A checksummed checkpoint with one bit flipped in a stored tensor's data
+// is refused by UploadModel with ErrRead wrapping ckpt.ErrChecksum (no
+// model), for the weight kept quantized and dequantized, its scales and
+// the bias; the undamaged one uploads.
+func TestUploadModelRefusesDamage(t *testing.T) {
+	clean := deepseekDir(t)
+	path := filepath.Join(clean, "model.safetensors")
+	f, err := safetensors.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ts []safetensors.TensorData
+	for _, info := range f.Header().Tensors {
+		st, _ := f.Tensor(info.Name)
+		b := make([]byte, st.ByteLen())
+		if err := st.ReadTo(b); err != nil {
+			t.Fatal(err)
+		}
+		ts = append(ts, safetensors.TensorData{Name: info.Name, DType: info.DType, Shape: info.Shape, Data: b})
+	}
+	f.Close()
+	if err := safetensors.Save(context.Background(), path, ts, nil); err != nil { // names checksums
+		t.Fatal(err)
+	}
+	e, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	for _, target := range []ckpt.Target{ckpt.AsStored, ckpt.To(dtype.F32)} {
+		um, err := e.UploadModel(context.Background(), open(t, clean, ckpt.WithDType(target)))
+		if err != nil {
+			t.Fatalf("undamaged, %s: %v", target, err)
+		}
+		um.Close()
+		h, err := safetensors.ReadHeaderFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, info := range h.Tensors {
+			dir := filepath.Join(t.TempDir(), "mlp")
+			if err := os.CopyFS(dir, os.DirFS(clean)); err != nil {
+				t.Fatal(err)
+			}
+			b, _ := os.ReadFile(filepath.Join(dir, "model.safetensors"))
+			b[h.DataOffset+(info.Begin+info.End)/2] ^= 0x10
+			os.WriteFile(filepath.Join(dir, "model.safetensors"), b, 0o644)
+			um, err := e.UploadModel(context.Background(), open(t, dir, ckpt.WithDType(target)))
+			var ce *safetensors.ChecksumError
+			if um != nil || !errors.Is(err, executor.ErrRead) || !errors.Is(err, ckpt.ErrChecksum) || !errors.As(err, &ce) || ce.Tensor != info.Name {
+				t.Errorf("%s damaged, %s: model %v, %v; want ErrRead, ErrChecksum naming the tensor", info.Name, target, um != nil, err)
+			}
+		}
 	}
 }

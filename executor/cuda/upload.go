@@ -140,6 +140,15 @@ type upTensor struct {
 // refused with ErrBudget, nothing allocated. Progress is reported per
 // chunk; a failed or canceled upload frees every device and pinned
 // allocation it made (the pinned ring included).
+//
+// The stored bytes are verified against the checksums their files name
+// as the readers read them (the loader's Part.ReadAt, under the model's
+// Policy.Verify): a damaged tensor fails the upload with ErrRead wrapping
+// the loader's *safetensors.ChecksumError (errors.Is(err,
+// ckpt.ErrChecksum)), which names the file, the tensor and its bytes, and
+// no model is returned; a tensor the policy refuses to read (VerifyAlways
+// and a file without checksums, damaged checksums) is refused so before
+// anything is allocated.
 func (e *Executor) UploadModel(ctx context.Context, m *ckpt.Model, opts ...executor.UploadOption) (*executor.Model, error) {
 	const op = "UploadModel"
 	if m == nil {
@@ -391,6 +400,15 @@ func uploadList(ctx context.Context, m *ckpt.Model) ([]upTensor, error) {
 		if _, err := backend.Elements(it.Shape); err != nil {
 			return nil, fail(err)
 		}
+		if it.Check().Refused() {
+			// The loader refuses to read it (its Policy.Verify): before
+			// anything is allocated, its ReadAt says why.
+			for _, p := range append([]ckpt.Part{it.Data}, it.Scales...) {
+				if _, err := p.ReadAt(nil, 0); err != nil {
+					return nil, &executor.Error{Kind: executor.ErrRead, Executor: Name, Op: op, Tensor: key, Err: err}
+				}
+			}
+		}
 		switch it.Action {
 		case ckpt.ActionView, ckpt.ActionRead:
 			t.data = src(&it.Data, upCopy)
@@ -602,7 +620,12 @@ func (u *uploader) one(c chunk, s *slot) error {
 	buf := s.host.bytes()[:c.n]
 	if err := c.s.readAt(u.ctx, buf, c.off); err != nil {
 		var le *ckpt.Error
-		if errors.As(err, &le) || u.ctx.Err() != nil {
+		switch {
+		case errors.Is(err, ckpt.ErrChecksum):
+			// The loader's verification (Part.ReadAt, Item.Produce): the
+			// error names the file, the tensor and its bytes.
+			return &Error{Kind: ErrRead, Tensor: c.s.name, Err: err}
+		case errors.As(err, &le) || u.ctx.Err() != nil:
 			return err
 		}
 		where := "the loader's output"

@@ -1,0 +1,220 @@
+package ckpt
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/safetensors"
+)
+
+// benchChecksummed writes a 4-shard BF16 checkpoint of about mib MiB
+// (CKPT_BENCH_VERIFY_MIB overrides) of 4 MiB tensors, with checksums
+// (written by package safetensors), once: it is kept in the temporary
+// folder for later runs (remove $TMPDIR/ckpt-bench-verify-*).
+func benchChecksummed(b *testing.B, mib int) (index string, bytes int64) {
+	b.Helper()
+	if s := os.Getenv("CKPT_BENCH_VERIFY_MIB"); s != "" {
+		mib, _ = strconv.Atoi(s)
+	}
+	const elems = 2 << 20 // 4 MiB of BF16
+	n := int64(mib) << 20 / (elems * 2)
+	dir := filepath.Join(os.TempDir(), fmt.Sprintf("ckpt-bench-verify-%d", mib))
+	index = filepath.Join(dir, "model.safetensors.index.json")
+	if _, err := os.Stat(index); err == nil {
+		return index, n * elems * 2
+	}
+	os.RemoveAll(dir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	const shards = 4
+	weightMap := map[string]string{}
+	data := make([]byte, elems*2)
+	for s := range shards {
+		name := fmt.Sprintf("model-%05d-of-%05d.safetensors", s+1, shards)
+		var ts []safetensors.TensorData
+		for i := int64(s); i < n; i += shards {
+			d := make([]byte, len(data))
+			for j := 0; j < len(d); j += 8 {
+				binary.LittleEndian.PutUint64(d[j:], (uint64(j)*0x9e3779b97f4a7c15^uint64(i))&0x7e7f7e7f7e7f7e7f) // finite BF16
+			}
+			tn := fmt.Sprintf("layers.%d.weight", i)
+			ts = append(ts, safetensors.TensorData{Name: tn, DType: dtype.BF16, Shape: []int64{elems}, Data: d})
+			weightMap[tn] = name
+		}
+		if err := safetensors.Save(context.Background(), filepath.Join(dir, name), ts, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	idx, _ := json.Marshal(map[string]any{"metadata": map[string]any{"total_size": n * elems * 2}, "weight_map": weightMap})
+	if err := os.WriteFile(index, idx, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	return index, n * elems * 2
+}
+
+// BenchmarkVerifiedLoad measures what verifying checksums costs a load of
+// a 1 GiB checkpoint (4 shards of 4 MiB BF16 tensors, in the page cache),
+// verified (VerifyPresent) and unverified (VerifyNever) loads alternating
+// in each iteration, so that both see the same machine; the metric
+// "verified/unverified" is the ratio of their times, and ns/op and MB/s
+// (of stored bytes) are the verified load's.
+//
+//   - convert: converted to F32 with all cores into a reused arena.
+//   - view-touch: opened afresh, loaded as stored (zero-copy views; the
+//     verified load's pass faults the pages in), then every byte read by
+//     all cores, and closed.
+//
+// The -cold variants drop the files from the page cache before each load
+// (POSIX_FADV_DONTNEED; Linux), so that the bytes come from the disk. The
+// numbers quoted are medians of
+//
+//	go test -run '^$' -bench BenchmarkVerifiedLoad -benchtime 4x -count 6 .
+func BenchmarkVerifiedLoad(b *testing.B) {
+	index, n := benchChecksummed(b, 1024)
+	for _, cold := range []bool{false, true} {
+		name := "convert"
+		if cold {
+			name += "-cold"
+		}
+		b.Run(name, func(b *testing.B) { benchConvert(b, index, n, cold) })
+	}
+	for _, cold := range []bool{false, true} {
+		name := "view-touch"
+		if cold {
+			name += "-cold"
+		}
+		b.Run(name, func(b *testing.B) { benchViewTouch(b, index, n, cold) })
+	}
+}
+
+// benchConvert is BenchmarkVerifiedLoad's convert; cold drops the files
+// from the page cache before each load.
+func benchConvert(b *testing.B, index string, n int64, cold bool) {
+	ctx := context.Background()
+	files, _ := filepath.Glob(filepath.Join(filepath.Dir(index), "*.safetensors"))
+	var ms [2]*Model
+	var arenas [2]*Arena
+	for i, v := range []Verify{VerifyPresent, VerifyNever} {
+		m, err := Open(index, WithDType(To(dtype.F32)), WithBudget(-1), WithVerify(v))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer m.Close()
+		ms[i], arenas[i] = m, NewArena()
+		defer arenas[i].Free()
+		w, err := m.Load(ctx, IntoArena(arenas[i])) // warm: mappings faulted in, arena grown
+		if err != nil {
+			b.Fatal(err)
+		}
+		w.Close()
+	}
+	var took [2]time.Duration
+	b.ResetTimer()
+	for it := range b.N {
+		for k := range 2 {
+			i := (it + k) % 2 // alternate which goes first
+			if cold {
+				for _, f := range files {
+					dropCache(b, f)
+				}
+			}
+			start := time.Now()
+			w, err := ms[i].Load(ctx, IntoArena(arenas[i]))
+			if err != nil {
+				b.Fatal(err)
+			}
+			took[i] += time.Since(start)
+			w.Close()
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(took[0].Nanoseconds())/float64(b.N), "ns/op")
+	b.ReportMetric(float64(n)*float64(b.N)/took[0].Seconds()/1e6, "MB/s")
+	b.ReportMetric(float64(took[0])/float64(took[1]), "verified/unverified")
+}
+
+// benchViewTouch is BenchmarkVerifiedLoad's view-touch; cold drops the
+// files from the page cache before each load (they are read from the
+// disk: by the verified load's pass, or by the touch).
+func benchViewTouch(b *testing.B, index string, n int64, cold bool) {
+	ctx := context.Background()
+	files, _ := filepath.Glob(filepath.Join(filepath.Dir(index), "*.safetensors"))
+	var sink atomic.Uint64
+	once := func(v Verify) time.Duration {
+		if cold {
+			for _, f := range files {
+				dropCache(b, f)
+			}
+		}
+		start := time.Now()
+		m, err := Open(index, WithBudget(-1), WithVerify(v), WithReadStrategy(ReadMmap))
+		if err != nil {
+			b.Fatal(err)
+		}
+		w, err := m.Load(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sink.Add(touchAll(w))
+		w.Close()
+		m.Close()
+		return time.Since(start)
+	}
+	once(VerifyNever) // the files in the page cache
+	var took [2]time.Duration
+	b.ResetTimer()
+	for it := range b.N {
+		for k := range 2 {
+			i := (it + k) % 2
+			took[i] += once([]Verify{VerifyPresent, VerifyNever}[i])
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(took[0].Nanoseconds())/float64(b.N), "ns/op")
+	b.ReportMetric(float64(n)*float64(b.N)/took[0].Seconds()/1e6, "MB/s")
+	b.ReportMetric(float64(took[0])/float64(took[1]), "verified/unverified")
+}
+
+// touchAll reads every byte of the loaded tensors with all cores (eight
+// at a time) and returns their sum.
+func touchAll(w *Weights) uint64 {
+	var bufs [][]byte
+	for _, t := range w.All() {
+		bufs = append(bufs, t.Bytes())
+	}
+	var next atomic.Int64
+	var total atomic.Uint64
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var s uint64
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(len(bufs)) {
+					break
+				}
+				b := bufs[i]
+				for j := 0; j+8 <= len(b); j += 8 {
+					s += binary.LittleEndian.Uint64(b[j:])
+				}
+			}
+			total.Add(s)
+		}()
+	}
+	wg.Wait()
+	return total.Load()
+}
