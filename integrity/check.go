@@ -1,0 +1,390 @@
+package integrity
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/ckpt-go/ckpt/safetensors"
+	"github.com/ckpt-go/ckpt/source"
+)
+
+// localPiece is the most bytes one job reads and checks from a local file
+// (or an fs.FS file read through its ReadAt): large enough that a read
+// costs little per byte, small enough that tensors of a few pieces spread
+// over the workers.
+const localPiece = 4 << 20
+
+// check reads the data of every file that has checksums or is a hub blob
+// and checks it: tensors in pieces, spread over the workers (each with one
+// reused buffer), a piece's CRC combined with the others' of its tensor;
+// hub blobs in order, hashed whole, their tensors' CRCs taken on the way.
+func (v *verifier) check() error {
+	var rfs source.RangeFS
+	if fsys := v.src.FS(); fsys != nil {
+		rfs, _ = fsys.(source.RangeFS)
+	}
+	workers, piece := runtime.GOMAXPROCS(0), int64(localPiece)
+	if rfs != nil {
+		rc := rfs.RangeConfig()
+		workers, piece = max(rc.Concurrency, 1), min(max(rc.Chunk, 1<<20), 64<<20)
+	}
+	if v.cfg.workers > 0 {
+		workers = v.cfg.workers
+	}
+
+	var runs []*fileRun
+	var largest int64
+	for _, fc := range v.files {
+		seq := fc.blob != nil || (fc.seqOnly && fc.sums != nil)
+		if !seq && (fc.sums == nil || fc.hdr == nil) {
+			continue
+		}
+		r := &fileRun{v: v, fc: fc, seq: seq, rfs: rfs}
+		runs = append(runs, r)
+		largest = max(largest, fc.size)
+	}
+	if len(runs) == 0 {
+		return v.ctx.Err()
+	}
+	slices.SortFunc(runs, func(a, b *fileRun) int { return strings.Compare(a.fc.display, b.fc.display) })
+	piece = min(piece, max(largest, 1))
+
+	ctx, cancel := context.WithCancel(v.ctx)
+	defer cancel()
+	jobs := make(chan func(context.Context, []byte), workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var buf []byte
+			for job := range jobs {
+				if ctx.Err() != nil {
+					continue
+				}
+				if buf == nil {
+					buf = make([]byte, piece)
+				}
+				job(ctx, buf)
+			}
+		}()
+	}
+	send := func(job func(context.Context, []byte)) bool {
+		select {
+		case jobs <- job:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+produce:
+	for _, r := range runs {
+		for _, job := range r.jobs(piece) {
+			if !send(job) {
+				break produce
+			}
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	return v.ctx.Err()
+}
+
+// reader reads the data of one file.
+type reader interface {
+	// readAt fills p with the bytes at off.
+	readAt(ctx context.Context, p []byte, off int64) error
+	close()
+}
+
+// fileRun is the data check of one file: its jobs, the reader they share
+// (opened by the first, closed by the last), and whether one failed.
+type fileRun struct {
+	v   *verifier
+	fc  *fileCheck
+	seq bool // one job reads the whole file in order
+	rfs source.RangeFS
+
+	once   sync.Once
+	rd     reader
+	rdErr  error
+	left   atomic.Int64 // jobs not finished
+	failed atomic.Bool  // a read failed: the other jobs stop
+}
+
+// jobs returns the file's jobs: one that reads it in order, or one per
+// piece of every tensor with a checksum.
+func (r *fileRun) jobs(piece int64) []func(context.Context, []byte) {
+	fc := r.fc
+	if r.seq {
+		r.left.Store(1)
+		return []func(context.Context, []byte){r.sequential}
+	}
+	var jobs []func(context.Context, []byte)
+	for i := range fc.hdr.Tensors {
+		t := &fc.hdr.Tensors[i]
+		b, e := fc.hdr.DataOffset+t.Begin, fc.hdr.DataOffset+t.End
+		if e > fc.size {
+			continue // cut: reported as truncated
+		}
+		tr := &tensorRun{r: r, t: t, want: fc.sums[t.Name]}
+		if e == b {
+			tr.finish(0)
+			continue
+		}
+		n := (e - b + piece - 1) / piece
+		tr.parts = make([]uint32, n)
+		tr.left.Store(int32(n))
+		for k := range n {
+			off := b + k*piece
+			size := min(piece, e-off)
+			jobs = append(jobs, func(ctx context.Context, buf []byte) {
+				defer r.done()
+				if r.failed.Load() {
+					return
+				}
+				rd, err := r.reader()
+				if err == nil {
+					err = rd.readAt(ctx, buf[:size], off)
+				}
+				if err != nil {
+					r.fail(t.Name, b, e, err)
+					return
+				}
+				tr.parts[k] = safetensors.Checksum(buf[:size])
+				if tr.left.Add(-1) == 0 {
+					tr.combine(piece)
+				}
+			})
+		}
+	}
+	r.left.Store(int64(len(jobs)))
+	return jobs
+}
+
+// reader opens the file's reader once.
+func (r *fileRun) reader() (reader, error) {
+	r.once.Do(func() {
+		fc := r.fc
+		if r.rfs != nil {
+			r.rd = &rangeReader{fs: r.rfs, name: fc.open}
+			return
+		}
+		f, size, err := r.v.openRegular(fc.open)
+		if err != nil {
+			r.rdErr = err
+			return
+		}
+		if size != fc.size {
+			f.Close()
+			r.rdErr = fmt.Errorf("the file changed while it was verified: %d bytes, then %d", fc.size, size)
+			return
+		}
+		if ra, ok := f.(io.ReaderAt); ok {
+			r.rd = &raReader{f: f, ra: ra}
+			return
+		}
+		r.rd = &seqReader{f: f}
+	})
+	return r.rd, r.rdErr
+}
+
+// done counts a finished job; the last closes the reader.
+func (r *fileRun) done() {
+	if r.left.Add(-1) == 0 && r.rd != nil {
+		r.rd.close()
+	}
+}
+
+// fail reports the first read that failed (in the tensor's bytes b to e,
+// or the file's when tensor is "").
+func (r *fileRun) fail(tensor string, b, e int64, err error) {
+	if !r.failed.CompareAndSwap(false, true) {
+		return
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return // Verify returns the context's error
+	}
+	var rng *Range
+	msg := "reading the file: " + err.Error()
+	if tensor != "" {
+		rng = &Range{b, e}
+		msg = fmt.Sprintf("reading bytes %d to %d: %v", b, e, err)
+	}
+	r.v.problem(newProblem(ErrIO, r.fc.display, tensor, rng, msg))
+}
+
+// tensorRun is the check of one tensor read in pieces.
+type tensorRun struct {
+	r     *fileRun
+	t     *safetensors.TensorInfo
+	want  uint32
+	parts []uint32 // the CRC of each piece
+	left  atomic.Int32
+}
+
+// combine joins the pieces' CRCs (every piece but the last is piece bytes
+// long) and checks the tensor.
+func (tr *tensorRun) combine(piece int64) {
+	crc := tr.parts[0]
+	n := tr.t.ByteLen()
+	for k := 1; k < len(tr.parts); k++ {
+		crc = safetensors.CombineChecksums(crc, tr.parts[k], min(piece, n-int64(k)*piece))
+	}
+	tr.finish(crc)
+}
+
+// finish checks the tensor's CRC, got, and counts it.
+func (tr *tensorRun) finish(got uint32) {
+	r, t := tr.r, tr.t
+	if r.failed.Load() {
+		return
+	}
+	v := r.v
+	b := r.fc.hdr.DataOffset + t.Begin
+	if got != tr.want {
+		e := &safetensors.ChecksumError{File: r.fc.display, Tensor: t.Name, Begin: b, End: b + t.ByteLen(), Want: tr.want, Got: got}
+		p := newProblem(ErrChecksumMismatch, r.fc.display, t.Name, &Range{e.Begin, e.End},
+			fmt.Sprintf("checksum mismatch in bytes %d to %d: the header says crc32c %s, the data have %s",
+				e.Begin, e.End, safetensors.FormatChecksum(e.Want), safetensors.FormatChecksum(e.Got)))
+		p.Err = e
+		v.problem(p)
+	}
+	v.mu.Lock()
+	v.rep.VerifiedTensors++
+	v.rep.VerifiedBytes += t.ByteLen()
+	v.mu.Unlock()
+}
+
+// sequential reads the whole file in order: its blob's hash, when it is a
+// hub blob, and its tensors' CRCs, when it has checksums.
+func (r *fileRun) sequential(ctx context.Context, buf []byte) {
+	defer r.done()
+	fc := r.fc
+	rd, err := r.reader()
+	if err != nil {
+		r.fail("", 0, 0, err)
+		return
+	}
+	var h interface{ Write([]byte) (int, error) }
+	var sum func([]byte) []byte
+	if fc.blob != nil {
+		hh := fc.blob.hasher(fc.size)
+		h, sum = hh, hh.Sum
+	}
+	var tensors []safetensors.TensorInfo
+	var crcs []uint32
+	if fc.sums != nil && fc.hdr != nil {
+		tensors = fc.hdr.Tensors
+		crcs = make([]uint32, len(tensors))
+		for i := range tensors {
+			if tensors[i].ByteLen() == 0 {
+				(&tensorRun{r: r, t: &tensors[i], want: fc.sums[tensors[i].Name]}).finish(0)
+			}
+		}
+	}
+	next := 0 // the first tensor not yet finished
+	for off := int64(0); off < fc.size; {
+		if ctx.Err() != nil {
+			return
+		}
+		n := min(int64(len(buf)), fc.size-off)
+		b := buf[:n]
+		if err := rd.readAt(ctx, b, off); err != nil {
+			r.fail("", 0, 0, fmt.Errorf("at byte %d: %w", off, err))
+			return
+		}
+		if h != nil {
+			h.Write(b)
+		}
+		for i := next; i < len(tensors); i++ {
+			t := &tensors[i]
+			tb, te := fc.hdr.DataOffset+t.Begin, fc.hdr.DataOffset+t.End
+			if tb >= off+n {
+				break
+			}
+			if te <= off || te == tb {
+				if i == next {
+					next++
+				}
+				continue
+			}
+			lo, hi := max(tb, off), min(te, off+n)
+			crcs[i] = safetensors.UpdateChecksum(crcs[i], b[lo-off:hi-off])
+			if te <= off+n {
+				(&tensorRun{r: r, t: t, want: fc.sums[t.Name]}).finish(crcs[i])
+				if i == next {
+					next++
+				}
+			}
+		}
+		off += n
+	}
+	if sum != nil {
+		if p := fc.blob.problem(fc.display, sum(nil)); p != nil {
+			r.v.problem(p)
+		}
+		r.v.mu.Lock()
+		r.v.rep.Blobs++
+		r.v.mu.Unlock()
+	}
+}
+
+// raReader reads through the file's ReadAt (pread for a local file).
+type raReader struct {
+	f  fs.File
+	ra io.ReaderAt
+}
+
+func (r *raReader) readAt(_ context.Context, p []byte, off int64) error {
+	n, err := r.ra.ReadAt(p, off)
+	if n == len(p) {
+		return nil
+	}
+	if err == nil || err == io.EOF {
+		return fmt.Errorf("the file ends at byte %d: it was truncated while it was verified", off+int64(n))
+	}
+	return err
+}
+
+func (r *raReader) close() { r.f.Close() }
+
+// rangeReader reads with ranged requests (an object store).
+type rangeReader struct {
+	fs   source.RangeFS
+	name string
+}
+
+func (r *rangeReader) readAt(ctx context.Context, p []byte, off int64) error {
+	return r.fs.ReadRanges(ctx, r.name, []source.Span{{Off: off, Dst: p}})
+}
+
+func (r *rangeReader) close() {}
+
+// seqReader reads a file that has no ReadAt, in order.
+type seqReader struct {
+	f   fs.File
+	pos int64
+}
+
+func (r *seqReader) readAt(_ context.Context, p []byte, off int64) error {
+	if off != r.pos {
+		return fmt.Errorf("read at %d: the file can only be read in order (at %d)", off, r.pos)
+	}
+	n, err := io.ReadFull(r.f, p)
+	r.pos += int64(n)
+	if err == io.ErrUnexpectedEOF || err == io.EOF {
+		return fmt.Errorf("the file ends at byte %d: it was truncated while it was verified", r.pos)
+	}
+	return err
+}
+
+func (r *seqReader) close() { r.f.Close() }
