@@ -53,10 +53,10 @@ func TestStructure(t *testing.T) {
 		}
 	}
 	for _, c := range []struct {
-		name  string
+		name   string
 		break_ func(t *testing.T, dir string)
-		kinds []integrity.Kind
-		lines []string
+		kinds  []integrity.Kind
+		lines  []string
 	}{
 		{"intact", func(*testing.T, string) {}, nil, []string{}},
 		{"a tensor the index names that no shard holds", func(t *testing.T, dir string) {
