@@ -165,7 +165,7 @@ func (v *verifier) plan(name string) error {
 		return &fs.PathError{Op: "verify", Path: v.location, Err: err}
 	}
 	switch {
-	case st.IsDir():
+	case st.IsDir() && v.src.IsFolder(name):
 		v.root = name
 		return v.folderOrPipeline(name)
 	case v.src.Base(name) == variant.ModelIndex:
@@ -320,7 +320,12 @@ func (v *verifier) folder(dir string, root bool) error {
 		if err := v.ctx.Err(); err != nil {
 			return err
 		}
-		v.file(p, false)
+		if _, seen := v.files[p]; seen {
+			continue // a shard of an index
+		}
+		if fc := v.file(p, false); fc.missing != "" {
+			v.problem(newProblem(ErrIO, fc.display, "", nil, fc.missing))
+		}
 	}
 	return nil
 }
@@ -351,6 +356,16 @@ func (v *verifier) resolve(name string, direct bool) (string, bool) {
 	return real, true
 }
 
+// unresolved says why the symbolic links of name, which exists, cannot be
+// followed.
+func (v *verifier) unresolved(name string) string {
+	_, _, err := v.src.Resolve(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "a dangling symbolic link"
+	}
+	return "a symbolic link that cannot be followed (a loop?)"
+}
+
 // quietResolve is resolve without a problem: where name's links lead
 // when it may be read.
 func (v *verifier) quietResolve(name string) (string, bool) {
@@ -369,7 +384,7 @@ type fileCheck struct {
 	display string
 	kind    string
 
-	missing bool // not there: an index reports it
+	missing string // why it is not there ("" when it is): who named it reports it
 	bad     bool // not checked: insecure, not regular, unreadable
 	size    int64
 	hdr     *safetensors.Header // nil unless it parsed
@@ -397,7 +412,7 @@ func (v *verifier) file(name string, direct bool) *fileCheck {
 	v.files[name] = fc
 	v.found++
 	if _, err := v.src.Lstat(name); err != nil && errors.Is(err, fs.ErrNotExist) {
-		fc.missing = true
+		fc.missing = "missing"
 		return fc
 	}
 	real, ok := v.resolve(name, direct)
@@ -405,8 +420,8 @@ func (v *verifier) file(name string, direct bool) *fileCheck {
 		fc.bad = true
 		return fc
 	}
-	if real == "" { // a dangling link
-		fc.missing = true
+	if real == "" {
+		fc.missing = v.unresolved(name)
 		return fc
 	}
 	fc.open = real
@@ -646,7 +661,7 @@ func (v *verifier) index(name string, direct bool) {
 		return
 	}
 	if real == "" {
-		v.problem(newProblem(ErrIO, display, "", nil, "a dangling symbolic link"))
+		v.problem(newProblem(ErrIO, display, "", nil, v.unresolved(name)))
 		return
 	}
 	data, err := v.src.ReadFile(real, shard.MaxIndexSize)
@@ -681,9 +696,12 @@ func (v *verifier) index(name string, direct bool) {
 		fc := v.file(v.src.Join(dir, s), false)
 		files[s] = fc
 		switch {
-		case fc.missing:
+		case fc.missing == "missing":
 			complete = false
 			v.problem(newProblem(ErrMissingShard, display, "", nil, "names shard "+s+", which is missing"))
+		case fc.missing != "":
+			complete = false
+			v.problem(newProblem(ErrMissingShard, display, "", nil, "names shard "+s+", which is "+fc.missing))
 		case fc.hdr == nil:
 			complete = false
 		}
