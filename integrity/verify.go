@@ -385,7 +385,7 @@ type fileCheck struct {
 	kind    string
 
 	missing string // why it is not there ("" when it is): who named it reports it
-	bad     bool // not checked: insecure, not regular, unreadable
+	bad     bool   // not checked: insecure, not regular, unreadable
 	size    int64
 	hdr     *safetensors.Header // nil unless it parsed
 	sums    map[string]uint32   // nil without checksums
