@@ -54,7 +54,7 @@ func TestStructure(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name   string
-		break_ func(t *testing.T, dir string)
+		damage func(t *testing.T, dir string)
 		kinds  []integrity.Kind
 		lines  []string
 	}{
@@ -153,7 +153,7 @@ func TestStructure(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := sharded(t)
-			c.break_(t, dir)
+			c.damage(t, dir)
 			for _, loc := range []string{dir, filepath.Join(dir, index)} {
 				rep := verify(t, loc)
 				wantProblems(t, rep, c.kinds, c.lines...)

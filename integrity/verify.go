@@ -162,6 +162,10 @@ func (v *verifier) rel(name string) string {
 func (v *verifier) plan(name string) error {
 	st, err := v.src.Stat(name)
 	if err != nil {
+		var pe *fs.PathError
+		if v.src.IsOS() && errors.As(err, &pe) {
+			return err // names the path
+		}
 		return &fs.PathError{Op: "verify", Path: v.location, Err: err}
 	}
 	switch {
