@@ -16,11 +16,17 @@ import (
 	"github.com/ckpt-go/ckpt/source"
 )
 
-// localPiece is the most bytes one job reads and checks from a local file
-// (or an fs.FS file read through its ReadAt): large enough that a read
-// costs little per byte, small enough that tensors of a few pieces spread
-// over the workers.
-const localPiece = 4 << 20
+// localPiece is the most bytes of a tensor one job checks in a local file
+// (or an fs.FS file read through its ReadAt), and localRead the most it
+// reads at once: jobs large enough that combining their CRCs costs
+// nothing, small enough that tensors of a few pieces spread over the
+// workers; reads small enough that the bytes a read copies are still in
+// the core's cache when the CRC reads them. From a source.RangeFS a job
+// is one request of its RangeConfig's Chunk.
+const (
+	localPiece = 16 << 20
+	localRead  = 256 << 10
+)
 
 // check reads the data of every file that has checksums or is a hub blob
 // and checks it: tensors in pieces, spread over the workers (each with one
@@ -31,13 +37,17 @@ func (v *verifier) check() error {
 	if fsys := v.src.FS(); fsys != nil {
 		rfs, _ = fsys.(source.RangeFS)
 	}
-	workers, piece := runtime.GOMAXPROCS(0), int64(localPiece)
+	workers, piece, read := runtime.GOMAXPROCS(0), int64(localPiece), int64(localRead)
 	if rfs != nil {
 		rc := rfs.RangeConfig()
 		workers, piece = max(rc.Concurrency, 1), min(max(rc.Chunk, 1<<20), 64<<20)
+		read = piece
 	}
 	if v.cfg.workers > 0 {
 		workers = v.cfg.workers
+	}
+	if v.cfg.piece > 0 {
+		piece, read = v.cfg.piece, min(v.cfg.read, v.cfg.piece)
 	}
 
 	var runs []*fileRun
@@ -55,7 +65,7 @@ func (v *verifier) check() error {
 		return v.ctx.Err()
 	}
 	slices.SortFunc(runs, func(a, b *fileRun) int { return strings.Compare(a.fc.display, b.fc.display) })
-	piece = min(piece, max(largest, 1))
+	read = min(read, max(largest, 1))
 
 	ctx, cancel := context.WithCancel(v.ctx)
 	defer cancel()
@@ -71,7 +81,7 @@ func (v *verifier) check() error {
 					continue
 				}
 				if buf == nil {
-					buf = make([]byte, piece)
+					buf = make([]byte, read)
 				}
 				job(ctx, buf)
 			}
@@ -152,14 +162,19 @@ func (r *fileRun) jobs(piece int64) []func(context.Context, []byte) {
 					return
 				}
 				rd, err := r.reader()
-				if err == nil {
-					err = rd.readAt(ctx, buf[:size], off)
+				var crc uint32
+				for o := int64(0); err == nil && o < size; {
+					m := min(int64(len(buf)), size-o)
+					if err = rd.readAt(ctx, buf[:m], off+o); err == nil {
+						crc = safetensors.UpdateChecksum(crc, buf[:m])
+						o += m
+					}
 				}
 				if err != nil {
 					r.fail(t.Name, b, e, err)
 					return
 				}
-				tr.parts[k] = safetensors.Checksum(buf[:size])
+				tr.parts[k] = crc
 				if tr.left.Add(-1) == 0 {
 					tr.combine(piece)
 				}

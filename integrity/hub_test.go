@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -84,6 +85,9 @@ func TestHubCache(t *testing.T) {
 		shard2+`: a symbolic link that leads out of its folder: not followed (FollowSymlinks allows it)`,
 		index+`: a symbolic link that leads out of its folder: not followed (FollowSymlinks allows it)`)
 
+	// Blobs are read in order, in reads of 5 bytes here: the tensors' CRCs
+	// are taken across the reads.
+	wantOK(t, verify(t, snap, integrity.FollowSymlinks(), integrity.WithPieces(16, 5)))
 	rep = verify(t, snap, integrity.FollowSymlinks())
 	wantOK(t, rep)
 	if rep.Blobs != 4 || rep.VerifiedTensors != 3 || len(rep.Files) != 4 {
@@ -125,7 +129,11 @@ func TestHubCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	sums, _ := hdr.Checksums()
+	small := verify(t, snap, integrity.FollowSymlinks(), integrity.WithPieces(16, 5))
 	rep = verify(t, snap, integrity.FollowSymlinks())
+	if !slices.Equal(messages(small), messages(rep)) || small.VerifiedTensors != 3 {
+		t.Errorf("read in 5-byte reads: %v, %d tensors verified", messages(small), small.VerifiedTensors)
+	}
 	wantProblems(t, rep, []integrity.Kind{integrity.ErrBlobMismatch, integrity.ErrBlobMismatch, integrity.ErrChecksumMismatch},
 		`config.json: the hub blob it links to is named `+filepath.Base(blobs["config.json"])+`, but its content's git blob SHA-1 is `+hex.EncodeToString(h.Sum(nil))+` (the blob was damaged or replaced)`,
 		shard2+`: the hub blob it links to is named `+filepath.Base(blobs[shard2])+`, but its content's SHA-256 is `+hex.EncodeToString(sum[:])+` (the blob was damaged or replaced)`,

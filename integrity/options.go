@@ -13,6 +13,8 @@ type config struct {
 	follow  bool
 	require bool
 	workers int
+	piece   int64 // bytes of a tensor one job checks; 0: the default (tests set it)
+	read    int64 // bytes read at once; 0: the default (tests set it)
 }
 
 func buildConfig(opts []Option) config {
@@ -58,4 +60,10 @@ func RequireChecksums() Option {
 // for a RangeFS).
 func WithWorkers(n int) Option {
 	return func(c *config) { c.workers = n }
+}
+
+// withPieces sets the bytes of a tensor one job checks and the bytes it
+// reads at once (the tests' hook, see export_test.go).
+func withPieces(piece, read int64) Option {
+	return func(c *config) { c.piece, c.read = piece, read }
 }

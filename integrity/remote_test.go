@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -172,6 +173,13 @@ func TestWithFS(t *testing.T) {
 	if _, err := integrity.Checksum(context.Background(), "m", integrity.WithFS(fsys)); !errors.Is(err, integrity.ErrChecksumMismatch) {
 		t.Errorf("Checksum: %v", err)
 	}
+	// Files without ReadAt are read in order.
+	rep = verify(t, "m", integrity.WithFS(plainFS{fsys}), integrity.WithPieces(16, 7))
+	if len(rep.Problems) != 1 || rep.Problems[0].File != shard2 || rep.Problems[0].Tensor != "b" || rep.VerifiedTensors != 3 {
+		t.Errorf("files without ReadAt: %v, %+v", messages(rep), rep)
+	}
+	fsys["m/"+shard2].Data[b] ^= 2
+	wantOK(t, verify(t, "m", integrity.WithFS(plainFS{fsys}), integrity.RequireChecksums()))
 	if _, err := integrity.Verify(context.Background(), "../x", integrity.WithFS(fsys)); err == nil {
 		t.Error("an invalid fs.FS name: no error")
 	}
@@ -190,3 +198,23 @@ func TestCanceled(t *testing.T) {
 		t.Errorf("Checksum: %v, want context.Canceled", err)
 	}
 }
+
+// plainFS serves files that have neither ReadAt nor Seek.
+type plainFS struct{ fsys fs.FS }
+
+func (p plainFS) Open(name string) (fs.File, error) {
+	f, err := p.fsys.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	if d, ok := f.(fs.ReadDirFile); ok {
+		return d, nil
+	}
+	return plainFile{f}, nil
+}
+
+type plainFile struct{ f fs.File }
+
+func (p plainFile) Read(b []byte) (int, error) { return p.f.Read(b) }
+func (p plainFile) Stat() (fs.FileInfo, error) { return p.f.Stat() }
+func (p plainFile) Close() error               { return p.f.Close() }

@@ -248,8 +248,9 @@ func crcOf(t *testing.T, path string, b, e int64) string {
 	return safetensors.FormatChecksum(safetensors.Checksum(raw[b:e]))
 }
 
-// TestLargeTensorPieces: a tensor read in several pieces (4 MiB each) is
-// verified from their combined CRCs; a flip in any piece is found.
+// TestLargeTensorPieces: a tensor checked in several pieces (each read in
+// several parts) is verified from their combined CRCs; a flip in any piece
+// is found.
 func TestLargeTensorPieces(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "model.safetensors")
 	big := make([]byte, 9<<20+12)
@@ -260,15 +261,21 @@ func TestLargeTensorPieces(t *testing.T) {
 		{Name: "big", DType: dtype.U8, Shape: []int64{int64(len(big))}, Data: big},
 		{Name: "small", DType: dtype.U8, Shape: []int64{3}, Data: []byte{1, 2, 3}},
 	}, nil)
+	pieces := []integrity.Option{integrity.WithPieces(4<<20, 1<<20), integrity.WithPieces(1<<20, 300<<10), integrity.WithPieces(3<<20+1, 1<<20)}
 	for _, workers := range []int{1, 3} {
 		wantOK(t, verify(t, path, integrity.WithWorkers(workers)))
+		for _, p := range pieces {
+			wantOK(t, verify(t, path, integrity.WithWorkers(workers), p))
+		}
 	}
 	b, _ := tensorOffset(t, path, "big")
-	for _, off := range []int64{0, 4<<20 - 1, 4 << 20, 9<<20 + 11} {
+	for _, off := range []int64{0, 1<<20 - 1, 1 << 20, 4<<20 - 1, 4 << 20, 9<<20 + 11} {
 		flip(t, path, b+off)
-		rep := verify(t, path, integrity.WithWorkers(2))
-		if len(rep.Problems) != 1 || rep.Problems[0].Tensor != "big" || rep.Problems[0].Kind != integrity.ErrChecksumMismatch {
-			t.Errorf("flip at %d: %v", off, messages(rep))
+		for _, p := range pieces {
+			rep := verify(t, path, integrity.WithWorkers(2), p)
+			if len(rep.Problems) != 1 || rep.Problems[0].Tensor != "big" || rep.Problems[0].Kind != integrity.ErrChecksumMismatch {
+				t.Errorf("flip at %d: %v", off, messages(rep))
+			}
 		}
 		flip(t, path, b+off)
 	}
