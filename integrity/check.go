@@ -131,17 +131,19 @@ type fileRun struct {
 }
 
 // jobs returns the file's jobs: one that reads it in order, or one per
-// piece of every tensor with a checksum.
+// piece of its data section, each checking the parts of the tensors it
+// covers (several small tensors, or a part of a large one).
 func (r *fileRun) jobs(piece int64) []func(context.Context, []byte) {
 	fc := r.fc
 	if r.seq {
 		r.left.Store(1)
 		return []func(context.Context, []byte){r.sequential}
 	}
-	var jobs []func(context.Context, []byte)
-	for i := range fc.hdr.Tensors {
-		t := &fc.hdr.Tensors[i]
-		b, e := fc.hdr.DataOffset+t.Begin, fc.hdr.DataOffset+t.End
+	h := fc.hdr
+	runs := make([]*tensorRun, len(h.Tensors)) // nil: not checked (cut, or empty)
+	for i := range h.Tensors {
+		t := &h.Tensors[i]
+		b, e := h.DataOffset+t.Begin, h.DataOffset+t.End
 		if e > fc.size {
 			continue // cut: reported as truncated
 		}
@@ -150,39 +152,66 @@ func (r *fileRun) jobs(piece int64) []func(context.Context, []byte) {
 			tr.finish(0)
 			continue
 		}
-		n := (e - b + piece - 1) / piece
-		tr.parts = make([]uint32, n)
+		tr.first = t.Begin / piece
+		n := (t.End-1)/piece - tr.first + 1
+		tr.parts, tr.lens = make([]uint32, n), make([]int64, n)
 		tr.left.Store(int32(n))
-		for k := range n {
-			off := b + k*piece
-			size := min(piece, e-off)
-			jobs = append(jobs, func(ctx context.Context, buf []byte) {
-				defer r.done()
-				if r.failed.Load() {
-					return
-				}
-				rd, err := r.reader()
-				var crc uint32
-				for o := int64(0); err == nil && o < size; {
-					m := min(int64(len(buf)), size-o)
-					if err = rd.readAt(ctx, buf[:m], off+o); err == nil {
-						crc = safetensors.UpdateChecksum(crc, buf[:m])
-						o += m
-					}
-				}
-				if err != nil {
-					r.fail(t.Name, b, e, err)
-					return
-				}
-				tr.parts[k] = crc
-				if tr.left.Add(-1) == 0 {
-					tr.combine(piece)
-				}
-			})
+		runs[i] = tr
+	}
+	var jobs []func(context.Context, []byte)
+	end := min(dataEnd(h), fc.size)
+	ti := 0 // the first tensor that ends after the piece's start
+	for s := h.DataOffset; s < end; s += piece {
+		for ti < len(h.Tensors) && h.DataOffset+h.Tensors[ti].End <= s {
+			ti++
 		}
+		k, n, first := (s-h.DataOffset)/piece, min(piece, end-s), ti
+		jobs = append(jobs, func(ctx context.Context, buf []byte) { r.piece(ctx, buf, k, s, n, first, runs) })
 	}
 	r.left.Store(int64(len(jobs)))
 	return jobs
+}
+
+// piece reads the n bytes of piece k of the data section, at file offset
+// s, in reads of len(buf) bytes, and gives each tensor that overlaps it,
+// from the tensor ti on, the CRC of its part.
+func (r *fileRun) piece(ctx context.Context, buf []byte, k, s, n int64, ti int, runs []*tensorRun) {
+	defer r.done()
+	if r.failed.Load() {
+		return
+	}
+	rd, err := r.reader()
+	if err != nil {
+		r.fail(&Range{s, s + n}, err)
+		return
+	}
+	h := r.fc.hdr
+	var crc uint32
+	begin := s // where the current tensor's part begins
+	for o := s; o < s+n; {
+		m := min(int64(len(buf)), s+n-o)
+		if err := rd.readAt(ctx, buf[:m], o); err != nil {
+			r.fail(&Range{s, s + n}, err)
+			return
+		}
+		for p := o; p < o+m && ti < len(h.Tensors); {
+			te := h.DataOffset + h.Tensors[ti].End
+			if te <= p {
+				ti++
+				continue
+			}
+			hi := min(te, o+m)
+			crc = safetensors.UpdateChecksum(crc, buf[p-o:hi-o])
+			p = hi
+			if hi == te || hi == s+n {
+				if tr := runs[ti]; tr != nil {
+					tr.part(k, crc, hi-begin)
+				}
+				crc, begin = 0, hi
+			}
+		}
+		o += m
+	}
 }
 
 // reader opens the file's reader once.
@@ -219,40 +248,43 @@ func (r *fileRun) done() {
 	}
 }
 
-// fail reports the first read that failed (in the tensor's bytes b to e,
-// or the file's when tensor is "").
-func (r *fileRun) fail(tensor string, b, e int64, err error) {
+// fail reports the first read that failed (of the bytes rng, when set).
+func (r *fileRun) fail(rng *Range, err error) {
 	if !r.failed.CompareAndSwap(false, true) {
 		return
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return // Verify returns the context's error
 	}
-	var rng *Range
 	msg := "reading the file: " + err.Error()
-	if tensor != "" {
-		rng = &Range{b, e}
-		msg = fmt.Sprintf("reading bytes %d to %d: %v", b, e, err)
+	if rng != nil {
+		msg = fmt.Sprintf("reading bytes %d to %d: %v", rng.Begin, rng.End, err)
 	}
-	r.v.problem(newProblem(ErrIO, r.fc.display, tensor, rng, msg))
+	r.v.problem(newProblem(ErrIO, r.fc.display, "", rng, msg))
 }
 
-// tensorRun is the check of one tensor read in pieces.
+// tensorRun is the check of one tensor read in parts (one per piece of
+// the data section it overlaps).
 type tensorRun struct {
 	r     *fileRun
 	t     *safetensors.TensorInfo
 	want  uint32
-	parts []uint32 // the CRC of each piece
+	first int64    // the first piece the tensor overlaps
+	parts []uint32 // the CRC of each part
+	lens  []int64  // the bytes of each part
 	left  atomic.Int32
 }
 
-// combine joins the pieces' CRCs (every piece but the last is piece bytes
-// long) and checks the tensor.
-func (tr *tensorRun) combine(piece int64) {
-	crc := tr.parts[0]
-	n := tr.t.ByteLen()
-	for k := 1; k < len(tr.parts); k++ {
-		crc = safetensors.CombineChecksums(crc, tr.parts[k], min(piece, n-int64(k)*piece))
+// part records the CRC of the tensor's part in piece k, n bytes long; the
+// last part combines them and checks the tensor.
+func (tr *tensorRun) part(k int64, crc uint32, n int64) {
+	tr.parts[k-tr.first], tr.lens[k-tr.first] = crc, n
+	if tr.left.Add(-1) != 0 {
+		return
+	}
+	crc = tr.parts[0]
+	for i := 1; i < len(tr.parts); i++ {
+		crc = safetensors.CombineChecksums(crc, tr.parts[i], tr.lens[i])
 	}
 	tr.finish(crc)
 }
@@ -286,7 +318,7 @@ func (r *fileRun) sequential(ctx context.Context, buf []byte) {
 	fc := r.fc
 	rd, err := r.reader()
 	if err != nil {
-		r.fail("", 0, 0, err)
+		r.fail(nil, err)
 		return
 	}
 	var h interface{ Write([]byte) (int, error) }
@@ -314,7 +346,7 @@ func (r *fileRun) sequential(ctx context.Context, buf []byte) {
 		n := min(int64(len(buf)), fc.size-off)
 		b := buf[:n]
 		if err := rd.readAt(ctx, b, off); err != nil {
-			r.fail("", 0, 0, fmt.Errorf("at byte %d: %w", off, err))
+			r.fail(nil, fmt.Errorf("at byte %d: %w", off, err))
 			return
 		}
 		if h != nil {

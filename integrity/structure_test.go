@@ -2,6 +2,7 @@ package integrity_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -378,4 +379,53 @@ func TestFolders(t *testing.T) {
 	}
 	wantProblems(t, verify(t, root), []integrity.Kind{integrity.ErrInvalidModelIndex},
 		`model_index.json: cannot list the components: unexpected end of JSON input`)
+}
+
+// TestPiecesAcrossTensors: pieces that cover several small tensors (and
+// empty ones) give each its part; a flip in any tensor names that tensor
+// alone, whatever the piece and read sizes.
+func TestPiecesAcrossTensors(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "model.safetensors")
+	save(t, path, data(t, "a:F32[5] b:U8[3] e:F32[0] c:BF16[7] d:U8[1] f:F16[0] g:F32[9] h:U8[13]"), nil)
+	h, err := safetensors.ReadHeaderFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sizes := [][2]int64{{1, 1}, {7, 3}, {16, 16}, {50, 7}, {1 << 20, 1 << 20}}
+	for _, ps := range sizes {
+		wantOK(t, verify(t, path, integrity.WithPieces(ps[0], ps[1])))
+	}
+	for _, ti := range h.Tensors {
+		for _, off := range []int64{ti.Begin, ti.End - 1} {
+			if ti.End == ti.Begin {
+				continue
+			}
+			flip(t, path, h.DataOffset+off)
+			for _, ps := range sizes {
+				rep := verify(t, path, integrity.WithPieces(ps[0], ps[1]))
+				if len(rep.Problems) != 1 || rep.Problems[0].Tensor != ti.Name || rep.VerifiedTensors != 8 {
+					t.Errorf("flip in %s at %d, pieces %v: %v (%d verified)", ti.Name, off, ps, messages(rep), rep.VerifiedTensors)
+				}
+			}
+			flip(t, path, h.DataOffset+off)
+		}
+	}
+}
+
+// TestTruncatedWithChecksums: the tensors a cut file still holds whole are
+// verified; the cut ones are named as truncated, not as mismatches.
+func TestTruncatedWithChecksums(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "model.safetensors")
+	save(t, path, data(t, "a:U8[40] b:U8[40] c:U8[40]"), nil)
+	b, e := tensorOffset(t, path, "b")
+	truncate(t, path, b+5)
+	for _, ps := range [][2]int64{{1 << 20, 1 << 20}, {16, 3}} {
+		rep := verify(t, path, integrity.WithPieces(ps[0], ps[1]))
+		wantProblems(t, rep, []integrity.Kind{integrity.ErrTruncated, integrity.ErrTruncated},
+			fmt.Sprintf(`model.safetensors: tensor "b": truncated: the file ends at byte %d, inside the tensor's bytes %d to %d (the header needs %d bytes)`, b+5, b, e, e+40),
+			fmt.Sprintf(`model.safetensors: tensor "c": truncated: the file ends at byte %d, before the tensor's bytes %d to %d (the header needs %d bytes)`, b+5, e, e+40, e+40))
+		if rep.VerifiedTensors != 1 || rep.VerifiedBytes != 40 {
+			t.Errorf("pieces %v: verified %d tensors, %d bytes; want a alone", ps, rep.VerifiedTensors, rep.VerifiedBytes)
+		}
+	}
 }
