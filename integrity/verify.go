@@ -223,7 +223,7 @@ func (v *verifier) folderOrPipeline(dir string) error {
 		}
 		comp := v.src.Join(dir, n)
 		if n == "" || n == "." || n == ".." || strings.ContainsAny(n, `/\:`) || strings.ContainsFunc(n, func(r rune) bool { return r < 0x20 }) {
-			v.problem(newProblem(ErrMissingComponent, variant.ModelIndex, "", nil,
+			v.problem(newProblem(ErrMissingComponent, v.rel(mi), "", nil,
 				fmt.Sprintf("component %s is not a bare folder name", strconv.Quote(n))))
 			continue
 		}
