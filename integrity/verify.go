@@ -320,16 +320,20 @@ func (v *verifier) folder(dir string, root bool) error {
 			}
 		}
 	}
+	var fresh []*fileCheck
 	for _, p := range singles {
-		if err := v.ctx.Err(); err != nil {
-			return err
-		}
 		if _, seen := v.files[p]; seen {
 			continue // a shard of an index
 		}
-		if fc := v.file(p, false); fc.missing != "" {
+		fc, _ := v.locate(p, false)
+		if fc.missing != "" {
 			v.problem(newProblem(ErrIO, fc.display, "", nil, fc.missing))
 		}
+		fresh = append(fresh, fc)
+	}
+	v.readHeaders(fresh)
+	if err := v.ctx.Err(); err != nil {
+		return err
 	}
 	return nil
 }
@@ -409,28 +413,63 @@ func dataEnd(h *safetensors.Header) int64 {
 // file checks the safetensors file name (once, however many indexes name
 // it) and returns it.
 func (v *verifier) file(name string, direct bool) *fileCheck {
-	if fc, ok := v.files[name]; ok {
-		return fc
+	fc, fresh := v.locate(name, direct)
+	if fresh {
+		v.readHeaders([]*fileCheck{fc})
 	}
-	fc := &fileCheck{name: name, display: v.rel(name), kind: "safetensors"}
+	return fc
+}
+
+// readHeaders reads the headers of the files located (fc.open set), a
+// few at a time (an object store answers each with a request or two).
+func (v *verifier) readHeaders(fcs []*fileCheck) {
+	limit := 4
+	if !v.src.IsOS() {
+		limit = 16
+	}
+	sem := make(chan struct{}, limit)
+	var wg sync.WaitGroup
+	for _, fc := range fcs {
+		if fc.open == "" {
+			continue
+		}
+		if v.ctx.Err() != nil {
+			break
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			v.readHeader(fc)
+		}()
+	}
+	wg.Wait()
+}
+
+// locate registers the safetensors file name, applies the symlink rule and
+// finds what to open; fresh is false when it was located before.
+func (v *verifier) locate(name string, direct bool) (fc *fileCheck, fresh bool) {
+	if fc, ok := v.files[name]; ok {
+		return fc, false
+	}
+	fc = &fileCheck{name: name, display: v.rel(name), kind: "safetensors"}
 	v.files[name] = fc
 	v.found++
 	if _, err := v.src.Lstat(name); err != nil && errors.Is(err, fs.ErrNotExist) {
 		fc.missing = "missing"
-		return fc
+		return fc, true
 	}
 	real, ok := v.resolve(name, direct)
 	if !ok {
 		fc.bad = true
-		return fc
+		return fc, true
 	}
 	if real == "" {
 		fc.missing = v.unresolved(name)
-		return fc
+		return fc, true
 	}
 	fc.open = real
-	v.readHeader(fc)
-	return fc
+	return fc, true
 }
 
 // openRegular opens the file name of the source for reading, refusing what
@@ -478,7 +517,8 @@ func (v *verifier) openProblem(display string, err error) {
 }
 
 // readHeader opens fc, reads and parses its header, and checks the file's
-// size against it and its checksums' integrity.
+// size against it and its checksums' integrity. It is safe for concurrent
+// use on distinct files.
 func (v *verifier) readHeader(fc *fileCheck) {
 	f, size, err := v.openRegular(fc.open)
 	if err != nil {
@@ -521,8 +561,13 @@ func (v *verifier) readHeader(fc *fileCheck) {
 		v.problem(newProblem(ErrTrailingBytes, fc.display, "", &Range{end, size},
 			fmt.Sprintf("%d trailing bytes: the data end at byte %d, the file at %d", size-end, end, size)))
 	}
-	v.rep.Tensors += len(hdr.Tensors)
 	sums, err := hdr.Checksums()
+	v.mu.Lock()
+	v.rep.Tensors += len(hdr.Tensors)
+	if sums == nil {
+		v.rep.UncheckedTensors += len(hdr.Tensors)
+	}
+	v.mu.Unlock()
 	switch {
 	case err != nil:
 		msg := err.Error()
@@ -531,9 +576,7 @@ func (v *verifier) readHeader(fc *fileCheck) {
 			msg = se.Msg
 		}
 		v.problem(newProblem(ErrDamagedChecksums, fc.display, "", nil, msg))
-		v.rep.UncheckedTensors += len(hdr.Tensors)
 	case sums == nil:
-		v.rep.UncheckedTensors += len(hdr.Tensors)
 		if v.cfg.require && len(hdr.Tensors) > 0 {
 			v.problem(newProblem(ErrNoChecksums, fc.display, "", nil,
 				fmt.Sprintf("no checksums for its %d %s", len(hdr.Tensors), plural(len(hdr.Tensors), "tensor", "tensors"))))
@@ -553,7 +596,9 @@ func (v *verifier) fileReport(fc *fileCheck) {
 	if fc.blob != nil {
 		r.Blob = fc.blob.algo + ":" + fc.blob.want
 	}
+	v.mu.Lock()
 	v.rep.Files = append(v.rep.Files, r)
+	v.mu.Unlock()
 }
 
 // parseHeader reads and parses the header of a file of the given size
@@ -647,7 +692,9 @@ func (v *verifier) addBlob(fc *fileCheck) {
 // newBlob returns the check of a blob named want, or nil (with a note)
 // for a name that is no hash.
 func (v *verifier) newBlob(display, algo, want string) *blobCheck {
+	v.mu.Lock()
 	v.hub = true
+	v.mu.Unlock()
 	if algo == "" {
 		v.note("%s: its hub blob %s is not named by a hash: not checked", display, want)
 		return nil
@@ -696,9 +743,17 @@ func (v *verifier) index(name string, direct bool) {
 	shards := ix.Shards()
 	files := make(map[string]*fileCheck, len(shards))
 	complete := true // every shard there and readable
+	var fresh []*fileCheck
 	for _, s := range shards {
-		fc := v.file(v.src.Join(dir, s), false)
+		fc, isNew := v.locate(v.src.Join(dir, s), false)
 		files[s] = fc
+		if isNew {
+			fresh = append(fresh, fc)
+		}
+	}
+	v.readHeaders(fresh)
+	for _, s := range shards {
+		fc := files[s]
 		switch {
 		case fc.missing == "missing":
 			complete = false
