@@ -349,6 +349,16 @@ func TestFolders(t *testing.T) {
 	wantProblems(t, verify(t, dir), []integrity.Kind{integrity.ErrTruncated},
 		`model-00002-of-00002.bf16.safetensors: tensor "b": truncated: the file ends at byte 71, inside the tensor's bytes 64 to 72 (the header needs 72 bytes)`)
 
+	// A shard no index names is verified on its own, with a note.
+	if err := os.Remove(filepath.Join(dir, "model.safetensors.index.fp16.json")); err != nil {
+		t.Fatal(err)
+	}
+	rep = verify(t, dir)
+	if len(rep.Problems) != 1 || len(rep.Notes) != 2 ||
+		rep.Notes[0] != "model.fp16-00001-of-00002.safetensors: named like a shard, but no index in its folder names it: verified as a file of its own" {
+		t.Errorf("shards without their index: %v, notes %q", messages(rep), rep.Notes)
+	}
+
 	// A folder without weights.
 	empty := t.TempDir()
 	wantProblems(t, verify(t, empty), []integrity.Kind{integrity.ErrNoWeights}, `.: no safetensors file or index to verify`)

@@ -329,6 +329,9 @@ func (v *verifier) folder(dir string, root bool) error {
 		if fc.missing != "" {
 			v.problem(newProblem(ErrIO, fc.display, "", nil, fc.missing))
 		}
+		if sn, ok := setname.ParseVisible(v.src.Base(p)); ok && sn.IsShard() {
+			v.note("%s: named like a shard, but no index in its folder names it: verified as a file of its own", fc.display)
+		}
 		fresh = append(fresh, fc)
 	}
 	v.readHeaders(fresh)

@@ -183,6 +183,11 @@ Examples:
 		cr, err := integrity.Checksum(context.Background(), pos[0], opts...)
 		if *asJSON {
 			out := checksumOutput{ChecksumReport: cr, Error: describeError(err)}
+			var pe *integrity.ProblemsError
+			if errors.As(err, &pe) { // the report lists them all
+				first := pe.Problems[0]
+				out.Error = &errorInfo{Kind: first.Kind.String(), File: first.File, Tensor: first.Tensor, Message: err.Error()}
+			}
 			if err := e.printJSON(out); err != nil {
 				return err
 			}

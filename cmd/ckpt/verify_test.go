@@ -110,7 +110,7 @@ func TestVerifyCommand(t *testing.T) {
 		Written []string
 		Error   *errorInfo
 	}
-	if err := json.Unmarshal([]byte(stdout), &cout); err != nil || code != 1 || cout.Error == nil || cout.Error.Kind != "error" || len(cout.Written) != 0 {
+	if err := json.Unmarshal([]byte(stdout), &cout); err != nil || code != 1 || cout.Error == nil || cout.Error.Kind != "checksum_mismatch" || len(cout.Written) != 0 {
 		t.Errorf("checksum --json of a damaged set: exit %d, %v\n%s", code, err, stdout)
 	}
 
