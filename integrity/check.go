@@ -105,6 +105,9 @@ produce:
 	}
 	close(jobs)
 	wg.Wait()
+	for _, r := range runs { // those whose jobs did not all run (canceled)
+		r.closeReader()
+	}
 	return v.ctx.Err()
 }
 
@@ -126,6 +129,7 @@ type fileRun struct {
 	once   sync.Once
 	rd     reader
 	rdErr  error
+	closed sync.Once
 	left   atomic.Int64 // jobs not finished
 	failed atomic.Bool  // a read failed: the other jobs stop
 }
@@ -243,9 +247,19 @@ func (r *fileRun) reader() (reader, error) {
 
 // done counts a finished job; the last closes the reader.
 func (r *fileRun) done() {
-	if r.left.Add(-1) == 0 && r.rd != nil {
-		r.rd.close()
+	if r.left.Add(-1) == 0 {
+		r.closeReader()
 	}
+}
+
+// closeReader closes the reader, if one was opened, once.
+func (r *fileRun) closeReader() {
+	r.closed.Do(func() {
+		r.once.Do(func() {}) // none will be opened from now on
+		if r.rd != nil {
+			r.rd.close()
+		}
+	})
 }
 
 // fail reports the first read that failed (of the bytes rng, when set).
