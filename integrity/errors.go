@@ -56,8 +56,8 @@ const (
 	// blob's content does not hash to the name the hub stored it under.
 	ErrBlobMismatch
 	// ErrInsecurePath: a file that is a symbolic link leading out of its
-	// folder, not followed without FollowSymlinks (it also matches
-	// shard.ErrInsecurePath's condition by name only: see Problem.Is).
+	// folder, not followed without FollowSymlinks (the rule of
+	// shard.ErrInsecurePath), or an index naming a shard by a path.
 	ErrInsecurePath
 	// ErrNotRegular: a FIFO, device, socket or folder where a file is
 	// expected; refused without blocking (it also matches
