@@ -232,6 +232,22 @@ func Resolve(path, variant string, opts ...Option) (*PipelinePlan, error) {
 	return pp, err
 }
 
+// Components returns the names of the components that model_index.json
+// in the pipeline folder root lists, sorted, read by the rules of
+// ResolvePipeline: keys whose value is a [library, class] pair that is not
+// [null, null]. model_index.json keeps to the symlink rule (see
+// WithShardOptions) and must be a regular file of at most 1 MiB; its
+// errors are those of ResolvePipeline (ErrModelIndexMissing,
+// ErrModelIndexInvalid, ErrInsecurePath, ErrNotRegular). The names are as
+// listed: that each is a bare folder name is for the caller to check. It
+// is for tools that visit every component's files whatever their
+// variants (package integrity).
+func Components(root string, opts ...Option) ([]string, error) {
+	cfg := buildConfig(opts)
+	names, _, err := readModelIndex(cfg.src, root, cfg.shardOpts)
+	return names, err
+}
+
 func isCandidate(name string) bool {
 	_, ok := classify(name)
 	return ok

@@ -53,7 +53,7 @@ type usageError struct{ msg string }
 func (e usageError) Error() string { return e.msg }
 
 func commands() []*command {
-	cmds := []*command{convertCommand(), dtypesCommand(), demoCommand(), devicesCommand(), diffCommand(), runMLPCommand(), getCommand(), inspectCommand(), planCommand(), resolveCommand(), validateCommand()}
+	cmds := []*command{checksumCommand(), convertCommand(), dtypesCommand(), demoCommand(), devicesCommand(), diffCommand(), runMLPCommand(), getCommand(), inspectCommand(), planCommand(), resolveCommand(), validateCommand(), verifyCommand()}
 	sort.Slice(cmds, func(i, j int) bool { return cmds[i].name < cmds[j].name })
 	return cmds
 }

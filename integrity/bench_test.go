@@ -1,0 +1,109 @@
+package integrity_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/integrity"
+	"github.com/ckpt-go/ckpt/safetensors"
+)
+
+// benchFile writes, once per machine, a checksummed BF16 file of mib MiB
+// (CKPT_BENCH_VERIFY_MIB overrides) made of tensors of tensorMiB MiB, in
+// the system's temporary folder, and returns its path and size.
+func benchFile(b *testing.B, mib, tensorMiB int) (string, int64) {
+	b.Helper()
+	if s := os.Getenv("CKPT_BENCH_VERIFY_MIB"); s != "" {
+		mib, _ = strconv.Atoi(s)
+	}
+	path := filepath.Join(os.TempDir(), fmt.Sprintf("ckpt-bench-verify-%d-%d.safetensors", mib, tensorMiB))
+	if st, err := os.Stat(path); err == nil {
+		return path, st.Size()
+	}
+	n := mib / tensorMiB
+	elems := int64(tensorMiB) << 20 / 2
+	specs := make([]safetensors.TensorSpec, n)
+	for i := range specs {
+		specs[i] = safetensors.TensorSpec{Name: fmt.Sprintf("layers.%d.weight", i), DType: dtype.BF16, Shape: []int64{elems}}
+	}
+	fw, err := safetensors.Create(context.Background(), path, specs, map[string]string{"format": "pt"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer fw.Close()
+	chunk := make([]byte, 1<<20)
+	for i := 0; ; i++ {
+		_, w, err := fw.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		for off := int64(0); off < elems*2; off += int64(len(chunk)) {
+			for j := range chunk {
+				chunk[j] = byte(j*7 + i + int(off>>20))
+			}
+			if _, err := w.Write(chunk[:min(int64(len(chunk)), elems*2-off)]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	if err := fw.Commit(); err != nil {
+		b.Fatal(err)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return path, st.Size()
+}
+
+// BenchmarkVerify verifies a 1 GiB checksummed file (every byte read and
+// its CRC-32C checked, page cache warm) against `cp` of the same file to a
+// new file beside it, in the same run. MB/s are of the file's bytes.
+//
+//	go test ./integrity -run '^$' -bench Verify -count 6
+func BenchmarkVerify(b *testing.B) {
+	for _, c := range []struct {
+		name           string
+		mib, tensorMiB int
+	}{
+		{"1GiB-16MiB-tensors", 1024, 16},
+		{"1GiB-1MiB-tensors", 1024, 1},
+	} {
+		path, size := benchFile(b, c.mib, c.tensorMiB)
+		b.Run(c.name+"/verify", func(b *testing.B) {
+			b.SetBytes(size)
+			for range b.N {
+				rep, err := integrity.Verify(context.Background(), path)
+				if err != nil || !rep.OK() || rep.VerifiedBytes < size-(1<<20) {
+					b.Fatalf("%v %+v", err, rep)
+				}
+			}
+		})
+		b.Run(c.name+"/cp", func(b *testing.B) {
+			cp, err := exec.LookPath("cp")
+			if err != nil {
+				b.Skip("no cp:", err)
+			}
+			dst := filepath.Join(b.TempDir(), "copy.safetensors")
+			b.SetBytes(size)
+			for range b.N {
+				if out, err := exec.Command(cp, path, dst).CombinedOutput(); err != nil {
+					b.Fatalf("cp: %v: %s", err, out)
+				}
+				b.StopTimer()
+				os.Remove(dst)
+				b.StartTimer()
+			}
+		})
+	}
+}

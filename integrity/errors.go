@@ -1,0 +1,239 @@
+package integrity
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+
+	"github.com/ckpt-go/ckpt/internal/errkind"
+	"github.com/ckpt-go/ckpt/safetensors"
+)
+
+// Kind classifies a Problem. It implements error, so that a kind is the
+// target of errors.Is:
+//
+//	if errors.Is(problem, integrity.ErrTruncated) { ... }
+type Kind int
+
+// The kinds of problem.
+const (
+	// ErrInvalidHeader: a safetensors file whose header does not parse
+	// (a flipped bit in the header or its padding, a file cut inside its
+	// header, not a safetensors file): one problem naming the file.
+	ErrInvalidHeader Kind = iota + 1
+	// ErrTruncated: a file shorter than its header says.
+	ErrTruncated
+	// ErrTrailingBytes: a file longer than its header says.
+	ErrTrailingBytes
+	// ErrChecksumMismatch: a tensor whose stored bytes differ from the
+	// checksum its file's header names (it also matches
+	// safetensors.ErrChecksum, and unwraps to a
+	// *safetensors.ChecksumError).
+	ErrChecksumMismatch
+	// ErrDamagedChecksums: the checksums in a header are damaged (see
+	// safetensors.Header.Checksums); it also matches
+	// safetensors.ErrChecksum.
+	ErrDamagedChecksums
+	// ErrNoChecksums: a file without checksums, when RequireChecksums was
+	// given.
+	ErrNoChecksums
+	// ErrInvalidIndex: a shard index that does not parse or validate.
+	ErrInvalidIndex
+	// ErrMissingShard: an index names a shard file that is not there.
+	ErrMissingShard
+	// ErrTensorMissingFromShard: a tensor the index names is not in the
+	// shard it names (in another one, or in none).
+	ErrTensorMissingFromShard
+	// ErrUnmappedTensor: a shard holds a tensor its index does not name
+	// (loaders ignore it).
+	ErrUnmappedTensor
+	// ErrDuplicateTensor: a tensor held by two shards of one index.
+	ErrDuplicateTensor
+	// ErrTotalSize: an index's metadata.total_size differs from the bytes
+	// of the tensors it names.
+	ErrTotalSize
+	// ErrBlobMismatch: a file of a Hugging Face hub cache snapshot whose
+	// blob's content does not hash to the name the hub stored it under.
+	ErrBlobMismatch
+	// ErrInsecurePath: a file that is a symbolic link leading out of its
+	// folder, not followed without FollowSymlinks (the rule of
+	// shard.ErrInsecurePath), or an index naming a shard by a path.
+	ErrInsecurePath
+	// ErrNotRegular: a FIFO, device, socket or folder where a file is
+	// expected; refused without blocking (it also matches
+	// safetensors.ErrNotRegular).
+	ErrNotRegular
+	// ErrInvalidModelIndex: a pipeline's model_index.json that cannot be
+	// read.
+	ErrInvalidModelIndex
+	// ErrMissingComponent: a component model_index.json lists whose
+	// folder is missing or not a bare folder name.
+	ErrMissingComponent
+	// ErrNoWeights: a folder with no safetensors file or index to verify.
+	ErrNoWeights
+	// ErrIO: reading a file failed (or it changed size while it was
+	// read).
+	ErrIO
+	// ErrNotWritable: Checksum cannot write the checkpoint there (a hub
+	// cache snapshot, a location without a sink, a file system given with
+	// WithFS).
+	ErrNotWritable
+
+	numKinds // keep last
+)
+
+var kindNames = [...]string{
+	ErrInvalidHeader:          "invalid_header",
+	ErrTruncated:              "truncated",
+	ErrTrailingBytes:          "trailing_bytes",
+	ErrChecksumMismatch:       "checksum_mismatch",
+	ErrDamagedChecksums:       "damaged_checksums",
+	ErrNoChecksums:            "no_checksums",
+	ErrInvalidIndex:           "invalid_index",
+	ErrMissingShard:           "missing_shard",
+	ErrTensorMissingFromShard: "tensor_missing_from_shard",
+	ErrUnmappedTensor:         "unmapped_tensor",
+	ErrDuplicateTensor:        "duplicate_tensor",
+	ErrTotalSize:              "total_size_mismatch",
+	ErrBlobMismatch:           "blob_hash_mismatch",
+	ErrInsecurePath:           "insecure_path",
+	ErrNotRegular:             "not_regular_file",
+	ErrInvalidModelIndex:      "invalid_model_index",
+	ErrMissingComponent:       "missing_component",
+	ErrNoWeights:              "no_weights",
+	ErrIO:                     "io",
+	ErrNotWritable:            "not_writable",
+}
+
+// String returns the kind's snake_case name, e.g. "checksum_mismatch".
+// These names are stable; tools read them in JSON output.
+func (k Kind) String() string { return errkind.Name(kindNames[:], k) }
+
+// Error returns "integrity: " and the kind's name.
+func (k Kind) Error() string { return "integrity: " + k.String() }
+
+// MarshalText writes the kind's name.
+func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+
+// UnmarshalText reads a kind's name.
+func (k *Kind) UnmarshalText(b []byte) error {
+	for i, n := range kindNames {
+		if i > 0 && n == string(b) {
+			*k = Kind(i)
+			return nil
+		}
+	}
+	return errors.New("integrity: unknown problem kind " + strconv.Quote(string(b)))
+}
+
+// Kinds returns every kind, in declaration order.
+func Kinds() []Kind { return errkind.All[Kind](kindNames[:]) }
+
+// Range is a byte range of a file: offsets Begin (included) to End
+// (excluded).
+type Range struct {
+	Begin int64 `json:"begin"`
+	End   int64 `json:"end"`
+}
+
+// Problem is one thing wrong with a checkpoint. It is an error: its
+// message is one line naming the file (relative to the location
+// verified, slash-separated), the tensor and the byte range where they
+// apply, and errors.Is matches its Kind.
+type Problem struct {
+	Kind Kind `json:"kind"`
+	// File is the file concerned, relative to the location verified
+	// (its folder, or the folder of the file or index verified).
+	File string `json:"file"`
+	// Tensor is the tensor concerned, if any.
+	Tensor string `json:"tensor,omitempty"`
+	// Range is the tensor's stored bytes (file offsets) for a checksum
+	// mismatch, and the part of the file concerned for a truncated file
+	// or trailing bytes.
+	Range *Range `json:"range,omitempty"`
+	// Message is the whole line: file, tensor, range and what is wrong.
+	Message string `json:"message"`
+	// Err is the underlying error, if any (a *safetensors.ChecksumError
+	// for a checksum mismatch).
+	Err error `json:"-"`
+}
+
+// Error returns the message.
+func (p *Problem) Error() string { return p.Message }
+
+// Is reports whether target is p's Kind, or a condition other packages
+// name that p is: safetensors.ErrChecksum for a checksum mismatch or
+// damaged checksums, safetensors.ErrNotRegular for ErrNotRegular.
+func (p *Problem) Is(target error) bool {
+	if k, ok := target.(Kind); ok {
+		return k == p.Kind
+	}
+	switch p.Kind {
+	case ErrChecksumMismatch, ErrDamagedChecksums:
+		return target == safetensors.ErrChecksum
+	case ErrNotRegular:
+		return target == safetensors.ErrNotRegular
+	}
+	return false
+}
+
+// Unwrap returns the underlying error.
+func (p *Problem) Unwrap() error { return p.Err }
+
+// newProblem builds a problem whose message is "FILE: tensor "T": msg"
+// (the tensor part only when tensor is set).
+func newProblem(kind Kind, file, tensor string, rng *Range, msg string) *Problem {
+	var b strings.Builder
+	b.WriteString(file)
+	b.WriteString(": ")
+	if tensor != "" {
+		b.WriteString("tensor ")
+		b.WriteString(strconv.Quote(tensor))
+		b.WriteString(": ")
+	}
+	b.WriteString(msg)
+	return &Problem{Kind: kind, File: file, Tensor: tensor, Range: rng, Message: b.String()}
+}
+
+// ProblemsError is the error of a checkpoint that has problems: Checksum
+// returns it when it refuses to write. errors.Is matches any of its
+// problems' kinds (and conditions: safetensors.ErrChecksum when one is a
+// checksum mismatch).
+type ProblemsError struct {
+	Location string
+	Problems []*Problem
+}
+
+// Error names the location and its first problems.
+func (e *ProblemsError) Error() string {
+	var b strings.Builder
+	b.WriteString("integrity: ")
+	b.WriteString(e.Location)
+	b.WriteString(": ")
+	b.WriteString(strconv.Itoa(len(e.Problems)))
+	if len(e.Problems) == 1 {
+		b.WriteString(" problem: ")
+	} else {
+		b.WriteString(" problems: ")
+	}
+	for i, p := range e.Problems {
+		if i == 3 {
+			b.WriteString("; and " + strconv.Itoa(len(e.Problems)-3) + " more")
+			break
+		}
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(p.Message)
+	}
+	return b.String()
+}
+
+// Unwrap returns the problems, for errors.Is and errors.As.
+func (e *ProblemsError) Unwrap() []error {
+	out := make([]error, len(e.Problems))
+	for i, p := range e.Problems {
+		out[i] = p
+	}
+	return out
+}
