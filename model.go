@@ -49,8 +49,7 @@ type modelComponent struct {
 	entries  []*entry // logical tensors in file order
 	byName   map[string]*entry
 	strategy ReadStrategy
-	why      string          // why this read strategy
-	sums     map[string]bool // stored tensors whose files name a checksum (from the metadata Open read; planVerify)
+	why      string // why this read strategy
 }
 
 // entry is one logical tensor of a component.

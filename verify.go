@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 
 	"github.com/ckpt-go/ckpt/safetensors"
@@ -432,16 +431,8 @@ func (m *Model) planVerify(c *modelComponent, e *entry) {
 	if v == VerifyNever || e.sl == nil {
 		return
 	}
-	if c.sums == nil {
-		c.sums = map[string]bool{}
-		for k := range c.ck.Metadata() {
-			if name, ok := strings.CutPrefix(k, safetensors.ChecksumPrefix); ok {
-				c.sums[name] = true
-			}
-		}
-	}
 	part := func(name string, size int64, sel strided) {
-		switch decideCheck(v, c.sums[name], false, sel.covers(size)) {
+		switch decideCheck(v, c.ck.Checksummed(name), false, sel.covers(size)) {
 		case CheckRead:
 			e.vsum = true
 		case CheckRest:

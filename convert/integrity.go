@@ -77,7 +77,7 @@ func (r *runner) checkSources(c *component) error {
 			}
 			continue
 		}
-		crc, err := f.HeaderChecksum()
+		crc, err := f.HeaderBytesChecksum()
 		if err != nil {
 			return &Error{Kind: ErrSource, Path: name, Component: c.name, Err: err}
 		}

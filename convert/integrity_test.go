@@ -209,8 +209,8 @@ func TestRunWritesChecksums(t *testing.T) {
 		}
 	}
 	sb, _ := os.ReadFile(srcFile)
-	if len(m) != 3+len(ts)+1 || m[convert.MetaSourceCRC32C+"model.safetensors"] != safetensors.FormatChecksum(safetensors.Checksum(sb)) {
-		t.Errorf("metadata %v", m) // format, policy, source; the checksums; the digest
+	if len(m) != 3+len(ts)+2 || m[convert.MetaSourceCRC32C+"model.safetensors"] != safetensors.FormatChecksum(safetensors.Checksum(sb)) {
+		t.Errorf("metadata %v", m) // format, policy, source; the checksums, the header's; the digest
 	}
 
 	// A source without checksums: fresh ones, no digest. And an output

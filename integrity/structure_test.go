@@ -292,11 +292,11 @@ func TestDamagedChecksums(t *testing.T) {
 		line string
 	}{
 		{map[string]string{safetensors.ChecksumPrefix + "a": "00000000"},
-			`model.safetensors: damaged checksums in the header: no checksum for "b"`},
+			`model.safetensors: damaged checksums in the header: no checksum for "b"; no ckpt.header.crc32c`},
 		{map[string]string{safetensors.ChecksumPrefix + "a": "00000000", safetensors.ChecksumPrefix + "b": "0000000G"},
-			`model.safetensors: damaged checksums in the header: ckpt.crc32c.b: "0000000G" is not 8 lowercase hex digits`},
+			`model.safetensors: damaged checksums in the header: ckpt.crc32c.b: "0000000G" is not 8 lowercase hex digits; no ckpt.header.crc32c`},
 		{map[string]string{safetensors.ChecksumPrefix + "a": "00000000", safetensors.ChecksumPrefix + "b": "00000000", safetensors.ChecksumPrefix + "x": "00000000"},
-			`model.safetensors: damaged checksums in the header: ckpt.crc32c.x names no tensor of the file`},
+			`model.safetensors: damaged checksums in the header: ckpt.crc32c.x names no tensor of the file; no ckpt.header.crc32c`},
 	} {
 		path := filepath.Join(dir, "model.safetensors")
 		if err := ckpttest.WriteFile(path, tensors, c.md); err != nil {

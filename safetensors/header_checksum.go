@@ -1,11 +1,11 @@
 package safetensors
 
-// HeaderChecksum returns the CRC-32C of the file's header as stored: its
+// HeaderBytesChecksum returns the CRC-32C of the file's header as stored: its
 // bytes from 0 to Header().DataOffset, the 8-byte length field included.
 // Combined with the tensors' checksums in file order (CombineChecksums)
 // it gives the CRC-32C of the whole file without reading its data: how
 // package convert records the digest of each source file it read.
-func (f *File) HeaderChecksum() (uint32, error) {
+func (f *File) HeaderBytesChecksum() (uint32, error) {
 	n := f.hdr.DataOffset
 	if f.data != nil {
 		if err := f.rlock(""); err != nil {

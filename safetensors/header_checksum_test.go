@@ -9,7 +9,7 @@ import (
 	"github.com/ckpt-go/ckpt/dtype"
 )
 
-func TestHeaderChecksum(t *testing.T) {
+func TestHeaderBytesChecksum(t *testing.T) {
 	b, err := Serialize([]TensorData{{Name: "a", DType: dtype.F32, Shape: []int64{2}, Data: make([]byte, 8)}, {Name: "b", DType: dtype.U8, Shape: []int64{3}, Data: []byte{1, 2, 3}}}, map[string]string{"k": "v"})
 	if err != nil {
 		t.Fatal(err)
@@ -23,7 +23,7 @@ func TestHeaderChecksum(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		h, err := f.HeaderChecksum()
+		h, err := f.HeaderBytesChecksum()
 		if want := Checksum(b[:f.Header().DataOffset]); err != nil || h != want {
 			t.Errorf("HeaderChecksum = %08x, %v; want %08x", h, err, want)
 		}
@@ -37,7 +37,7 @@ func TestHeaderChecksum(t *testing.T) {
 			t.Errorf("combined %08x, the file's %08x", crc, Checksum(b))
 		}
 		f.Close()
-		if _, err := f.HeaderChecksum(); f.Mapped() && !errors.Is(err, ErrClosed) {
+		if _, err := f.HeaderBytesChecksum(); f.Mapped() && !errors.Is(err, ErrClosed) {
 			t.Errorf("after Close: %v", err)
 		}
 	}

@@ -278,12 +278,16 @@ func (c *Checkpoint) openIndex() error {
 		c.warnings = append(c.warnings, fmt.Sprintf("metadata.total_size is %d but the mapped tensors hold %d bytes", ix.TotalSize, total))
 	}
 
-	// Metadata: union of the shards' __metadata__, first shard wins.
+	// Metadata: union of the shards' __metadata__, first shard wins;
+	// checksums belong to their file (Checksummed).
 	c.meta = make(map[string]string)
 	from := make(map[string]string)
 	for _, s := range c.shards {
 		keys := slices.Sorted(maps.Keys(s.header.Metadata))
 		for _, k := range keys {
+			if safetensors.IsChecksumKey(k) {
+				continue
+			}
 			v := s.header.Metadata[k]
 			if old, ok := c.meta[k]; ok {
 				if old != v {
@@ -438,6 +442,17 @@ func (c *Checkpoint) At(i int) (info safetensors.TensorInfo, file int) {
 	return c.shards[e.shard].header.Tensors[e.idx], int(e.shard)
 }
 
+// Checksummed reports whether the header of the file holding the tensor
+// name names a checksum for it (safetensors.ChecksumPrefix).
+func (c *Checkpoint) Checksummed(name string) bool {
+	e, ok := c.lookup(name)
+	if !ok {
+		return false
+	}
+	_, has := c.shards[e.shard].header.Metadata[safetensors.ChecksumPrefix+name]
+	return has
+}
+
 // Has reports whether the checkpoint has a tensor called name.
 func (c *Checkpoint) Has(name string) bool {
 	_, ok := c.lookup(name)
@@ -456,8 +471,9 @@ func (c *Checkpoint) Info(name string) (info safetensors.TensorInfo, file string
 }
 
 // Metadata returns the shards' __metadata__ merged (a key with different
-// values in different shards keeps the first shard's value, with a warning).
-// The map is a copy.
+// values in different shards keeps the first shard's value, with a
+// warning), without the checksum keys, which describe their own file
+// (Checksummed; safetensors.ChecksumPrefix). The map is a copy.
 func (c *Checkpoint) Metadata() map[string]string { return maps.Clone(c.meta) }
 
 // Files returns the paths of the checkpoint's safetensors files, sorted.

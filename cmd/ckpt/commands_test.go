@@ -363,8 +363,8 @@ func TestDemo(t *testing.T) {
 		"previous file intact: true",
 		// ckpt verify and ckpt checksum.
 		"after:    5 files, 45 tensors, 43.6 KiB verified by checksum (45 tensors), 0 tensors without checksums",
-		`diffusion_pytorch_model-00002-of-00002.safetensors: tensor "proj_out.weight": truncated: the file ends at byte 10238`,
-		`diffusion_pytorch_model.bf16.safetensors: tensor "blocks.1.attn.qkv.bias": checksum mismatch in bytes 8416 to 8512`,
+		`diffusion_pytorch_model-00002-of-00002.safetensors: tensor "proj_out.weight": truncated: the file ends at byte 10270`,
+		`diffusion_pytorch_model.bf16.safetensors: tensor "blocks.1.attn.qkv.bias": checksum mismatch in bytes 8448 to 8544`,
 		"checksum refuses to write over them: errors.Is(err, ckpt.ErrChecksum) = true",
 		"temp files left: 0",
 		// The loader: BF16 does not fit the budget, FP8 does.
