@@ -81,8 +81,8 @@ func regionOf(t *testing.T, b []byte, off int64) region {
 func corruptionFixtures(t *testing.T) map[string]string {
 	ts := ckpttest.Tensors(t, "emb.weight:BF16[64,16] l0.q_proj.weight:F32[16,16] l0.norm.weight:F32[16] l0.k_proj.weight:F8_E4M3[16,32] head.bias:F16[8]")
 	out := map[string]string{
-		"single":   ckpttest.Dir(t, ckpttest.Weights{Tensors: ts}),
-		"shards":   ckpttest.Dir(t, ckpttest.Weights{Shards: 3, Tensors: ts}),
+		"single": ckpttest.Dir(t, ckpttest.Weights{Tensors: ts}),
+		"shards": ckpttest.Dir(t, ckpttest.Weights{Shards: 3, Tensors: ts}),
 		"pipeline": ckpttest.NewPipeline(t, ckpttest.Pipeline{Components: []ckpttest.Component{
 			{Name: "unet", Weights: []ckpttest.Weights{{Prefix: ckpttest.DiffusersPrefix, Shards: 2, Tensors: ts}}},
 			{Name: "text_encoder", Weights: []ckpttest.Weights{{Tensors: ts[:3]}}},
