@@ -47,4 +47,14 @@
 // starts at a multiple of 8 (WithAlignment for more). Create and Save write
 // atomically (temporary file, fsync, rename, directory fsync): on any error
 // or cancellation the previous file is untouched and nothing is left behind.
+//
+// # Checksums
+//
+// The writer records a CRC-32C of every tensor's stored bytes, and one of
+// the header itself, in __metadata__ (ChecksumPrefix, HeaderChecksumKey),
+// where other readers ignore them; WithoutChecksums writes the reference's
+// bytes exactly. Header.Checksums reads them, Tensor.Verify checks a
+// tensor, and a mismatch is a *ChecksumError (ErrChecksum) naming the file,
+// the tensor and its bytes. The loader, package convert and package
+// integrity verify as they read.
 package safetensors
