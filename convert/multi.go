@@ -397,19 +397,26 @@ func writeSinkFile(ctx context.Context, dest sink.Sink, name string, b []byte, e
 // writeSinkFileIf is writeSinkFile that, given a version, replaces only
 // that version of name (sink.CreateIf).
 func writeSinkFileIf(ctx context.Context, dest sink.Sink, name string, b []byte, exclusive bool, version string) error {
+	_, err := writeSinkFileVersion(ctx, dest, name, b, exclusive, version)
+	return err
+}
+
+// writeSinkFileVersion is writeSinkFileIf that returns the version it
+// wrote (sink.Written: "" on a sink that is not Conditional).
+func writeSinkFileVersion(ctx context.Context, dest sink.Sink, name string, b []byte, exclusive bool, version string) (string, error) {
 	f, err := sink.CreateIf(ctx, dest, name, exclusive, version)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if _, err := f.Write(b); err != nil {
 		f.Abort()
-		return err
+		return "", err
 	}
 	if err := f.Close(); err != nil {
 		f.Abort()
-		return err
+		return "", err
 	}
-	return nil
+	return sink.Written(ctx, dest, f, name)
 }
 
 // writeRankShard streams the shard of a plan's tensors to name and fills

@@ -101,19 +101,7 @@ func (m *marker) write(ctx context.Context, exclusive bool, version string) erro
 	if err != nil {
 		return err
 	}
-	f, err := sink.CreateIf(ctx, m.dest, m.name, exclusive, version)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(append(b, '\n')); err != nil {
-		f.Abort()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		f.Abort()
-		return err
-	}
-	v, err := sink.Written(ctx, m.dest, f, m.name)
+	v, err := writeSinkFileVersion(ctx, m.dest, m.name, append(b, '\n'), exclusive, version)
 	if err != nil {
 		return err
 	}
