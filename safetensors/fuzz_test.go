@@ -42,6 +42,12 @@ func FuzzParseHeader(f *testing.F) {
 			}
 			return
 		}
+		// Checksum metadata of any shape: a map or ErrChecksum, never a panic.
+		if sums, err := h.Checksums(); err != nil && !errors.Is(err, ErrChecksum) {
+			t.Fatalf("Checksums: untyped error %v", err)
+		} else if err == nil && sums != nil && len(sums) != len(h.Tensors) {
+			t.Fatalf("Checksums: %d of %d tensors", len(sums), len(h.Tensors))
+		}
 		// Without a data section the offsets are unchecked against a file:
 		// only re-serialize what is cheap to allocate.
 		if n := len(h.Tensors); n > 0 && h.Tensors[n-1].End > 1<<20 {
