@@ -5,9 +5,7 @@ import (
 	"io"
 	"io/fs"
 	"path"
-	"slices"
 
-	"github.com/ckpt-go/ckpt/internal/srcfs"
 	"github.com/ckpt-go/ckpt/shard"
 	"github.com/ckpt-go/ckpt/source"
 )
@@ -23,13 +21,13 @@ import (
 // source.RangeFS
 // it is read with parallel ranged requests.
 func WithFS(fsys fs.FS) Option {
-	return func(c *config) error { c.fsys = fsys; return nil }
+	return func(c *config) error { c.src = c.src.WithFS(fsys); return nil }
 }
 
 // openSource resolves m.path into the file system and name to read.
 func (m *Model) openSource() error {
 	m.name = m.path
-	if m.cfg.fsys != nil {
+	if m.cfg.src.FS() != nil {
 		name := m.path
 		if name == "" {
 			name = "."
@@ -38,7 +36,7 @@ func (m *Model) openSource() error {
 		if !fs.ValidPath(name) {
 			return &Error{Kind: ErrOption, Path: m.path, Msg: "with WithFS the path is an fs.FS name: slash-separated, without a leading slash or .. elements"}
 		}
-		m.src, m.name = srcfs.Of(m.cfg.fsys), name
+		m.src, m.name = m.cfg.src, name
 	} else {
 		fsys, name, err := source.Open(context.Background(), m.path)
 		if err != nil {
@@ -48,12 +46,16 @@ func (m *Model) openSource() error {
 			}
 			return &Error{Kind: ErrResolve, Path: m.path, Err: err}
 		}
-		m.src, m.name, m.ownsFS = srcfs.Of(fsys), name, fsys != nil
-	}
-	if fsys := m.src.FS(); fsys != nil {
-		m.cfg.shardOptions = append(slices.Clip(m.cfg.shardOptions), shard.WithFS(fsys))
+		m.src, m.name, m.ownsFS = m.cfg.src.WithFS(fsys), name, fsys != nil
 	}
 	return nil
+}
+
+// sourceOptions are the shard options every file of the model is resolved
+// and opened with: the source (file system and symlink rule), then what
+// WithShardOptions added.
+func (m *Model) sourceOptions() []shard.Option {
+	return append([]shard.Option{shard.WithSource(m.src)}, m.cfg.shardOptions...)
 }
 
 // closeSource closes the file system Open opened for a location, when it

@@ -161,10 +161,7 @@ func (m *Model) openFile() error {
 }
 
 func (m *Model) openDir() error {
-	vopts := []variant.Option{variant.WithShardOptions(m.cfg.shardOptions...)}
-	if fsys := m.src.FS(); fsys != nil {
-		vopts = append(vopts, variant.WithFS(fsys))
-	}
+	vopts := []variant.Option{variant.WithSource(m.src), variant.WithShardOptions(m.cfg.shardOptions...)}
 	pp, err := variant.Resolve(m.name, m.cfg.variant, vopts...)
 	if err != nil {
 		return &Error{Kind: ErrResolve, Path: m.path, Err: err}
@@ -196,7 +193,7 @@ func (m *Model) openDir() error {
 // the pread strategy, local files are not mapped at all (reads go through
 // pread, never through page faults on a mapping).
 func (m *Model) shardOptions(strategy ReadStrategy) []shard.Option {
-	return append(slices.Clone(m.cfg.shardOptions), m.readOptions(strategy)...)
+	return append(m.sourceOptions(), m.readOptions(strategy)...)
 }
 
 // readOptions are the shard options the read strategy adds to the model's
@@ -401,7 +398,7 @@ func numElements(shape []int64) int64 {
 // the folder's symlink rule (shard.ResolveFile) and the regular-file check
 // (safeopen); a missing file is (nil, nil).
 func (m *Model) readConfig(path string) ([]byte, error) {
-	real, err := shard.ResolveFile(path, m.cfg.shardOptions...)
+	real, err := shard.ResolveFile(path, m.sourceOptions()...)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil

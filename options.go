@@ -2,9 +2,8 @@ package ckpt
 
 import (
 	"fmt"
-	"io/fs"
-
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/srcfs"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
 )
@@ -23,9 +22,12 @@ type config struct {
 	saturate     bool
 	keepScales   bool
 	staging      int64
-	shardOptions []shard.Option
-	fsys         fs.FS // WithFS
-	rank         rankConfig
+	shardOptions []shard.Option // WithShardOptions (deprecated)
+	// src is where the files are (WithFS; nil: the operating system or
+	// the location's scheme) and the symlink rule (WithFollowSymlinks):
+	// the one value Open passes down to package variant and package shard.
+	src  srcfs.FS
+	rank rankConfig
 	// memRoots, when set (tests only), are the proc and cgroup folders the
 	// default budget is read from instead of this machine's.
 	memRoots *[2]string
@@ -224,7 +226,12 @@ func WithStaging(bytes int64) Option {
 }
 
 // WithShardOptions passes options to shard.Open and to variant's resolution
-// for every component.
+// for every component, after the source that Open built from WithFS and
+// WithFollowSymlinks.
+//
+// Deprecated: it only forwards. Use WithFS for the file system,
+// WithFollowSymlinks for the symlink rule and WithReadStrategy for how
+// files are read.
 func WithShardOptions(opts ...shard.Option) Option {
 	return func(c *config) error { c.shardOptions = append(c.shardOptions, opts...); return nil }
 }
@@ -235,7 +242,7 @@ func WithShardOptions(opts ...shard.Option) Option {
 // what a Hugging Face cache needs, where snapshots/REV/* link into
 // ../../blobs.
 func WithFollowSymlinks() Option {
-	return WithShardOptions(shard.WithFollowSymlinks())
+	return func(c *config) error { c.src = c.src.Following(true); return nil }
 }
 
 const defaultStaging = 64 << 20

@@ -15,6 +15,7 @@ import (
 	"github.com/ckpt-go/ckpt/internal/atomicfile"
 	"github.com/ckpt-go/ckpt/internal/pathutil"
 	"github.com/ckpt-go/ckpt/internal/safeopen"
+	"github.com/ckpt-go/ckpt/internal/srcfs"
 	"github.com/ckpt-go/ckpt/quant"
 	"github.com/ckpt-go/ckpt/shard"
 )
@@ -166,15 +167,14 @@ type copyFile struct {
 
 // scanCopies lists the files under root to copy into the destination,
 // refusing (before anything is written) a file that is not regular or a
-// symbolic link that leaves its folder, unless follow. skip says which
+// symbolic link that leaves its folder, unless src follows links out of
+// their folder (src is the runner's source, on the operating system's
+// files). skip says which
 // relative paths are handled otherwise (the components' configs).
-func scanCopies(root string, follow bool, skip func(rel string) (bool, string)) ([]copyFile, []SkippedFile, error) {
+func scanCopies(root string, src srcfs.FS, skip func(rel string) (bool, string)) ([]copyFile, []SkippedFile, error) {
 	var files []copyFile
 	var skipped []SkippedFile
-	var sopts []shard.Option
-	if follow {
-		sopts = append(sopts, shard.WithFollowSymlinks())
-	}
+	sopts := []shard.Option{shard.WithSource(src)}
 	visited := map[string]bool{}
 	var walk func(dir, rel string, depth int) error
 	walk = func(dir, rel string, depth int) error {

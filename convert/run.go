@@ -22,6 +22,7 @@ import (
 	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/internal/safeopen"
+	"github.com/ckpt-go/ckpt/internal/srcfs"
 	"github.com/ckpt-go/ckpt/quant"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
@@ -354,12 +355,26 @@ func (r *runner) openSource() ([]srcComponent, func(), error) {
 	return srcs, closer, nil
 }
 
+// source is the one value that says where the source's files are (srcFS,
+// nil for the operating system's) and whether links may leave their folder
+// (Options.FollowSymlinks): every resolution of the source's files reads
+// the symlink rule from it.
+func (r *runner) source() srcfs.FS {
+	return srcfs.Of(r.srcFS).Following(r.opts.FollowSymlinks)
+}
+
+// ckptSourceOptions are the source's rule as ckpt.Open takes it (Open
+// opens the location itself).
+func (r *runner) ckptSourceOptions() []ckpt.Option {
+	if r.source().Follow() {
+		return []ckpt.Option{ckpt.WithFollowSymlinks()}
+	}
+	return nil
+}
+
 // openLoader opens a safetensors source with the loader.
 func (r *runner) openLoader() ([]srcComponent, func(), error) {
-	copts := []ckpt.Option{ckpt.WithVariant(r.opts.SourceVariant), ckpt.WithBudget(-1)}
-	if r.opts.FollowSymlinks {
-		copts = append(copts, ckpt.WithFollowSymlinks())
-	}
+	copts := append(r.ckptSourceOptions(), ckpt.WithVariant(r.opts.SourceVariant), ckpt.WithBudget(-1))
 	m, err := ckpt.Open(r.src, copts...)
 	if err != nil {
 		return nil, nil, &Error{Kind: ErrSource, Path: r.src, Err: err}
@@ -512,7 +527,7 @@ func (r *runner) plan(srcs []srcComponent) ([]copyFile, error) {
 		r.rep.Skipped = r.leftOut(skipped)
 		return copies, err
 	}
-	copies, skipped, err := scanCopies(r.src, r.opts.FollowSymlinks, skip)
+	copies, skipped, err := scanCopies(r.src, r.source(), skip)
 	if err != nil {
 		return nil, err
 	}
@@ -584,11 +599,7 @@ func (r *runner) readConfig(path string) ([]byte, error) {
 	if r.srcFS != nil {
 		return r.readSourceConfig(path)
 	}
-	var sopts []shard.Option
-	if r.opts.FollowSymlinks {
-		sopts = append(sopts, shard.WithFollowSymlinks())
-	}
-	real, err := shard.ResolveFile(path, sopts...)
+	real, err := shard.ResolveFile(path, shard.WithSource(r.source()))
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil

@@ -70,7 +70,7 @@ func (r *runner) openTorch() ([]srcComponent, func(), error) {
 	}
 	dir := filepath.Dir(path)
 	var topts []torch.Option
-	if r.opts.FollowSymlinks {
+	if r.source().Follow() {
 		topts = append(topts, torch.WithSymlinkRoot("/"))
 	}
 	ck, err := torch.Open(path, topts...)

@@ -27,11 +27,7 @@ func (r *runner) verify() error {
 		if cr.Index != "" {
 			entry = joinLocation(cr.Dir, cr.Index)
 		}
-		var copts []ckpt.Option
-		if r.opts.FollowSymlinks {
-			copts = append(copts, ckpt.WithFollowSymlinks())
-		}
-		m, err := ckpt.Open(entry, append(copts, ckpt.WithBudget(-1))...)
+		m, err := ckpt.Open(entry, append(r.ckptSourceOptions(), ckpt.WithBudget(-1))...)
 		if err != nil {
 			return &Error{Kind: ErrVerify, Path: entry, Component: c.name, Msg: "the output does not open", Err: err}
 		}

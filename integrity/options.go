@@ -2,15 +2,19 @@ package integrity
 
 import (
 	"io/fs"
+
+	"github.com/ckpt-go/ckpt/internal/srcfs"
 )
 
 // Option configures Verify and Checksum.
 type Option func(*config)
 
 type config struct {
-	fsys    fs.FS
+	// src is where the files are (WithFS) and the symlink rule
+	// (FollowSymlinks): the one value Verify and Checksum pass down to
+	// package variant and package shard.
+	src     srcfs.FS
 	withFS  bool
-	follow  bool
 	require bool
 	workers int
 	piece   int64 // bytes of a tensor one job checks; 0: the default (tests set it)
@@ -34,7 +38,7 @@ func buildConfig(opts []Option) config {
 // fs.ReadDir; files are read through their io.ReaderAt, or with ranged
 // requests when fsys is a source.RangeFS.
 func WithFS(fsys fs.FS) Option {
-	return func(c *config) { c.fsys, c.withFS = fsys, true }
+	return func(c *config) { c.src, c.withFS = c.src.WithFS(fsys), true }
 }
 
 // FollowSymlinks lets the files a folder or index resolves to be symbolic
@@ -44,7 +48,7 @@ func WithFS(fsys fs.FS) Option {
 // an ErrInsecurePath problem and is not read. The location itself is
 // always followed: the caller named it.
 func FollowSymlinks() Option {
-	return func(c *config) { c.follow = true }
+	return func(c *config) { c.src = c.src.Following(true) }
 }
 
 // RequireChecksums makes a safetensors file without checksums an

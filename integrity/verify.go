@@ -89,14 +89,14 @@ func newVerifier(ctx context.Context, location string, cfg config) (*verifier, s
 	v.rep = Report{Location: location, Problems: []*Problem{}, Files: []FileReport{}, Notes: []string{}}
 	name := location
 	if cfg.withFS {
-		if cfg.fsys == nil {
+		if cfg.src.FS() == nil {
 			return nil, "", &fs.PathError{Op: "verify", Path: location, Err: errors.New("WithFS was given a nil file system")}
 		}
 		name = path.Clean(cmpOr(name, "."))
 		if !fs.ValidPath(name) {
 			return nil, "", &fs.PathError{Op: "verify", Path: location, Err: errors.New("with WithFS the location is an fs.FS name: slash-separated, without a leading slash or .. elements")}
 		}
-		v.src = srcfs.Of(cfg.fsys)
+		v.src = cfg.src
 	} else {
 		fsys, n, err := source.Open(ctx, location)
 		if err != nil {
@@ -105,7 +105,7 @@ func newVerifier(ctx context.Context, location string, cfg config) (*verifier, s
 		if c, ok := fsys.(io.Closer); ok {
 			v.closer = c
 		}
-		v.src, name = srcfs.Of(fsys), n
+		v.src, name = cfg.src.WithFS(fsys), n
 	}
 	return v, name, nil
 }
@@ -200,14 +200,7 @@ func (v *verifier) folderOrPipeline(dir string) error {
 	}
 	// model_index.json: its blob, when in a hub snapshot, and its
 	// components.
-	var vopts []variant.Option
-	if fsys := v.src.FS(); fsys != nil {
-		vopts = append(vopts, variant.WithFS(fsys))
-	}
-	if v.cfg.follow {
-		vopts = append(vopts, variant.WithShardOptions(shard.WithFollowSymlinks()))
-	}
-	names, err := variant.Components(dir, vopts...)
+	names, err := variant.Components(dir, variant.WithSource(v.src))
 	if err != nil {
 		v.modelIndexProblem(mi, err)
 		v.found++ // no component to look for weights in: the problem says why
@@ -360,7 +353,7 @@ func (v *verifier) resolve(name string, direct bool) (string, bool) {
 	if err != nil {
 		return "", true
 	}
-	if !inside && !v.cfg.follow {
+	if !inside && !v.src.Follow() {
 		v.problem(newProblem(ErrInsecurePath, v.rel(name), "", nil, insecureMsg))
 		return "", false
 	}
@@ -381,7 +374,7 @@ func (v *verifier) unresolved(name string) string {
 // when it may be read.
 func (v *verifier) quietResolve(name string) (string, bool) {
 	real, inside, err := v.src.Resolve(name)
-	if err != nil || (!inside && !v.cfg.follow) {
+	if err != nil || (!inside && !v.src.Follow()) {
 		return "", false
 	}
 	return real, true

@@ -18,9 +18,8 @@ import (
 type Option func(*openConfig)
 
 type openConfig struct {
-	follow   bool
 	openOpts []safetensors.OpenOption
-	src      srcfs.FS
+	src      srcfs.FS // where the files are, and the symlink rule
 }
 
 func buildConfig(opts []Option) openConfig {
@@ -45,7 +44,7 @@ func buildConfig(opts []Option) openConfig {
 // It exists for the Hugging Face cache, whose snapshot folders
 // (models--org--name/snapshots/REV/) hold symlinks to ../../blobs/SHA.
 func WithFollowSymlinks() Option {
-	return func(c *openConfig) { c.follow = true }
+	return func(c *openConfig) { c.src = c.src.Following(true) }
 }
 
 // WithFS makes Open, ResolveFile and ReadIndexFS read the files of fsys
@@ -57,7 +56,17 @@ func WithFollowSymlinks() Option {
 // links: WithFollowSymlinks has nothing to allow there. A nil fsys is the
 // operating system's.
 func WithFS(fsys fs.FS) Option {
-	return func(c *openConfig) { c.src = srcfs.Of(fsys) }
+	return func(c *openConfig) { c.src = c.src.WithFS(fsys) }
+}
+
+// WithSource sets where the files are and whether links may leave their
+// folder, as one value, replacing what WithFS and WithFollowSymlinks set
+// before it. It is how the module's own packages (the root package,
+// variant, convert, integrity) pass the source their entry point built;
+// srcfs.FS is internal, so other programs use WithFS and
+// WithFollowSymlinks.
+func WithSource(src srcfs.FS) Option {
+	return func(c *openConfig) { c.src = src }
 }
 
 // ResolveFile applies the symlink rule of WithFollowSymlinks to the file or
@@ -81,7 +90,7 @@ func (cfg *openConfig) resolve(path, shard string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if !inside && !cfg.follow {
+	if !inside && !cfg.src.Follow() {
 		e := &Error{Kind: ErrInsecurePath, Path: path, Shard: shard,
 			Msg: fmt.Sprintf("symlink leads to %s, outside %s (WithFollowSymlinks allows it)", real, dir)}
 		if shard != "" {

@@ -64,15 +64,21 @@ type config struct {
 
 // WithFS resolves folders of fsys instead of the operating system's: paths
 // are then fs.FS names (slash-separated, unrooted; see fs.ValidPath), and
-// the plans' files are opened from fsys (shard.WithFS is added to the shard
-// options). Folders are listed with fs.ReadDir, so fsys must be able to list
-// them (package remote's S3 file system can; plain HTTP cannot). A nil fsys
-// is the operating system's.
+// the plans' files are opened from fsys (it is passed on to package shard
+// with the source). Folders are listed with fs.ReadDir, so fsys must be
+// able to list them (package remote's S3 file system can; plain HTTP
+// cannot). A nil fsys is the operating system's.
 func WithFS(fsys fs.FS) Option {
-	return func(c *config) {
-		c.src = srcfs.Of(fsys)
-		c.shardOpts = append(c.shardOpts, shard.WithFS(fsys))
-	}
+	return func(c *config) { c.src = c.src.WithFS(fsys) }
+}
+
+// WithSource sets where the files are and whether links may leave their
+// folder, as one value (replacing what WithFS set before it); resolution
+// and every shard.Open it makes use it. It is how the module's own
+// packages pass the source their entry point built; srcfs.FS is internal,
+// so other programs use WithFS and WithShardOptions(shard.WithFollowSymlinks()).
+func WithSource(src srcfs.FS) Option {
+	return func(c *config) { c.src = src }
 }
 
 // WithShardOptions passes options to shard.Open, both when resolution
@@ -85,11 +91,15 @@ func WithShardOptions(opts ...shard.Option) Option {
 	return func(c *config) { c.shardOpts = append(c.shardOpts, opts...) }
 }
 
+// buildConfig applies opts; the shard options it returns start with the
+// source (shard.WithSource), followed by those given with
+// WithShardOptions.
 func buildConfig(opts []Option) config {
 	var c config
 	for _, o := range opts {
 		o(&c)
 	}
+	c.shardOpts = append([]shard.Option{shard.WithSource(c.src)}, c.shardOpts...)
 	return c
 }
 

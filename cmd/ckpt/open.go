@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/ckpt-go/ckpt/internal/srcfs"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
 	"github.com/ckpt-go/ckpt/variant"
@@ -86,12 +87,12 @@ func followFlag(fs *flag.FlagSet) *bool {
 		"let the files a folder or index resolves to be symlinks leading out of it (the Hugging Face cache: snapshots link into ../../blobs)")
 }
 
-// shardOptions returns the shard options for the --follow-symlinks flag.
-func shardOptions(follow bool) []shard.Option {
-	if follow {
-		return []shard.Option{shard.WithFollowSymlinks()}
-	}
-	return nil
+// cliSource is the one source value a command reads a checkpoint
+// through: fsys (nil: the operating system's files) and the symlink rule of
+// --follow-symlinks. It is passed to package variant and package shard as
+// it is.
+func cliSource(fsys fs.FS, follow bool) srcfs.FS {
+	return srcfs.Of(fsys).Following(follow)
 }
 
 // openTarget opens path as a checkpoint: a .safetensors file, a
@@ -123,12 +124,9 @@ func openTargetFS(fsys fs.FS, path, name, variantName string, follow bool) (*che
 	if err != nil {
 		return nil, err
 	}
-	opts := shardOptions(follow)
-	vopts := []variant.Option{variant.WithShardOptions(opts...)}
-	if fsys != nil {
-		opts = append(opts, shard.WithFS(fsys))
-		vopts = append(vopts, variant.WithFS(fsys))
-	}
+	src := cliSource(fsys, follow)
+	opts := []shard.Option{shard.WithSource(src)}
+	vopts := []variant.Option{variant.WithSource(src)}
 	t := &checkpointTarget{path: path, kind: "file", fsys: fsys, name: name}
 	switch {
 	case st.IsDir():

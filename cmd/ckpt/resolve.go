@@ -65,10 +65,9 @@ func resolveAndPrint(e *env, dir, variantName string, asJSON, follow bool) error
 		return err
 	}
 	defer closeFS(fsys)
-	vopts := []variant.Option{variant.WithShardOptions(shardOptions(follow)...)}
+	vopts := []variant.Option{variant.WithSource(cliSource(fsys, follow))}
 	var statErr error
 	if fsys != nil {
-		vopts = append(vopts, variant.WithFS(fsys))
 		_, statErr = fs.Stat(fsys, path.Join(name, variant.ModelIndex))
 	} else {
 		_, statErr = os.Stat(filepath.Join(dir, variant.ModelIndex))

@@ -22,13 +22,34 @@ import (
 	"github.com/ckpt-go/ckpt/internal/safeopen"
 )
 
-// FS is the operating system (the zero value) or an fs.FS.
+// FS is the one value that says where a checkpoint's bytes come from and
+// how its paths are followed: the operating system (the zero value) or an
+// fs.FS, and whether symbolic links may lead out of their folder (Follow).
+// The entry points (ckpt.Open's options, convert.Options, integrity's
+// options, the CLI's flags) build it once and pass it down to package
+// variant and package shard (their WithSource options), which decide the
+// symlink rule from it alone.
 type FS struct {
-	fsys fs.FS
+	fsys   fs.FS
+	follow bool
 }
 
-// Of returns the FS for fsys; nil gives the operating system's.
+// Of returns the FS for fsys; nil gives the operating system's. It does
+// not follow links out of their folder.
 func Of(fsys fs.FS) FS { return FS{fsys: fsys} }
+
+// WithFS returns s reading fsys (nil: the operating system), its symlink
+// rule unchanged.
+func (s FS) WithFS(fsys fs.FS) FS { s.fsys = fsys; return s }
+
+// Following returns s with symbolic links allowed to lead out of their
+// folder (follow) or not: the project's one opt-in, which the Hugging Face
+// cache needs (its snapshots link into ../../blobs). An fs.FS has no links,
+// so it changes nothing there.
+func (s FS) Following(follow bool) FS { s.follow = follow; return s }
+
+// Follow reports whether links may lead out of their folder.
+func (s FS) Follow() bool { return s.follow }
 
 // FS returns the fs.FS, or nil for the operating system.
 func (s FS) FS() fs.FS { return s.fsys }
