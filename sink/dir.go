@@ -53,6 +53,8 @@ func (d dirFS) ReadDir(name string) ([]fs.DirEntry, error) {
 		if _, serr := os.Stat(d.dir); errors.Is(serr, fs.ErrNotExist) {
 			return nil, nil
 		}
+		// Created by another writer since: read what it holds now.
+		return fs.ReadDir(d.StatFS, name)
 	}
 	return es, err
 }
