@@ -415,7 +415,7 @@ func (p *plan) save(ctx context.Context, data func(string) ([]byte, error)) (res
 	}()
 	wres, err := shard.WriteFrom(ctx, tmp, p.prefix, "", p.specs, data, p.metadata, shard.WithMaxShardSize(p.maxShard))
 	if err != nil {
-		if errors.Is(err, shard.ErrCanceled) || ctx.Err() != nil {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
 			return nil, &Error{Kind: ErrCanceled, Path: dir, Err: cmp.Or(ctx.Err(), err)}
 		}
 		return nil, &Error{Kind: ErrWrite, Path: dir, Err: err}
