@@ -414,7 +414,7 @@ func (e *Executor) Live() (buffers int, bytes int64) {
 func quantErr(op, name string, err error) error {
 	kind := executor.ErrArgument
 	switch {
-	case errors.Is(err, quant.ErrCanceled), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		kind = executor.ErrCanceled
 	case errors.Is(err, quant.ErrTarget), errors.Is(err, dtype.ErrUnsupported), errors.Is(err, dtype.ErrUnknown):
 		kind = executor.ErrDType
