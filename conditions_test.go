@@ -1,12 +1,19 @@
 package ckpt_test
 
 import (
+	"context"
 	"errors"
 	"io/fs"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/ckpt-go/ckpt"
+	"github.com/ckpt-go/ckpt/convert"
+	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/executor"
+	"github.com/ckpt-go/ckpt/executor/cpu"
+	"github.com/ckpt-go/ckpt/quant"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
 	"github.com/ckpt-go/ckpt/torch"
@@ -45,5 +52,47 @@ func TestSharedConditions(t *testing.T) {
 	// Other kinds do not match the shared values.
 	if errors.Is(&shard.Error{Kind: shard.ErrMissingShard}, fs.ErrClosed) || errors.Is(&variant.Error{Kind: variant.ErrMissingShard}, shard.ErrInsecurePath) {
 		t.Error("a kind matched another condition")
+	}
+}
+
+// A canceled operation's error matches context.Canceled whichever package
+// reports it: no package has a canceled kind of its own.
+func TestCanceledConditions(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	dir := t.TempDir()
+	tensors := []safetensors.TensorData{{Name: "w", DType: dtype.F32, Shape: []int64{1}, Data: make([]byte, 4)}}
+	ex, err := cpu.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ex.Close()
+	for _, c := range []struct {
+		name string
+		run  func() error
+	}{
+		{"safetensors", func() error { return safetensors.Save(ctx, filepath.Join(dir, "a.safetensors"), tensors, nil) }},
+		{"shard", func() error {
+			_, err := shard.Write(ctx, filepath.Join(dir, "b"), "model", "", tensors, nil)
+			return err
+		}},
+		{"convert", func() error {
+			_, err := convert.Save(ctx, filepath.Join(dir, "c"), tensors, convert.SaveOptions{})
+			return err
+		}},
+		{"quant", func() error {
+			_, err := (&quant.Weight{Name: "w"}).DequantizeContext(ctx, nil, dtype.BF16, nil, nil, dtype.Options{})
+			return err
+		}},
+		{"executor/cpu", func() error { _, err := ex.FromHost(ctx, make([]byte, 4), dtype.F32, []int64{1}, "w"); return err }},
+	} {
+		err := c.run()
+		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "canceled") {
+			t.Errorf("%s: %v, want an error matching context.Canceled", c.name, err)
+		}
+		wrapped := &ckpt.Error{Kind: ckpt.ErrResolve, Err: err}
+		if !errors.Is(wrapped, context.Canceled) {
+			t.Errorf("%s, wrapped by the loader: errors.Is is false", c.name)
+		}
 	}
 }

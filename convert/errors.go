@@ -1,10 +1,12 @@
 package convert
 
 import (
+	"errors"
 	"fmt"
-	"github.com/ckpt-go/ckpt/internal/errkind"
 	"strconv"
 	"strings"
+
+	"github.com/ckpt-go/ckpt/internal/errkind"
 )
 
 // Error is the error type of this package. It names what it concerns: the
@@ -87,9 +89,6 @@ const (
 	// ErrBusy: a save of the same folder is running in this process and
 	// the options say RefusePrevious.
 	ErrBusy
-	// ErrCanceled: the context was canceled before the checkpoint was
-	// committed; nothing was left behind. Err is the context's error.
-	ErrCanceled
 	// ErrWrite: writing the checkpoint failed before it was committed;
 	// nothing was left behind and earlier checkpoints are untouched.
 	ErrWrite
@@ -149,7 +148,6 @@ var kindNames = [...]string{
 	ErrNoSpace:    "no_space",
 	ErrExists:     "exists",
 	ErrBusy:       "busy",
-	ErrCanceled:   "canceled",
 	ErrWrite:      "write",
 	ErrCommit:     "commit",
 	ErrSource:     "source",
@@ -181,4 +179,14 @@ func Kinds() []ErrorKind {
 		out = append(out, k)
 	}
 	return out
+}
+
+// withCtxErr returns err when it already wraps the context's error ctxErr,
+// otherwise an error wrapping both, so that a canceled operation's error
+// always matches context.Canceled or context.DeadlineExceeded.
+func withCtxErr(ctxErr, err error) error {
+	if ctxErr == nil || errors.Is(err, ctxErr) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ctxErr, err)
 }

@@ -263,7 +263,7 @@ func writeAtomic(ctx context.Context, path string, write func(io.Writer) error) 
 	f, err := atomicfile.Create(ctx, path)
 	if err != nil {
 		if ctx.Err() != nil {
-			return &Error{Kind: ErrCanceled, Path: path, Err: ctx.Err()}
+			return &Error{Kind: ErrWrite, Path: path, Msg: "canceled", Err: ctx.Err()}
 		}
 		return &Error{Kind: ErrWrite, Path: path, Err: err}
 	}

@@ -334,7 +334,7 @@ func TestRunAtomic(t *testing.T) {
 			cancel()
 		}
 	}})
-	if !errors.Is(err, ErrCanceled) || !errors.Is(err, context.Canceled) {
+	if !errors.Is(err, ErrWrite) || !errors.Is(err, context.Canceled) {
 		t.Errorf("canceled: %v", err)
 	}
 	if after := snapshot(); !mapsEqual(before, after) {

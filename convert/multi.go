@@ -302,7 +302,7 @@ func saveToken(baseID, prefix string, world int, step int64) string {
 // an errors.Join of *Error values); the data is read in place. Errors are
 // *Error values: ErrOption (rank, world, options), ErrName, ErrDuplicate,
 // ErrDType, ErrShape, ErrDataLength, ErrMetadata, ErrHeader, ErrTarget,
-// ErrWrite, ErrCanceled.
+// ErrWrite.
 func SaveShard(ctx context.Context, location string, rank, world int, tensors []safetensors.TensorData, opts ShardOptions) (*ShardResult, error) {
 	start := time.Now()
 	if world < 1 || world > maxWorld {
@@ -330,7 +330,7 @@ func SaveShard(ctx context.Context, location string, rank, world int, tensors []
 		return nil, errors.Join(errs...)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, &Error{Kind: ErrCanceled, Path: location, Ranks: []int{rank}, Err: err}
+		return nil, &Error{Kind: ErrWrite, Path: location, Ranks: []int{rank}, Err: err}
 	}
 	dest, err := openSink(ctx, location)
 	if err != nil {
@@ -384,7 +384,7 @@ func sinkErr(ctx context.Context, where string, rank int, err error) error {
 		ranks = []int{rank}
 	}
 	if ctx.Err() != nil {
-		return &Error{Kind: ErrCanceled, Path: where, Ranks: ranks, Err: ctx.Err()}
+		return &Error{Kind: ErrWrite, Path: where, Ranks: ranks, Msg: "canceled", Err: ctx.Err()}
 	}
 	return &Error{Kind: ErrWrite, Path: where, Ranks: ranks, Err: err}
 }
@@ -530,7 +530,7 @@ func Commit(ctx context.Context, location string, opts CommitOptions) (*CommitRe
 		return nil, &Error{Kind: ErrOption, Path: location, Field: "Prefix", Msg: err.Error()}
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, &Error{Kind: ErrCanceled, Path: location, Err: err}
+		return nil, &Error{Kind: ErrWrite, Path: location, Msg: "canceled", Err: err}
 	}
 	dest, err := openSink(ctx, location)
 	if err != nil {
@@ -542,7 +542,7 @@ func Commit(ctx context.Context, location string, opts CommitOptions) (*CommitRe
 		lock, err := lockDir(ctx, ds, names.singleName())
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, &Error{Kind: ErrCanceled, Path: location, Msg: "waiting for another save of the set", Err: ctx.Err()}
+				return nil, &Error{Kind: ErrWrite, Path: location, Msg: "canceled waiting for another save of the set", Err: ctx.Err()}
 			}
 			return nil, &Error{Kind: ErrTarget, Path: location, Msg: "taking the lock", Err: err}
 		}
@@ -592,7 +592,7 @@ func Commit(ctx context.Context, location string, opts CommitOptions) (*CommitRe
 	}
 	res.Tensors = len(wm)
 	if err := ctx.Err(); err != nil {
-		return nil, &Error{Kind: ErrCanceled, Path: location, Err: err}
+		return nil, &Error{Kind: ErrWrite, Path: location, Msg: "canceled", Err: err}
 	}
 	at("commit-verified")
 
@@ -607,7 +607,7 @@ func Commit(ctx context.Context, location string, opts CommitOptions) (*CommitRe
 				return nil, &Error{Kind: ErrConflict, Path: dest.Location(names.indexName()), Msg: "another writer wrote or replaced the index since Commit looked; it was not replaced", Err: err}
 			}
 			if ctx.Err() != nil {
-				return nil, &Error{Kind: ErrCanceled, Path: location, Msg: "the index was not written; the previous checkpoint is untouched", Err: ctx.Err()}
+				return nil, &Error{Kind: ErrWrite, Path: location, Msg: "canceled: the index was not written; the previous checkpoint is untouched", Err: ctx.Err()}
 			}
 			return nil, &Error{Kind: ErrCommit, Path: dest.Location(names.indexName()), Msg: "writing the index; the previous checkpoint is untouched", Err: err}
 		}
@@ -787,7 +787,7 @@ func (g *saveGroup) verify(ctx context.Context, fsys fs.FS, files map[string]int
 	errs = append(errs, g.bad...)
 	for r := range g.world {
 		if err := ctx.Err(); err != nil {
-			return &Error{Kind: ErrCanceled, Path: dest.Location(""), Err: err}
+			return &Error{Kind: ErrWrite, Path: dest.Location(""), Msg: "canceled", Err: err}
 		}
 		m := g.markers[r]
 		var err error

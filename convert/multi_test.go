@@ -293,7 +293,7 @@ func TestSaveShardOptions(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := convert.SaveShard(ctx, dir, 0, 1, ts, convert.ShardOptions{}); !errors.Is(err, convert.ErrCanceled) {
+	if _, err := convert.SaveShard(ctx, dir, 0, 1, ts, convert.ShardOptions{}); !errors.Is(err, context.Canceled) {
 		t.Errorf("canceled: %v", err)
 	}
 	if _, err := convert.Commit(context.Background(), dir, convert.CommitOptions{Prefix: "-x"}); !errors.Is(err, convert.ErrOption) {

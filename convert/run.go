@@ -223,7 +223,8 @@ type runner struct {
 //
 // Errors are *Error values: ErrOption, ErrSource, ErrTarget (the
 // destination), ErrCopy, ErrCast, ErrOverflow (Options.FailOnOverflow),
-// ErrWrite, ErrCanceled, ErrVerify, ErrUnreadable.
+// ErrWrite, ErrVerify, ErrUnreadable. A canceled ctx gives an ErrWrite that
+// says "canceled" and matches context.Canceled (or DeadlineExceeded).
 func Run(ctx context.Context, src, dst string, opts Options) (*Report, error) {
 	r := &runner{ctx: ctx, opts: opts, src: src, dst: dst, rep: &Report{Source: src, Dest: dst, Variant: opts.Variant}}
 	if err := r.check(); err != nil {
@@ -707,7 +708,7 @@ func (r *runner) writeErr(path string, c *component, err error) error {
 		return ce
 	}
 	if r.ctx.Err() != nil {
-		return &Error{Kind: ErrCanceled, Path: path, Component: c.name, Err: err}
+		return &Error{Kind: ErrWrite, Path: path, Component: c.name, Msg: "canceled", Err: withCtxErr(r.ctx.Err(), err)}
 	}
 	return &Error{Kind: ErrWrite, Path: path, Component: c.name, Err: err}
 }
@@ -723,7 +724,7 @@ func (r *runner) writeTensor(pl *pipeline, c *component, t *task, w io.Writer) e
 		pc, err := pl.next()
 		if err != nil {
 			if ce := r.ctx.Err(); ce != nil {
-				return &Error{Kind: ErrCanceled, Component: c.name, Tensor: t.spec.Name, Err: ce}
+				return &Error{Kind: ErrWrite, Component: c.name, Tensor: t.spec.Name, Msg: "canceled", Err: ce}
 			}
 			return err
 		}
@@ -821,7 +822,7 @@ func (r *runner) observe(c *component) error {
 				t := ts[i]
 				for first := int64(0); first < t.rows; first += t.per {
 					if err := r.ctx.Err(); err != nil {
-						errs[wi] = &Error{Kind: ErrCanceled, Component: c.name, Tensor: t.spec.Name, Err: err}
+						errs[wi] = &Error{Kind: ErrWrite, Component: c.name, Tensor: t.spec.Name, Msg: "canceled", Err: err}
 						return
 					}
 					n := min(t.per, t.rows-first)
@@ -924,7 +925,7 @@ func (r *runner) finishFiles(copies []copyFile) error {
 	}
 	for _, f := range copies {
 		if err := r.ctx.Err(); err != nil {
-			return &Error{Kind: ErrCanceled, Path: r.dst, Err: err}
+			return &Error{Kind: ErrWrite, Path: r.dst, Msg: "canceled", Err: err}
 		}
 		if f.fsys != nil {
 			if err := r.copyFromSource(f); err != nil {

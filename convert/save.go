@@ -132,7 +132,7 @@ type Pending struct {
 func (p *Pending) Done() <-chan struct{} { return p.done }
 
 // Wait waits until the save is done and returns its result, or the error
-// that ended it (an *Error: ErrWrite, ErrCommit, ErrCanceled, ErrExists,
+// that ended it (an *Error: ErrWrite, ErrCommit, ErrExists,
 // ErrNoSpace or ErrTarget); on error nothing of the save is left behind and
 // earlier checkpoints are untouched.
 func (p *Pending) Wait() (*SaveResult, error) {
@@ -224,7 +224,8 @@ const (
 // or absent, and no partial checkpoint is ever visible under a final name;
 // what a kill leaves is hidden and the next save removes it. A canceled ctx
 // or a failure before step 3 removes the hidden folder and returns an
-// *Error (ErrCanceled, ErrWrite, ErrCommit); after step 3 the save is
+// *Error (ErrWrite, ErrCommit; a canceled ctx's ErrWrite matches
+// context.Canceled or context.DeadlineExceeded); after step 3 the save is
 // committed and cancellation no longer applies.
 //
 // A synchronous save returns a Pending that is already done, or the error.
@@ -285,7 +286,7 @@ func Save(ctx context.Context, dir string, tensors []safetensors.TensorData, opt
 		if errors.Is(err, ErrBusy) {
 			return nil, &Error{Kind: ErrBusy, Path: dir, Msg: "a save of this folder is running (SaveOptions.IfRunning is RefusePrevious)"}
 		}
-		return nil, &Error{Kind: ErrCanceled, Path: dir, Msg: "waiting for the running save of this folder", Err: err}
+		return nil, &Error{Kind: ErrWrite, Path: dir, Msg: "canceled waiting for the running save of this folder", Err: withCtxErr(ctx.Err(), err)}
 	}
 	pend := &Pending{done: done}
 	run := func() {
@@ -366,7 +367,7 @@ func (p *plan) save(ctx context.Context, data func(string) ([]byte, error)) (res
 	start := time.Now()
 	dir := p.dir
 	if err := ctx.Err(); err != nil {
-		return nil, &Error{Kind: ErrCanceled, Path: dir, Err: err}
+		return nil, &Error{Kind: ErrWrite, Path: dir, Msg: "canceled", Err: err}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, &Error{Kind: ErrTarget, Path: dir, Msg: "creating the folder", Err: err}
@@ -374,7 +375,7 @@ func (p *plan) save(ctx context.Context, data func(string) ([]byte, error)) (res
 	lock, err := atomicfile.LockTarget(ctx, dir, lockTarget)
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, &Error{Kind: ErrCanceled, Path: dir, Msg: "waiting for another process's save of this folder", Err: ctx.Err()}
+			return nil, &Error{Kind: ErrWrite, Path: dir, Msg: "canceled waiting for another process's save of this folder", Err: ctx.Err()}
 		}
 		return nil, &Error{Kind: ErrTarget, Path: dir, Msg: "taking the lock", Err: err}
 	}
@@ -415,8 +416,8 @@ func (p *plan) save(ctx context.Context, data func(string) ([]byte, error)) (res
 	}()
 	wres, err := shard.WriteFrom(ctx, tmp, p.prefix, "", p.specs, data, p.metadata, shard.WithMaxShardSize(p.maxShard))
 	if err != nil {
-		if errors.Is(err, shard.ErrCanceled) || ctx.Err() != nil {
-			return nil, &Error{Kind: ErrCanceled, Path: dir, Err: cmp.Or(ctx.Err(), err)}
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+			return nil, &Error{Kind: ErrWrite, Path: dir, Msg: "canceled", Err: cmp.Or(ctx.Err(), err)}
 		}
 		return nil, &Error{Kind: ErrWrite, Path: dir, Err: err}
 	}
@@ -432,7 +433,7 @@ func (p *plan) save(ctx context.Context, data func(string) ([]byte, error)) (res
 	}
 	at("synced")
 	if err := ctx.Err(); err != nil {
-		return nil, &Error{Kind: ErrCanceled, Path: dir, Err: err}
+		return nil, &Error{Kind: ErrWrite, Path: dir, Msg: "canceled", Err: err}
 	}
 	replaced, err := p.commit(tmp, res)
 	if err != nil {

@@ -35,7 +35,7 @@ func (p *plan) saveSink(ctx context.Context, data func(string) ([]byte, error)) 
 	start := time.Now()
 	dir := p.dir
 	if err := ctx.Err(); err != nil {
-		return nil, &Error{Kind: ErrCanceled, Path: dir, Err: err}
+		return nil, &Error{Kind: ErrWrite, Path: dir, Msg: "canceled", Err: err}
 	}
 	dest, err := openSink(ctx, dir)
 	if err != nil {
@@ -111,7 +111,7 @@ func (p *plan) saveSink(ctx context.Context, data func(string) ([]byte, error)) 
 			return nil, ce
 		}
 		if ctx.Err() != nil {
-			return nil, &Error{Kind: ErrCanceled, Path: dir, Err: ctx.Err()}
+			return nil, &Error{Kind: ErrWrite, Path: dir, Msg: "canceled", Err: ctx.Err()}
 		}
 		return nil, &Error{Kind: ErrWrite, Path: dir, Err: err}
 	}

@@ -303,7 +303,7 @@ func TestSaveRefusePrevious(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	_, err = convert.Save(ctx, dir, ts, convert.SaveOptions{Step: 3})
-	if !errors.Is(err, convert.ErrCanceled) || !errors.Is(err, context.DeadlineExceeded) {
+	if !errors.Is(err, convert.ErrWrite) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("second save while one runs, waiting past its deadline: %v", err)
 	}
 	// Another folder is independent.
@@ -324,7 +324,7 @@ func TestSaveRefusePrevious(t *testing.T) {
 }
 
 // TestSaveCanceled cancels a save at every step before its commit: the
-// error is ErrCanceled and the folder holds the previous checkpoint only,
+// error is a canceled ErrWrite and the folder holds the previous checkpoint only,
 // with nothing hidden left behind.
 func TestSaveCanceled(t *testing.T) {
 	for _, at := range []string{"before", "locked", "written", "synced"} {
@@ -347,7 +347,7 @@ func TestSaveCanceled(t *testing.T) {
 			if err == nil {
 				_, err = p.Wait()
 			}
-			if !errors.Is(err, convert.ErrCanceled) || !errors.Is(err, context.Canceled) {
+			if !errors.Is(err, convert.ErrWrite) || !errors.Is(err, context.Canceled) {
 				t.Fatalf("canceled at %s: %v", at, err)
 			}
 			if got := testutil.Entries(t, dir); !slices.Equal(got, []string{"checkpoint-1"}) {

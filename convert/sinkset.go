@@ -222,7 +222,7 @@ func writeSinkSet(ctx context.Context, s *sinkSet) (*sinkSetResult, error) {
 			return fail(&Error{Kind: ErrWrite, Path: where, Err: err})
 		}
 		if err := ctx.Err(); err != nil {
-			return fail(&Error{Kind: ErrCanceled, Path: where, Err: err})
+			return fail(&Error{Kind: ErrWrite, Path: where, Msg: "canceled", Err: err})
 		}
 		if err := writeSinkFileIf(ctx, s.sink, s.name(names.index), b, entryExcl, entryVersion); err != nil {
 			if errors.Is(err, fs.ErrExist) {

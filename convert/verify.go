@@ -56,7 +56,7 @@ func (r *runner) verifySet(c *component, m *ckpt.Model, entry string) error {
 	buf := make([]byte, min(r.chunk, 8<<20))
 	for _, t := range c.tasks {
 		if err := r.ctx.Err(); err != nil {
-			return &Error{Kind: ErrCanceled, Path: entry, Component: c.name, Err: err}
+			return &Error{Kind: ErrWrite, Path: entry, Component: c.name, Msg: "canceled", Err: err}
 		}
 		info, _, ok := ck.Info(t.spec.Name)
 		if !ok {

@@ -46,15 +46,13 @@ const (
 	// ErrDevice: the device or its driver failed (the wrapped error names
 	// the driver's error).
 	ErrDevice
-	// ErrCanceled: the context was done; the error wraps ctx.Err().
-	ErrCanceled
 	// ErrRead: reading a model's tensor data failed (the wrapped error
 	// is the loader's or the file system's).
 	ErrRead
 )
 
 var kindNames = [...]string{"", "unavailable", "shape", "dtype", "argument", "foreign_buffer", "freed",
-	"closed", "out_of_memory", "budget", "not_found", "non_finite", "device", "canceled", "read"}
+	"closed", "out_of_memory", "budget", "not_found", "non_finite", "device", "read"}
 
 // Kinds returns every ErrorKind in declaration order.
 func Kinds() []ErrorKind {

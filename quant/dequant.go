@@ -73,11 +73,11 @@ func (w *Weight) Dequantize(dst []byte, to dtype.DType, data []byte, scales [][]
 
 // DequantizeContext is Dequantize that stops early when ctx is done: it
 // checks ctx about every 128K elements per goroutine and then returns the
-// Stats so far and an ErrCanceled *Error wrapping ctx.Err(); dst is then
+// Stats so far and an error naming the tensor and wrapping ctx.Err(); dst is then
 // only partly written.
 func (w *Weight) DequantizeContext(ctx context.Context, dst []byte, to dtype.DType, data []byte, scales [][]byte, opts dtype.Options) (dtype.Stats, error) {
 	if err := ctx.Err(); err != nil {
-		return dtype.Stats{}, &Error{Kind: ErrCanceled, Tensor: w.Name, Err: err}
+		return dtype.Stats{}, canceledErr(w.Name, err)
 	}
 	return w.dequantize(ctx, dst, to, data, scales, opts, nil)
 }
@@ -93,7 +93,7 @@ func (w *Weight) DequantizeContext(ctx context.Context, dst []byte, to dtype.DTy
 func (w *Weight) DequantizeRows(ctx context.Context, dst []byte, to dtype.DType, data []byte, scales [][]byte, first, n int64, opts dtype.Options) (dtype.Stats, error) {
 	if ctx != nil {
 		if err := ctx.Err(); err != nil {
-			return dtype.Stats{}, &Error{Kind: ErrCanceled, Tensor: w.Name, Err: err}
+			return dtype.Stats{}, canceledErr(w.Name, err)
 		}
 	}
 	return w.dequantize(ctx, dst, to, data, scales, opts, &[2]int64{first, n})
@@ -175,7 +175,7 @@ func (w *Weight) dequantize(ctx context.Context, dst []byte, to dtype.DType, dat
 	}
 	for _, e := range errs {
 		if e != nil {
-			return total, &Error{Kind: ErrCanceled, Tensor: w.Name, Err: e}
+			return total, canceledErr(w.Name, e)
 		}
 	}
 	return total, nil

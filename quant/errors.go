@@ -1,6 +1,8 @@
 package quant
 
 import (
+	"fmt"
+
 	"github.com/ckpt-go/ckpt/internal/errkind"
 )
 
@@ -54,9 +56,6 @@ const (
 	// ErrLength: a byte slice given to Dequantize whose length does not
 	// match the tensor it stands for.
 	ErrLength
-	// ErrCanceled: DequantizeContext stopped because its context was done;
-	// the error wraps ctx.Err().
-	ErrCanceled
 )
 
 var kindNames = [...]string{
@@ -73,7 +72,6 @@ var kindNames = [...]string{
 	ErrInvalidWeight:    "invalid_weight",
 	ErrTarget:           "target",
 	ErrLength:           "length",
-	ErrCanceled:         "canceled",
 }
 
 // String returns the kind's stable snake_case name, e.g. "missing_scale".
@@ -117,4 +115,11 @@ func tensorErr(kind ErrorKind, tensor, msg string) *Error {
 
 func configErr(field, msg string, err error) *Error {
 	return &Error{Kind: ErrConfig, Field: field, Msg: msg, Err: err}
+}
+
+// canceledErr is the error of a dequantization stopped because its context
+// was done: it names the tensor, says "canceled" and wraps the context's
+// error, so errors.Is matches context.Canceled or context.DeadlineExceeded.
+func canceledErr(tensor string, err error) error {
+	return fmt.Errorf("quant: tensor %q: canceled: %w", tensor, err)
 }

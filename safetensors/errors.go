@@ -76,8 +76,6 @@ const (
 	ErrInvalidArgument
 	// ErrConvert: a dtype conversion failed (see the wrapped dtype error).
 	ErrConvert
-	// ErrCanceled: the context was canceled or its deadline passed.
-	ErrCanceled
 	// ErrFileChanged: the file's size or header bytes differ from those of
 	// the Header given to WithHeader: it was replaced or rewritten since.
 	ErrFileChanged
@@ -116,7 +114,6 @@ var kindNames = [...]string{
 	ErrWriteOrder:          "write_order",
 	ErrInvalidArgument:     "invalid_argument",
 	ErrConvert:             "convert",
-	ErrCanceled:            "canceled",
 	ErrFileChanged:         "file_changed",
 	ErrNotRegular:          "not_regular_file",
 	ErrChecksum:            "checksum",

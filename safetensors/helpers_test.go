@@ -3,6 +3,7 @@ package safetensors
 import (
 	"encoding/binary"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -27,4 +28,14 @@ func wantKind(t *testing.T, err error, kind ErrorKind) *Error {
 		t.Fatalf("%v is not an *Error", err)
 	}
 	return e
+}
+
+// wantCtxErr fails unless err is an *Error that matches ctxErr
+// (context.Canceled or context.DeadlineExceeded) and says "canceled".
+func wantCtxErr(t *testing.T, err, ctxErr error) {
+	t.Helper()
+	var e *Error
+	if !errors.Is(err, ctxErr) || !errors.As(err, &e) || !strings.Contains(err.Error(), "canceled") {
+		t.Fatalf("got %v, want a canceled *Error matching %v", err, ctxErr)
+	}
 }

@@ -468,14 +468,19 @@ func (w *Writer) raw(b []byte) error {
 	return nil
 }
 
-// writeErr wraps a failure of the underlying writer: ErrCanceled when it is
-// the context's (see ctxWriter), ErrIO otherwise.
+// writeErr wraps a failure of the underlying writer as ErrIO; when it is the
+// context's (see ctxWriter) the message says "canceled" and the error
+// matches context.Canceled or context.DeadlineExceeded through Err.
 func writeErr(msg string, err error) *Error {
-	kind := ErrIO
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		kind = ErrCanceled
+	if isCtxErr(err) {
+		msg += ": canceled"
 	}
-	return &Error{Kind: kind, Msg: msg, Err: err}
+	return &Error{Kind: ErrIO, Msg: msg, Err: err}
+}
+
+// isCtxErr reports whether err is a context's: canceled or past its deadline.
+func isCtxErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 func (w *Writer) check() error {
@@ -708,7 +713,7 @@ func Create(ctx context.Context, path string, tensors []TensorSpec, metadata map
 // writer (tests use it to inject write failures such as a full disk).
 func create(ctx context.Context, path string, tensors []TensorSpec, metadata map[string]string, wrap func(io.Writer) io.Writer, opts []WriteOption) (*FileWriter, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, &Error{Kind: ErrCanceled, File: path, Err: err}
+		return nil, &Error{Kind: ErrIO, File: path, Msg: "canceled", Err: err}
 	}
 	if _, err := makePlan(tensors, metadata, opts); err != nil {
 		return nil, withFile(err, path)
@@ -716,7 +721,7 @@ func create(ctx context.Context, path string, tensors []TensorSpec, metadata map
 	af, err := atomicfile.Create(ctx, path)
 	if err != nil {
 		if ctx.Err() != nil { // waiting for another save of path
-			return nil, &Error{Kind: ErrCanceled, File: path, Msg: "waiting for another save of the file", Err: err}
+			return nil, &Error{Kind: ErrIO, File: path, Msg: "canceled waiting for another save of the file", Err: err}
 		}
 		return nil, &Error{Kind: ErrIO, File: path, Msg: "create temporary file", Err: err}
 	}
@@ -754,7 +759,7 @@ func (fw *FileWriter) Commit() error {
 		return withFile(err, fw.path)
 	}
 	if err := fw.ctx.Err(); err != nil {
-		return fail(&Error{Kind: ErrCanceled, Err: err})
+		return fail(&Error{Kind: ErrIO, Msg: "canceled", Err: err})
 	}
 	if err := fw.Writer.Close(); err != nil {
 		return fail(err)

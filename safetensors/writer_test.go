@@ -357,7 +357,7 @@ func TestAtomicSave(t *testing.T) {
 	t.Run("canceled before", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		wantKind(t, Save(ctx, path, big, nil), ErrCanceled)
+		wantCtxErr(t, Save(ctx, path, big, nil), context.Canceled)
 		unchanged(t)
 	})
 	t.Run("canceled midway", func(t *testing.T) {
@@ -372,8 +372,8 @@ func TestAtomicSave(t *testing.T) {
 		}
 		cancel()
 		_, err = tw.Write(make([]byte, 2<<20))
-		wantKind(t, err, ErrCanceled)
-		wantKind(t, fw.Commit(), ErrCanceled)
+		wantCtxErr(t, err, context.Canceled)
+		wantCtxErr(t, fw.Commit(), context.Canceled)
 		unchanged(t)
 	})
 	t.Run("incomplete", func(t *testing.T) {
@@ -465,7 +465,7 @@ func TestSaveWaitsForAnotherSave(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 	defer cancel()
-	wantKind(t, Save(ctx, path, one, nil), ErrCanceled)
+	wantCtxErr(t, Save(ctx, path, one, nil), context.DeadlineExceeded)
 	if n := len(testutil.Entries(t, dir)); n != 2 {
 		t.Fatalf("the waiting save touched the folder: %v", testutil.Entries(t, dir))
 	}

@@ -70,8 +70,6 @@ const (
 	// untouched (the message says otherwise in the one case where the new
 	// set is in place but the folder could not be fsynced).
 	ErrCommit
-	// ErrCanceled: the context was canceled; Err is the context's error.
-	ErrCanceled
 	// ErrNotRegular: the index, a shard or the file given to Open is not a
 	// regular file once its symbolic links are followed (a FIFO, a device,
 	// a socket). It is refused before anything is read, without blocking.
@@ -101,7 +99,6 @@ var kindNames = [...]string{
 	ErrInvalidTensor:          "invalid_tensor",
 	ErrWrite:                  "write",
 	ErrCommit:                 "commit",
-	ErrCanceled:               "canceled",
 	ErrNotRegular:             "not_regular_file",
 }
 

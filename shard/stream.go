@@ -18,8 +18,9 @@ import (
 //
 // An error returned by write aborts the save: the new files are removed and
 // the previous set is untouched. It is returned as an *Error of kind
-// ErrWrite naming the shard and the tensor and wrapping it (ErrCanceled when
-// it is ctx's error after ctx is done; an *Error of this package is
+// ErrWrite naming the shard and the tensor and wrapping it (saying
+// "canceled" when it is ctx's error after ctx is done, so that errors.Is
+// matches context.Canceled or context.DeadlineExceeded; an *Error of this package is
 // returned as it is). A write that returns nil having written fewer or more
 // bytes than the tensor has fails with ErrInvalidTensor. WithOrder tells the
 // caller the whole order before the first call.

@@ -133,7 +133,7 @@ func TestWriteStreamFailures(t *testing.T) {
 		cancel()
 		return ctx.Err()
 	}, nil)
-	if !errors.Is(err, ErrCanceled) || !errors.Is(err, context.Canceled) {
+	if !errors.Is(err, ErrWrite) || !errors.Is(err, context.Canceled) {
 		t.Errorf("canceled: %v", err)
 	}
 	if len(snap(t, dir)) != len(before) {

@@ -260,7 +260,7 @@ func writeSet(ctx context.Context, dir, prefix, variant string, specs []safetens
 	}
 
 	if err := ctx.Err(); err != nil {
-		return nil, &Error{Kind: ErrCanceled, Path: dir, Err: err}
+		return nil, &Error{Kind: ErrWrite, Path: dir, Msg: "canceled", Err: err}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, &Error{Kind: ErrWrite, Path: dir, Err: err}
@@ -268,7 +268,7 @@ func writeSet(ctx context.Context, dir, prefix, variant string, specs []safetens
 	lock, err := atomicfile.LockTarget(ctx, dir, setname.SingleName(prefix, variant))
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, &Error{Kind: ErrCanceled, Path: dir, Msg: "waiting for another save of the set", Err: err}
+			return nil, &Error{Kind: ErrWrite, Path: dir, Msg: "canceled waiting for another save of the set", Err: err}
 		}
 		return nil, &Error{Kind: ErrWrite, Path: dir, Msg: "taking the lock", Err: err}
 	}
@@ -281,7 +281,7 @@ func writeSet(ctx context.Context, dir, prefix, variant string, specs []safetens
 
 	for gi, gspecs := range groups {
 		if err := ctx.Err(); err != nil {
-			return nil, &Error{Kind: ErrCanceled, Path: dir, Err: err}
+			return nil, &Error{Kind: ErrWrite, Path: dir, Msg: "canceled", Err: err}
 		}
 		for _, sp := range gspecs {
 			res.WeightMap[sp.Name] = res.Files[gi]
@@ -291,7 +291,7 @@ func writeSet(ctx context.Context, dir, prefix, variant string, specs []safetens
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, &Error{Kind: ErrCanceled, Path: dir, Err: err}
+		return nil, &Error{Kind: ErrWrite, Path: dir, Msg: "canceled", Err: err}
 	}
 	var indexDoc func(map[string]string) ([]byte, error)
 	if n > 1 {
@@ -342,13 +342,13 @@ func (tx *commit) writeShard(ctx context.Context, name string, specs []safetenso
 			return se
 		}
 		if ctx.Err() != nil && (errors.Is(te.Err, context.Canceled) || errors.Is(te.Err, context.DeadlineExceeded)) {
-			return &Error{Kind: ErrCanceled, Path: tx.dir, Shard: name, Tensor: te.Tensor, Err: te.Err}
+			return &Error{Kind: ErrWrite, Path: tx.dir, Shard: name, Tensor: te.Tensor, Msg: "canceled", Err: te.Err}
 		}
 		return &Error{Kind: ErrWrite, Path: tx.dir, Shard: name, Tensor: te.Tensor, Err: te.Err}
 	case errors.As(err, &le):
 		return &Error{Kind: ErrInvalidTensor, Path: tx.dir, Shard: name, Tensor: le.Spec.Name, Msg: le.Error()}
 	case ctx.Err() != nil && err == ctx.Err():
-		return &Error{Kind: ErrCanceled, Path: tx.dir, Shard: name, Err: err}
+		return &Error{Kind: ErrWrite, Path: tx.dir, Shard: name, Msg: "canceled", Err: err}
 	}
 	return &Error{Kind: ErrWrite, Path: tx.dir, Shard: name, Err: err}
 }

@@ -469,7 +469,7 @@ func TestWriteCanceledOrFailingSource(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := Write(ctx, dir, "model", "", gen(2, 4), nil, WithMaxShardSize(128))
-	if !errors.Is(err, ErrCanceled) || !errors.Is(err, context.Canceled) {
+	if !errors.Is(err, ErrWrite) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("canceled: %v", err)
 	}
 	check("canceled")
@@ -671,7 +671,7 @@ func TestWriteTwoWriters(t *testing.T) {
 	os.WriteFile(live, []byte("a live save's shard"), 0o644)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if _, err := Write(ctx, dir, "model", "", gen(1, 4), nil, WithMaxShardSize(128)); !errors.Is(err, ErrCanceled) || !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := Write(ctx, dir, "model", "", gen(1, 4), nil, WithMaxShardSize(128)); !errors.Is(err, ErrWrite) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("while another save holds the lock: %v", err)
 	}
 	if _, err := os.Stat(live); err != nil {

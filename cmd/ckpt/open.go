@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -224,6 +225,11 @@ func describeError(err error) *errorInfo {
 		info.Kind, info.File, info.Tensor = ve.Kind.String(), cmp.Or(ve.File, ve.Dir), ve.Tensor
 	case os.IsNotExist(err):
 		info.Kind = "not_found"
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		// The packages have no kind of their own for it: a canceled
+		// operation's error wraps the context's.
+		info.Kind = "canceled"
 	}
 	return info
 }

@@ -109,8 +109,23 @@ func errorf(kind executor.ErrorKind, op, tensor, format string, args ...any) err
 	return &executor.Error{Kind: kind, Executor: Name, Op: op, Tensor: tensor, Msg: fmt.Sprintf(format, args...)}
 }
 
+// canceled is the error of an op stopped because its context was done: it
+// names the executor and the op, says "canceled" and wraps err, which
+// matches context.Canceled or context.DeadlineExceeded (ctx.Err() is
+// wrapped as well when err is not the context's).
 func canceled(op string, err error) error {
-	return &executor.Error{Kind: executor.ErrCanceled, Executor: Name, Op: op, Err: err}
+	return canceledCtx(op, "", nil, err)
+}
+
+func canceledCtx(op, tensor string, ctx context.Context, err error) error {
+	msg := "executor: " + Name + ": " + op
+	if tensor != "" {
+		msg += fmt.Sprintf(": tensor %q", tensor)
+	}
+	if ctx != nil && ctx.Err() != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%s: canceled: %w: %w", msg, ctx.Err(), err)
+	}
+	return fmt.Errorf("%s: canceled: %w", msg, err)
 }
 
 // own checks that b is a live buffer of e and returns it with its bytes.
@@ -303,7 +318,7 @@ func (e *Executor) UploadModel(ctx context.Context, m *ckpt.Model, opts ...execu
 		case errors.Is(err, ckpt.ErrBudget):
 			kind = executor.ErrBudget
 		case ctx.Err() != nil:
-			kind = executor.ErrCanceled
+			return nil, canceledCtx(op, "", ctx, err)
 		}
 		return nil, &executor.Error{Kind: kind, Executor: Name, Op: op, Err: err}
 	}
@@ -414,8 +429,8 @@ func (e *Executor) Live() (buffers int, bytes int64) {
 func quantErr(op, name string, err error) error {
 	kind := executor.ErrArgument
 	switch {
-	case errors.Is(err, quant.ErrCanceled), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		kind = executor.ErrCanceled
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return canceledCtx(op, name, nil, err)
 	case errors.Is(err, quant.ErrTarget), errors.Is(err, dtype.ErrUnsupported), errors.Is(err, dtype.ErrUnknown):
 		kind = executor.ErrDType
 	}

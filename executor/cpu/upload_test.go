@@ -157,7 +157,7 @@ func TestUploadModel(t *testing.T) {
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := e.UploadModel(cctx, m); !errors.Is(err, executor.ErrCanceled) {
+	if _, err := e.UploadModel(cctx, m); !errors.Is(err, context.Canceled) {
 		t.Errorf("canceled: %v", err)
 	}
 	if _, err := e.UploadModel(ctx, nil); !errors.Is(err, executor.ErrArgument) {

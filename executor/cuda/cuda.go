@@ -487,6 +487,9 @@ func (e *Executor) devErr(op, tensor string, err error) error {
 	if errors.As(err, &xe) {
 		return err
 	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return canceled(op, tensor, err)
+	}
 	kind := executor.ErrDevice
 	var ce *Error
 	if errors.As(err, &ce) {
@@ -497,8 +500,6 @@ func (e *Executor) devErr(op, tensor string, err error) error {
 			kind = executor.ErrClosed
 		case ce.Kind == ErrArgument:
 			kind = executor.ErrArgument
-		case ce.Kind == ErrCanceled:
-			kind = executor.ErrCanceled
 		case ce.Kind == ErrRead:
 			kind = executor.ErrRead
 		}
@@ -528,9 +529,20 @@ func (e *Executor) start(ctx context.Context, op string) error {
 		return errorf(executor.ErrClosed, op, "", "executor closed")
 	}
 	if err := ctx.Err(); err != nil {
-		return &executor.Error{Kind: executor.ErrCanceled, Executor: Name, Op: op, Err: err}
+		return canceled(op, "", err)
 	}
 	return nil
+}
+
+// canceled is the error of an op stopped because its context was done: it
+// names the executor, the op and the tensor (if any), says "canceled" and
+// wraps err, the context's error.
+func canceled(op, tensor string, err error) error {
+	msg := "executor: " + Name + ": " + op
+	if tensor != "" {
+		msg += fmt.Sprintf(": tensor %q", tensor)
+	}
+	return fmt.Errorf("%s: canceled: %w", msg, err)
 }
 
 // own checks that b is a live buffer of e.

@@ -37,8 +37,6 @@ const (
 	// ErrUnsupported: the operation is valid but this executor does not
 	// implement it (a quantization layout, a dtype).
 	ErrUnsupported
-	// ErrCanceled: the context was canceled or its deadline passed.
-	ErrCanceled
 	// ErrRead: reading tensor bytes from a file failed.
 	ErrRead
 	// ErrClosed: the executor or the buffer was already closed or freed.
@@ -53,7 +51,6 @@ var kindNames = [...]string{
 	ErrDeviceMemory: "device_memory",
 	ErrArgument:     "argument",
 	ErrUnsupported:  "unsupported",
-	ErrCanceled:     "canceled",
 	ErrRead:         "read",
 	ErrClosed:       "closed",
 }

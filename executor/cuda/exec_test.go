@@ -432,7 +432,7 @@ func TestUploadModelFailuresFreeEverything(t *testing.T) {
 		name string
 		set  func(f *fakeDriver)
 		ctx  func() (context.Context, func(ckpt.Progress))
-		kind executor.ErrorKind
+		kind error
 	}{
 		{"copy fails", func(f *fakeDriver) { f.fail["MemcpyHtoDAsync"] = 3 }, nil, executor.ErrDevice},
 		{"kernel fails", func(f *fakeDriver) { f.fail["LaunchKernel"] = 2 }, nil, executor.ErrDevice},
@@ -441,7 +441,7 @@ func TestUploadModelFailuresFreeEverything(t *testing.T) {
 		{"canceled", nil, func() (context.Context, func(ckpt.Progress)) {
 			c, cancel := context.WithCancel(context.Background())
 			return c, func(ckpt.Progress) { cancel() }
-		}, executor.ErrCanceled},
+		}, context.Canceled},
 		{"does not fit", func(f *fakeDriver) { f.freeMem = 260 << 20 }, nil, executor.ErrBudget},
 	} {
 		f := newFake()

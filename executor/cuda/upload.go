@@ -244,7 +244,7 @@ func (e *Executor) UploadModel(ctx context.Context, m *ckpt.Model, opts ...execu
 	fail := func(err error) (*executor.Model, error) {
 		cerr := cleanup(true)
 		if ctx.Err() != nil {
-			err = &executor.Error{Kind: executor.ErrCanceled, Executor: Name, Op: op, Err: ctx.Err()}
+			err = ctx.Err() // devErr makes it the canceled error
 		}
 		return nil, errors.Join(e.devErr(op, "", err), cerr)
 	}
