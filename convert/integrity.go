@@ -168,16 +168,10 @@ type checkedTensor struct {
 	want uint32
 	pool *sync.Pool // raw buffers for converting reads
 
-	mu      sync.Mutex
-	segs    map[int64]segment // by offset in the tensor
-	covered int64
-	done    bool
-	err     error
-}
-
-type segment struct {
-	n   int64
-	crc uint32
+	mu   sync.Mutex
+	runs safetensors.ChecksumRuns // the pieces read so far, by offset in the tensor
+	done bool
+	err  error
 }
 
 // finished reports whether the tensor has been checked.
@@ -199,31 +193,16 @@ func (c *checkedTensor) observe(off int64, b []byte) error {
 	if c.done {
 		return nil
 	}
-	if _, dup := c.segs[off]; dup {
-		return nil
+	if !c.runs.Add(off, off+int64(len(b)), crc) {
+		return nil // read before
 	}
-	if c.segs == nil {
-		c.segs = map[int64]segment{}
-	}
-	c.segs[off] = segment{int64(len(b)), crc}
-	c.covered += int64(len(b))
 	size := c.ByteLen()
-	if c.covered < size {
+	got, whole := c.runs.Whole(0, size)
+	if !whole {
 		return nil
 	}
 	c.done = true
-	var got uint32
-	var pos int64
-	for _, o := range slices.Sorted(maps.Keys(c.segs)) {
-		s := c.segs[o]
-		if o != pos {
-			c.err = &Error{Kind: ErrSource, Tensor: c.Name(), Msg: fmt.Sprintf("internal: the pieces read do not tile the tensor (at byte %d, %d)", pos, o)}
-			return c.err
-		}
-		got = safetensors.CombineChecksums(got, s.crc, s.n)
-		pos += s.n
-	}
-	c.segs = nil
+	c.runs.Reset()
 	if got != c.want {
 		begin := c.Offset()
 		c.err = &safetensors.ChecksumError{File: c.file, Tensor: c.Name(), Begin: begin, End: begin + size, Want: c.want, Got: got}

@@ -55,14 +55,9 @@ type tally struct {
 type segment struct {
 	off, end int64
 	gen      int // the pass
-	runs     []run
+	runs     safetensors.ChecksumRuns
 	done     bool   // a pass was completed
 	crc      uint32 // the last completed pass's CRC
-}
-
-type run struct {
-	off, end int64
-	crc      uint32
 }
 
 func newTally(loc, etag string, size int64, sum *storeSum) *tally {
@@ -112,20 +107,8 @@ func (t *tally) add(off int64, b []byte) error {
 		if a >= z {
 			continue
 		}
-		for _, r := range s.runs {
-			if r.end <= a {
-				continue
-			}
-			if r.off >= z {
-				break
-			}
-			if a < r.off {
-				ps = append(ps, piece{seg: i, gen: s.gen, off: a, end: r.off})
-			}
-			a = max(a, r.end)
-		}
-		if a < z {
-			ps = append(ps, piece{seg: i, gen: s.gen, off: a, end: z})
+		for _, g := range s.runs.Gaps(a, z, nil) {
+			ps = append(ps, piece{seg: i, gen: s.gen, off: g[0], end: g[1]})
 		}
 	}
 	t.mu.Unlock()
@@ -139,12 +122,12 @@ func (t *tally) add(off int64, b []byte) error {
 	defer t.mu.Unlock()
 	for _, p := range ps {
 		s := &t.segs[p.seg]
-		if s.gen != p.gen || !s.insert(p) {
+		if s.gen != p.gen || !s.runs.Add(p.off, p.end, p.crc) {
 			continue // the pass was completed, or another read took the range, meanwhile
 		}
-		if len(s.runs) == 1 && s.runs[0].off == s.off && s.runs[0].end == s.end {
-			s.done, s.crc = true, s.runs[0].crc
-			s.runs = nil
+		if crc, whole := s.runs.Whole(s.off, s.end); whole {
+			s.done, s.crc = true, crc
+			s.runs.Reset()
 			s.gen++
 			if t.err == nil {
 				t.err = t.check(p.seg)
@@ -152,40 +135,11 @@ func (t *tally) add(off int64, b []byte) error {
 			// The next pass has the first bytes: reads get them from
 			// memory, not from the store, and need not read them again.
 			if a, z := s.off, min(s.end, int64(len(t.seed))); a < z && !(a == s.off && z == s.end) {
-				s.runs = []run{{off: a, end: z, crc: safetensors.Checksum(t.seed[a:z])}}
+				s.runs.Add(a, z, safetensors.Checksum(t.seed[a:z]))
 			}
 		}
 	}
 	return t.err
-}
-
-// insert adds p's run to s, merging it with its neighbours; false when
-// it overlaps a run.
-func (s *segment) insert(p piece) bool {
-	i, _ := slices.BinarySearchFunc(s.runs, p.off, func(r run, off int64) int {
-		if r.off < off {
-			return -1
-		}
-		return 1
-	})
-	if (i > 0 && s.runs[i-1].end > p.off) || (i < len(s.runs) && s.runs[i].off < p.end) {
-		return false
-	}
-	r := run{off: p.off, end: p.end, crc: p.crc}
-	if i < len(s.runs) && s.runs[i].off == r.end {
-		next := s.runs[i]
-		r.crc = safetensors.CombineChecksums(r.crc, next.crc, next.end-next.off)
-		r.end = next.end
-		s.runs = slices.Delete(s.runs, i, i+1)
-	}
-	if i > 0 && s.runs[i-1].end == r.off {
-		prev := &s.runs[i-1]
-		prev.crc = safetensors.CombineChecksums(prev.crc, r.crc, r.end-r.off)
-		prev.end = r.end
-		return true
-	}
-	s.runs = slices.Insert(s.runs, i, r)
-	return true
 }
 
 // check compares the completed segment i with the store's checksum.

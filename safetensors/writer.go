@@ -715,9 +715,6 @@ func create(ctx context.Context, path string, tensors []TensorSpec, metadata map
 	if err := ctx.Err(); err != nil {
 		return nil, &Error{Kind: ErrIO, File: path, Msg: "canceled", Err: err}
 	}
-	if _, err := makePlan(tensors, metadata, opts); err != nil {
-		return nil, withFile(err, path)
-	}
 	af, err := atomicfile.Create(ctx, path)
 	if err != nil {
 		if ctx.Err() != nil { // waiting for another save of path
