@@ -193,7 +193,15 @@ func makePlan(tensors []TensorSpec, metadata map[string]string, opts []WriteOpti
 		off += n
 	}
 	p.dataLen = off
+	if err := p.render(metadata); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
 
+// render writes the plan's header for metadata (validated by makePlan,
+// or a copy of it with other checksum values of the same length).
+func (p *plan) render(metadata map[string]string) error {
 	b := make([]byte, 8, 8+64+len(p.order)*96)
 	b = append(b, '{')
 	if metadata != nil {
@@ -213,7 +221,7 @@ func makePlan(tensors []TensorSpec, metadata map[string]string, opts []WriteOpti
 			b = append(b, ',')
 		}
 	}
-	off = 0
+	var off int64
 	for i, t := range p.order {
 		if i > 0 {
 			b = append(b, ',')
@@ -237,19 +245,19 @@ func makePlan(tensors []TensorSpec, metadata map[string]string, opts []WriteOpti
 	}
 	b = append(b, '}')
 	total := len(b)
-	if r := total % cfg.align; r != 0 {
-		total += cfg.align - r
+	if r := total % p.cfg.align; r != 0 {
+		total += p.cfg.align - r
 	}
 	for len(b) < total {
 		b = append(b, ' ')
 	}
 	n := uint64(len(b) - 8)
 	if n > MaxHeaderSize {
-		return nil, newErr(ErrHeaderTooLarge, "", "", fmt.Sprintf("header would be %d bytes, over the %d-byte limit", n, MaxHeaderSize))
+		return newErr(ErrHeaderTooLarge, "", "", fmt.Sprintf("header would be %d bytes, over the %d-byte limit", n, MaxHeaderSize))
 	}
 	binary.LittleEndian.PutUint64(b, n)
 	p.header = b
-	return p, nil
+	return nil
 }
 
 // appendJSONString appends s as a JSON string the way serde_json writes it:
@@ -307,7 +315,6 @@ type Writer struct {
 	patch    io.WriterAt   // where Close rewrites the header with the checksums
 	flush    func() error  // flushes w before patching, if buffered
 	metadata map[string]string
-	tensors  []TensorSpec
 }
 
 // NewWriter validates the declared tensors and metadata, computes the
@@ -353,11 +360,11 @@ func newWriter(w io.Writer, wa io.WriterAt, flush func() error, tensors []Tensor
 		// The layout is known now: the header's own checksum (of the same
 		// length as its placeholder) goes in, and the plan is redone.
 		md[HeaderChecksumKey] = FormatChecksum(HeaderChecksum(md, p.infos()))
-		if p, err = makePlan(tensors, md, opts); err != nil {
+		if err := p.render(md); err != nil {
 			return nil, err
 		}
 	}
-	wr := &Writer{w: w, p: p, cur: -1, sums: sums, metadata: md, tensors: tensors, flush: flush}
+	wr := &Writer{w: w, p: p, cur: -1, sums: sums, metadata: md, flush: flush}
 	if sums != nil {
 		wr.crcs = make([]uint32, len(p.order))
 		if sums.patch {
@@ -636,11 +643,11 @@ func (w *Writer) finishChecksums() error {
 	for i, t := range w.p.order {
 		md[ChecksumPrefix+t.Name] = FormatChecksum(w.crcs[i])
 	}
-	p, err := makePlan(w.tensors, md, []WriteOption{WithAlignment(w.p.cfg.align)})
-	if err != nil {
+	placeholders := w.p.header
+	if err := w.p.render(md); err != nil {
 		return err
 	}
-	if len(p.header) != len(w.p.header) {
+	if len(w.p.header) != len(placeholders) {
 		return newErr(ErrWriteOrder, "", "", "internal: the header changed size when its checksums were filled in")
 	}
 	if w.flush != nil {
@@ -648,10 +655,9 @@ func (w *Writer) finishChecksums() error {
 			return writeErr("flush", err)
 		}
 	}
-	if _, err := w.patch.WriteAt(p.header, 0); err != nil {
+	if _, err := w.patch.WriteAt(w.p.header, 0); err != nil {
 		return writeErr("writing the checksums into the header", err)
 	}
-	w.p.header = p.header
 	return nil
 }
 
