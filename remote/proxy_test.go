@@ -34,6 +34,10 @@ type faultProxy struct {
 
 	gets atomic.Int64
 	hits map[fault]int
+
+	// attributes, when set, answers GetObjectAttributes requests itself
+	// (a store feature the test server lacks); others pass through.
+	attributes http.HandlerFunc
 }
 
 type fault int
@@ -75,6 +79,10 @@ func (p *faultProxy) count(f fault) int {
 }
 
 func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if _, ok := r.URL.Query()["attributes"]; ok && p.attributes != nil && r.Method == http.MethodGet {
+		p.attributes(w, r)
+		return
+	}
 	f := pass
 	if r.Method == http.MethodGet && r.Header.Get("Range") != "" {
 		n := p.gets.Add(1)
