@@ -111,14 +111,14 @@ type Part struct {
 	// in File (a path of the model's file system).
 	File  string
 	Range safetensors.ByteRange
-	// Check says whether ReadAt verifies the bytes against the checksum
+	// check says whether ReadAt verifies the bytes against the checksum
 	// the file names, as the policy's Verify decides (see ReadAt).
-	Check Check
+	check checkMode
 
 	st  *safetensors.Tensor
 	sel strided
 	m   *Model
-	ck  *tensorCheck // the check ReadAt adds to (CheckRead, CheckRest)
+	ck  *tensorCheck // the check ReadAt adds to (checkRead, checkRest)
 }
 
 // Size returns the part's bytes.
@@ -128,17 +128,19 @@ func (p *Part) Size() int64 { return p.sel.total() }
 // model's own file system (a mapping, pread, any fs.FS, ranged requests of
 // a remote source), as io.ReaderAt does.
 //
-// It verifies the bytes as they pass, as the part's Check says: the reads
+// It verifies the bytes as they pass, as the policy's Verify decides: the reads
 // may come in any order and from several goroutines, and the ReadAt that
-// completes the part's bytes (CheckRead), or, with CheckRest, also reads
+// completes the part's bytes (checkRead), or, with checkRest, also reads
 // the rest of the stored tensor, returns the comparison with the file's
 // checksum: a *safetensors.ChecksumError (ErrChecksum) naming the file,
 // the tensor and its bytes when they differ. The bytes read before are
 // unproven until then: a consumer uses none of a part's bytes unless every
 // ReadAt of the part returned nil, and a consumer that reads only some of
 // a part's bytes gets them unverified. A part whose reading the policy
-// refuses (CheckRefused, CheckDamaged) fails every ReadAt with ErrChecksum.
-// Reading the part again verifies it again.
+// refuses (checkRefused, checkDamaged) fails every ReadAt with ErrChecksum;
+// an empty ReadAt (b nil, off 0) reads nothing and returns that refusal, or
+// nil, so that a consumer can ask before it allocates anything. Reading the
+// part again verifies it again.
 func (p *Part) ReadAt(b []byte, off int64) (int, error) {
 	if p.st == nil {
 		return 0, &Error{Kind: ErrRead, Tensor: p.Tensor, Msg: "a Part not made by Model.Items"}
@@ -146,8 +148,8 @@ func (p *Part) ReadAt(b []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, &Error{Kind: ErrRead, Tensor: p.Tensor, Msg: fmt.Sprintf("negative offset %d", off)}
 	}
-	if p.Check.Refused() {
-		return 0, p.m.refusal(p.st, p.Check)
+	if p.check.refused() {
+		return 0, p.m.refusal(p.st, p.check)
 	}
 	size := p.Size()
 	if off >= size {
@@ -171,7 +173,7 @@ func (p *Part) ReadAt(b []byte, off int64) (int, error) {
 		}
 		return err
 	})
-	if err == nil && p.ck != nil && p.Check == CheckRest && p.ck.startRest(size) {
+	if err == nil && p.ck != nil && p.check == checkRest && p.ck.startRest(size) {
 		err = p.readRest()
 	}
 	if err != nil {
@@ -184,7 +186,7 @@ func (p *Part) ReadAt(b []byte, off int64) (int, error) {
 }
 
 // readRest reads the rest of the part's stored tensor to verify it
-// (CheckRest), once the part's own bytes were read: the ranges the plan
+// (checkRest), once the part's own bytes were read: the ranges the plan
 // counts (restRanges: the whole tensor again for a strided part, read in
 // large pieces rather than a request per gap).
 func (p *Part) readRest() error {
@@ -240,9 +242,9 @@ func (m *Model) item(c *modelComponent, e *entry) (*Item, error) {
 			shape = st.Shape()
 		}
 		p := Part{Tensor: st.Name(), DType: st.DType(), Shape: slices.Clone(shape), File: st.File().Path(),
-			Range: sel.byteRange(st.Offset()), Check: m.checkOf(st, sel), st: st, sel: sel, m: m}
-		if p.Check.Verified() {
-			p.ck = &tensorCheck{st: st, size: st.ByteLen(), kind: p.Check}
+			Range: sel.byteRange(st.Offset()), check: m.checkOf(st, sel), st: st, sel: sel, m: m}
+		if p.check.verified() {
+			p.ck = &tensorCheck{st: st, size: st.ByteLen(), kind: p.check}
 		}
 		return p
 	}
@@ -320,21 +322,21 @@ func (it *Item) plan(ranges bool) TensorPlan {
 		}
 	}
 	for _, p := range append([]Part{it.Data}, it.Scales...) {
-		if p.Check == CheckRest {
+		if p.check == checkRest {
 			tp.VerifyReadBytes += restBytes(p.sel, p.st.ByteLen())
 		}
 	}
-	tp.Verify = it.Check().String()
+	tp.Verify = it.check().String()
 	return tp
 }
 
-// Check says how the item's stored bytes are verified: the Check of its
+// check says how the item's stored bytes are verified: the check of its
 // least verified Part (its data, or a scale of a quantized weight).
-func (it *Item) Check() Check {
-	check := it.Data.Check
+func (it *Item) check() checkMode {
+	check := it.Data.check
 	for _, p := range it.Scales {
-		if p.Check.weaker(check) {
-			check = p.Check
+		if p.check.weaker(check) {
+			check = p.check
 		}
 	}
 	return check
@@ -342,22 +344,22 @@ func (it *Item) Check() Check {
 
 // add counts a tensor of the plan (its item and its TensorPlan).
 func (v *VerifyPlan) add(it *Item, tp TensorPlan) {
-	check := it.Check()
+	check := it.check()
 	var bytes int64
 	for _, p := range append([]Part{it.Data}, it.Scales...) {
 		bytes += p.st.ByteLen()
 	}
 	switch {
-	case check.Verified():
+	case check.verified():
 		v.Tensors++
 		v.Bytes += bytes
 		v.ReadBytes += tp.VerifyReadBytes
-	case check.Refused():
+	case check.refused():
 		v.Refused++
 	default:
 		v.Unverified++
 	}
-	if !check.Verified() {
+	if !check.verified() {
 		if v.Why == nil {
 			v.Why = map[string]int{}
 		}

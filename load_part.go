@@ -79,7 +79,7 @@ func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, sts []*safet
 	// when the check needs them.
 	check := func(t *Tensor, st *safetensors.Tensor, sel strided) (*tensorCheck, error) {
 		ck, err := m.newCheck(st, sel)
-		if ck != nil && ck.kind == CheckRest {
+		if ck != nil && ck.kind == checkRest {
 			for _, r := range restRanges(sel, ck.size) {
 				checkRun(t, st, ck, r[0], r[1], true)
 			}

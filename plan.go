@@ -152,8 +152,8 @@ type TensorPlan struct {
 	// with a rank option only.
 	Ranges []TensorRead `json:"ranges,omitempty"`
 	// Verify says how a load verifies the tensor's stored bytes against
-	// the checksums its file names (Check.String of its least verified
-	// stored tensor: "checksum", "not verified: rank part", "refused: no
+	// the checksums its file names (the least verified of its
+	// stored tensors: "checksum", "not verified: rank part", "refused: no
 	// checksums", ...), and VerifyReadBytes what it reads only to verify
 	// them (the rest of a rank's part, with VerifyAlways).
 	Verify          string `json:"verify"`

@@ -173,7 +173,7 @@ type Policy struct {
 	// read (see safetensors.ChecksumPrefix): by default every tensor whose
 	// file names checksums. A rank's part of a tensor (WithRank) is
 	// verified only with VerifyAlways, which then also reads the rest of
-	// the tensor (the checksum covers all of it); see Check.
+	// the tensor (the checksum covers all of it); the plan says per tensor.
 	Verify Verify
 }
 

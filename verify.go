@@ -54,99 +54,99 @@ import (
 // staging buffers; a split of a dimension after the first reads the whole
 // tensor again.
 
-// Check says whether and how a load verifies the stored bytes that a Part
+// checkMode says whether and how a load verifies the stored bytes that a Part
 // reads against the checksum its file names.
-type Check uint8
+type checkMode uint8
 
 const (
-	// CheckOff: the policy is VerifyNever.
-	CheckOff Check = iota
-	// CheckRead: the part is the whole tensor, verified from the bytes the
+	// checkOff: the policy is VerifyNever.
+	checkOff checkMode = iota
+	// checkRead: the part is the whole tensor, verified from the bytes the
 	// load reads (or, for a view, the pass over the mapping).
-	CheckRead
-	// CheckRest: a rank's part of the tensor, verified by also reading the
+	checkRead
+	// checkRest: a rank's part of the tensor, verified by also reading the
 	// rest of the tensor (VerifyAlways).
-	CheckRest
-	// CheckPart: a rank's part of the tensor, not verified (VerifyPresent):
+	checkRest
+	// checkPart: a rank's part of the tensor, not verified (VerifyPresent):
 	// the checksum covers the whole tensor.
-	CheckPart
-	// CheckNoChecksums: the tensor's file names no checksums; read as it is
+	checkPart
+	// checkNoChecksums: the tensor's file names no checksums; read as it is
 	// (VerifyPresent).
-	CheckNoChecksums
-	// CheckRefused: the tensor's file names no checksums and the policy is
+	checkNoChecksums
+	// checkRefused: the tensor's file names no checksums and the policy is
 	// VerifyAlways: reading it is ErrChecksum.
-	CheckRefused
-	// CheckDamaged: the checksums in the tensor's file header are damaged
+	checkRefused
+	// checkDamaged: the checksums in the tensor's file header are damaged
 	// (see safetensors.Header.Checksums): reading it is ErrChecksum.
-	CheckDamaged
+	checkDamaged
 )
 
 // String returns the check as plans write it: "checksum", "checksum
 // (reads the rest of the tensor)", "not verified: rank part", "not
 // verified: no checksums", "not verified: never", "refused: no checksums"
 // or "refused: damaged checksums".
-func (c Check) String() string {
+func (c checkMode) String() string {
 	switch c {
-	case CheckOff:
+	case checkOff:
 		return "not verified: never"
-	case CheckRead:
+	case checkRead:
 		return "checksum"
-	case CheckRest:
+	case checkRest:
 		return "checksum (reads the rest of the tensor)"
-	case CheckPart:
+	case checkPart:
 		return "not verified: rank part"
-	case CheckNoChecksums:
+	case checkNoChecksums:
 		return "not verified: no checksums"
-	case CheckRefused:
+	case checkRefused:
 		return "refused: no checksums"
-	case CheckDamaged:
+	case checkDamaged:
 		return "refused: damaged checksums"
 	}
-	return fmt.Sprintf("Check(%d)", uint8(c))
+	return fmt.Sprintf("checkMode(%d)", uint8(c))
 }
 
-// Verified reports whether the load verifies the bytes (CheckRead,
-// CheckRest).
-func (c Check) Verified() bool { return c == CheckRead || c == CheckRest }
+// Verified reports whether the load verifies the bytes (checkRead,
+// checkRest).
+func (c checkMode) verified() bool { return c == checkRead || c == checkRest }
 
 // Refused reports whether reading the bytes is refused with ErrChecksum
-// (CheckRefused, CheckDamaged).
-func (c Check) Refused() bool { return c == CheckRefused || c == CheckDamaged }
+// (checkRefused, checkDamaged).
+func (c checkMode) refused() bool { return c == checkRefused || c == checkDamaged }
 
 // weaker orders checks by what they leave unproven: an item is as verified
 // as its least verified part.
-func (c Check) weaker(d Check) bool {
-	rank := func(c Check) int {
-		return [...]int{CheckRead: 0, CheckRest: 1, CheckPart: 2, CheckNoChecksums: 3, CheckOff: 4, CheckRefused: 5, CheckDamaged: 6}[c]
+func (c checkMode) weaker(d checkMode) bool {
+	rank := func(c checkMode) int {
+		return [...]int{checkRead: 0, checkRest: 1, checkPart: 2, checkNoChecksums: 3, checkOff: 4, checkRefused: 5, checkDamaged: 6}[c]
 	}
 	return rank(c) > rank(d)
 }
 
 // decideCheck is the rule: the policy, whether the file names checksums
 // (damaged: they are damaged), and whether the part is the whole tensor.
-func decideCheck(v Verify, has, damaged, whole bool) Check {
+func decideCheck(v Verify, has, damaged, whole bool) checkMode {
 	switch {
 	case v == VerifyNever:
-		return CheckOff
+		return checkOff
 	case damaged:
-		return CheckDamaged
+		return checkDamaged
 	case !has && v == VerifyAlways:
-		return CheckRefused
+		return checkRefused
 	case !has:
-		return CheckNoChecksums
+		return checkNoChecksums
 	case whole:
-		return CheckRead
+		return checkRead
 	case v == VerifyAlways:
-		return CheckRest
+		return checkRest
 	}
-	return CheckPart
+	return checkPart
 }
 
 // covers reports whether the selection is every byte of a tensor of n
 // bytes.
 func (s strided) covers(n int64) bool { return s.total() == n && s.first == 0 && s.count <= 1 }
 
-// restBytes is what verifying a part with CheckRest reads beyond the part:
+// restBytes is what verifying a part with checkRest reads beyond the part:
 // the bytes before and after a contiguous part, the whole tensor again
 // for a strided one.
 func restBytes(sel strided, n int64) int64 {
@@ -157,7 +157,7 @@ func restBytes(sel strided, n int64) int64 {
 }
 
 // restRanges returns the ranges of a tensor of n bytes that verifying a
-// part with CheckRest reads: see restBytes.
+// part with checkRest reads: see restBytes.
 func restRanges(sel strided, n int64) [][2]int64 {
 	if !sel.isContiguous() {
 		return [][2]int64{{0, n}}
@@ -174,18 +174,18 @@ func restRanges(sel strided, n int64) [][2]int64 {
 
 // checkOf decides how a part (the selection sel of st's bytes) is
 // verified.
-func (m *Model) checkOf(st *safetensors.Tensor, sel strided) Check {
+func (m *Model) checkOf(st *safetensors.Tensor, sel strided) checkMode {
 	v := m.cfg.policy.Verify
 	if v == VerifyNever {
-		return CheckOff
+		return checkOff
 	}
 	_, has, err := st.Checksum()
 	return decideCheck(v, has, err != nil, sel.covers(st.ByteLen()))
 }
 
 // refusal is the error of reading st's bytes under a refusing check.
-func (m *Model) refusal(st *safetensors.Tensor, c Check) error {
-	if c == CheckDamaged {
+func (m *Model) refusal(st *safetensors.Tensor, c checkMode) error {
+	if c == checkDamaged {
 		if _, _, err := st.Checksum(); err != nil {
 			return err
 		}
@@ -199,9 +199,9 @@ func (m *Model) refusal(st *safetensors.Tensor, c Check) error {
 func (m *Model) newCheck(st *safetensors.Tensor, sel strided) (*tensorCheck, error) {
 	c := m.checkOf(st, sel)
 	switch {
-	case c.Refused():
+	case c.refused():
 		return nil, m.refusal(st, c)
-	case !c.Verified():
+	case !c.verified():
 		return nil, nil
 	}
 	ck := &tensorCheck{st: st, size: st.ByteLen(), kind: c}
@@ -218,7 +218,7 @@ func (m *Model) newCheck(st *safetensors.Tensor, sel strided) (*tensorCheck, err
 type tensorCheck struct {
 	st   *safetensors.Tensor
 	size int64
-	kind Check // CheckRead or CheckRest
+	kind checkMode // checkRead or checkRest
 
 	mu       sync.Mutex
 	spans    []span // disjoint, by offset: claimed by a reader, or summed
@@ -433,9 +433,9 @@ func (m *Model) planVerify(c *modelComponent, e *entry) {
 	}
 	part := func(name string, size int64, sel strided) {
 		switch decideCheck(v, c.ck.Checksummed(name), false, sel.covers(size)) {
-		case CheckRead:
+		case checkRead:
 			e.vsum = true
-		case CheckRest:
+		case checkRest:
 			e.vsum = true
 			e.vextra += restBytes(sel, size)
 		}
@@ -467,7 +467,7 @@ func (m *Model) checkVerify(c *modelComponent, e *entry) error {
 		if i > 0 {
 			sel = e.sl.q.scales[i-1].sel
 		}
-		if ck := m.checkOf(st, sel); ck.Refused() {
+		if ck := m.checkOf(st, sel); ck.refused() {
 			return m.refusal(st, ck)
 		}
 	}

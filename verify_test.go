@@ -397,8 +397,8 @@ func TestVerifyAlwaysRefusesUnchecksummed(t *testing.T) {
 		t.Errorf("LoadTensor: %v", err)
 	}
 	items, _ := m.Items()
-	if items[0].Check() != CheckRefused {
-		t.Errorf("item check %v", items[0].Check())
+	if items[0].check() != checkRefused {
+		t.Errorf("item check %v", items[0].check())
 	}
 	if _, err := items[0].Data.ReadAt(make([]byte, 8), 0); !errors.Is(err, ErrChecksum) {
 		t.Errorf("Part.ReadAt: %v", err)
@@ -525,7 +525,7 @@ func TestTensorCheckPieces(t *testing.T) {
 	st, _ := f.Tensor("x")
 	rng := rand.New(rand.NewPCG(5, 6))
 	for round := range 50 {
-		ck := &tensorCheck{st: st, size: st.ByteLen(), kind: CheckRead}
+		ck := &tensorCheck{st: st, size: st.ByteLen(), kind: checkRead}
 		b := data
 		bad := round%2 == 1
 		if bad {

@@ -400,13 +400,11 @@ func uploadList(ctx context.Context, m *ckpt.Model) ([]upTensor, error) {
 		if _, err := backend.Elements(it.Shape); err != nil {
 			return nil, fail(err)
 		}
-		if it.Check().Refused() {
-			// The loader refuses to read it (its Policy.Verify): before
-			// anything is allocated, its ReadAt says why.
-			for _, p := range append([]ckpt.Part{it.Data}, it.Scales...) {
-				if _, err := p.ReadAt(nil, 0); err != nil {
-					return nil, &executor.Error{Kind: executor.ErrRead, Executor: Name, Op: op, Tensor: key, Err: err}
-				}
+		// A part the loader refuses to read (its Policy.Verify) says why
+		// to an empty ReadAt, before anything is allocated.
+		for _, p := range append([]ckpt.Part{it.Data}, it.Scales...) {
+			if _, err := p.ReadAt(nil, 0); err != nil {
+				return nil, &executor.Error{Kind: executor.ErrRead, Executor: Name, Op: op, Tensor: key, Err: err}
 			}
 		}
 		switch it.Action {
