@@ -87,6 +87,10 @@ type Rule struct {
 	Component string
 	Pattern   Pattern
 	Target    Target
+	// Note, when set, says why a program added the rule; a Decision made
+	// by the rule gives it as its Rule instead of the rule's number and
+	// spelling (package convert's safe defaults are rules of this kind).
+	Note string
 }
 
 // String returns the rule as the CLI's --keep flag spells it.
@@ -255,6 +259,9 @@ func (p *Policy) Decide(component, name string, stored dtype.DType, quantized bo
 			continue
 		}
 		if r.Pattern.Match(name) {
+			if r.Note != "" {
+				return Decision{Target: r.Target, Rule: r.Note}
+			}
 			return Decision{Target: r.Target, Rule: fmt.Sprintf("rule %d %s", i+1, r.String())}
 		}
 	}

@@ -106,6 +106,17 @@ func TestPolicyDecide(t *testing.T) {
 	if d := fp8.Decide("other", "model.norm.weight", dtype.F32, false, []int64{64}); d.Rule != "default F8_E4M3" {
 		t.Errorf("unknown component: %q", d.Rule)
 	}
+	// A rule with a note decides as any rule, and its decision gives the
+	// note (as convert's rule that keeps a VAE out of an FP8 default).
+	noted := fp8
+	noted.Rules = append(noted.Rules[:len(noted.Rules):len(noted.Rules)],
+		ckpt.Rule{Component: "other", Pattern: ckpt.MustParsePattern("**"), Target: ckpt.AsStored, Note: "kept: a VAE"})
+	if d := noted.Decide("other", "decoder.proj.weight", dtype.F32, false, w2); d.Target != ckpt.AsStored || d.Rule != "kept: a VAE" {
+		t.Errorf("noted rule: %s by %q", d.Target, d.Rule)
+	}
+	if d := noted.Decide("other", "decoder.proj.bias", dtype.F32, false, []int64{64}); d.Rule != "rule 1 **.bias=F32" {
+		t.Errorf("an earlier rule: %q", d.Rule)
+	}
 }
 
 func TestLinearWeight(t *testing.T) {

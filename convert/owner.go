@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/ckpt-go/ckpt"
@@ -111,9 +112,11 @@ func narrowDefault(p *ckpt.Policy) (dtype.DType, bool) {
 	return d, ok && d.Bits() <= 8
 }
 
-// protectComponent sets c.keepNote when the policy's narrow default would quantize
-// a VAE or an image encoder that no component target names: decide then
-// keeps such tensors as stored unless a rule decides them.
+// protectComponent keeps a VAE or an image encoder that no component
+// target names out of the policy's narrow default: it adds a rule, after
+// the caller's, that keeps the component's tensors as stored and says why.
+// The caller's rules still decide first, and a component target
+// (--component vae=F8_E4M3) forces the default on it.
 func (r *runner) protectComponent(c *component, o owner, pipeline bool) {
 	d, narrow := narrowDefault(&r.opts.Policy)
 	if !pipeline || !narrow {
@@ -125,26 +128,9 @@ func (r *runner) protectComponent(c *component, o owner, pipeline bool) {
 	if !keptByDefault(c.label, o) {
 		return
 	}
-	c.keepNote = fmt.Sprintf("VAEs and image encoders are not quantized by a pipeline-wide %s default (--component %s=%s forces it)", d, c.label, d)
-	r.rep.Warnings = append(r.rep.Warnings, fmt.Sprintf("%s: kept as stored: %s", c.label, c.keepNote))
-}
-
-// decide is the policy's decision for one tensor of c, with the safe
-// default for VAEs and image encoders (see protectComponent): a decision
-// of the narrow default becomes "as stored", saying why; rules still
-// decide.
-func (r *runner) decide(c *component, name string, stored dtype.DType, quantized bool, shape []int64) ckpt.Decision {
-	dec := r.policy.Decide(c.label, name, stored, quantized, shape)
-	if c.keepNote == "" {
-		return dec
-	}
-	noDefault := r.policy
-	noDefault.Default = ckpt.Target{}
-	if alt := noDefault.Decide(c.label, name, stored, quantized, shape); alt != dec {
-		// The default decided: no rule matched.
-		return ckpt.Decision{Target: ckpt.AsStored, Rule: c.keepNote}
-	}
-	return dec
+	note := fmt.Sprintf("VAEs and image encoders are not quantized by a pipeline-wide %s default (--component %s=%s forces it)", d, c.label, d)
+	r.policy.Rules = append(slices.Clip(r.policy.Rules), ckpt.Rule{Component: c.label, Pattern: ckpt.MustParsePattern("**"), Target: ckpt.AsStored, Note: note})
+	r.rep.Warnings = append(r.rep.Warnings, fmt.Sprintf("%s: kept as stored: %s", c.label, note))
 }
 
 // checkOwners refuses, before anything is written, components that would

@@ -86,7 +86,6 @@ type component struct {
 	format   ScaleFormat // of new FP8 weights (never AutoScaleFormat)
 	scale    Scale       // of new FP8 weights, resolved
 	explicit bool        // the options ask stored FP8 weights for other scales
-	keepNote string      // why the narrow default does not apply ("" when it does)
 
 	srcFiles map[*safetensors.File]*srcFile // source files verified as read (integrity.go)
 }

@@ -119,7 +119,7 @@ func (r *runner) buildTasks(c *component) error {
 	for _, e := range entries {
 		name, info := e.name, e
 		if w := weightOf[name]; w != nil {
-			dec := r.decide(c, w.Name, w.Elem, true, w.Shape)
+			dec := r.policy.Decide(c.label, w.Name, w.Elem, true, w.Shape)
 			d, isD := dec.Target.DType()
 			if !isD && noTarget && c.explicit && fp8Elem(w.Elem) {
 				// Only scales were asked for: they apply to the
@@ -228,7 +228,7 @@ func (r *runner) buildTasks(c *component) error {
 			tasks = append(tasks, newTask(kCopy, name, info.dtype, info.shape, src, ckpt.Decision{Rule: "unknown layout: as stored"}, ActionCopy, info.dtype))
 			continue
 		}
-		dec := r.decide(c, name, info.dtype, false, info.shape)
+		dec := r.policy.Decide(c.label, name, info.dtype, false, info.shape)
 		d, isD := dec.Target.DType()
 		switch {
 		case !isD || d == info.dtype:
