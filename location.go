@@ -53,7 +53,7 @@ func (m *Model) openSource() error {
 
 // sourceOptions are the shard options every file of the model is resolved
 // and opened with: the source (file system and symlink rule), then what
-// WithShardOptions added.
+// the options tests add.
 func (m *Model) sourceOptions() []shard.Option {
 	return append([]shard.Option{shard.WithSource(m.src)}, m.cfg.shardOptions...)
 }

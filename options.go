@@ -22,7 +22,6 @@ type config struct {
 	saturate     bool
 	keepScales   bool
 	staging      int64
-	shardOptions []shard.Option // WithShardOptions (deprecated)
 	// src is where the files are (WithFS; nil: the operating system or
 	// the location's scheme) and the symlink rule (WithFollowSymlinks):
 	// the one value Open passes down to package variant and package shard.
@@ -34,6 +33,9 @@ type config struct {
 	// onRead, when set (tests only), is told every range a load reads of a
 	// stored tensor, and every view of one it hands out.
 	onRead func(st *safetensors.Tensor, off, n int64)
+	// shardOptions, when set (tests only), are added to the options every
+	// file is resolved and opened with (a read mode without a mapping).
+	shardOptions []shard.Option
 }
 
 // WithVariant selects a precision variant ("bf16", "fp16", ...) of the
@@ -223,17 +225,6 @@ func WithStaging(bytes int64) Option {
 		c.staging = bytes
 		return nil
 	}
-}
-
-// WithShardOptions passes options to shard.Open and to variant's resolution
-// for every component, after the source that Open built from WithFS and
-// WithFollowSymlinks.
-//
-// Deprecated: it only forwards. Use WithFS for the file system,
-// WithFollowSymlinks for the symlink rule and WithReadStrategy for how
-// files are read.
-func WithShardOptions(opts ...shard.Option) Option {
-	return func(c *config) error { c.shardOptions = append(c.shardOptions, opts...); return nil }
 }
 
 // WithFollowSymlinks lets the files a folder resolves to (shards, indexes,

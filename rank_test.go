@@ -82,6 +82,11 @@ func writeRankFixture(t *testing.T) string {
 	return ckpttest.Dir(t, ckpttest.Weights{Shards: 2, Tensors: ts})
 }
 
+// withShardOptions adds options to those every file is opened with.
+func withShardOptions(opts ...shard.Option) Option {
+	return func(c *config) error { c.shardOptions = append(c.shardOptions, opts...); return nil }
+}
+
 // readModes are the ways a rank reads: the mmap and pread strategies of
 // the loader, and files without a mapping (every read a ReadAt of the
 // file, as for object storage).
@@ -91,7 +96,7 @@ var readModes = []struct {
 }{
 	{"mmap", []Option{WithReadStrategy(ReadMmap)}},
 	{"pread", []Option{WithReadStrategy(ReadPread)}},
-	{"readat", []Option{WithReadStrategy(ReadMmap), WithShardOptions(shard.WithOpenOptions(safetensors.WithReadAt()))}},
+	{"readat", []Option{WithReadStrategy(ReadMmap), withShardOptions(shard.WithOpenOptions(safetensors.WithReadAt()))}},
 }
 
 // concat joins the ranks' parts along dim, for elements of es bytes.
@@ -305,7 +310,7 @@ func TestRankDiskBytesMeasured(t *testing.T) {
 	for rank := range world {
 		// No budget: the default one reads /proc/meminfo and cgroup files.
 		m := mustOpen(t, dir, WithDType(To(dtype.F32)), WithRank(rank, world, splits...), WithWorkers(2), WithBudget(-1),
-			WithShardOptions(shard.WithOpenOptions(safetensors.WithReadAt())))
+			withShardOptions(shard.WithOpenOptions(safetensors.WithReadAt())))
 		p, err := m.Plan()
 		if err != nil {
 			t.Fatal(err)
