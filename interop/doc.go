@@ -15,4 +15,15 @@
 // Data goes between Go and Python through files in t.TempDir(). See
 // interop/README.md for what is compared and what the references disagree
 // on.
+//
+// The ecosystem tier (TestEcosystem) goes further: tiny models and a
+// diffusers pipeline built with pinned torch, transformers, diffusers and
+// compressed-tensors are converted by the ckpt CLI and loaded back with
+// from_pretrained, their state dicts compared bit for bit where the
+// conversion is exact and their outputs within stated bounds where it is not.
+// Its environment lives outside the clone (interop/ecosystem/setup.sh) and it
+// runs only with CKPT_ECOSYSTEM=1:
+//
+//	bash interop/ecosystem/setup.sh
+//	CKPT_ECOSYSTEM=1 go test -count=1 -run '^TestEcosystem$' ./interop/
 package interop
