@@ -288,9 +288,15 @@ func (p *Policy) Decide(component, name string, stored dtype.DType, quantized bo
 // LinearWeight reports whether a tensor is taken for the weight of a linear
 // layer, which an 8-bit or narrower default target quantizes (see
 // Policy.NarrowLinearOnly): a 2-D tensor named P.weight whose module P is
-// not an embedding (a part containing "embed", or wte, wpe, shared), not an
-// output head (lm_head, embed_out) and not a normalization layer (a part
-// containing "norm", or ln_*). Rules can quantize any tensor regardless.
+// not an embedding (a part containing "embed" or "bias", as T5's
+// relative_attention_bias table, a part ending in "_emb", or wte, wpe,
+// shared, codebook), not an output head (lm_head, embed_out) and not a
+// normalization layer (a part containing "norm", or ln_*). Rules can
+// quantize any tensor regardless.
+//
+// It judges by name alone: a model whose linear layers are of another
+// class than nn.Linear (GPT-2's Conv1D) is for the caller to know; package
+// convert keeps those from FP8 by model type.
 func LinearWeight(name string, shape []int64) bool {
 	if len(shape) != 2 || !strings.HasSuffix(name, ".weight") {
 		return false
@@ -299,8 +305,9 @@ func LinearWeight(name string, shape []int64) bool {
 	for _, p := range strings.Split(module, ".") {
 		l := strings.ToLower(p)
 		switch {
-		case strings.Contains(l, "embed"), strings.Contains(l, "norm"), strings.HasPrefix(l, "ln_"),
-			l == "wte", l == "wpe", l == "shared", l == "lm_head", l == "ln":
+		case strings.Contains(l, "embed"), strings.Contains(l, "bias"), strings.HasSuffix(l, "_emb"),
+			strings.Contains(l, "norm"), strings.HasPrefix(l, "ln_"),
+			l == "wte", l == "wpe", l == "shared", l == "codebook", l == "lm_head", l == "ln":
 			return false
 		}
 	}

@@ -139,6 +139,13 @@ func TestLinearWeight(t *testing.T) {
 		{"model.layers.0.post_attention_LayerNorm.weight", []int64{8, 8}, false},
 		{"transformer.h.0.ln_1.weight", []int64{8, 8}, false},
 		{"transformer.ln.weight", []int64{8, 8}, false},
+		// Embedding tables by other names (T5's position biases).
+		{"encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", []int64{32, 8}, false},
+		{"model.layers.0.global_relative_attention_bias.weight", []int64{32, 8}, false},
+		{"attn.rel_pos_emb.weight", []int64{32, 8}, false},
+		{"quantizer.codebook.weight", []int64{32, 8}, false},
+		{"encoder.block.0.layer.0.SelfAttention.q.weight", []int64{8, 8}, true},
+		{"down_blocks.0.resnets.0.time_emb_proj.weight", []int64{8, 8}, true},
 	} {
 		if got := ckpt.LinearWeight(c.name, c.shape); got != c.want {
 			t.Errorf("LinearWeight(%q, %v) = %v, want %v", c.name, c.shape, got, c.want)

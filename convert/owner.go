@@ -17,8 +17,37 @@ import (
 // as model_index.json lists it (["diffusers", "UNet2DConditionModel"]) or
 // its config.json says (_diffusers_version, _class_name, architectures).
 type owner struct {
-	library string // "diffusers", "transformers", ... ("" when unknown)
-	class   string
+	library   string // "diffusers", "transformers", ... ("" when unknown)
+	class     string
+	modelType string // config.json's model_type ("" when not read)
+}
+
+// conv1D reports whether the owner's linear layers are Conv1D modules
+// (transformers' GPT-2 family: weights stored [in, out], c_attn, q_attn,
+// c_proj and c_fc; CLVP's MLP): compressed-tensors and transformers' FP8
+// loading quantize nn.Linear modules only, so an FP8 weight of such a
+// layer would load as its codes taken for values, without an error.
+func (o owner) conv1D() bool {
+	switch o.modelType {
+	case "gpt2", "openai-gpt", "imagegpt", "decision_transformer", "clvp":
+		return true
+	}
+	for _, p := range []string{"GPT2", "OpenAIGPT", "ImageGPT", "DecisionTransformer", "Clvp"} {
+		if strings.HasPrefix(o.class, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// conv1DModules are the modules of the Conv1D models (owner.conv1D) that
+// are Conv1D layers.
+var conv1DModules = []string{"c_attn", "q_attn", "c_proj", "c_fc"}
+
+// isConv1DWeight reports whether name is the weight of a Conv1D module.
+func isConv1DWeight(name string) bool {
+	m, ok := strings.CutSuffix(name, ".weight")
+	return ok && slices.Contains(conv1DModules, m[strings.LastIndexByte(m, '.')+1:])
 }
 
 // Libraries by how they read the quantization_config Run writes.
@@ -72,6 +101,7 @@ func (r *runner) owners(srcs []srcComponent, dirSrc, pipeline bool) map[string]o
 				Class         string   `json:"_class_name"`
 				Transformers  *string  `json:"transformers_version"`
 				Architectures []string `json:"architectures"`
+				ModelType     string   `json:"model_type"`
 			}
 			if b, err := r.readConfig(cfg); err == nil && b != nil && json.Unmarshal(b, &c) == nil {
 				switch {
@@ -81,6 +111,7 @@ func (r *runner) owners(srcs []srcComponent, dirSrc, pipeline bool) map[string]o
 				case c.Transformers != nil || len(c.Architectures) > 0:
 					o.library = libTransformers
 				}
+				o.modelType = c.ModelType
 				if o.class == "" {
 					o.class = c.Class
 					if o.class == "" && len(c.Architectures) > 0 {
@@ -112,25 +143,46 @@ func narrowDefault(p *ckpt.Policy) (dtype.DType, bool) {
 	return d, ok && d.Bits() <= 8
 }
 
-// protectComponent keeps a VAE or an image encoder that no component
-// target names out of the policy's narrow default: it adds a rule, after
-// the caller's, that keeps the component's tensors as stored and says why.
-// The caller's rules still decide first, and a component target
-// (--component vae=F8_E4M3) forces the default on it.
+// narrowTarget returns the dtype of 8 bits or fewer that the policy's
+// component target for c, or else its default, asks for.
+func (r *runner) narrowTarget(c *component) (dtype.DType, bool) {
+	t := r.opts.Policy.Default
+	if ct, ok := r.opts.Policy.Components[c.label]; ok && ct.IsSet() {
+		t = ct
+	}
+	d, ok := t.DType()
+	return d, ok && d.Bits() <= 8
+}
+
+// protectComponent adds the safe defaults of c to the policy, as rules
+// after the caller's (which still decide first), each saying why:
+//   - a VAE or an image encoder of a pipeline that no component target
+//     names is kept out of a narrow pipeline-wide default (a component
+//     target, --component vae=F8_E4M3, forces it);
+//   - the Conv1D layers of a GPT-2-like model are kept out of any narrow
+//     target: no loader of the format quantizes them (owner.conv1D).
 func (r *runner) protectComponent(c *component, o owner, pipeline bool) {
-	d, narrow := narrowDefault(&r.opts.Policy)
-	if !pipeline || !narrow {
-		return
+	keep := func(note string, patterns ...string) {
+		rules := slices.Clip(r.policy.Rules)
+		for _, p := range patterns {
+			rules = append(rules, ckpt.Rule{Component: c.label, Pattern: ckpt.MustParsePattern(p), Target: ckpt.AsStored, Note: note})
+		}
+		r.policy.Rules = rules
+		r.rep.Warnings = append(r.rep.Warnings, fmt.Sprintf("%s: kept as stored: %s", cmp.Or(c.label, "weights"), note))
 	}
-	if _, named := r.opts.Policy.Components[c.label]; named {
-		return
+	if d, narrow := narrowDefault(&r.opts.Policy); pipeline && narrow && keptByDefault(c.label, o) {
+		if _, named := r.opts.Policy.Components[c.label]; !named {
+			keep(fmt.Sprintf("VAEs and image encoders are not quantized by a pipeline-wide %s default (--component %s=%s forces it)", d, c.label, d), "**")
+		}
 	}
-	if !keptByDefault(c.label, o) {
-		return
+	if d, narrow := r.narrowTarget(c); narrow && o.conv1D() {
+		var pats []string
+		for _, m := range conv1DModules {
+			pats = append(pats, "**."+m+".weight")
+		}
+		keep(fmt.Sprintf("the %s layers of a %s are Conv1D modules, which transformers does not load as %s (it quantizes nn.Linear only and would read the codes as values)",
+			strings.Join(conv1DModules, ", "), cmp.Or(o.class, o.modelType), d), pats...)
 	}
-	note := fmt.Sprintf("VAEs and image encoders are not quantized by a pipeline-wide %s default (--component %s=%s forces it)", d, c.label, d)
-	r.policy.Rules = append(slices.Clip(r.policy.Rules), ckpt.Rule{Component: c.label, Pattern: ckpt.MustParsePattern("**"), Target: ckpt.AsStored, Note: note})
-	r.rep.Warnings = append(r.rep.Warnings, fmt.Sprintf("%s: kept as stored: %s", c.label, note))
 }
 
 // checkOwners refuses, before anything is written, components that would
@@ -138,6 +190,9 @@ func (r *runner) protectComponent(c *component, o owner, pipeline bool) {
 // unless Options.AllowCkptOnlyQuant says to write them anyway (with a
 // warning).
 func (r *runner) checkOwners(owners map[string]owner) error {
+	if err := r.checkMisread(owners); err != nil {
+		return err
+	}
 	var bad []*component
 	for _, c := range r.comps {
 		if c.newQ && !readsQuantConfig(owners[c.label].library) {
@@ -165,4 +220,56 @@ func (r *runner) checkOwners(owners map[string]owner) error {
 	return &Error{Kind: ErrUnreadable, Component: c.label, Msg: fmt.Sprintf(
 		"a %s %s: its FP8 weights would carry a %s quantization_config, which %s does not read%s (it reads bitsandbytes, gguf, torchao, quanto and modelopt quantization); nothing was written. Keep it unquantized with --component %s=BF16 or =stored (Options.Policy.Components), or write it anyway with --allow-ckpt-only-quant (Options.AllowCkptOnlyQuant): for ckpt and vLLM; %s will not load it",
 		o.library, cmp.Or(o.class, "model"), c.format, o.library, also, c.label, o.library)}
+}
+
+// checkMisread looks, before anything is written, for FP8 weights that
+// transformers reads but would load with wrong values:
+//   - a Conv1D layer quantized by a rule (owner.conv1D): transformers reads
+//     its codes as values. Refused unless Options.AllowCkptOnlyQuant says
+//     to write it anyway (with a warning).
+//   - DeepSeek's format with a block that does not divide a weight's rows
+//     or columns: transformers 5.23 dequantizes it on a CPU with a block
+//     of (dimension / scale count), not weight_block_size, so the rows and
+//     columns after the first partial block take the wrong scales (or the
+//     load fails). The layout is DeepSeek's own (its checkpoints have such
+//     weights) and loads right on a GPU: a warning says so.
+func (r *runner) checkMisread(owners map[string]owner) error {
+	for _, c := range r.comps {
+		o := owners[c.label]
+		if !c.newQ || o.library != libTransformers {
+			continue
+		}
+		var conv, partial []string
+		for _, t := range c.tasks {
+			if t.rep.ScaleTensor == "" {
+				continue // not a scaled FP8 weight written here
+			}
+			name, shape := t.spec.Name, t.spec.Shape
+			if o.conv1D() && isConv1DWeight(name) {
+				conv = append(conv, name)
+			}
+			if c.format == DeepSeek && len(shape) == 2 && (shape[0]%c.scale.Block != 0 || shape[1]%c.scale.Block != 0) {
+				partial = append(partial, fmt.Sprintf("%s %v", name, shape))
+			}
+		}
+		label := cmp.Or(c.label, "weights")
+		if len(partial) > 0 {
+			if len(partial) > 3 {
+				partial = append(partial[:3], fmt.Sprintf("… (%d more)", len(partial)-3))
+			}
+			r.rep.Warnings = append(r.rep.Warnings, fmt.Sprintf("%s: %d FP8 weights do not divide into blocks of %d (%s): transformers dequantizes DeepSeek-format weights on a CPU with a block of (dimension / scale count), not weight_block_size, and loads them there with the wrong scales (on a GPU they load right); --scale-format compressed-tensors is read right everywhere",
+				label, len(partial), c.scale.Block, strings.Join(partial, ", ")))
+		}
+		if len(conv) == 0 {
+			continue
+		}
+		msg := fmt.Sprintf("%d tensors (%s) are weights of Conv1D layers of a %s, which transformers does not load as FP8: it quantizes nn.Linear only and would read the codes as values",
+			len(conv), strings.Join(conv[:min(len(conv), 3)], ", "), cmp.Or(o.class, o.modelType))
+		if r.opts.AllowCkptOnlyQuant {
+			r.rep.Warnings = append(r.rep.Warnings, fmt.Sprintf("%s: written anyway (AllowCkptOnlyQuant), for ckpt and vLLM: %s", label, msg))
+			continue
+		}
+		return &Error{Kind: ErrUnreadable, Component: c.label, Msg: msg + "; nothing was written. Keep them as stored (drop the rule that quantizes them), or write them anyway with --allow-ckpt-only-quant (Options.AllowCkptOnlyQuant), for ckpt and vLLM"}
+	}
+	return nil
 }

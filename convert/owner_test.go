@@ -3,6 +3,7 @@ package convert
 import (
 	"context"
 	"errors"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/ckpttest"
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/quant"
 )
 
 // sdPipeline is a Stable Diffusion-like pipeline: a diffusers UNet and
@@ -148,5 +150,79 @@ func TestRunPipelineOwners(t *testing.T) {
 	run(t, src, dst4, Options{Policy: ckpt.Policy{Default: target(t, "bf16")}})
 	if got := storedDTypes(t, dst4); got[vaeW] != "BF16" {
 		t.Errorf("bf16: vae %s", got[vaeW])
+	}
+}
+
+// TestRunTransformersMisread: FP8 weights transformers would load with
+// wrong values. A GPT-2's Conv1D layers are kept out of an FP8 target (the
+// report says why) and refused when a rule quantizes them, unless
+// AllowCkptOnlyQuant; DeepSeek's format with partial blocks is written
+// with a warning (transformers' CPU dequantization misreads it).
+func TestRunTransformersMisread(t *testing.T) {
+	rng := rand.New(rand.NewPCG(53, 54))
+	gpt2 := ckpttest.Dir(t, ckpttest.Weights{Tensors: []ckpttest.Tensor{
+		randTensor(rng, "transformer.wte.weight", dtype.F32, 100, 64),
+		randTensor(rng, "transformer.h.0.attn.c_attn.weight", dtype.F32, 64, 192),
+		randTensor(rng, "transformer.h.0.attn.c_proj.weight", dtype.F32, 64, 64),
+		randTensor(rng, "transformer.h.0.mlp.c_fc.weight", dtype.F32, 64, 256),
+		randTensor(rng, "transformer.h.0.mlp.c_proj.weight", dtype.F32, 256, 64),
+		randTensor(rng, "transformer.h.0.ln_1.weight", dtype.F32, 64),
+	}})
+	if err := os.WriteFile(filepath.Join(gpt2, "config.json"), []byte(`{"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "transformers_version": "5.23.0"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fp8 := target(t, "F8_E4M3")
+
+	dst := filepath.Join(t.TempDir(), "default")
+	rep := run(t, gpt2, dst, Options{Policy: ckpt.Policy{Default: fp8}})
+	for k, d := range storedDTypes(t, dst) {
+		if d != "F32" {
+			t.Errorf("%s: %s, want F32", k, d)
+		}
+	}
+	if !hasWarning(rep, "kept as stored", "Conv1D", "GPT2LMHeadModel") {
+		t.Errorf("warnings %q", rep.Warnings)
+	}
+	for _, tr := range rep.Tensors {
+		if strings.Contains(tr.Name, ".c_") && !strings.Contains(tr.Rule, "Conv1D") {
+			t.Errorf("%s: rule %q", tr.Name, tr.Rule)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(dst, "config.json")); err != nil || strings.Contains(string(b), "quantization_config") {
+		t.Errorf("config.json: %s %v", b, err)
+	}
+
+	rule := Options{Policy: ckpt.Policy{Rules: []ckpt.Rule{mustRule(t, "**.c_fc.weight=F8_E4M3")}}}
+	dst = filepath.Join(t.TempDir(), "rule")
+	_, err := Run(context.Background(), gpt2, dst, rule)
+	var ce *Error
+	if !errors.Is(err, ErrUnreadable) || !errors.As(err, &ce) || !strings.Contains(err.Error(), "transformer.h.0.mlp.c_fc.weight") ||
+		!strings.Contains(err.Error(), "--allow-ckpt-only-quant") {
+		t.Fatalf("a Conv1D weight quantized by a rule: %v", err)
+	}
+	if _, err := os.Stat(dst); err == nil {
+		t.Errorf("%s written", dst)
+	}
+	rule.AllowCkptOnlyQuant = true
+	rep = run(t, gpt2, dst, rule)
+	if got := storedDTypes(t, dst); !slices.Contains(slices.Collect(maps.Values(got)), "F8_E4M3") {
+		t.Errorf("opted in: %v", got)
+	}
+	if !hasWarning(rep, "written anyway", "c_fc") {
+		t.Errorf("warnings %q", rep.Warnings)
+	}
+
+	// DeepSeek's format, blocks of 64 over 96 rows and columns.
+	llama := ckpttest.Dir(t, ckpttest.Weights{Tensors: []ckpttest.Tensor{
+		randTensor(rng, "model.layers.0.self_attn.q_proj.weight", dtype.F32, 96, 96),
+		randTensor(rng, "model.layers.0.mlp.up_proj.weight", dtype.F32, 128, 64),
+	}})
+	if err := os.WriteFile(filepath.Join(llama, "config.json"), []byte(`{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "transformers_version": "5.23.0"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep = run(t, llama, filepath.Join(t.TempDir(), "ds"), Options{Policy: ckpt.Policy{Default: fp8}, ScaleFormat: DeepSeek,
+		Scale: Scale{Granularity: quant.PerBlock, Block: 64}})
+	if !hasWarning(rep, "1 FP8 weights do not divide into blocks of 64", "q_proj.weight [96 96]", "compressed-tensors") {
+		t.Errorf("warnings %q", rep.Warnings)
 	}
 }

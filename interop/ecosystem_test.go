@@ -159,19 +159,22 @@ func ecosystemCases() []ecoCase {
 		fp8("bert-fp8", "bert", "BertModel"),
 		{name: "t5-bf16", src: "t5", lib: "transformers", class: "T5ForConditionalGeneration",
 			args: []string{"--dtype", "bf16"}, expect: "bfloat16", maxRel: tolBF16},
-		withBug(fp8("t5-fp8", "t5", "T5ForConditionalGeneration"),
-			"ckpt quantizes T5's relative_attention_bias, an nn.Embedding whose name says nothing of embeddings "+
-				"(ckpt.LinearWeight); compressed-tensors quantizes nn.Linear only, so transformers loads its FP8 codes "+
-				"as plain floats and ignores the scale",
-			"relative_attention_bias"),
+		// T5's relative_attention_bias is an nn.Embedding: kept as stored
+		// (ckpt.LinearWeight), or transformers would read its codes as values.
+		fp8("t5-fp8", "t5", "T5ForConditionalGeneration"),
 		{name: "t5-bin", src: "t5-bin", lib: "transformers", class: "T5ForConditionalGeneration",
 			expect: "same", files: binToSafetensors},
 		{name: "gpt2-bf16", src: "gpt2", lib: "transformers", class: "GPT2LMHeadModel",
 			args: []string{"--dtype", "bf16"}, expect: "bfloat16", maxRel: tolBF16},
-		withBug(fp8("gpt2-fp8", "gpt2", "GPT2LMHeadModel"),
-			"ckpt quantizes GPT-2's Conv1D weights (2-D, stored [in, out]) as linear layers (ckpt.LinearWeight); "+
-				"compressed-tensors quantizes nn.Linear only, so transformers loads their FP8 codes as plain floats",
-			"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"),
+		// GPT-2's linear layers are Conv1D modules, which transformers does
+		// not load as FP8 (it would read the codes as values): an FP8 target
+		// keeps them as stored, so nothing is quantized; a rule that
+		// quantizes one is refused.
+		{name: "gpt2-fp8", src: "gpt2", lib: "transformers", class: "GPT2LMHeadModel",
+			args: []string{"--dtype", "F8_E4M3"}, expect: "same", maxRel: 1e-6},
+		{name: "gpt2-fp8-rule-refused", src: "gpt2", lib: "transformers",
+			args:       []string{"--keep", "**.mlp.c_fc.weight=F8_E4M3"},
+			convertErr: []string{"Conv1D", "mlp.c_fc.weight", "nothing was written", "--allow-ckpt-only-quant"}},
 		{name: "clip-vision-bf16", src: "clip-vision", lib: "transformers", class: "CLIPVisionModel",
 			args: []string{"--dtype", "bf16"}, expect: "bfloat16", maxRel: tolBF16},
 		fp8("clip-vision-fp8", "clip-vision", "CLIPVisionModel"),
