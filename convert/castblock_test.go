@@ -172,3 +172,43 @@ func TestRunCastInBlocksChecksum(t *testing.T) {
 		})
 	}
 }
+
+// TestRunCastTruncatedSource truncates the source while its tensor is
+// converted: the measured cast, reading block by block, reports a source
+// error naming the tensor (never a crash) and writes nothing.
+func TestRunCastTruncatedSource(t *testing.T) {
+	ctx := context.Background()
+	model := blockedModel()
+	src := filepath.Join(t.TempDir(), "model.safetensors")
+	if err := safetensors.Save(ctx, src, model, nil); err != nil {
+		t.Fatal(err)
+	}
+	h, err := safetensors.ReadHeaderFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := model[0].Name
+	info, _ := h.Lookup(name)
+	var pieces int
+	testHookPiece = func(tensor string) error {
+		if tensor == name {
+			if pieces++; pieces == 2 {
+				// Keep the first piece's bytes only.
+				if err := os.Truncate(src, h.DataOffset+info.Begin+4*8*castBlock); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+		return nil
+	}
+	defer func() { testHookPiece = nil }()
+	dst := filepath.Join(t.TempDir(), "model.safetensors")
+	_, err = Run(ctx, src, dst, Options{Policy: ckpt.Policy{Default: target(t, "bf16")}, ChunkBytes: castBlockChunk, Workers: 1})
+	var e *Error
+	if !errors.As(err, &e) || e.Kind != ErrSource || e.Tensor != name {
+		t.Fatalf("Run with the source truncated meanwhile: %v", err)
+	}
+	if _, err := os.Stat(dst); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a failed Run left %s: %v", dst, err)
+	}
+}
