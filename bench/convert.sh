@@ -126,6 +126,7 @@ run() {
   work=$(sed -n 's/^RESULT work_seconds=\([0-9.]*\).*/\1/p' "$out")
   wcpu=$(sed -n 's/^RESULT .*work_cpu_seconds=\([0-9.]*\).*/\1/p' "$out")
   echo "$round $wall $rss ${work:-$wall} $cpu ${wcpu:-$cpu}" >> "$WORKDIR/$name"
+  echo "  $name: wall ${wall}s, work ${work:-$wall}s, CPU ${cpu}s" >&2
   rm -rf "$WORKDIR/out" && mkdir -p "$WORKDIR/out"
 }
 
