@@ -4,7 +4,7 @@
 #
 # Generates an F32 checkpoint of SIZE (default 2GiB; transformer-like:
 # 4096x4096 linear weights with normally distributed values and norm
-# vectors), then, ROUNDS times (default 5) and taking turns:
+# vectors; see CKPT_BENCH_HIDDEN), then, ROUNDS times (default 5) and taking turns:
 #   cp           cp SRC DST
 #   cp+sync      cp SRC DST && sync DST  (the output made durable, as convert's
 #                commit makes it: fsync, rename, folder fsync)
@@ -32,6 +32,8 @@
 #   CKPT_BENCH_TORCH_PYTHON=${XDG_CACHE_HOME:-$HOME/.cache}/ckpt/ecosystem-venv/bin/python \
 #     bash bench/convert.sh
 # CKPT_BENCH_RUNS picks runs (default all; e.g. "cp+sync bf16 torch torch+fsync").
+# CKPT_BENCH_HIDDEN sets the hidden size (default 4096: 4096x4096 weights, at
+# least 0.44 GiB; 1536 makes a model of about 250 MB from SIZE=240MB).
 # CKPT_BENCH_BASE names another ckpt binary (say, built at an earlier commit)
 # whose BF16 conversion runs as bf16-base in the same rounds: before and after.
 #
@@ -63,7 +65,7 @@ DST="$WORKDIR/out/model.safetensors"
 PY=${CKPT_BENCH_TORCH_PYTHON:-}
 PYSCRIPT="$ROOT/bench/peers/python/convert_torch.py"
 mkdir -p "$WORKDIR/src" "$WORKDIR/out"
-"$WORKDIR/genckpt" -size "$SIZE" -hidden 4096 "$SRC" >&2
+"$WORKDIR/genckpt" -size "$SIZE" -hidden "${CKPT_BENCH_HIDDEN:-4096}" "$SRC" >&2
 BYTES=$(stat -c %s "$SRC")
 cat "$SRC" > /dev/null # into the page cache
 
@@ -149,7 +151,7 @@ col() { awk -v c="$2" '{print $c}' "$WORKDIR/$1" | median; }
 
 has() { [ -f "$WORKDIR/$1" ]; }
 echo
-echo "Source: $(awk -v b="$BYTES" 'BEGIN {printf "%.2f GiB", b/1073741824}') F32 ($SIZE requested), $ROUNDS rounds, $(nproc) CPUs, medians;" \
+echo "Source: $(awk -v b="$BYTES" 'BEGIN {printf "%.2f GiB", b/1073741824}') F32 ($SIZE requested, hidden ${CKPT_BENCH_HIDDEN:-4096}), $ROUNDS rounds, $(nproc) CPUs, medians;" \
   "1-minute load average $(printf '%s\n' $LOADS | sort -g | head -1)–$(printf '%s\n' $LOADS | sort -g | tail -1) (before and after each round)."
 echo
 echo "| run | wall time (s) | work (s) | × cp | × cp+sync | source GB/s | CPU (s) | work CPU (s) | max RSS (MiB) |"
