@@ -27,8 +27,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 
-def fsync_path(path, flags=os.O_RDONLY):
-    fd = os.open(path, flags)
+def fsync_path(path):
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
