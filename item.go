@@ -230,7 +230,7 @@ func (m *Model) item(c *modelComponent, e *entry) (*Item, error) {
 		info.Shape = slices.Clone(info.Shape)
 		it.Split = &info
 	}
-	sts, err := c.stored(e)
+	st, scales, err := c.stored(e)
 	if err != nil {
 		return nil, inComponent(err, c.name)
 	}
@@ -251,7 +251,7 @@ func (m *Model) item(c *modelComponent, e *entry) (*Item, error) {
 		if sliced {
 			sel = e.sl.data
 		}
-		it.Data = part(sts[0], e.shape, sel, !sliced)
+		it.Data = part(st, e.shape, sel, !sliced)
 		return it, nil
 	}
 	q := e.q
@@ -276,13 +276,13 @@ func (m *Model) item(c *modelComponent, e *entry) (*Item, error) {
 			dataShape = []int64{sel.total()} // the part's bytes, with the rows before it a scale block covers left out
 		}
 	}
-	it.Data = part(sts[0], dataShape, sel, !sliced)
+	it.Data = part(st, dataShape, sel, !sliced)
 	for i, s := range e.q.Scales {
 		shape := s.Shape
 		if sliced {
 			sel, shape = e.sl.q.scales[i].sel, e.sl.q.scales[i].shape
 		}
-		it.Scales = append(it.Scales, part(sts[1+i], shape, sel, !sliced))
+		it.Scales = append(it.Scales, part(scales[i], shape, sel, !sliced))
 	}
 	return it, nil
 }

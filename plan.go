@@ -316,12 +316,15 @@ func (m *Model) budget() (int64, string) {
 
 // peak returns the resident bytes and the peak of a load, as Plan computes
 // them, without building the plan.
-func (m *Model) peak() (resident, peak int64) {
+func (m *Model) peak() (resident, peak int64) { return m.peakOf(m.usages()) }
+
+// usages returns each component's usage under its decisions.
+func (m *Model) usages() []usage {
 	us := make([]usage, len(m.comps))
 	for i, c := range m.comps {
 		us[i] = m.usageOf(c, c.entries)
 	}
-	return m.peakOf(us)
+	return us
 }
 
 // usage is what one component's load needs: resident bytes, and what its
@@ -426,10 +429,11 @@ func (m *Model) alternatives(c *modelComponent) []Alternative {
 		block := make([]entry, len(c.entries)) // one allocation, not one per tensor
 		xs := make([]*entry, 0, len(c.entries))
 		ok := true
+		var rt ruleTexts
 		for i, e := range c.entries {
 			x := &block[i]
 			*x = entry{name: e.name, stored: e.stored, shape: e.shape, inBytes: e.inBytes, q: e.q, sl: e.sl, vsum: e.vsum, vextra: e.vextra}
-			x.dec = pol.Decide(c.name, e.name, e.stored, e.q != nil, e.shape)
+			x.dec = pol.decide(&rt, c.name, e.name, e.stored, e.q != nil, e.shape)
 			if x.resolve(c.strategy) != nil || x.resolveSlice(c.strategy) != nil {
 				ok = false
 				break
