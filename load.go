@@ -225,7 +225,7 @@ func (m *Model) Load(ctx context.Context, opts ...LoadOption) (*Weights, error) 
 		return nil, &Error{Kind: ErrRead, Path: m.path, Msg: fmt.Sprintf("allocating %s of owned memory", FormatSize(owned)), Err: err}
 	}
 	store := make([]Tensor, n)
-	pp := &prep{alloc: w.arena.take, block: n}
+	pp := &prep{alloc: w.arena.take, block: n, dims: dims{n: n}}
 	if m.rangeFS() == nil {
 		pp.store = store // small tensors are converted in batches
 	}
@@ -373,7 +373,7 @@ type prep struct {
 	store []Tensor
 	block int       // how many of each a block holds (0: one)
 	jobs  []partJob // the rest of the current block of jobs
-	dims  []int64   // the rest of the current block of shapes' dimensions
+	dims  dims      // the tensors' shapes
 }
 
 // job returns a new partJob holding j, from the current block.
@@ -387,24 +387,39 @@ func (pp *prep) job(j partJob) *partJob {
 	return p
 }
 
-// shape returns a copy of s (of its own capacity) from the current block.
-func (pp *prep) shape(s []int64) []int64 {
-	if len(s) > len(pp.dims) {
+// dims hands out copies of shapes from blocks: one allocation for many
+// small shapes. Each copy has its own capacity, so that appending to one
+// never writes into another.
+type dims struct {
+	free []int64 // the rest of the current block
+	n    int     // the shapes to come, to size blocks (0: unknown)
+}
+
+// clone returns a copy of s as slices.Clone does (nil for nil).
+func (d *dims) clone(s []int64) []int64 {
+	switch {
+	case s == nil:
+		return nil
+	case len(s) == 0:
+		return []int64{}
+	case len(s) > len(d.free):
 		if len(s) > 64 {
 			return slices.Clone(s)
 		}
-		pp.dims = make([]int64, max(min(max(pp.block, 1)*2, 8192), len(s)))
+		d.free = make([]int64, max(min(max(d.n, 1)*2, 8192), len(s)))
 	}
-	out := pp.dims[:len(s):len(s)]
+	out := d.free[:len(s):len(s)]
 	copy(out, s)
-	pp.dims = pp.dims[len(s):]
+	d.free = d.free[len(s):]
 	return out
 }
 
-// prepareInto fills t's description, assigns its memory, and appends its
-// pieces of work to pp.
+// prepareInto fills t's description (t is zero), assigns its memory, and
+// appends its pieces of work to pp.
 func (m *Model) prepareInto(c *modelComponent, e *entry, t *Tensor, pp *prep) error {
-	*t = Tensor{Component: c.name, Name: e.name, DType: e.out, Shape: pp.shape(e.shape), Stored: e.stored, Decision: e.dec, act: e.act}
+	// Field by field: t is zero (fresh memory), and a whole Tensor copied
+	// in costs a bulk write barrier while the collector runs.
+	t.Component, t.Name, t.DType, t.Shape, t.Stored, t.Decision, t.act = c.name, e.name, e.out, pp.dims.clone(e.shape), e.stored, e.dec, e.act
 	if e.q != nil {
 		t.Layout = e.q.Layout.String() // the weight's own (a scheme may be "mixed")
 	}

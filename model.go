@@ -303,7 +303,10 @@ func (m *Model) setup(c *modelComponent) error {
 		}
 		info, fi := c.ck.At(i)
 		in, _ := s.DType.ByteLen(numElements(s.Shape))
-		*add() = entry{name: s.Name, stored: s.DType, shape: s.Shape, fileIdx: int32(fi), begin: info.Begin, at: int32(i), inBytes: in}
+		// Field by field into the zero entry: a whole entry copied in
+		// costs a bulk write barrier while the collector runs.
+		e := add()
+		e.name, e.stored, e.shape, e.fileIdx, e.begin, e.at, e.inBytes = s.Name, s.DType, s.Shape, int32(fi), info.Begin, int32(i), in
 	}
 	c.weights = make(map[string]*entry, len(c.scheme.Weights))
 	for _, w := range c.scheme.Weights {
