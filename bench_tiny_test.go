@@ -15,8 +15,8 @@ import (
 // BenchmarkTinyTensors measures the loader's per-tensor bookkeeping: a file
 // of 100,000 BF16 tensors of 4×4 opened and loaded as F32 (each iteration
 // a fresh Open, and steady state: one Model loaded again and again into a
-// reused Arena), against parsing the same header with safetensors.Open in
-// the same run (the least any reader does per tensor).
+// reused Arena), its Plan, against parsing the same header with
+// safetensors.Open in the same run (the least any reader does per tensor).
 func BenchmarkTinyTensors(b *testing.B) {
 	path := filepath.Join(os.TempDir(), "ckpt-bench-tiny", "model.safetensors")
 	if _, err := os.Stat(path); err != nil {
@@ -59,6 +59,18 @@ func BenchmarkTinyTensors(b *testing.B) {
 				b.Fatal(err)
 			}
 			w.Close()
+		}
+	})
+	b.Run("plan", func(b *testing.B) {
+		m, err := Open(path, WithDType(To(dtype.F32)), WithBudget(-1))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer m.Close()
+		for range b.N {
+			if _, err := m.Plan(); err != nil {
+				b.Fatal(err)
+			}
 		}
 	})
 	b.Run("safetensors.Open", func(b *testing.B) {

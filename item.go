@@ -224,24 +224,42 @@ func (m *Model) Items() ([]*Item, error) {
 
 // item makes e's Item.
 func (m *Model) item(c *modelComponent, e *entry) (*Item, error) {
-	it := &Item{Key: m.qualify(c.name, e.name), Component: c.name, Name: e.name, Stored: e.stored, DType: e.out,
-		Shape: slices.Clone(e.shape), Action: e.act, Decision: e.dec, Bytes: e.outBytes, m: m, c: c, e: e}
+	it := new(Item)
+	return it, m.fillItem(it, c, e, true)
+}
+
+// fillItem makes *it e's Item. Without own, the Item is only read by the
+// plan, never handed out: it shares e's shapes and its Parts have none.
+func (m *Model) fillItem(it *Item, c *modelComponent, e *entry, own bool) error {
+	clone := func(s []int64) []int64 {
+		if own {
+			return slices.Clone(s)
+		}
+		return s
+	}
+	*it = Item{Key: m.qualify(c.name, e.name), Component: c.name, Name: e.name, Stored: e.stored, DType: e.out,
+		Shape: clone(e.shape), Action: e.act, Decision: e.dec, Bytes: e.outBytes, Scales: it.Scales[:0], m: m, c: c, e: e}
 	sliced := e.sl != nil && !e.sl.whole
 	if e.sl.info != nil {
 		info := *e.sl.info
-		info.Shape = slices.Clone(info.Shape)
+		info.Shape = clone(info.Shape)
 		it.Split = &info
 	}
-	sts, err := c.stored(e)
+	st, scales, err := c.stored(e)
 	if err != nil {
-		return nil, inComponent(err, c.name)
+		return inComponent(err, c.name)
 	}
 	part := func(st *safetensors.Tensor, shape []int64, sel strided, whole bool) Part {
 		if whole {
 			sel = strided{n: st.ByteLen(), count: 1}.norm()
-			shape = st.Shape()
+			if own {
+				shape = st.Shape()
+			}
 		}
-		p := Part{Tensor: st.Name(), DType: st.DType(), Shape: slices.Clone(shape), File: st.File().Path(),
+		if !own {
+			shape = nil
+		}
+		p := Part{Tensor: st.Name(), DType: st.DType(), Shape: clone(shape), File: st.File().Path(),
 			Range: sel.byteRange(st.Offset()), check: m.checkOf(st, sel), st: st, sel: sel, m: m}
 		if p.check.verified() {
 			p.ck = &tensorCheck{st: st, size: st.ByteLen(), kind: p.check}
@@ -253,8 +271,8 @@ func (m *Model) item(c *modelComponent, e *entry) (*Item, error) {
 		if sliced {
 			sel = e.sl.data
 		}
-		it.Data = part(sts[0], e.shape, sel, !sliced)
-		return it, nil
+		it.Data = part(st, e.shape, sel, !sliced)
+		return nil
 	}
 	q := e.q
 	if sliced {
@@ -262,8 +280,8 @@ func (m *Model) item(c *modelComponent, e *entry) (*Item, error) {
 	}
 	if q != nil {
 		cp := *q
-		cp.Shape = slices.Clone(q.Shape)
-		cp.Data.Shape = slices.Clone(q.Data.Shape)
+		cp.Shape = clone(q.Shape)
+		cp.Data.Shape = clone(q.Data.Shape)
 		cp.Scales = slices.Clone(q.Scales)
 		it.Quant = &cp
 	}
@@ -278,15 +296,15 @@ func (m *Model) item(c *modelComponent, e *entry) (*Item, error) {
 			dataShape = []int64{sel.total()} // the part's bytes, with the rows before it a scale block covers left out
 		}
 	}
-	it.Data = part(sts[0], dataShape, sel, !sliced)
+	it.Data = part(st, dataShape, sel, !sliced)
 	for i, s := range e.q.Scales {
 		shape := s.Shape
 		if sliced {
 			sel, shape = e.sl.q.scales[i].sel, e.sl.q.scales[i].shape
 		}
-		it.Scales = append(it.Scales, part(sts[1+i], shape, sel, !sliced))
+		it.Scales = append(it.Scales, part(scales[i], shape, sel, !sliced))
 	}
-	return it, nil
+	return nil
 }
 
 // Produce loads the item on the host, as Load would, into dst, which must
@@ -303,11 +321,12 @@ func (it *Item) Produce(ctx context.Context, dst []byte) (*Tensor, error) {
 	return it.m.loadEntry(ctx, it.c, it.e, dst)
 }
 
-// plan renders the item as the plan lists it; ranges lists the byte ranges
-// it reads (the plan does with a rank option).
-func (it *Item) plan(ranges bool) TensorPlan {
+// plan renders the item as the plan lists it, its shape copied from d;
+// ranges lists the byte ranges it reads (the plan does with a rank
+// option).
+func (it *Item) plan(ranges bool, d *dims) TensorPlan {
 	e := it.e
-	tp := TensorPlan{Name: it.Name, Stored: it.Stored.String(), Shape: slices.Clone(it.Shape), DType: it.DType.String(),
+	tp := TensorPlan{Name: it.Name, Stored: it.Stored.String(), Shape: d.clone(it.Shape), DType: it.DType.String(),
 		Action: it.Action.String(), Rule: it.Decision.Rule, Bytes: it.Bytes, Split: it.Split,
 		StoredBytes: e.storedBytes(), ReadBytes: e.inBytes}
 	if e.q != nil {
@@ -316,18 +335,25 @@ func (it *Item) plan(ranges bool) TensorPlan {
 			tp.Scales = append(tp.Scales, s.Name)
 		}
 	}
-	if ranges {
-		for _, p := range append([]Part{it.Data}, it.Scales...) {
+	for i := -1; i < len(it.Scales); i++ {
+		p := it.part(i)
+		if ranges {
 			tp.Ranges = append(tp.Ranges, TensorRead{Tensor: p.Tensor, File: p.File, ByteRange: p.Range})
 		}
-	}
-	for _, p := range append([]Part{it.Data}, it.Scales...) {
 		if p.check == checkRest {
 			tp.VerifyReadBytes += restBytes(p.sel, p.st.ByteLen())
 		}
 	}
 	tp.Verify = it.check().String()
 	return tp
+}
+
+// part returns its Data for i = -1, else Scales[i].
+func (it *Item) part(i int) *Part {
+	if i < 0 {
+		return &it.Data
+	}
+	return &it.Scales[i]
 }
 
 // check says how the item's stored bytes are verified: the check of its
@@ -346,8 +372,8 @@ func (it *Item) check() checkMode {
 func (v *VerifyPlan) add(it *Item, tp TensorPlan) {
 	check := it.check()
 	var bytes int64
-	for _, p := range append([]Part{it.Data}, it.Scales...) {
-		bytes += p.st.ByteLen()
+	for i := -1; i < len(it.Scales); i++ {
+		bytes += it.part(i).st.ByteLen()
 	}
 	switch {
 	case check.verified():

@@ -201,7 +201,8 @@ func (m *Model) Load(ctx context.Context, opts ...LoadOption) (*Weights, error) 
 	for _, o := range opts {
 		o(&lc)
 	}
-	if err := m.checkBudget(); err != nil {
+	us := m.usages()
+	if err := m.checkBudget(us); err != nil {
 		return nil, err
 	}
 	var owned int64
@@ -215,7 +216,7 @@ func (m *Model) Load(ctx context.Context, opts ...LoadOption) (*Weights, error) 
 			n++
 		}
 	}
-	w := &Weights{model: m, tensors: make([]*Tensor, 0, n)}
+	w := &Weights{model: m, tensors: make([]*Tensor, n)}
 	w.arena, w.ownsMem = lc.arena, lc.arena == nil
 	if w.arena == nil {
 		w.arena = NewArena()
@@ -224,22 +225,23 @@ func (m *Model) Load(ctx context.Context, opts ...LoadOption) (*Weights, error) 
 		return nil, &Error{Kind: ErrRead, Path: m.path, Msg: fmt.Sprintf("allocating %s of owned memory", FormatSize(owned)), Err: err}
 	}
 	store := make([]Tensor, n)
-	var work []piece
+	pp := &prep{alloc: w.arena.take, block: n, dims: dims{n: n}}
+	if m.rangeFS() == nil {
+		pp.store = store // small tensors are converted in batches
+	}
 	i := 0
 	for _, c := range m.comps {
 		for _, e := range c.entries {
 			t := &store[i]
+			w.tensors[i] = t
 			i++
-			var err error
-			work, err = m.prepareInto(c, e, t, w.arena.take, work, false)
-			if err != nil {
+			if err := m.prepareInto(c, e, t, pp); err != nil {
 				w.Close()
 				return nil, err
 			}
-			w.tensors = append(w.tensors, t)
 		}
 	}
-	if err := m.run(ctx, work); err != nil {
+	if err := m.run(ctx, pp.work); err != nil {
 		w.Close()
 		return nil, err
 	}
@@ -248,9 +250,9 @@ func (m *Model) Load(ctx context.Context, opts ...LoadOption) (*Weights, error) 
 
 // checkBudget compares the peak with the budget without building the full
 // plan unless it refuses.
-func (m *Model) checkBudget() error {
+func (m *Model) checkBudget(us []usage) error {
 	budget, _ := m.budget()
-	if _, peak := m.peak(); budget < 0 || peak <= budget {
+	if _, peak := m.peakOf(us); budget < 0 || peak <= budget {
 		return nil
 	}
 	p, err := m.Plan()
@@ -313,11 +315,11 @@ func (m *Model) loadEntry(ctx context.Context, c *modelComponent, e *entry, dst 
 		return make([]byte, n)
 	}
 	t := &Tensor{}
-	work, err := m.prepareInto(c, e, t, alloc, nil, dst != nil)
-	if err != nil {
+	pp := &prep{alloc: alloc, intoCaller: dst != nil}
+	if err := m.prepareInto(c, e, t, pp); err != nil {
 		return nil, err
 	}
-	if err := m.run(ctx, work); err != nil {
+	if err := m.run(ctx, pp.work); err != nil {
 		return nil, err
 	}
 	return t, nil
@@ -356,22 +358,77 @@ func (p *piece) evict(st *safetensors.Tensor, lo, hi int64) {
 	p.evFile, p.evOff, p.evEnd = st.File(), st.Offset()+lo, st.Offset()+hi
 }
 
-// prepareInto fills t's description, assigns its memory, and appends its
-// pieces of work. intoCaller says the first allocation is the caller's
-// buffer: a tensor that would be a view is read into it, and so is a
-// quantized weight's data.
-func (m *Model) prepareInto(c *modelComponent, e *entry, t *Tensor, alloc func(int64) []byte, work []piece, intoCaller bool) ([]piece, error) {
-	*t = Tensor{Component: c.name, Name: e.name, DType: e.out, Shape: slices.Clone(e.shape), Stored: e.stored, Decision: e.dec, act: e.act}
+// prep is what preparing the tensors of a load shares: where owned memory
+// comes from, the pieces of work so far, and blocks that the many small
+// things each tensor needs are taken from.
+type prep struct {
+	alloc func(int64) []byte
+	work  []piece
+	// intoCaller says the first allocation is the caller's buffer: a
+	// tensor that would be a view is read into it, and so is a quantized
+	// weight's data.
+	intoCaller bool
+	// store holds the load's tensors, at their entries' positions, when
+	// small tensors are converted in batches (nil: one piece each).
+	store []Tensor
+	block int       // how many of each a block holds (0: one)
+	jobs  []partJob // the rest of the current block of jobs
+	dims  dims      // the tensors' shapes
+}
+
+// job returns a new partJob holding j, from the current block.
+func (pp *prep) job(j partJob) *partJob {
+	if len(pp.jobs) == 0 {
+		pp.jobs = make([]partJob, min(max(pp.block, 1), 1024))
+	}
+	p := &pp.jobs[0]
+	*p = j
+	pp.jobs = pp.jobs[1:]
+	return p
+}
+
+// dims hands out copies of shapes from blocks: one allocation for many
+// small shapes. Each copy has its own capacity, so that appending to one
+// never writes into another.
+type dims struct {
+	free []int64 // the rest of the current block
+	n    int     // the shapes to come, to size blocks (0: unknown)
+}
+
+// clone returns a copy of s as slices.Clone does (nil for nil).
+func (d *dims) clone(s []int64) []int64 {
+	switch {
+	case s == nil:
+		return nil
+	case len(s) == 0:
+		return []int64{}
+	case len(s) > len(d.free):
+		if len(s) > 64 {
+			return slices.Clone(s)
+		}
+		d.free = make([]int64, max(min(max(d.n, 1)*2, 8192), len(s)))
+	}
+	out := d.free[:len(s):len(s)]
+	copy(out, s)
+	d.free = d.free[len(s):]
+	return out
+}
+
+// prepareInto fills t's description (t is zero), assigns its memory, and
+// appends its pieces of work to pp.
+func (m *Model) prepareInto(c *modelComponent, e *entry, t *Tensor, pp *prep) error {
+	// Field by field: t is zero (fresh memory), and a whole Tensor copied
+	// in costs a bulk write barrier while the collector runs.
+	t.Component, t.Name, t.DType, t.Shape, t.Stored, t.Decision, t.act = c.name, e.name, e.out, pp.dims.clone(e.shape), e.stored, e.dec, e.act
 	if e.q != nil {
 		t.Layout = e.q.Layout.String() // the weight's own (a scheme may be "mixed")
 	}
-	sts, err := c.stored(e)
+	st, scales, err := c.stored(e)
 	if err != nil {
-		return nil, inComponent(err, c.name)
+		return inComponent(err, c.name)
 	}
-	st := sts[0]
 	t.Location = Location{File: st.File().Path(), Offset: st.Offset(), Length: st.ByteLen()}
-	return m.preparePart(c, e, t, sts, alloc, work, intoCaller)
+	return m.preparePart(c, e, t, st, scales, pp)
 }
 
 // arenaBytes is what prepare takes from an arena for e: one aligned buffer,

@@ -20,6 +20,7 @@ const (
 	partPlain                   // a plain tensor's elements, converted when its target differs
 	partDequant                 // rows of a dequantized weight
 	partCheck                   // bytes read only to verify them: a view's, the rest of a part's tensor
+	partSmall                   // small tensors converted whole from the mapping, one after the other (a batch)
 )
 
 // partJob is what the pieces of one part share.
@@ -33,6 +34,10 @@ type partJob struct {
 	dq      *dequantJob         // partDequant
 	ck      *tensorCheck        // verifies st from the bytes read (nil: not verified)
 	rest    bool                // partCheck: the rest of a part's tensor, read only to verify it
+	// partSmall: the tensors of the batch (consecutive in the load's
+	// tensors) and their entries (consecutive in their component's).
+	ts []Tensor
+	es []*entry
 }
 
 // dequantJob is what the pieces of a dequantized part share: the scales'
@@ -56,8 +61,8 @@ type dequantJob struct {
 // chunkBytes each. Each stored tensor the part reads gets its check
 // (verify.go): the reads add to it, views get a pass over the mapping, and
 // a part that verifies the rest of its tensor gets pieces that read it.
-func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, sts []*safetensors.Tensor, alloc func(int64) []byte, work []piece, intoCaller bool) ([]piece, error) {
-	sl, st := e.sl, sts[0]
+func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, st *safetensors.Tensor, scales []*safetensors.Tensor, pp *prep) error {
+	sl := e.sl
 	if sl.info != nil {
 		info := *sl.info
 		info.Shape = slices.Clone(info.Shape)
@@ -69,9 +74,9 @@ func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, sts []*safet
 	// part's tensor (dropped again from a mapping).
 	checkRun := func(t *Tensor, st *safetensors.Tensor, ck *tensorCheck, lo, hi int64, rest bool) {
 		mapped := !pread && st.File().Mapped()
-		sj := &partJob{kind: partCheck, st: st, ck: ck, mapped: mapped, evict: rest && mapped, rest: rest}
+		sj := pp.job(partJob{kind: partCheck, st: st, ck: ck, mapped: mapped, evict: rest && mapped, rest: rest})
 		for first := lo; first < hi; first += chunkBytes {
-			work = append(work, piece{c: c, e: e, t: t, st: st, first: first, n: min(chunkBytes, hi-first), sj: sj})
+			pp.work = append(pp.work, piece{c: c, e: e, t: t, st: st, first: first, n: min(chunkBytes, hi-first), sj: sj})
 		}
 	}
 	// check returns the check of the part sel of st (nil when it is not
@@ -110,17 +115,17 @@ func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, sts []*safet
 		if err != nil {
 			return err
 		}
-		sj := &partJob{kind: partRaw, st: st, sel: sel, mapped: !pread && st.File().Mapped(), ck: ck}
+		sj := pp.job(partJob{kind: partRaw, st: st, sel: sel, mapped: !pread && st.File().Mapped(), ck: ck})
 		total := sel.total()
 		for first := int64(0); first < total; first += chunkBytes {
 			n := min(chunkBytes, total-first)
-			work = append(work, piece{c: c, e: e, t: t, st: st, first: first, n: n, dst: dst[first : first+n], bytes: n, sj: sj})
+			pp.work = append(pp.work, piece{c: c, e: e, t: t, st: st, first: first, n: n, dst: dst[first : first+n], bytes: n, sj: sj})
 		}
 		return nil
 	}
 	mapped := st.File().Mapped()
 	act := e.act
-	if intoCaller && act == actView {
+	if pp.intoCaller && act == actView {
 		act = actRead // the caller's buffer: read instead of viewing
 	}
 	t.act = act
@@ -129,48 +134,51 @@ func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, sts []*safet
 		if mapped {
 			b, err := view(t, st, sl.data)
 			t.data = b
-			return work, err
+			return err
 		}
 		t.data = make([]byte, sl.data.total())
-		return work, raw(t, st, sl.data, t.data)
+		return raw(t, st, sl.data, t.data)
 	case actRead, actConvert:
-		t.data = alloc(e.outBytes)
+		t.data = pp.alloc(e.outBytes)
 		t.Location.Owned = true
 		ck, err := check(t, st, sl.data)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		sj := &partJob{kind: partPlain, st: st, convert: act == actConvert, evict: act == actConvert && mapped, mapped: !pread && mapped, ck: ck}
+		if act == actConvert && mapped && !pread && sl.whole && ck == nil && e.outBytes <= smallMax && pp.small(c, e, st) {
+			return nil
+		}
+		sj := pp.job(partJob{kind: partPlain, st: st, convert: act == actConvert, evict: act == actConvert && mapped, mapped: !pread && mapped, ck: ck})
 		fb, ob := int64(e.stored.Bits()), int64(e.out.Bits())
 		per := max(chunkBytes*8/max(fb, ob)/8*8, 8)
 		n := sl.elems.total()
 		for first := int64(0); first < n; first += per {
 			cnt := min(per, n-first)
 			d0, d1 := first*ob/8, (first+cnt)*ob/8
-			work = append(work, piece{c: c, e: e, t: t, st: st, first: first, n: cnt, dst: t.data[d0:d1], bytes: d1 - d0, sj: sj})
+			pp.work = append(pp.work, piece{c: c, e: e, t: t, st: st, first: first, n: cnt, dst: t.data[d0:d1], bytes: d1 - d0, sj: sj})
 		}
 	case actDequantize:
-		t.data = alloc(e.outBytes)
+		t.data = pp.alloc(e.outBytes)
 		t.Location.Owned = true
 		q := sl.q
-		dq := &dequantJob{scaleT: sts[1:]}
+		dq := &dequantJob{scaleT: scales}
 		ck, err := check(t, st, sl.data)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		for i, sst := range sts[1:] {
+		for i, sst := range scales {
 			sck, err := check(t, sst, q.scales[i].sel)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			if sck != nil && dq.scaleCk == nil {
-				dq.scaleCk = make([]*tensorCheck, len(sts)-1)
+				dq.scaleCk = make([]*tensorCheck, len(scales))
 			}
 			if sck != nil {
 				dq.scaleCk[i] = sck
 			}
 		}
-		sj := &partJob{kind: partDequant, st: st, evict: mapped, mapped: !pread && mapped, dq: dq, ck: ck}
+		sj := pp.job(partJob{kind: partDequant, st: st, evict: mapped, mapped: !pread && mapped, dq: dq, ck: ck})
 		outRow := (q.c1 - q.c0) * int64(e.out.Bits()) / 8
 		rows := q.pad + q.rows.total()
 		if q.c1 == q.c0 {
@@ -181,29 +189,29 @@ func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, sts []*safet
 			p1 := min(rows, p0+per)
 			r0 := max(p0, q.pad)
 			dst := t.data[(r0-q.pad)*outRow : (p1-q.pad)*outRow]
-			work = append(work, piece{c: c, e: e, t: t, st: st, first: p0, n: p1 - p0, dst: dst, bytes: int64(len(dst)), sj: sj})
+			pp.work = append(pp.work, piece{c: c, e: e, t: t, st: st, first: p0, n: p1 - p0, dst: dst, bytes: int64(len(dst)), sj: sj})
 		}
 	case actQuantized:
 		q := sl.q
 		t.q = q.keep
 		var err error
 		switch {
-		case !pread && !intoCaller && mapped && sl.data.isContiguous():
+		case !pread && !pp.intoCaller && mapped && sl.data.isContiguous():
 			t.data, err = view(t, st, sl.data)
-		case !pread && !intoCaller && sl.data.isContiguous():
+		case !pread && !pp.intoCaller && sl.data.isContiguous():
 			// Planned as mapped, but the file has no mapping: a copy.
 			t.data = make([]byte, sl.data.total())
 			err = raw(t, st, sl.data, t.data)
 		default:
-			t.data = alloc(sl.data.total())
+			t.data = pp.alloc(sl.data.total())
 			t.Location.Owned = true
 			err = raw(t, st, sl.data, t.data)
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 		for i, s := range e.q.Scales {
-			sst, qs := sts[1+i], q.scales[i]
+			sst, qs := scales[i], q.scales[i]
 			sc := &Tensor{Component: c.name, Name: s.Name, DType: s.DType, Shape: slices.Clone(qs.shape), Stored: s.DType,
 				Decision: e.dec, Role: s.Role, act: actView,
 				Location: Location{File: sst.File().Path(), Offset: sst.Offset(), Length: sst.ByteLen()}}
@@ -215,16 +223,16 @@ func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, sts []*safet
 				err = raw(sc, sst, qs.sel, sc.data)
 			default:
 				sc.act, sc.Location.Owned = actRead, true
-				sc.data = alloc(qs.sel.total())
+				sc.data = pp.alloc(qs.sel.total())
 				err = raw(sc, sst, qs.sel, sc.data)
 			}
 			if err != nil {
-				return nil, err
+				return err
 			}
 			t.Scales = append(t.Scales, sc)
 		}
 	}
-	return work, nil
+	return nil
 }
 
 // directRun is the run length from which a part is converted straight
@@ -245,6 +253,8 @@ func (m *Model) doPartPiece(ctx context.Context, p *piece, opts dtype.Options) (
 		return dtype.Stats{}, m.readSel(ctx, sj, sj.st, sj.sel, p.first, p.dst, nil, sj.ck)
 	case partCheck:
 		return dtype.Stats{}, m.checkPiece(ctx, p)
+	case partSmall:
+		return dtype.Stats{}, m.smallPiece(ctx, p, opts)
 	case partPlain:
 		fb, ob := int64(e.stored.Bits()), int64(e.out.Bits())
 		from, n := p.first*fb/8, p.n*fb/8
@@ -276,6 +286,77 @@ func (m *Model) doPartPiece(ctx context.Context, p *piece, opts dtype.Options) (
 		return dtype.Convert(p.dst, e.out, buf, e.stored, opts)
 	}
 	return m.dequantPart(ctx, p, opts)
+}
+
+// smallMax is the largest output of a tensor that a load converts in a
+// batch of small tensors (prep.small): converting one costs about as much
+// as a piece of work's own bookkeeping.
+const smallMax = 64 << 10
+
+// smallBatch is the most tensors of one batch of small tensors.
+const smallBatch = 1024
+
+// small adds e, a tensor whose output is at most smallMax bytes, converted
+// whole from the mapping of st's file and not verified, to the batch that
+// the last piece of work is, or starts a batch with it. It reports false,
+// adding nothing, where a load does not batch (prep.store is nil: a single
+// tensor, or a source read with ranged requests).
+func (pp *prep) small(c *modelComponent, e *entry, st *safetensors.Tensor) bool {
+	if pp.store == nil {
+		return false
+	}
+	if n := len(pp.work); n > 0 {
+		p := &pp.work[n-1]
+		sj := p.sj
+		if sj.kind == partSmall && p.c == c && sj.st.File() == st.File() && len(sj.ts) < smallBatch &&
+			p.bytes+e.outBytes <= chunkBytes && e.pos == sj.es[0].pos+len(sj.es) {
+			k := len(sj.es) + 1
+			sj.ts = pp.store[sj.es[0].pos : sj.es[0].pos+k]
+			sj.es = c.entries[sj.es[0].pos-c.entries[0].pos:][:k]
+			p.n++
+			p.bytes += e.outBytes
+			return true
+		}
+	}
+	sj := pp.job(partJob{kind: partSmall, st: st, evict: true, mapped: true,
+		ts: pp.store[e.pos : e.pos+1], es: c.entries[e.pos-c.entries[0].pos:][:1]})
+	pp.work = append(pp.work, piece{c: c, e: e, t: &sj.ts[0], st: st, n: 1, bytes: e.outBytes, sj: sj})
+	return true
+}
+
+// smallPiece converts a batch of small tensors whole from the mapping,
+// under one fault protection, each into its own output, and records the
+// source bytes they span for the load to drop (evictor). Each tensor gets
+// its own statistics; the piece reports none.
+func (m *Model) smallPiece(ctx context.Context, p *piece, opts dtype.Options) error {
+	sj := p.sj
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	k := 0
+	err := protectFault(func() error {
+		for ; k < len(sj.ts); k++ {
+			t, e := &sj.ts[k], sj.es[k]
+			st := e.st.Load() // looked up when the load was prepared
+			src, err := st.Bytes()
+			if err != nil {
+				return err
+			}
+			if h := m.cfg.onRead; h != nil {
+				h(st, 0, int64(len(src)))
+			}
+			if t.Stats, err = dtype.Convert(t.data, e.out, src, e.stored, opts); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return readErr(err, p.c.name, sj.ts[min(k, len(sj.ts)-1)].Name)
+	}
+	first, last := sj.es[0].st.Load(), sj.es[len(sj.es)-1].st.Load()
+	p.evFile, p.evOff, p.evEnd = first.File(), first.Offset(), last.Offset()+last.ByteLen()
+	return nil
 }
 
 // checkPiece reads the bytes [p.first, p.first+p.n) of a tensor only to

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/internal/srcfs"
@@ -46,8 +47,8 @@ type modelComponent struct {
 	ck       *shard.Checkpoint
 	scheme   *quant.Scheme
 	files    []string
-	entries  []*entry // logical tensors in file order
-	byName   map[string]*entry
+	entries  []*entry          // logical tensors in file order, sorted by entryOrder
+	weights  map[string]*entry // the quantized weights by logical name (the others are found by position, entry)
 	strategy ReadStrategy
 	why      string // why this read strategy
 }
@@ -55,23 +56,36 @@ type modelComponent struct {
 // entry is one logical tensor of a component.
 type entry struct {
 	name     string
-	stored   dtype.DType // stored dtype (a quantized weight's element type)
 	shape    []int64
-	fileIdx  int
 	begin    int64 // data offset in its file, for ordering
 	inBytes  int64 // stored bytes read (data plus scales for quantized weights)
 	q        *quant.Weight
 	sl       *slice // the part a load reads: &whole, or the rank's part of a split tensor
 	whole    slice  // the whole tensor as a part (kept here: one allocation less per tensor)
 	dec      Decision
-	out      dtype.DType
-	act      action
 	outBytes int64 // bytes of the result (data only for quantized)
 	mapped   int64 // bytes that stay zero-copy views
 	owned    int64 // bytes of owned memory
-	pos      int   // position in the model's load order (Names, Load's tensors)
-	vsum     bool  // some stored tensor the part reads is verified (from the checksum keys Open saw)
 	vextra   int64 // bytes read only to verify (the rest of a part's tensors)
+	pos      int   // position in the model's load order (Names, Load's tensors)
+	fileIdx  int32
+	at       int32       // position of its stored (data) tensor in the checkpoint (shard.Checkpoint.At); -1 unknown
+	stored   dtype.DType // stored dtype (a quantized weight's element type)
+	out      dtype.DType
+	act      action
+	vsum     bool // some stored tensor the part reads is verified (from the checksum keys Open saw)
+	// The stored tensors the entry reads, once looked up
+	// (modelComponent.stored): its data tensor, and a quantized weight's
+	// scales.
+	st     atomic.Pointer[safetensors.Tensor]
+	scales atomic.Pointer[[]*safetensors.Tensor]
+}
+
+// entryOrder is the order of a component's entries: by file, by data
+// offset, then by name (tensors at one offset are empty ones, or a
+// quantized weight and its consumed data tensor).
+func entryOrder(a, b *entry) int {
+	return cmp.Or(cmp.Compare(a.fileIdx, b.fileIdx), cmp.Compare(a.begin, b.begin), strings.Compare(a.name, b.name))
 }
 
 // maxConfigSize bounds config.json and hf_quant_config.json.
@@ -233,41 +247,45 @@ func (m *Model) setup(c *modelComponent) error {
 		return &Error{Kind: ErrConfig, Component: c.name, Err: err}
 	}
 	n := c.ck.Len()
-	stored := make([]quant.Stored, 0, n)
-	type where struct {
-		file  int
-		begin int64
-	}
-	locs := make([]where, 0, n) // of stored[i]
+	stored := make([]quant.Stored, n)
 	for i := range n {
-		info, fi := c.ck.At(i)
-		stored = append(stored, quant.Stored{Name: info.Name, DType: info.DType, Shape: info.Shape})
-		locs = append(locs, where{fi, info.Begin})
+		info, _ := c.ck.At(i)
+		stored[i] = quant.Stored{Name: info.Name, DType: info.DType, Shape: info.Shape}
 	}
 	c.scheme, err = quant.Detect(stored, src)
 	if err != nil {
 		return &Error{Kind: ErrQuant, Component: c.name, Err: err}
 	}
-	scaleOf := make(map[string]bool)
-	for _, w := range c.scheme.Weights {
-		for _, s := range w.Scales {
-			scaleOf[s.Name] = true
+	// plain reports whether the stored tensor name is an entry of its own:
+	// not consumed by a quantized weight, or a scale kept as a tensor.
+	var scaleOf map[string]bool
+	plain := func(name string) bool {
+		if !c.scheme.Consumed(name) {
+			return true
 		}
+		if !m.cfg.keepScales {
+			return false
+		}
+		if scaleOf == nil {
+			scaleOf = make(map[string]bool)
+			for _, w := range c.scheme.Weights {
+				for _, s := range w.Scales {
+					scaleOf[s.Name] = true
+				}
+			}
+		}
+		return scaleOf[name]
 	}
-	c.byName = make(map[string]*entry, len(stored))
 	// The entries in one allocation (they are many and small).
-	block := make([]entry, 0, len(stored)+len(c.scheme.Weights))
-	add := func(name string) (*entry, error) {
-		if _, dup := c.byName[name]; dup {
-			return nil, &Error{Kind: ErrQuant, Component: c.name, Tensor: name, Msg: "a dequantized weight's name is also a stored tensor"}
-		}
+	block := make([]entry, 0, n+len(c.scheme.Weights))
+	c.entries = make([]*entry, 0, n+len(c.scheme.Weights))
+	add := func() *entry {
 		block = block[:len(block)+1]
 		p := &block[len(block)-1]
-		c.byName[name] = p
 		c.entries = append(c.entries, p)
-		return p, nil
+		return p
 	}
-	var dataAt map[string]int // stored index of each weight's data tensor
+	var dataAt map[string]int // stored position of each weight's data tensor
 	if len(c.scheme.Weights) > 0 {
 		dataAt = make(map[string]int, len(c.scheme.Weights))
 		for _, w := range c.scheme.Weights {
@@ -280,36 +298,38 @@ func (m *Model) setup(c *modelComponent) error {
 		}
 	}
 	for i, s := range stored {
-		if c.scheme.Consumed(s.Name) && !(m.cfg.keepScales && scaleOf[s.Name]) {
+		if !plain(s.Name) {
 			continue
 		}
-		l := locs[i]
-		n, _ := s.DType.ByteLen(numElements(s.Shape))
-		e, err := add(s.Name)
-		if err != nil {
-			return err
-		}
-		*e = entry{name: s.Name, stored: s.DType, shape: s.Shape, fileIdx: l.file, begin: l.begin, inBytes: n}
+		info, fi := c.ck.At(i)
+		in, _ := s.DType.ByteLen(numElements(s.Shape))
+		// Field by field into the zero entry: a whole entry copied in
+		// costs a bulk write barrier while the collector runs.
+		e := add()
+		e.name, e.stored, e.shape, e.fileIdx, e.begin, e.at, e.inBytes = s.Name, s.DType, s.Shape, int32(fi), info.Begin, int32(i), in
 	}
+	c.weights = make(map[string]*entry, len(c.scheme.Weights))
 	for _, w := range c.scheme.Weights {
-		var l where
+		// A logical name may be its own data tensor's (consumed), not that
+		// of another entry.
+		if c.weights[w.Name] != nil || c.ck.Has(w.Name) && plain(w.Name) {
+			return &Error{Kind: ErrQuant, Component: c.name, Tensor: w.Name, Msg: "a dequantized weight's name is also a stored tensor"}
+		}
+		at, fi, begin := -1, 0, int64(0)
 		if i := dataAt[w.Data.Name]; i >= 0 {
-			l = locs[i]
+			info, f := c.ck.At(i)
+			at, fi, begin = i, f, info.Begin
 		}
 		in, _ := w.Data.DType.ByteLen(numElements(w.Data.Shape))
 		for _, s := range w.Scales {
 			b, _ := s.DType.ByteLen(numElements(s.Shape))
 			in += b
 		}
-		e, err := add(w.Name)
-		if err != nil {
-			return err
-		}
-		*e = entry{name: w.Name, stored: w.Elem, shape: w.Shape, fileIdx: l.file, begin: l.begin, inBytes: in, q: w}
+		e := add()
+		*e = entry{name: w.Name, stored: w.Elem, shape: w.Shape, fileIdx: int32(fi), begin: begin, at: int32(at), inBytes: in, q: w}
+		c.weights[w.Name] = e
 	}
-	slices.SortFunc(c.entries, func(a, b *entry) int {
-		return cmp.Or(cmp.Compare(a.fileIdx, b.fileIdx), cmp.Compare(a.begin, b.begin), strings.Compare(a.name, b.name))
-	})
+	slices.SortFunc(c.entries, entryOrder)
 	if c.why == "" {
 		c.strategy, c.why = m.chooseStrategy(c.dir)
 	}
@@ -321,8 +341,9 @@ func (m *Model) decide(c *modelComponent) error {
 	if err := m.split(c); err != nil {
 		return err
 	}
+	var rt ruleTexts
 	for _, e := range c.entries {
-		e.dec = m.cfg.policy.Decide(c.name, e.name, e.stored, e.q != nil, e.shape)
+		e.dec = m.cfg.policy.decide(&rt, c.name, e.name, e.stored, e.q != nil, e.shape)
 		err := e.resolve(c.strategy)
 		if err == nil {
 			err = e.resolveSlice(c.strategy)
@@ -465,7 +486,7 @@ func (m *Model) qualify(component, name string) string {
 func (m *Model) lookup(name string) (*modelComponent, *entry, error) {
 	if comp, rest, ok := strings.Cut(name, "/"); ok {
 		if c := m.component(comp); c != nil {
-			if e := c.byName[rest]; e != nil {
+			if e := c.entry(rest); e != nil {
 				return c, e, nil
 			}
 		}
@@ -474,7 +495,7 @@ func (m *Model) lookup(name string) (*modelComponent, *entry, error) {
 	var fe *entry
 	var in []string
 	for _, c := range m.comps {
-		if e := c.byName[name]; e != nil {
+		if e := c.entry(name); e != nil {
 			fc, fe = c, e
 			in = append(in, c.name)
 		}
@@ -486,6 +507,24 @@ func (m *Model) lookup(name string) (*modelComponent, *entry, error) {
 		return fc, fe, nil
 	}
 	return nil, nil, &Error{Kind: ErrAmbiguous, Path: m.path, Tensor: name, Msg: "in components " + strings.Join(in, ", ") + "; name it as COMPONENT/NAME"}
+}
+
+// entry returns the component's logical tensor called name, nil if none: a
+// quantized weight by its logical name, any other tensor by the position
+// of its stored tensor (the checkpoint's lookup), in the entries' order.
+func (c *modelComponent) entry(name string) *entry {
+	if e := c.weights[name]; e != nil {
+		return e
+	}
+	info, file, ok := c.ck.Info(name)
+	if !ok {
+		return nil
+	}
+	key := entry{name: name, fileIdx: int32(slices.Index(c.files, file)), begin: info.Begin}
+	if i, found := slices.BinarySearchFunc(c.entries, &key, entryOrder); found {
+		return c.entries[i]
+	}
+	return nil // consumed by a quantized weight
 }
 
 // Close releases the files. Weights loaded from the model that hold
@@ -520,36 +559,40 @@ func (m *Model) checkOpen() error {
 	return nil
 }
 
-// tensor returns the stored tensor view of a stored name.
-func (c *modelComponent) tensor(name string) (*safetensors.Tensor, error) {
-	return c.ck.Tensor(name)
-}
-
-// stored returns the stored tensors e reads: its data tensor, then a
+// stored returns the stored tensors e reads: its data tensor, and a
 // quantized weight's scales in order. They are looked up on first use and
 // kept (repeated loads of a model look nothing up again).
-func (c *modelComponent) stored(e *entry) ([]*safetensors.Tensor, error) {
-	if p := e.sl.st.Load(); p != nil {
-		return *p, nil
-	}
-	name := e.name
-	var scales []quant.Scale
-	if e.q != nil {
-		name, scales = e.q.Data.Name, e.q.Scales
-	}
-	out := make([]*safetensors.Tensor, 0, 1+len(scales))
-	st, err := c.tensor(name)
-	if err != nil {
-		return nil, &Error{Kind: ErrRead, Tensor: e.name, Err: err}
-	}
-	out = append(out, st)
-	for _, s := range scales {
-		st, err := c.tensor(s.Name)
-		if err != nil {
-			return nil, &Error{Kind: ErrRead, Tensor: s.Name, Err: err}
+func (c *modelComponent) stored(e *entry) (*safetensors.Tensor, []*safetensors.Tensor, error) {
+	st := e.st.Load()
+	if st == nil {
+		var err error
+		switch {
+		case e.at >= 0:
+			st, err = c.ck.TensorAt(int(e.at))
+		case e.q != nil:
+			st, err = c.ck.Tensor(e.q.Data.Name)
+		default:
+			st, err = c.ck.Tensor(e.name)
 		}
-		out = append(out, st)
+		if err != nil {
+			return nil, nil, &Error{Kind: ErrRead, Tensor: e.name, Err: err}
+		}
+		e.st.Store(st)
 	}
-	e.sl.st.Store(&out)
-	return out, nil
+	if e.q == nil || len(e.q.Scales) == 0 {
+		return st, nil, nil
+	}
+	if p := e.scales.Load(); p != nil {
+		return st, *p, nil
+	}
+	scales := make([]*safetensors.Tensor, 0, len(e.q.Scales))
+	for _, s := range e.q.Scales {
+		sc, err := c.ck.Tensor(s.Name)
+		if err != nil {
+			return nil, nil, &Error{Kind: ErrRead, Tensor: s.Name, Err: err}
+		}
+		scales = append(scales, sc)
+	}
+	e.scales.Store(&scales)
+	return st, scales, nil
 }

@@ -12,16 +12,16 @@ import (
 type Option func(*config) error
 
 type config struct {
-	variant      string
-	policy       Policy
-	budget       int64 // 0: default (what the process can get); < 0 never
-	budgetSet    bool
-	workers      int
-	progress     func(Progress)
-	strategy     ReadStrategy
-	saturate     bool
-	keepScales   bool
-	staging      int64
+	variant    string
+	policy     Policy
+	budget     int64 // 0: default (what the process can get); < 0 never
+	budgetSet  bool
+	workers    int
+	progress   func(Progress)
+	strategy   ReadStrategy
+	saturate   bool
+	keepScales bool
+	staging    int64
 	// src is where the files are (WithFS; nil: the operating system or
 	// the location's scheme) and the symlink rule (WithFollowSymlinks):
 	// the one value Open passes down to package variant and package shard.

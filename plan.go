@@ -249,14 +249,16 @@ func (m *Model) Plan() (*Plan, error) {
 		for _, u := range c.scheme.Unsupported {
 			cp.Warnings = append(cp.Warnings, "unsupported quantization (loaded as stored, not dequantized): "+u)
 		}
+		cp.Tensors = make([]TensorPlan, 0, len(c.entries))
+		var it Item // one for every tensor in turn: the plan keeps none
+		shapes := dims{n: len(c.entries)}
 		for _, e := range c.entries {
-			it, err := m.item(c, e)
-			if err != nil {
+			if err := m.fillItem(&it, c, e, false); err != nil {
 				return nil, err
 			}
-			tp := it.plan(m.cfg.rank.set)
+			tp := it.plan(m.cfg.rank.set, &shapes)
 			cp.Tensors = append(cp.Tensors, tp)
-			p.Verify.add(it, tp)
+			p.Verify.add(&it, tp)
 			cp.MappedBytes += e.mapped
 			cp.OwnedBytes += e.owned
 			cp.StoredBytes += e.storedBytes()
@@ -316,12 +318,15 @@ func (m *Model) budget() (int64, string) {
 
 // peak returns the resident bytes and the peak of a load, as Plan computes
 // them, without building the plan.
-func (m *Model) peak() (resident, peak int64) {
+func (m *Model) peak() (resident, peak int64) { return m.peakOf(m.usages()) }
+
+// usages returns each component's usage under its decisions.
+func (m *Model) usages() []usage {
 	us := make([]usage, len(m.comps))
 	for i, c := range m.comps {
 		us[i] = m.usageOf(c, c.entries)
 	}
-	return m.peakOf(us)
+	return us
 }
 
 // usage is what one component's load needs: resident bytes, and what its
@@ -337,30 +342,35 @@ type usage struct {
 func (m *Model) usageOf(c *modelComponent, entries []*entry) usage {
 	var u usage
 	for _, e := range entries {
-		u.resident += e.mapped + e.owned
-		// Verifying: a pass over the views, and the rest of rank parts'
-		// tensors read through the staging buffers (verify.go).
-		if e.vsum && e.mapped > 0 {
-			u.pieces += (e.mapped + chunkBytes - 1) / chunkBytes
-		}
-		if e.vextra > 0 {
-			u.pieces += (e.vextra + chunkBytes - 1) / chunkBytes
-			if c.strategy == ReadPread || !m.src.IsOS() {
-				u.perWorker = max(u.perWorker, min(e.vextra, chunkBytes))
-			}
-		}
-		switch {
-		case e.act == actView || e.act == actQuantized && c.strategy != ReadPread:
-			continue // nothing to read or convert
-		case c.strategy == ReadPread:
-			// A pread piece is read into a scratch buffer of its size.
-			u.perWorker = max(u.perWorker, min(e.inBytes, chunkBytes))
-		case e.act == actDequantize:
-			u.perWorker = max(u.perWorker, dequantScratch)
-		}
-		u.pieces += max((e.outBytes+chunkBytes-1)/chunkBytes, 1)
+		u.add(m, c, e)
 	}
 	return u
+}
+
+// add counts the entry e of the component c.
+func (u *usage) add(m *Model, c *modelComponent, e *entry) {
+	u.resident += e.mapped + e.owned
+	// Verifying: a pass over the views, and the rest of rank parts'
+	// tensors read through the staging buffers (verify.go).
+	if e.vsum && e.mapped > 0 {
+		u.pieces += (e.mapped + chunkBytes - 1) / chunkBytes
+	}
+	if e.vextra > 0 {
+		u.pieces += (e.vextra + chunkBytes - 1) / chunkBytes
+		if c.strategy == ReadPread || !m.src.IsOS() {
+			u.perWorker = max(u.perWorker, min(e.vextra, chunkBytes))
+		}
+	}
+	switch {
+	case e.act == actView || e.act == actQuantized && c.strategy != ReadPread:
+		return // nothing to read or convert
+	case c.strategy == ReadPread:
+		// A pread piece is read into a scratch buffer of its size.
+		u.perWorker = max(u.perWorker, min(e.inBytes, chunkBytes))
+	case e.act == actDequantize:
+		u.perWorker = max(u.perWorker, dequantScratch)
+	}
+	u.pieces += max((e.outBytes+chunkBytes-1)/chunkBytes, 1)
 }
 
 // peakOf adds up the components' usages: resident bytes, plus the staging
@@ -423,21 +433,20 @@ func (m *Model) alternatives(c *modelComponent) []Alternative {
 	var out []Alternative
 	for _, t := range uniformTargets {
 		pol := Policy{Default: t, Rules: m.cfg.policy.Rules, NarrowLinearOnly: m.cfg.policy.NarrowLinearOnly}
-		block := make([]entry, len(c.entries)) // one allocation, not one per tensor
-		xs := make([]*entry, 0, len(c.entries))
+		var u usage
+		var x entry // each tensor decided again in turn
 		ok := true
-		for i, e := range c.entries {
-			x := &block[i]
-			*x = entry{name: e.name, stored: e.stored, shape: e.shape, inBytes: e.inBytes, q: e.q, sl: e.sl, vsum: e.vsum, vextra: e.vextra}
-			x.dec = pol.Decide(c.name, e.name, e.stored, e.q != nil, e.shape)
+		var rt ruleTexts
+		for _, e := range c.entries {
+			x = entry{name: e.name, stored: e.stored, shape: e.shape, inBytes: e.inBytes, q: e.q, sl: e.sl, vsum: e.vsum, vextra: e.vextra}
+			x.dec = pol.decide(&rt, c.name, e.name, e.stored, e.q != nil, e.shape)
 			if x.resolve(c.strategy) != nil || x.resolveSlice(c.strategy) != nil {
 				ok = false
 				break
 			}
-			xs = append(xs, x)
+			u.add(m, c, &x)
 		}
 		if ok {
-			u := m.usageOf(c, xs)
 			out = append(out, Alternative{Target: t.String(), ResidentBytes: u.resident, use: u})
 		}
 	}

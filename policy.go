@@ -254,6 +254,27 @@ type Decision struct {
 // Decision is then AsStored, and its Rule says which target was not
 // applied and why.
 func (p *Policy) Decide(component, name string, stored dtype.DType, quantized bool, shape []int64) Decision {
+	return p.decide(&ruleTexts{}, component, name, stored, quantized, shape)
+}
+
+// ruleTexts keeps the Rule texts of one component's decisions under one
+// policy, each written once rather than once per tensor.
+type ruleTexts struct {
+	rules         []string // "rule I R" by rule index ("": not yet)
+	level, linear string
+	kinds         [3]string // "KIND tensor: LEVEL not applied": integer, bool, complex
+}
+
+// text returns *s, writing it with f first when it is empty.
+func (rt *ruleTexts) text(s *string, f func() string) string {
+	if *s == "" {
+		*s = f()
+	}
+	return *s
+}
+
+// decide is Decide for one component, keeping its rule texts in rt.
+func (p *Policy) decide(rt *ruleTexts, component, name string, stored dtype.DType, quantized bool, shape []int64) Decision {
 	for i, r := range p.Rules {
 		if r.Component != "" && r.Component != component {
 			continue
@@ -262,27 +283,46 @@ func (p *Policy) Decide(component, name string, stored dtype.DType, quantized bo
 			if r.Note != "" {
 				return Decision{Target: r.Target, Rule: r.Note}
 			}
-			return Decision{Target: r.Target, Rule: fmt.Sprintf("rule %d %s", i+1, r.String())}
+			if rt.rules == nil {
+				rt.rules = make([]string, len(p.Rules))
+			}
+			return Decision{Target: r.Target, Rule: rt.text(&rt.rules[i], func() string { return fmt.Sprintf("rule %d %s", i+1, r.String()) })}
 		}
 	}
-	t, level := p.Default, "default "+p.Default.String()
-	if ct, ok := p.Components[component]; ok && ct.IsSet() {
-		t, level = ct, fmt.Sprintf("component %q=%s", component, ct)
+	t := p.Default
+	ct, ok := p.Components[component]
+	if ok && ct.IsSet() {
+		t = ct
+	}
+	level := func() string {
+		return rt.text(&rt.level, func() string {
+			if ok && ct.IsSet() {
+				return fmt.Sprintf("component %q=%s", component, ct)
+			}
+			return "default " + p.Default.String()
+		})
 	}
 	if !t.IsSet() {
 		return Decision{Target: AsStored, Rule: "no target: as stored"}
 	}
 	d, isDType := t.DType()
 	if !isDType {
-		return Decision{Target: t, Rule: level}
+		return Decision{Target: t, Rule: level()}
 	}
 	if !quantized && !stored.IsFloat() {
-		return Decision{Target: AsStored, Rule: fmt.Sprintf("%s tensor: %s not applied", kindWord(stored), level)}
+		i := 0 // rt.kinds' index of kindWord(stored)
+		switch stored.Kind() {
+		case dtype.KindBool:
+			i = 1
+		case dtype.KindComplex:
+			i = 2
+		}
+		return Decision{Target: AsStored, Rule: rt.text(&rt.kinds[i], func() string { return fmt.Sprintf("%s tensor: %s not applied", kindWord(stored), level()) })}
 	}
 	if p.NarrowLinearOnly && d.Bits() <= 8 && !LinearWeight(name, shape) {
-		return Decision{Target: AsStored, Rule: fmt.Sprintf("not a linear layer's 2-D weight: %s not applied", level)}
+		return Decision{Target: AsStored, Rule: rt.text(&rt.linear, func() string { return fmt.Sprintf("not a linear layer's 2-D weight: %s not applied", level()) })}
 	}
-	return Decision{Target: t, Rule: level}
+	return Decision{Target: t, Rule: level()}
 }
 
 // LinearWeight reports whether a tensor is taken for the weight of a linear

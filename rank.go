@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/quant"
@@ -195,9 +194,6 @@ type slice struct {
 	elems  strided    // a plain tensor's elements
 	data   strided    // bytes of the stored (data) tensor
 	q      *qslice    // a quantized weight's part
-	// st holds the stored tensors the part reads once looked up
-	// (modelComponent.stored).
-	st atomic.Pointer[[]*safetensors.Tensor]
 }
 
 // qslice is the part of a quantized weight in the [R, C] view of its

@@ -431,8 +431,14 @@ func (m *Model) planVerify(c *modelComponent, e *entry) {
 	if v == VerifyNever || e.sl == nil {
 		return
 	}
-	part := func(name string, size int64, sel strided) {
-		switch decideCheck(v, c.ck.Checksummed(name), false, sel.covers(size)) {
+	part := func(name string, at int32, size int64, sel strided) {
+		has := false
+		if at >= 0 {
+			has = c.ck.ChecksummedAt(int(at)) // no lookup by name
+		} else {
+			has = c.ck.Checksummed(name)
+		}
+		switch decideCheck(v, has, false, sel.covers(size)) {
 		case checkRead:
 			e.vsum = true
 		case checkRest:
@@ -441,14 +447,14 @@ func (m *Model) planVerify(c *modelComponent, e *entry) {
 		}
 	}
 	if e.q == nil {
-		part(e.name, e.sl.stored, e.sl.data)
+		part(e.name, e.at, e.sl.stored, e.sl.data)
 		return
 	}
 	n, _ := e.q.Data.DType.ByteLen(numElements(e.q.Data.Shape))
-	part(e.q.Data.Name, n, e.sl.data)
+	part(e.q.Data.Name, e.at, n, e.sl.data)
 	for i, s := range e.q.Scales {
 		n, _ := s.DType.ByteLen(numElements(s.Shape))
-		part(s.Name, n, e.sl.q.scales[i].sel)
+		part(s.Name, -1, n, e.sl.q.scales[i].sel)
 	}
 }
 
@@ -458,17 +464,16 @@ func (m *Model) checkVerify(c *modelComponent, e *entry) error {
 	if m.cfg.policy.Verify == VerifyNever {
 		return nil
 	}
-	sts, err := c.stored(e)
+	st, scales, err := c.stored(e)
 	if err != nil {
 		return inComponent(err, c.name)
 	}
-	for i, st := range sts {
-		sel := e.sl.data
-		if i > 0 {
-			sel = e.sl.q.scales[i-1].sel
-		}
-		if ck := m.checkOf(st, sel); ck.refused() {
-			return m.refusal(st, ck)
+	if ck := m.checkOf(st, e.sl.data); ck.refused() {
+		return m.refusal(st, ck)
+	}
+	for i, sc := range scales {
+		if ck := m.checkOf(sc, e.sl.q.scales[i].sel); ck.refused() {
+			return m.refusal(sc, ck)
 		}
 	}
 	return nil

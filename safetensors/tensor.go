@@ -382,6 +382,7 @@ func (f *File) Evict(off, n int64) {
 func (t *Tensor) Float32s() ([]float32, error) {
 	n := t.info.NumElements()
 	out := make([]float32, n)
+	prefault(f32Bytes(out))
 	_, err := t.ConvertTo(dtype.F32, f32Bytes(out), dtype.Options{})
 	if err != nil {
 		return nil, err
@@ -394,6 +395,7 @@ func (t *Tensor) Float32s() ([]float32, error) {
 func (t *Tensor) Float64s() ([]float64, error) {
 	n := t.info.NumElements()
 	out := make([]float64, n)
+	prefault(f64Bytes(out))
 	_, err := t.ConvertTo(dtype.F64, f64Bytes(out), dtype.Options{})
 	if err != nil {
 		return nil, err

@@ -146,6 +146,7 @@ type shardFile struct {
 	path   string
 	header *safetensors.Header
 	mapped []bool // for an index: which of header.Tensors the index maps to this shard
+	sums   bool   // the header names checksums (some metadata key is one)
 
 	mu sync.Mutex
 	f  *safetensors.File
@@ -190,7 +191,7 @@ func Open(path string, opts ...Option) (*Checkpoint, error) {
 	if err != nil {
 		return nil, shardErr(path, "", err)
 	}
-	c.shards = []*shardFile{{name: c.cfg.src.Base(path), path: path, header: h}}
+	c.shards = []*shardFile{{name: c.cfg.src.Base(path), path: path, header: h, sums: namesChecksums(h)}}
 	c.single = h
 	c.meta = maps.Clone(h.Metadata)
 	return c, nil
@@ -215,7 +216,7 @@ func (c *Checkpoint) openIndex() error {
 		if err != nil {
 			return shardErr(c.path, name, err)
 		}
-		c.shards = append(c.shards, &shardFile{name: name, path: p, header: h, mapped: make([]bool, len(h.Tensors))})
+		c.shards = append(c.shards, &shardFile{name: name, path: p, header: h, mapped: make([]bool, len(h.Tensors)), sums: namesChecksums(h)})
 		c.pos[name] = int32(i)
 	}
 
@@ -356,6 +357,16 @@ func (c *Checkpoint) resolveShard(name, p string) (string, error) {
 	return real, nil
 }
 
+// namesChecksums reports whether some metadata key of h is a checksum's.
+func namesChecksums(h *safetensors.Header) bool {
+	for k := range h.Metadata {
+		if safetensors.IsChecksumKey(k) {
+			return true
+		}
+	}
+	return false
+}
+
 // readHeader reads the header of the safetensors file at path.
 func (cfg *openConfig) readHeader(path string) (*safetensors.Header, error) {
 	if fsys := cfg.src.FS(); fsys != nil {
@@ -455,10 +466,23 @@ func (c *Checkpoint) At(i int) (info safetensors.TensorInfo, file int) {
 // name names a checksum for it (safetensors.ChecksumPrefix).
 func (c *Checkpoint) Checksummed(name string) bool {
 	e, ok := c.lookup(name)
-	if !ok {
+	return ok && c.checksummed(e, name)
+}
+
+// ChecksummedAt is Checksummed of the i-th tensor in Names order (the
+// position At describes), without looking the name up. It panics when i
+// is out of range, as a slice does.
+func (c *Checkpoint) ChecksummedAt(i int) bool {
+	e := c.entryAt(i)
+	return c.checksummed(e, c.shards[e.shard].header.Tensors[e.idx].Name)
+}
+
+func (c *Checkpoint) checksummed(e entry, name string) bool {
+	s := c.shards[e.shard]
+	if !s.sums {
 		return false
 	}
-	_, has := c.shards[e.shard].header.Metadata[safetensors.ChecksumPrefix+name]
+	_, has := s.header.Metadata[safetensors.ChecksumPrefix+name]
 	return has
 }
 
@@ -514,6 +538,35 @@ func (c *Checkpoint) Tensor(name string) (*safetensors.Tensor, error) {
 	if !ok {
 		return nil, &Error{Kind: ErrTensorNotFound, Path: c.path, Tensor: name}
 	}
+	return c.tensor(e, name)
+}
+
+// TensorAt returns the i-th tensor in Names order (the position At
+// describes), opening its shard if needed, as Tensor does without looking
+// the name up. It panics when i is out of range, as a slice does.
+func (c *Checkpoint) TensorAt(i int) (*safetensors.Tensor, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	e := c.entryAt(i)
+	name := c.shards[e.shard].header.Tensors[e.idx].Name
+	if c.closed {
+		return nil, &Error{Kind: ErrClosed, Path: c.path, Tensor: name}
+	}
+	return c.tensor(e, name)
+}
+
+// entryAt locates the i-th tensor in Names order.
+func (c *Checkpoint) entryAt(i int) entry {
+	if c.single != nil {
+		_ = c.single.Tensors[i] // out of range: panic here
+		return entry{idx: int32(i)}
+	}
+	return c.order[i]
+}
+
+// tensor returns the view of the tensor e (called name), opening its
+// shard if needed. The caller holds c.mu for reading.
+func (c *Checkpoint) tensor(e entry, name string) (*safetensors.Tensor, error) {
 	s := c.shards[e.shard]
 	f, err := c.open(s)
 	if err != nil {
@@ -577,7 +630,7 @@ func (c *Checkpoint) Tensors() iter.Seq2[string, *safetensors.Tensor] {
 		c.setErr(nil)
 		for i := range c.Len() {
 			name := c.nameAt(i)
-			t, err := c.Tensor(name)
+			t, err := c.TensorAt(i)
 			if err != nil {
 				c.setErr(err)
 				return
@@ -594,7 +647,7 @@ func (c *Checkpoint) Tensors() iter.Seq2[string, *safetensors.Tensor] {
 func (c *Checkpoint) All() iter.Seq2[*safetensors.Tensor, error] {
 	return func(yield func(*safetensors.Tensor, error) bool) {
 		for i := range c.Len() {
-			if !yield(c.Tensor(c.nameAt(i))) {
+			if !yield(c.TensorAt(i)) {
 				return
 			}
 		}

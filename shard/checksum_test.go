@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -180,4 +181,45 @@ func keys(m map[string]string) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// TensorAt and ChecksummedAt find the tensor at a position of Names as
+// Tensor and Checksummed find it by name: in a sharded set and a single
+// file, with checksums and without, at one offset (empty tensors) too.
+func TestTensorAtAgreesWithTensor(t *testing.T) {
+	ctx := context.Background()
+	ts := []safetensors.TensorData{td("a", dtype.F32, 10), td("z.empty", dtype.F32, 0), td("b", dtype.BF16, 10),
+		td("a.empty", dtype.BF16, 0, 3), td("c", dtype.F32, 10), td("big", dtype.F32, 50), td("d", dtype.I8, 3)}
+	for _, shardSize := range []int64{100, 1 << 20} {
+		for _, sums := range []bool{true, false} {
+			var opts []WriteOption
+			if !sums {
+				opts = append(opts, WithWriteOptions(safetensors.WithoutChecksums()))
+			}
+			dir := t.TempDir()
+			res, err := Write(ctx, dir, "model", "", ts, nil, append(opts, WithMaxShardSize(shardSize))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(dir, cmp.Or(res.Index, res.Files[0]))
+			c := mustOpen(t, path)
+			for i, name := range c.Names() {
+				want, err := c.Tensor(name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := c.TensorAt(i)
+				if err != nil || got != want {
+					t.Errorf("%s: TensorAt(%d) = %v, %v; Tensor(%s) = %v", path, i, got, err, name, want)
+				}
+				if c.ChecksummedAt(i) != sums || c.Checksummed(name) != sums {
+					t.Errorf("%s: ChecksummedAt(%d) = %v, Checksummed(%s) = %v, want %v", path, i, c.ChecksummedAt(i), name, c.Checksummed(name), sums)
+				}
+			}
+			c.Close()
+			if _, err := c.TensorAt(0); !errors.Is(err, ErrClosed) {
+				t.Errorf("TensorAt after Close: %v", err)
+			}
+		}
+	}
 }

@@ -20,10 +20,12 @@ import (
 // loadAllAsF32 loads every tensor of the checkpoint at path (a safetensors
 // file or a shard index) converted to F32 with the loader, on all cores:
 // ckpt.Open with an F32 target, then Load, which converts in 4 MiB pieces
-// (tensors in parallel and large tensors split) straight from the mappings
-// into one arena. The returned slices alias the loaded weights, which stay
-// alive for the rest of the process.
-func loadAllAsF32(path string) (map[string][]float32, error) {
+// (tensors in parallel and large tensors split; small tensors in batches)
+// straight from the mappings into one arena. It returns the outputs in load
+// order, as the Rust peer collects its outputs (the names stay with the
+// Weights, as the Rust peer's stay with its views). The slices alias the
+// loaded weights, which stay alive for the rest of the process.
+func loadAllAsF32(path string) ([][]float32, error) {
 	m, err := ckpt.Open(path, ckpt.WithDType(ckpt.To(dtype.F32)), ckpt.WithBudget(-1))
 	if err != nil {
 		return nil, err
@@ -33,9 +35,9 @@ func loadAllAsF32(path string) (map[string][]float32, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string][]float32, w.Len())
-	for name, t := range w.All() {
-		out[name] = f32s(t.Bytes())
+	out := make([][]float32, 0, w.Len())
+	for _, t := range w.All() {
+		out = append(out, f32s(t.Bytes()))
 	}
 	return out, nil
 }

@@ -39,7 +39,7 @@ func TestFixturesAndGoSides(t *testing.T) {
 			ck += checksum(v)
 			for i, x := range v {
 				if x != x || math.IsInf(float64(x), 0) {
-					t.Fatalf("%s: %s[%d] = %v, want finite data", name, n, i, x)
+					t.Fatalf("%s: tensor %d, element %d = %v, want finite data", name, n, i, x)
 				}
 			}
 		}
