@@ -45,6 +45,13 @@ const maxFallbackRun = 4096
 
 func (v *vecKernel) convert(dst, src []byte, opts Options, st *Stats) {
 	n := len(src) / v.inSize
+	if n < v.block {
+		// Shorter than a vector block: the portable kernel converts it
+		// all, as the loop below would, without the accumulator (which
+		// escapes to the heap through v.run).
+		v.fallback(dst, src, opts, st)
+		return
+	}
 	var acc [32]byte
 	fast, under := 0, 0
 	run := v.block // elements the portable kernel takes after a stop

@@ -3,6 +3,7 @@ package quant
 import (
 	"cmp"
 	"encoding/json"
+	"hash/maphash"
 	"math"
 	"regexp"
 	"slices"
@@ -43,6 +44,19 @@ import (
 // ErrConfig. Detect checks every weight it returns, so Dequantize of a
 // detected Weight fails only on wrong byte lengths.
 func Detect(tensors []Stored, src Sources) (*Scheme, error) {
+	cfg, err := findConfig(src)
+	if err != nil {
+		return nil, err
+	}
+	if cfg == nil && plainNames(tensors, src) {
+		// Nothing any layout reads: every tensor is plain, and the names
+		// need neither the map nor the sorted list below (a checkpoint of
+		// many small tensors opens without them).
+		if err := uniqueNames(tensors); err != nil {
+			return nil, err
+		}
+		return &Scheme{}, nil
+	}
 	d := &detector{
 		byName:  make(map[string]Stored, len(tensors)),
 		logical: map[string]bool{},
@@ -59,10 +73,6 @@ func Detect(tensors []Stored, src Sources) (*Scheme, error) {
 	}
 	slices.Sort(d.names)
 
-	cfg, err := findConfig(src)
-	if err != nil {
-		return nil, err
-	}
 	if cfg != nil {
 		d.s.Source = cfg.source
 		err = d.fromConfig(cfg)
@@ -78,6 +88,52 @@ func Detect(tensors []Stored, src Sources) (*Scheme, error) {
 	}
 	d.finish()
 	return d.s, nil
+}
+
+// plainNames reports whether, without a config, no tensor name is one
+// that a layout detected from names would read: no ComfyUI metadata and no
+// name that looks like a scale or a marker (looksLikeScale covers every
+// name the rules below start from: P_blocks, P.weight_scale_inv,
+// P.scale_weight, scaled_fp8, P.comfy_quant, the kept activation scales).
+func plainNames(tensors []Stored, src Sources) bool {
+	if _, ok := src.Metadata["_quantization_metadata"]; ok {
+		return false
+	}
+	for _, t := range tensors {
+		if looksLikeScale(t.Name) {
+			return false
+		}
+	}
+	return true
+}
+
+// uniqueNames reports a tensor name that appears twice (ErrConflict), by
+// hashes of the names, comparing the names only where two hashes meet.
+func uniqueNames(tensors []Stored) error {
+	seed := maphash.MakeSeed()
+	seen := make(map[uint64]int, len(tensors))
+	var clash map[uint64][]int // further names under a hash already seen
+	for i, t := range tensors {
+		h := maphash.String(seed, t.Name)
+		j, ok := seen[h]
+		if !ok {
+			seen[h] = i
+			continue
+		}
+		if tensors[j].Name == t.Name {
+			return tensorErr(ErrConflict, t.Name, "tensor name appears twice")
+		}
+		if clash == nil {
+			clash = map[uint64][]int{}
+		}
+		for _, k := range clash[h] {
+			if tensors[k].Name == t.Name {
+				return tensorErr(ErrConflict, t.Name, "tensor name appears twice")
+			}
+		}
+		clash[h] = append(clash[h], i)
+	}
+	return nil
 }
 
 type detector struct {

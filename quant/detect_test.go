@@ -3,6 +3,7 @@ package quant
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -375,5 +376,38 @@ func TestDuplicateName(t *testing.T) {
 	var qe *Error
 	if !errors.As(err, &qe) || qe.Kind != ErrConflict || qe.Tensor != "a.weight" {
 		t.Errorf("Detect with a name twice: %v", err)
+	}
+}
+
+// Without a config and without a name any layout reads, Detect returns a
+// plain Scheme without indexing the names, and still refuses a name that
+// appears twice, plain or beside scales.
+func TestDetectPlainNames(t *testing.T) {
+	var plain []Stored
+	for i := range 1000 {
+		plain = append(plain, Stored{Name: fmt.Sprintf("layers.%d.weight", i), DType: dtype.BF16, Shape: []int64{4, 4}})
+	}
+	s, err := Detect(plain, Sources{})
+	if err != nil || s.Layout != None || len(s.Weights) != 0 || len(s.Unconsumed) != 0 || len(s.Kept) != 0 {
+		t.Fatalf("plain: %+v %v", s, err)
+	}
+	for _, extra := range []Stored{
+		{Name: "layers.7.weight", DType: dtype.F32, Shape: []int64{4}},
+		{Name: "layers.7.weight_scale", DType: dtype.F32, Shape: []int64{1}},
+	} {
+		ts := append(slices.Clone(plain), extra)
+		if extra.Name != "layers.7.weight" {
+			ts = append(ts, Stored{Name: "layers.3.weight", DType: dtype.F32, Shape: []int64{4}})
+		}
+		_, err := Detect(ts, Sources{})
+		var e *Error
+		if !errors.Is(err, ErrConflict) || !errors.As(err, &e) || !strings.Contains(err.Error(), "appears twice") {
+			t.Errorf("with %s: %v", extra.Name, err)
+		}
+	}
+	// A name that looks like a scale takes the full path: reported unconsumed.
+	s, err = Detect(append(slices.Clone(plain), Stored{Name: "layers.0.weight_scale", DType: dtype.F32, Shape: []int64{1}}), Sources{})
+	if err != nil || !slices.Equal(s.Unconsumed, []string{"layers.0.weight_scale"}) {
+		t.Errorf("a scale-like name: %+v %v", s, err)
 	}
 }
