@@ -1,0 +1,85 @@
+//go:build amd64 && !purego
+
+package crc32c
+
+import "golang.org/x/sys/cpu"
+
+// The folding constants, read by fold_amd64.s. The CRC works in the
+// bit-reflected order: a 16-byte block loaded into a register holds the
+// polynomial whose x^127 coefficient is bit 0 of its first byte, so its
+// low quadword H holds the higher 64 coefficients and its high quadword L
+// the lower: A = H·x^64 + L. Moving A forward over d bits (A·x^d, modulo
+// P) is H·x^(d+64) + L·x^d. A constant K is stored as a 33-bit reflected
+// value, bits.Reverse32(K)<<1 (bit j holds the x^(32-j) coefficient); the
+// carry-less product of H and it, read as a reflected 128-bit register, is
+// H·K·x^32 (degree below 128, so nothing is lost). Hence the constant
+// that multiplies H is x^(d+32) mod P and the one that multiplies L is
+// x^(d-32) mod P: the sum of both products is A·x^d modulo P. Each pair
+// is 16 bytes: the H constant in the low quadword, the L constant in the
+// high one, so that PCLMULQDQ $0x00 multiplies H by its constant and
+// $0x11 L by its. TestFoldConstants recomputes every entry from the
+// polynomial.
+var foldK = [12]uint64{
+	0x0dcb17aa4, 0x0b9e02b86, // d = 2048: four 512-bit accumulators, 256 bytes ahead
+	0x0740eef02, 0x09e4addf8, // d = 512: one 64-byte step (four 128-bit blocks)
+	0x01c291d04, 0x1d82c63da, // d = 384: 48 bytes (lane 0 of a 512-bit register onto lane 3)
+	0x1384aa63a, 0x0ba4fc28e, // d = 256: 32 bytes (lane 1 onto lane 3)
+	0x0f20c0dfe, 0x14cd00bd6, // d = 128: 16 bytes (lane 2 onto lane 3; one block)
+	0, 0, // lane 3 stays: the 512-bit load of d = 384..128 reads this as zero
+}
+
+// foldK's entries by distance, in units of a pair (16 bytes).
+const (
+	k2048 = iota
+	k512
+	k384
+	k256
+	k128
+	kZero
+)
+
+// foldAVX512 folds four 512-bit accumulators (256 bytes per round) with
+// VPCLMULQDQ; len(p) is a multiple of 16 and at least 64.
+//
+//go:noescape
+func foldAVX512(reg uint32, p []byte) uint32
+
+// foldSSE folds four 128-bit accumulators (64 bytes per round) with
+// PCLMULQDQ; len(p) is a multiple of 16 and at least 64.
+//
+//go:noescape
+func foldSSE(reg uint32, p []byte) uint32
+
+var (
+	avx512Kernel = &kernel{name: "avx512", min: 128, fold: foldAVX512}
+	sseKernel    = &kernel{name: "pclmulqdq", min: 128, fold: foldSSE}
+)
+
+// hasAVX512 tells whether foldAVX512 can run: AVX-512 F (whose check by
+// x/sys/cpu includes the OS saving the ZMM state) and VPCLMULQDQ; it also
+// uses AVX2 instructions and the crc32 instruction, which every such CPU
+// has. hasSSE tells whether foldSSE can: PCLMULQDQ and SSE4.2 (crc32).
+var (
+	hasAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VPCLMULQDQ && cpu.X86.HasAVX2 && cpu.X86.HasSSE42
+	hasSSE    = cpu.X86.HasPCLMULQDQ && cpu.X86.HasSSE42
+)
+
+// best is the fastest kernel this CPU runs (nil: none).
+var best = func() *kernel {
+	if k := kernels(); len(k) > 0 {
+		return k[0]
+	}
+	return nil
+}()
+
+// kernels lists the folding kernels this CPU can run, fastest first.
+func kernels() []*kernel {
+	var ks []*kernel
+	if hasAVX512 {
+		ks = append(ks, avx512Kernel)
+	}
+	if hasSSE {
+		ks = append(ks, sseKernel)
+	}
+	return ks
+}
