@@ -2,10 +2,11 @@ package safetensors
 
 import (
 	"fmt"
-	"hash/crc32"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/ckpt-go/ckpt/internal/crc32c"
 )
 
 // Checksums.
@@ -21,11 +22,11 @@ import (
 // up to 5 flipped bits in a tensor of up to about 2^27 bytes (and all odd
 // numbers of flips in any length) — a flipped bit or a truncated copy,
 // which is what storage and transfers do to files; it runs at memory
-// speed on amd64 (SSE4.2) and arm64 (CRC32 instructions) through
-// hash/crc32, so that verifying costs a few percent of a load; it is the
-// checksum S3 computes for multipart parts; and two CRCs combine
-// (CombineChecksums), so that a tensor read in pieces, in parallel, is
-// verified without a second pass. It is not a defence against an attacker
+// speed (internal/crc32c: carry-less multiplication on amd64, hash/crc32's
+// CRC32 instructions on arm64), so that verifying costs a few percent of
+// a load; it is the checksum S3 computes for multipart parts; and two
+// CRCs combine (CombineChecksums), so that a tensor read in pieces, in
+// parallel, is verified without a second pass. It is not a defence against an attacker
 // who rewrites a file on purpose: that is a signature's job.
 //
 // The header itself is covered too: HeaderChecksumKey holds the CRC-32C
@@ -42,14 +43,12 @@ const ChecksumPrefix = "ckpt.crc32c."
 // HeaderChecksumKey is the __metadata__ key of the header's own checksum.
 const HeaderChecksumKey = "ckpt.header.crc32c"
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
 // Checksum returns the CRC-32C of b.
-func Checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+func Checksum(b []byte) uint32 { return crc32c.Checksum(b) }
 
 // UpdateChecksum returns the CRC-32C of the bytes whose checksum is crc
 // followed by b.
-func UpdateChecksum(crc uint32, b []byte) uint32 { return crc32.Update(crc, castagnoli, b) }
+func UpdateChecksum(crc uint32, b []byte) uint32 { return crc32c.Update(crc, b) }
 
 // CombineChecksums returns the CRC-32C of a sequence A followed by B, given
 // crcA = Checksum(A), crcB = Checksum(B) and n = len(B), in O(log n) time:
