@@ -53,55 +53,7 @@ func UpdateChecksum(crc uint32, b []byte) uint32 { return crc32c.Update(crc, b) 
 // CombineChecksums returns the CRC-32C of a sequence A followed by B, given
 // crcA = Checksum(A), crcB = Checksum(B) and n = len(B), in O(log n) time:
 // pieces of a tensor checked in parallel give the tensor's checksum.
-func CombineChecksums(crcA, crcB uint32, n int64) uint32 {
-	if n <= 0 {
-		return crcA
-	}
-	// Appending n zero bytes to A is a linear map on its CRC register:
-	// square the one-bit shift operator to get the operator for 1, 2, 4,
-	// ... zero bytes, and apply those the bits of n select (the method
-	// of zlib's crc32_combine).
-	var odd, even [32]uint32
-	odd[0] = 0x82F63B78 // the reversed Castagnoli polynomial: one zero bit
-	for i, row := 1, uint32(1); i < 32; i, row = i+1, row<<1 {
-		odd[i] = row
-	}
-	gf2Square(&even, &odd) // two zero bits
-	gf2Square(&odd, &even) // four zero bits
-	for {
-		gf2Square(&even, &odd) // one zero byte, then 4, 16, ...
-		if n&1 != 0 {
-			crcA = gf2Times(&even, crcA)
-		}
-		if n >>= 1; n == 0 {
-			break
-		}
-		gf2Square(&odd, &even) // 2, 8, 32, ... zero bytes
-		if n&1 != 0 {
-			crcA = gf2Times(&odd, crcA)
-		}
-		if n >>= 1; n == 0 {
-			break
-		}
-	}
-	return crcA ^ crcB
-}
-
-func gf2Times(m *[32]uint32, v uint32) uint32 {
-	var s uint32
-	for i := 0; v != 0; i, v = i+1, v>>1 {
-		if v&1 != 0 {
-			s ^= m[i]
-		}
-	}
-	return s
-}
-
-func gf2Square(sq, m *[32]uint32) {
-	for i := range 32 {
-		sq[i] = gf2Times(m, m[i])
-	}
-}
+func CombineChecksums(crcA, crcB uint32, n int64) uint32 { return crc32c.Combine(crcA, crcB, n) }
 
 // FormatChecksum returns c as a checksum's metadata value: 8 lowercase
 // hexadecimal digits.

@@ -47,3 +47,51 @@ func update(crc uint32, b []byte, k *kernel) uint32 {
 	}
 	return crc32.Update(crc, table, b)
 }
+
+// poly is the Castagnoli polynomial in the reflected order hash/crc32 and
+// the registers use: bit 31-i holds the coefficient of x^i, x^32 implied.
+const poly = 0x82F63B78
+
+// Combine returns the CRC-32C of a sequence A followed by B, given crcA =
+// Checksum(A), crcB = Checksum(B) and n = len(B): pieces checked apart (in
+// parallel, in any order) give the checksum of the whole. B is empty
+// when n ≤ 0: the result is crcA. It takes about 2·log2(n)
+// multiplications of 32-bit polynomials, about a microsecond.
+func Combine(crcA, crcB uint32, n int64) uint32 {
+	if n <= 0 {
+		return crcA
+	}
+	// Appending n zero bytes to A multiplies A's CRC by x^(8n) modulo P
+	// (the pre- and post-complements cancel between A and B's own CRC,
+	// which already counts B as if after a zero register). x^(8n) is the
+	// product of x^(8·2^k) over the bits k of n; each x^(8·2^(k+1)) is the
+	// square of the one before.
+	op := uint32(1) << (31 - 8) // x^8
+	for ; n > 0; n >>= 1 {
+		if n&1 != 0 {
+			crcA = mulMod(crcA, op)
+		}
+		op = mulMod(op, op)
+	}
+	return crcA ^ crcB
+}
+
+// mulMod returns a·b mod P, the operands and the result in the reflected
+// order (bit 31 is x^0).
+func mulMod(a, b uint32) uint32 {
+	var p uint32
+	// Walk a's coefficients from x^0 (bit 31) up, with b multiplied by x
+	// (shifted right, reduced by P when x^31 overflows) at each step.
+	for m := uint32(1) << 31; m != 0 && a != 0; m >>= 1 {
+		if a&m != 0 {
+			p ^= b
+			a ^= m
+		}
+		if b&1 != 0 {
+			b = b>>1 ^ poly
+		} else {
+			b >>= 1
+		}
+	}
+	return p
+}
