@@ -1,7 +1,8 @@
 // Package crc32c computes CRC-32C (the Castagnoli polynomial, as in
 // hash/crc32 with crc32.Castagnoli) faster than hash/crc32 on long inputs
-// where the CPU can multiply polynomials over GF(2) (PCLMULQDQ, and
-// VPCLMULQDQ with AVX-512 on amd64).
+// where the CPU can multiply polynomials over GF(2): on amd64, VPCLMULQDQ
+// on 512-bit registers (AVX-512) or on 256-bit ones (AVX2: AMD Zen 3,
+// Intel Alder Lake), else PCLMULQDQ on 128-bit ones.
 //
 // hash/crc32 runs the SSE4.2 crc32 instruction on three interleaved
 // streams: one instruction per 8 bytes, one per cycle at best. The kernels

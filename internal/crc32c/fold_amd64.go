@@ -19,11 +19,12 @@ import "golang.org/x/sys/cpu"
 // high one, so that PCLMULQDQ $0x00 multiplies H by its constant and
 // $0x11 L by its. TestFoldConstants recomputes every entry from the
 // polynomial.
-var foldK = [12]uint64{
+var foldK = [14]uint64{
 	0x0dcb17aa4, 0x0b9e02b86, // d = 2048: four 512-bit accumulators, 256 bytes ahead
+	0x06992cea2, 0x00d3b6092, // d = 1024: four 256-bit accumulators, 128 bytes ahead
 	0x0740eef02, 0x09e4addf8, // d = 512: one 64-byte step (four 128-bit blocks)
 	0x01c291d04, 0x1d82c63da, // d = 384: 48 bytes (lane 0 of a 512-bit register onto lane 3)
-	0x1384aa63a, 0x0ba4fc28e, // d = 256: 32 bytes (lane 1 onto lane 3)
+	0x1384aa63a, 0x0ba4fc28e, // d = 256: 32 bytes (lane 1 onto lane 3; one 256-bit step)
 	0x0f20c0dfe, 0x14cd00bd6, // d = 128: 16 bytes (lane 2 onto lane 3; one block)
 	0, 0, // lane 3 stays: the 512-bit load of d = 384..128 reads this as zero
 }
@@ -31,6 +32,7 @@ var foldK = [12]uint64{
 // foldK's entries by distance, in units of a pair (16 bytes).
 const (
 	k2048 = iota
+	k1024
 	k512
 	k384
 	k256
@@ -39,10 +41,16 @@ const (
 )
 
 // foldAVX512 folds four 512-bit accumulators (256 bytes per round) with
-// VPCLMULQDQ; len(p) is a multiple of 16 and at least 64.
+// VPCLMULQDQ on ZMM registers; len(p) is a multiple of 16 and at least 64.
 //
 //go:noescape
 func foldAVX512(reg uint32, p []byte) uint32
+
+// foldAVX2 folds four 256-bit accumulators (128 bytes per round) with
+// VPCLMULQDQ on YMM registers; len(p) is a multiple of 16 and at least 64.
+//
+//go:noescape
+func foldAVX2(reg uint32, p []byte) uint32
 
 // foldSSE folds four 128-bit accumulators (64 bytes per round) with
 // PCLMULQDQ; len(p) is a multiple of 16 and at least 64.
@@ -50,17 +58,34 @@ func foldAVX512(reg uint32, p []byte) uint32
 //go:noescape
 func foldSSE(reg uint32, p []byte) uint32
 
+// cpuid executes CPUID with EAX = leaf and ECX = sub.
+func cpuid(leaf, sub uint32) (eax, ebx, ecx, edx uint32)
+
 var (
 	avx512Kernel = &kernel{name: "avx512", min: 128, fold: foldAVX512}
+	avx2Kernel   = &kernel{name: "avx2", min: 128, fold: foldAVX2}
 	sseKernel    = &kernel{name: "pclmulqdq", min: 128, fold: foldSSE}
 )
 
-// hasAVX512 tells whether foldAVX512 can run: AVX-512 F (whose check by
-// x/sys/cpu includes the OS saving the ZMM state) and VPCLMULQDQ; it also
-// uses AVX2 instructions and the crc32 instruction, which every such CPU
-// has. hasSSE tells whether foldSSE can: PCLMULQDQ and SSE4.2 (crc32).
+// hasVPCLMULQDQ tells whether the CPU has VPCLMULQDQ (CPUID leaf 7, ECX
+// bit 10): x/sys/cpu reports it only along with AVX-512, and CPUs without
+// AVX-512 have it too (AMD Zen 3, Intel Alder Lake).
+func hasVPCLMULQDQ() bool {
+	if max, _, _, _ := cpuid(0, 0); max < 7 {
+		return false
+	}
+	_, _, ecx, _ := cpuid(7, 0)
+	return ecx&(1<<10) != 0
+}
+
+// Which kernels can run. foldAVX512: AVX-512 F (whose check by x/sys/cpu
+// includes the OS saving the ZMM state) and VPCLMULQDQ. foldAVX2:
+// VPCLMULQDQ on YMM registers (AVX2, the OS saving the YMM state, which
+// x/sys/cpu's AVX2 includes). foldSSE: PCLMULQDQ. All three end with the
+// SSE4.2 crc32 instruction; the VEX forms also use PCLMULQDQ on XMM.
 var (
-	hasAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VPCLMULQDQ && cpu.X86.HasAVX2 && cpu.X86.HasSSE42
+	hasAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VPCLMULQDQ && cpu.X86.HasAVX2 && cpu.X86.HasPCLMULQDQ && cpu.X86.HasSSE42
+	hasAVX2   = cpu.X86.HasAVX2 && hasVPCLMULQDQ() && cpu.X86.HasPCLMULQDQ && cpu.X86.HasSSE42
 	hasSSE    = cpu.X86.HasPCLMULQDQ && cpu.X86.HasSSE42
 )
 
@@ -77,6 +102,9 @@ func kernels() []*kernel {
 	var ks []*kernel
 	if hasAVX512 {
 		ks = append(ks, avx512Kernel)
+	}
+	if hasAVX2 {
+		ks = append(ks, avx2Kernel)
 	}
 	if hasSSE {
 		ks = append(ks, sseKernel)

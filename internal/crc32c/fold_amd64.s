@@ -4,9 +4,9 @@
 #include "textflag.h"
 
 // Folding CRC-32C kernels (see fold_amd64.go for the constants in foldK
-// and why each one is x^(d±32) mod P). Both take the CRC register (the
-// complement of the CRC so far) and a slice whose length is a multiple of
-// 16, and return the register after the slice.
+// and why each one is x^(d±32) mod P). All three take the CRC register
+// (the complement of the CRC so far) and a slice whose length is a
+// multiple of 16, and return the register after the slice.
 //
 // The idea: the CRC register after a message M is M·x^32 mod P once the
 // register before it is xored into M's first four bytes. Any 128-bit A
@@ -242,4 +242,136 @@ reduce:
 	CRC32Q    AX, DX
 	CRC32Q    BX, DX
 	MOVL      DX, ret+32(FP)
+	RET
+
+// func foldAVX2(reg uint32, p []byte) uint32
+// len(p) is a multiple of 16 and at least 64. The same folds as foldAVX512
+// on 256-bit registers (two lanes each), all VEX-encoded: for CPUs with
+// VPCLMULQDQ but no AVX-512.
+TEXT ·foldAVX2(SB), NOSPLIT, $0-36
+	MOVL reg+0(FP), AX
+	MOVQ p_base+8(FP), SI
+	MOVQ p_len+16(FP), CX
+	LEAQ ·foldK(SB), DX
+
+	// Y0: the first 32 bytes, with the register xored into the first four
+	// bytes (VMOVD zeroes the rest of Y4).
+	VMOVD AX, X4
+	VPXOR 0(SI), Y4, Y0
+	CMPQ  CX, $128
+	JB    short
+
+	// Y1..Y3: the next 96 bytes; four accumulators, eight lanes.
+	VMOVDQU 32(SI), Y1
+	VMOVDQU 64(SI), Y2
+	VMOVDQU 96(SI), Y3
+	ADDQ    $128, SI
+	SUBQ    $128, CX
+
+	// Main loop, 128 bytes per round: every lane moves forward 1024 bits
+	// onto the lane 128 bytes ahead (Y4: the d = 1024 pair in both lanes).
+	VBROADCASTI128 (const_k1024*16)(DX), Y4
+	CMPQ           CX, $128
+	JB             fold4
+
+	PCALIGN $32
+loop128:
+	VPCLMULQDQ $0x00, Y4, Y0, Y5       // H·x^(1024+32)
+	VPCLMULQDQ $0x11, Y4, Y0, Y0       // L·x^(1024-32)
+	VPCLMULQDQ $0x00, Y4, Y1, Y6
+	VPCLMULQDQ $0x11, Y4, Y1, Y1
+	VPCLMULQDQ $0x00, Y4, Y2, Y7
+	VPCLMULQDQ $0x11, Y4, Y2, Y2
+	VPCLMULQDQ $0x00, Y4, Y3, Y8
+	VPCLMULQDQ $0x11, Y4, Y3, Y3
+	VPXOR      Y5, Y0, Y0
+	VPXOR      Y6, Y1, Y1
+	VPXOR      Y7, Y2, Y2
+	VPXOR      Y8, Y3, Y3
+	VPXOR      0(SI), Y0, Y0           // and the next 128 bytes
+	VPXOR      32(SI), Y1, Y1
+	VPXOR      64(SI), Y2, Y2
+	VPXOR      96(SI), Y3, Y3
+	ADDQ       $128, SI
+	SUBQ       $128, CX
+	CMPQ       CX, $128
+	JAE        loop128
+
+fold4:
+	// Four accumulators into one: Y0 moves 256 bits onto Y1, the sum onto
+	// Y2, then onto Y3. Y4 now holds the d = 256 pair.
+	VBROADCASTI128 (const_k256*16)(DX), Y4
+	VPCLMULQDQ     $0x00, Y4, Y0, Y5
+	VPCLMULQDQ     $0x11, Y4, Y0, Y0
+	VPXOR          Y5, Y0, Y0
+	VPXOR          Y1, Y0, Y0
+	VPCLMULQDQ     $0x00, Y4, Y0, Y5
+	VPCLMULQDQ     $0x11, Y4, Y0, Y0
+	VPXOR          Y5, Y0, Y0
+	VPXOR          Y2, Y0, Y0
+	VPCLMULQDQ     $0x00, Y4, Y0, Y5
+	VPCLMULQDQ     $0x11, Y4, Y0, Y0
+	VPXOR          Y5, Y0, Y0
+	VPXOR          Y3, Y0, Y0
+	JMP            tail32
+
+short:
+	// Under 128 bytes: Y0 alone, 32 bytes per round from here.
+	ADDQ           $32, SI
+	SUBQ           $32, CX
+	VBROADCASTI128 (const_k256*16)(DX), Y4
+
+tail32:
+	// Whole 32-byte rounds left: the same 256-bit step onto each.
+	CMPQ CX, $32
+	JB   lanes
+
+loop32:
+	VPCLMULQDQ $0x00, Y4, Y0, Y5
+	VPCLMULQDQ $0x11, Y4, Y0, Y0
+	VPXOR      Y5, Y0, Y0
+	VPXOR      (SI), Y0, Y0
+	ADDQ       $32, SI
+	SUBQ       $32, CX
+	CMPQ       CX, $32
+	JAE        loop32
+
+lanes:
+	// Two lanes into one: lane 0 moves 128 bits onto lane 1 (X4: the
+	// d = 128 pair).
+	VMOVDQU      (const_k128*16)(DX), X4
+	VEXTRACTI128 $1, Y0, X1
+	VPCLMULQDQ   $0x00, X4, X0, X5
+	VPCLMULQDQ   $0x11, X4, X0, X0
+	VPXOR        X5, X0, X0
+	VPXOR        X1, X0, X0
+
+	// At most one 16-byte block is left: one 128-bit step onto it.
+	CMPQ       CX, $16
+	JB         reduce
+	VPCLMULQDQ $0x00, X4, X0, X5
+	VPCLMULQDQ $0x11, X4, X0, X0
+	VPXOR      X5, X0, X0
+	VPXOR      (SI), X0, X0
+
+reduce:
+	// The register of the 16 bytes in X0 from a zero start (see above).
+	VMOVQ   X0, AX
+	VPEXTRQ $1, X0, BX
+	VZEROUPPER
+	XORL    DX, DX
+	CRC32Q  AX, DX
+	CRC32Q  BX, DX
+	MOVL    DX, ret+32(FP)
+	RET
+
+// func cpuid(leaf, sub uint32) (eax, ebx, ecx, edx uint32)
+TEXT ·cpuid(SB), NOSPLIT, $0-24
+	MOVL leaf+0(FP), AX
+	MOVL sub+4(FP), CX
+	CPUID
+	MOVL AX, eax+8(FP)
+	MOVL BX, ebx+12(FP)
+	MOVL CX, ecx+16(FP)
+	MOVL DX, edx+20(FP)
 	RET

@@ -28,18 +28,20 @@ func xPowMod(n int) uint32 {
 // foldConst is a constant as foldK stores it: 33-bit reflected.
 func foldConst(n int) uint64 { return uint64(bits.Reverse32(xPowMod(n))) << 1 }
 
+// foldDists are the distances, in bits, of foldK's pairs.
+var foldDists = map[int]int{k2048: 2048, k1024: 1024, k512: 512, k384: 384, k256: 256, k128: 128}
+
 // TestFoldConstants recomputes every entry of foldK from the polynomial.
 // On a mismatch it prints the table as it should read.
 func TestFoldConstants(t *testing.T) {
-	dists := map[int]int{k2048: 2048, k512: 512, k384: 384, k256: 256, k128: 128}
-	for i, d := range dists {
+	for i, d := range foldDists {
 		h, l := foldConst(d+32), foldConst(d-32)
 		if foldK[2*i] != h || foldK[2*i+1] != l {
 			t.Errorf("foldK pair %d (d = %d) = %#011x, %#011x; want x^%d mod P = %#011x and x^%d mod P = %#011x",
 				i, d, foldK[2*i], foldK[2*i+1], d+32, h, d-32, l)
 		}
 	}
-	if foldK[2*kZero] != 0 || foldK[2*kZero+1] != 0 || len(foldK) != 2*(kZero+1) {
+	if foldK[2*kZero] != 0 || foldK[2*kZero+1] != 0 || len(foldK) != 2*(kZero+1) || len(foldDists) != kZero {
 		t.Errorf("foldK must end with one zero pair: %#x", foldK)
 	}
 }
@@ -67,8 +69,7 @@ func register(b []byte) uint32 { return ^ref(0xffffffff, b) }
 // same as having A there.
 func TestFoldStep(t *testing.T) {
 	r := rand.New(rand.NewSource(5))
-	dists := map[int]int{k2048: 2048, k512: 512, k384: 384, k256: 256, k128: 128}
-	for i, d := range dists {
+	for i, d := range foldDists {
 		for range 100 {
 			a := randBytes(r, 16)
 			h, l := binary.LittleEndian.Uint64(a), binary.LittleEndian.Uint64(a[8:])
