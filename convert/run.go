@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"io/fs"
 	"math"
@@ -749,7 +748,7 @@ func (r *runner) writeTensor(pl *pipeline, c *component, t *task, w io.Writer) e
 				Msg: fmt.Sprintf("%s to %s: %d values overflowed, %d became NaN, %d became Inf (FailOnOverflow); nothing was committed", rep.From, rep.To, rep.Overflow, rep.NaN, rep.Inf)}
 		}
 		if r.opts.Verify {
-			crc = crc32.Update(crc, crcTable, pc.out)
+			crc = safetensors.UpdateChecksum(crc, pc.out)
 		}
 		if _, err := w.Write(pc.out); err != nil {
 			pl.release(pc)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"math"
 	"runtime/debug"
@@ -611,6 +610,3 @@ func (p *pipeline) next() (*piece, error) {
 		return nil, p.ctx.Err()
 	}
 }
-
-// crcTable is the Castagnoli polynomial's table (hardware-accelerated).
-var crcTable = crc32.MakeTable(crc32.Castagnoli)

@@ -2,12 +2,12 @@ package convert
 
 import (
 	"fmt"
-	"hash/crc32"
 	"slices"
 
 	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/quant"
+	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
 )
 
@@ -82,7 +82,7 @@ func (r *runner) verifySet(c *component, m *ckpt.Model, entry string) error {
 				return fail(t, "unreadable", err)
 			}
 			st.Evict(first, cnt)
-			crc = crc32.Update(crc, crcTable, b)
+			crc = safetensors.UpdateChecksum(crc, b)
 			r.progress(c, t.spec.Name, int64(len(b)))
 		}
 		if crc != t.rep.crc {

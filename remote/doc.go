@@ -66,8 +66,9 @@
 // or, where the store does not list parts (versitygw), one HeadObject per
 // part (objects of up to 1000 parts). From then on every byte handed out
 // of the object — by ReadRanges, by ReadAt and Read, and the bytes read
-// between coalesced spans — is run through CRC-32C as it passes (SSE4.2 or
-// the arm64 CRC instructions: a fraction of the time the bytes take to
+// between coalesced spans — is run through CRC-32C as it passes
+// (safetensors.UpdateChecksum: carry-less multiplication on amd64, the CRC
+// instructions on arm64; a fraction of the time the bytes take to
 // arrive), the pieces' CRCs combined, so that parallel reads in any order
 // are checked without a second pass and without holding the bytes. When
 // the bytes read cover the whole object (FULL_OBJECT), or every part

@@ -7,7 +7,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io/fs"
 	"path"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
+	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/sink"
 )
 
@@ -289,13 +289,11 @@ func (s *S3Sink) wrap(name string, err error, msg string) error {
 	return &Error{Kind: ErrRequest, Location: s.Location(name), Msg: msg, Err: err}
 }
 
-var crc32cTable = crc32.MakeTable(crc32.Castagnoli)
-
 // crc32cBase64 is a checksum as S3 headers carry it: the big-endian bytes
 // of the CRC, in base64.
 func crc32cBase64(b []byte) string {
 	var c [4]byte
-	binary.BigEndian.PutUint32(c[:], crc32.Checksum(b, crc32cTable))
+	binary.BigEndian.PutUint32(c[:], safetensors.Checksum(b))
 	return base64.StdEncoding.EncodeToString(c[:])
 }
 

@@ -2,10 +2,11 @@ package safetensors
 
 import (
 	"fmt"
-	"hash/crc32"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/ckpt-go/ckpt/internal/crc32c"
 )
 
 // Checksums.
@@ -21,11 +22,11 @@ import (
 // up to 5 flipped bits in a tensor of up to about 2^27 bytes (and all odd
 // numbers of flips in any length) — a flipped bit or a truncated copy,
 // which is what storage and transfers do to files; it runs at memory
-// speed on amd64 (SSE4.2) and arm64 (CRC32 instructions) through
-// hash/crc32, so that verifying costs a few percent of a load; it is the
-// checksum S3 computes for multipart parts; and two CRCs combine
-// (CombineChecksums), so that a tensor read in pieces, in parallel, is
-// verified without a second pass. It is not a defence against an attacker
+// speed (internal/crc32c: carry-less multiplication on amd64, hash/crc32's
+// CRC32 instructions on arm64), so that verifying costs a few percent of
+// a load; it is the checksum S3 computes for multipart parts; and two
+// CRCs combine (CombineChecksums), so that a tensor read in pieces, in
+// parallel, is verified without a second pass. It is not a defence against an attacker
 // who rewrites a file on purpose: that is a signature's job.
 //
 // The header itself is covered too: HeaderChecksumKey holds the CRC-32C
@@ -42,67 +43,17 @@ const ChecksumPrefix = "ckpt.crc32c."
 // HeaderChecksumKey is the __metadata__ key of the header's own checksum.
 const HeaderChecksumKey = "ckpt.header.crc32c"
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
 // Checksum returns the CRC-32C of b.
-func Checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+func Checksum(b []byte) uint32 { return crc32c.Checksum(b) }
 
 // UpdateChecksum returns the CRC-32C of the bytes whose checksum is crc
 // followed by b.
-func UpdateChecksum(crc uint32, b []byte) uint32 { return crc32.Update(crc, castagnoli, b) }
+func UpdateChecksum(crc uint32, b []byte) uint32 { return crc32c.Update(crc, b) }
 
 // CombineChecksums returns the CRC-32C of a sequence A followed by B, given
 // crcA = Checksum(A), crcB = Checksum(B) and n = len(B), in O(log n) time:
 // pieces of a tensor checked in parallel give the tensor's checksum.
-func CombineChecksums(crcA, crcB uint32, n int64) uint32 {
-	if n <= 0 {
-		return crcA
-	}
-	// Appending n zero bytes to A is a linear map on its CRC register:
-	// square the one-bit shift operator to get the operator for 1, 2, 4,
-	// ... zero bytes, and apply those the bits of n select (the method
-	// of zlib's crc32_combine).
-	var odd, even [32]uint32
-	odd[0] = 0x82F63B78 // the reversed Castagnoli polynomial: one zero bit
-	for i, row := 1, uint32(1); i < 32; i, row = i+1, row<<1 {
-		odd[i] = row
-	}
-	gf2Square(&even, &odd) // two zero bits
-	gf2Square(&odd, &even) // four zero bits
-	for {
-		gf2Square(&even, &odd) // one zero byte, then 4, 16, ...
-		if n&1 != 0 {
-			crcA = gf2Times(&even, crcA)
-		}
-		if n >>= 1; n == 0 {
-			break
-		}
-		gf2Square(&odd, &even) // 2, 8, 32, ... zero bytes
-		if n&1 != 0 {
-			crcA = gf2Times(&odd, crcA)
-		}
-		if n >>= 1; n == 0 {
-			break
-		}
-	}
-	return crcA ^ crcB
-}
-
-func gf2Times(m *[32]uint32, v uint32) uint32 {
-	var s uint32
-	for i := 0; v != 0; i, v = i+1, v>>1 {
-		if v&1 != 0 {
-			s ^= m[i]
-		}
-	}
-	return s
-}
-
-func gf2Square(sq, m *[32]uint32) {
-	for i := range 32 {
-		sq[i] = gf2Times(m, m[i])
-	}
-}
+func CombineChecksums(crcA, crcB uint32, n int64) uint32 { return crc32c.Combine(crcA, crcB, n) }
 
 // FormatChecksum returns c as a checksum's metadata value: 8 lowercase
 // hexadecimal digits.

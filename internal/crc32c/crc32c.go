@@ -1,0 +1,98 @@
+// Package crc32c computes CRC-32C (the Castagnoli polynomial, as in
+// hash/crc32 with crc32.Castagnoli) faster than hash/crc32 on long inputs
+// where the CPU can multiply polynomials over GF(2): on amd64, VPCLMULQDQ
+// on 512-bit registers (AVX-512) or on 256-bit ones (AVX2: AMD Zen 3,
+// Intel Alder Lake), else PCLMULQDQ on 128-bit ones.
+//
+// hash/crc32 runs the SSE4.2 crc32 instruction on three interleaved
+// streams: one instruction per 8 bytes, one per cycle at best. The kernels
+// here instead fold: they keep several 128-bit remainders of the input and
+// move each one forward over the bytes that follow it with two carry-less
+// multiplications by constants x^k mod P, adding (xor) the next input to
+// it, so that many 16-byte blocks are taken per cycle; at the end the one
+// remaining 128-bit value is reduced to the 32-bit register with two crc32
+// instructions. Inputs shorter than a few hundred bytes, the last bytes
+// that do not fill a 16-byte block, other architectures and the purego
+// build tag use hash/crc32.
+package crc32c
+
+import "hash/crc32"
+
+// table is hash/crc32's Castagnoli table; with it hash/crc32 uses its
+// SSE4.2 (amd64) or CRC32-instruction (arm64) code.
+var table = crc32.MakeTable(crc32.Castagnoli)
+
+// Checksum returns the CRC-32C of b.
+func Checksum(b []byte) uint32 { return Update(0, b) }
+
+// Update returns the CRC-32C of the bytes whose CRC-32C is crc followed by
+// b: the same as crc32.Update(crc, crc32.MakeTable(crc32.Castagnoli), b).
+func Update(crc uint32, b []byte) uint32 { return update(crc, b, best) }
+
+// kernel is a folding kernel: fold takes the CRC register (the complement
+// of a CRC-32C) and a slice whose length is a multiple of 16 and at least
+// 64, and returns the register after those bytes. Update uses it from min
+// bytes on, where it beats hash/crc32 (BenchmarkShort).
+type kernel struct {
+	name string
+	min  int
+	fold func(reg uint32, p []byte) uint32
+}
+
+// update is Update with the kernel k (nil: hash/crc32 alone).
+func update(crc uint32, b []byte, k *kernel) uint32 {
+	if k != nil && len(b) >= k.min {
+		n := len(b) &^ 15
+		crc = ^k.fold(^crc, b[:n])
+		b = b[n:]
+	}
+	return crc32.Update(crc, table, b)
+}
+
+// poly is the Castagnoli polynomial in the reflected order hash/crc32 and
+// the registers use: bit 31-i holds the coefficient of x^i, x^32 implied.
+const poly = 0x82F63B78
+
+// Combine returns the CRC-32C of a sequence A followed by B, given crcA =
+// Checksum(A), crcB = Checksum(B) and n = len(B): pieces checked apart (in
+// parallel, in any order) give the checksum of the whole. B is empty
+// when n ≤ 0: the result is crcA. It takes about 2·log2(n)
+// multiplications of 32-bit polynomials, about a microsecond.
+func Combine(crcA, crcB uint32, n int64) uint32 {
+	if n <= 0 {
+		return crcA
+	}
+	// Appending n zero bytes to A multiplies A's CRC by x^(8n) modulo P
+	// (the pre- and post-complements cancel between A and B's own CRC,
+	// which already counts B as if after a zero register). x^(8n) is the
+	// product of x^(8·2^k) over the bits k of n; each x^(8·2^(k+1)) is the
+	// square of the one before.
+	op := uint32(1) << (31 - 8) // x^8
+	for ; n > 0; n >>= 1 {
+		if n&1 != 0 {
+			crcA = mulMod(crcA, op)
+		}
+		op = mulMod(op, op)
+	}
+	return crcA ^ crcB
+}
+
+// mulMod returns a·b mod P, the operands and the result in the reflected
+// order (bit 31 is x^0).
+func mulMod(a, b uint32) uint32 {
+	var p uint32
+	// Walk a's coefficients from x^0 (bit 31) up, with b multiplied by x
+	// (shifted right, reduced by P when x^31 overflows) at each step.
+	for m := uint32(1) << 31; m != 0 && a != 0; m >>= 1 {
+		if a&m != 0 {
+			p ^= b
+			a ^= m
+		}
+		if b&1 != 0 {
+			b = b>>1 ^ poly
+		} else {
+			b >>= 1
+		}
+	}
+	return p
+}
