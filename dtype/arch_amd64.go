@@ -2,6 +2,8 @@
 
 package dtype
 
+import "github.com/ckpt-go/ckpt/internal/cpuid"
+
 // Vector fast paths in arch_amd64.s. See vecRun for the contract. They run
 // when the CPU has AVX2 (and F16C for F16 and the FP8 decoders through
 // binary16); the purego build tag leaves them out.
@@ -38,12 +40,6 @@ func e4m3fnuzToF32F16C(dst, src []byte, acc *[32]byte, p *f8DecodeParams, nt boo
 //go:noescape
 func e5m2ToF32F16C(dst, src []byte, acc *[32]byte, p *f8DecodeParams, nt bool) int
 
-//go:noescape
-func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
-
-//go:noescape
-func xgetbv() (eax uint32)
-
 // hasAVX2 and hasF16C tell which fast paths this CPU can run. They are set
 // once at start-up and never change.
 var hasAVX2, hasF16C = detectX86()
@@ -51,18 +47,18 @@ var hasAVX2, hasF16C = detectX86()
 // detectX86 reads the CPU features the fast paths need: AVX2 (with the YMM
 // state enabled by the OS) and POPCNT, and F16C for the paths through
 // binary16. golang.org/x/sys/cpu does not report F16C, so CPUID is read
-// directly.
+// directly (internal/cpuid).
 func detectX86() (avx2, f16c bool) {
-	maxID, _, _, _ := cpuid(0, 0)
+	maxID, _, _, _ := cpuid.CPUID(0, 0)
 	if maxID < 7 {
 		return false, false
 	}
-	_, _, ecx1, _ := cpuid(1, 0)
+	_, _, ecx1, _ := cpuid.CPUID(1, 0)
 	const popcnt, osxsave, avx, f16cBit = 1 << 23, 1 << 27, 1 << 28, 1 << 29
-	if ecx1&popcnt == 0 || ecx1&osxsave == 0 || ecx1&avx == 0 || xgetbv()&6 != 6 {
+	if ecx1&popcnt == 0 || ecx1&osxsave == 0 || ecx1&avx == 0 || cpuid.XGETBV0()&6 != 6 {
 		return false, false
 	}
-	_, ebx7, _, _ := cpuid(7, 0)
+	_, ebx7, _, _ := cpuid.CPUID(7, 0)
 	avx2 = ebx7&(1<<5) != 0
 	return avx2, avx2 && ecx1&f16cBit != 0
 }

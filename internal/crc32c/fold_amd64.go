@@ -2,7 +2,11 @@
 
 package crc32c
 
-import "golang.org/x/sys/cpu"
+import (
+	"golang.org/x/sys/cpu"
+
+	"github.com/ckpt-go/ckpt/internal/cpuid"
+)
 
 // The folding constants, read by fold_amd64.s. The CRC works in the
 // bit-reflected order: a 16-byte block loaded into a register holds the
@@ -58,9 +62,6 @@ func foldAVX2(reg uint32, p []byte) uint32
 //go:noescape
 func foldSSE(reg uint32, p []byte) uint32
 
-// cpuid executes CPUID with EAX = leaf and ECX = sub.
-func cpuid(leaf, sub uint32) (eax, ebx, ecx, edx uint32)
-
 var (
 	avx512Kernel = &kernel{name: "avx512", min: 128, fold: foldAVX512}
 	avx2Kernel   = &kernel{name: "avx2", min: 128, fold: foldAVX2}
@@ -71,10 +72,10 @@ var (
 // bit 10): x/sys/cpu reports it only along with AVX-512, and CPUs without
 // AVX-512 have it too (AMD Zen 3, Intel Alder Lake).
 func hasVPCLMULQDQ() bool {
-	if max, _, _, _ := cpuid(0, 0); max < 7 {
+	if max, _, _, _ := cpuid.CPUID(0, 0); max < 7 {
 		return false
 	}
-	_, _, ecx, _ := cpuid(7, 0)
+	_, _, ecx, _ := cpuid.CPUID(7, 0)
 	return ecx&(1<<10) != 0
 }
 
