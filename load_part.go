@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/pagecache"
 	"github.com/ckpt-go/ckpt/safetensors"
 )
 
@@ -377,7 +378,7 @@ func (m *Model) checkPiece(ctx context.Context, p *piece) error {
 			return err
 		}
 		if !sj.rest {
-			populate(view[lo:hi:hi]) // a view's pages, which the load hands out: in one call, not a fault each few pages
+			pagecache.Populate(view[lo:hi:hi], false) // a view's pages, which the load hands out: in one call, not a fault each few pages
 		}
 		err = protectFault(func() error { return sj.ck.add(lo, view[lo:hi:hi]) })
 		if sj.evict && err == nil {

@@ -136,20 +136,8 @@ func keptByDefault(name string, o owner) bool {
 		name == "vae" || name == "image_encoder"
 }
 
-// narrowDefault is the pipeline-wide default's dtype when it is 8 bits or
-// fewer.
-func narrowDefault(p *ckpt.Policy) (dtype.DType, bool) {
-	d, ok := p.Default.DType()
-	return d, ok && d.Bits() <= 8
-}
-
-// narrowTarget returns the dtype of 8 bits or fewer that the policy's
-// component target for c, or else its default, asks for.
-func (r *runner) narrowTarget(c *component) (dtype.DType, bool) {
-	t := r.opts.Policy.Default
-	if ct, ok := r.opts.Policy.Components[c.label]; ok && ct.IsSet() {
-		t = ct
-	}
+// narrow returns t's dtype when t is a dtype of 8 bits or fewer.
+func narrow(t ckpt.Target) (dtype.DType, bool) {
 	d, ok := t.DType()
 	return d, ok && d.Bits() <= 8
 }
@@ -170,12 +158,17 @@ func (r *runner) protectComponent(c *component, o owner, pipeline bool) {
 		r.policy.Rules = rules
 		r.rep.Warnings = append(r.rep.Warnings, fmt.Sprintf("%s: kept as stored: %s", cmp.Or(c.label, "weights"), note))
 	}
-	if d, narrow := narrowDefault(&r.opts.Policy); pipeline && narrow && keptByDefault(c.label, o) {
-		if _, named := r.opts.Policy.Components[c.label]; !named {
+	pol := &r.opts.Policy
+	if d, ok := narrow(pol.Default); pipeline && ok && keptByDefault(c.label, o) {
+		if _, named := pol.Components[c.label]; !named {
 			keep(fmt.Sprintf("VAEs and image encoders are not quantized by a pipeline-wide %s default (--component %s=%s forces it)", d, c.label, d), "**")
 		}
 	}
-	if d, narrow := r.narrowTarget(c); narrow && o.conv1D() {
+	target := pol.Default // the component's target, or else the default
+	if ct, ok := pol.Components[c.label]; ok && ct.IsSet() {
+		target = ct
+	}
+	if d, ok := narrow(target); ok && o.conv1D() {
 		var pats []string
 		for _, m := range conv1DModules {
 			pats = append(pats, "**."+m+".weight")

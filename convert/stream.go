@@ -219,23 +219,20 @@ func (t *task) castMeasured(first, n int64, out []byte, sc *scratch, one dtype.O
 	fb, tb := int64(from.Bits()), int64(to.Bits())
 	// Values of 32 bits or fewer are measured in float32 (exactly: every
 	// such float is a float32), others in float64. An F32 source is read
-	// straight into the float32 staging it is measured from, where the
-	// host's byte order is the file's. (Reading from the mapping instead,
-	// without the copy, measured slower: bench/convert.sh, BF16.)
+	// straight into the float32 staging it is measured from: its bytes are
+	// the F32 layout, as dtype.Float32Bytes and DecodeFloat32 take them.
+	// (Reading from the mapping instead, without the copy, measured
+	// slower: bench/convert.sh, BF16.)
 	wide := from == dtype.F64 || fb > 32 || tb > 32
-	native := from == dtype.F32 && littleEndian
+	native := from == dtype.F32 && !wide
 	blk := min(n, castBlock)
-	var raw []byte
-	switch {
-	case wide:
+	if wide {
 		sc.f64, sc.y64 = grow(sc.f64, blk), grow(sc.y64, blk)
-		sc.raw = grow(sc.raw, (blk*fb+7)/8)
-		raw = sc.raw
-	case native:
+	} else {
 		sc.f32, sc.y32 = grow(sc.f32, blk), grow(sc.y32, blk)
-		raw = dtype.Float32Bytes(sc.f32)
-	default:
-		sc.f32, sc.y32 = grow(sc.f32, blk), grow(sc.y32, blk)
+	}
+	raw := dtype.Float32Bytes(sc.f32)
+	if !native {
 		sc.raw = grow(sc.raw, (blk*fb+7)/8)
 		raw = sc.raw
 	}
@@ -255,13 +252,12 @@ func (t *task) castMeasured(first, n int64, out []byte, sc *scratch, one dtype.O
 			return ps, &Error{Kind: ErrCast, Component: t.comp.name, Tensor: t.spec.Name, Err: err}
 		}
 		ps.st.Add(st)
-		switch {
-		case wide:
+		if wide {
 			x, y := sc.f64[:m], sc.y64[:m]
 			dtype.DecodeFloat64(x, rb, from)
 			dtype.DecodeFloat64(y, ob, to)
 			measure(x, y, &ps)
-		default:
+		} else {
 			x, y := sc.f32[:m], sc.y32[:m]
 			if !native {
 				dtype.DecodeFloat32(x, rb, from)
@@ -277,10 +273,6 @@ func (t *task) castMeasured(first, n int64, out []byte, sc *scratch, one dtype.O
 	}
 	return ps, nil
 }
-
-// littleEndian tells whether the host's byte order is the safetensors
-// layout's.
-var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 
 // storedReader reads one piece's stored bytes in blocks. When the source
 // is checked as it is read, it sums each block while the block is in cache

@@ -41,3 +41,34 @@ func TestDrop(t *testing.T) {
 		}
 	}
 }
+
+// TestPopulate: a fresh anonymous mapping's last page is not resident
+// until Populate(write) maps it (or the kernel refuses the advice, before
+// 5.14); its bytes stay zero; an unaligned part of it is widened to whole
+// pages.
+func TestPopulate(t *testing.T) {
+	ps := os.Getpagesize()
+	m, err := syscall.Mmap(-1, 0, 16*ps, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Munmap(m)
+	b := m[100 : 8*ps-3]
+	if LastPageResident(b) {
+		t.Fatal("a fresh mapping's last page is resident")
+	}
+	Populate(b, true)
+	if !LastPageResident(b) {
+		t.Skip("MADV_POPULATE_WRITE refused (a kernel before 5.14)")
+	}
+	if LastPageResident(m[9*ps:]) {
+		t.Error("a page past the part was mapped")
+	}
+	if !bytes.Equal(m, make([]byte, len(m))) {
+		t.Error("Populate changed bytes")
+	}
+	Populate(m[12*ps:13*ps], false)
+	if !LastPageResident(m[12*ps : 13*ps]) {
+		t.Error("MADV_POPULATE_READ did not map the page")
+	}
+}
