@@ -2,6 +2,7 @@ package pagecache
 
 import (
 	"os"
+	"runtime"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -21,7 +22,9 @@ func Populate(b []byte, write bool) {
 	if write {
 		advice = unix.MADV_POPULATE_WRITE
 	}
-	_ = unix.Madvise(pages(b), advice)
+	start, end := pages(b)
+	_, _, _ = unix.Syscall(unix.SYS_MADVISE, start, end-start, uintptr(advice))
+	runtime.KeepAlive(b)
 }
 
 // LastPageResident reports whether the last page of b is in memory
@@ -30,20 +33,22 @@ func LastPageResident(b []byte) bool {
 	if len(b) == 0 {
 		return true
 	}
-	w := pages(b)
+	_, end := pages(b)
+	ps := uintptr(os.Getpagesize())
 	var vec [1]byte
-	last := uintptr(unsafe.Pointer(&w[len(w)-os.Getpagesize()]))
-	if _, _, e := unix.Syscall(unix.SYS_MINCORE, last, uintptr(os.Getpagesize()), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+	_, _, e := unix.Syscall(unix.SYS_MINCORE, end-ps, ps, uintptr(unsafe.Pointer(&vec[0])))
+	runtime.KeepAlive(b)
+	if e != 0 {
 		return true // unknown: take it as in use
 	}
 	return vec[0]&1 != 0
 }
 
-// pages returns b widened to whole pages (the same memory, as madvise and
-// mincore take it).
-func pages(b []byte) []byte {
+// pages returns the addresses of the whole pages that hold b, as madvise
+// and mincore take them. They are only addresses: the pages may hold other
+// Go objects, so no slice is made of them.
+func pages(b []byte) (start, end uintptr) {
 	ps := uintptr(os.Getpagesize())
 	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
-	start, end := p&^(ps-1), (p+uintptr(len(b))+ps-1)&^(ps-1)
-	return unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(b)), -int(p-start))), end-start)
+	return p &^ (ps - 1), (p + uintptr(len(b)) + ps - 1) &^ (ps - 1)
 }
