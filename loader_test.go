@@ -8,11 +8,13 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/ckpt-go/ckpt/ckpttest"
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/variant"
 )
 
@@ -441,27 +443,102 @@ func TestTargetErrors(t *testing.T) {
 	}
 }
 
-func TestModelCheckpointAndScheme(t *testing.T) {
-	dir := ckpttest.Dir(t, ckpttest.Weights{Tensors: ckpttest.Tensors(t, "w.weight:F8_E4M3[4,4] w.weight_scale_inv:F32[1,1] n:F32[4]")})
+func TestModelContents(t *testing.T) {
+	dir := ckpttest.Dir(t, ckpttest.Weights{Tensors: ckpttest.Tensors(t, "w.weight:F8_E4M3[4,4] w.weight_scale_inv:F32[1,1] n:F32[4] e:F32[0]")})
 	os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"quantization_config":{"quant_method":"fp8","weight_block_size":[128,128]}}`), 0o644)
+	checksummed(t, dir)
 	m, err := Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	name := m.Components()[0]
-	ck, err := m.Checkpoint(name)
-	if err != nil || !ck.Has("w.weight_scale_inv") || len(ck.Names()) != 3 {
-		t.Fatalf("Checkpoint: %v %v", ck, err)
+	c, err := m.Contents(name)
+	if err != nil {
+		t.Fatal(err)
 	}
-	s, err := m.Scheme(name)
-	if err != nil || s.Weight("w.weight") == nil || !s.Consumed("w.weight_scale_inv") {
-		t.Fatalf("Scheme: %+v %v", s, err)
+	var names []string
+	for i, p := range c.Tensors {
+		names = append(names, p.Tensor)
+		if i > 0 && p.Range.Offset < c.Tensors[i-1].Range.Offset {
+			t.Errorf("%s at %d before %s at %d: not in file order", p.Tensor, p.Range.Offset, c.Tensors[i-1].Tensor, c.Tensors[i-1].Range.Offset)
+		}
 	}
-	if _, err := m.Scheme("nope"); !errors.Is(err, ErrNotFound) {
+	// Every stored tensor, the consumed scale included.
+	slices.Sort(names)
+	if want := []string{"e", "n", "w.weight", "w.weight_scale_inv"}; !slices.Equal(names, want) {
+		t.Errorf("Tensors = %v, want %v", names, want)
+	}
+	if c.Scheme.Weight("w.weight") == nil || !c.Scheme.Consumed("w.weight_scale_inv") {
+		t.Errorf("Scheme: %+v", c.Scheme)
+	}
+	if len(c.Files) != 1 || c.Index != "" || c.Component != name {
+		t.Errorf("Files %v, Index %q, Component %q", c.Files, c.Index, c.Component)
+	}
+	// The files carry checksums: every whole part
+	// names its checksum, the file has a digest, and reading a part
+	// verifies it.
+	if _, ok := c.Digests[c.Files[0]]; !ok {
+		t.Errorf("Digests = %v", c.Digests)
+	}
+	for i := range c.Tensors {
+		p := &c.Tensors[i]
+		want, ok := p.Checksum()
+		if !ok {
+			t.Errorf("%s: no checksum", p.Tensor)
+		}
+		b := make([]byte, p.Size())
+		if _, err := p.ReadAt(b, 0); err != nil {
+			t.Errorf("%s: %v", p.Tensor, err)
+		}
+		if got := safetensors.Checksum(b); got != want {
+			t.Errorf("%s: read bytes sum to %08x, checksum %08x", p.Tensor, got, want)
+		}
+	}
+	if _, err := m.Contents("nope"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("unknown component: %v", err)
 	}
 	m.Close()
-	if _, err := m.Checkpoint(name); !errors.Is(err, ErrClosed) {
+	if _, err := m.Contents(name); !errors.Is(err, ErrClosed) {
 		t.Errorf("closed: %v", err)
+	}
+}
+
+// A flipped bit in a tensor's bytes fails the ReadAt of its Contents part
+// that completes it, and an empty tensor whose file names a wrong checksum
+// fails its empty read.
+func TestModelContentsVerifies(t *testing.T) {
+	dir := ckpttest.Dir(t, ckpttest.Weights{Tensors: ckpttest.Tensors(t, "a:F32[64] e:F32[0]")})
+	checksummed(t, dir)
+	path := filepath.Join(dir, "model.safetensors")
+	f, err := safetensors.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := f.Header()
+	f.Close()
+	raw, _ := os.ReadFile(path)
+	raw[h.DataOffset+7] ^= 0x10
+	if err := os.WriteFile(path, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	c, err := m.Contents(m.Components()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &c.Tensors[0]
+	b := make([]byte, p.Size())
+	_, err1 := p.ReadAt(b[:128], 0)
+	_, err2 := p.ReadAt(b[128:], 128)
+	var ce *safetensors.ChecksumError
+	if err1 != nil || !errors.As(err2, &ce) || ce.Tensor != "a" {
+		t.Errorf("reads of a flipped tensor: %v, %v", err1, err2)
+	}
+	if _, err := c.Tensors[1].ReadAt(nil, 0); err != nil {
+		t.Errorf("empty tensor with its checksum: %v", err)
 	}
 }

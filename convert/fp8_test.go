@@ -60,18 +60,14 @@ func dequantized(t *testing.T, dir string) (map[string][]float64, map[string]str
 		t.Fatal(err)
 	}
 	defer m.Close()
-	name := m.Components()[0]
-	scheme, _ := m.Scheme(name)
-	ck, _ := m.Checkpoint(name)
+	cs := contents(t, m)
+	scheme := cs.Scheme
 	vals, scales := map[string][]float64{}, map[string]string{}
 	for _, w := range scheme.Weights {
-		dt, _ := ck.Tensor(w.Data.Name)
-		data, _ := dt.Bytes()
+		data := storedBytes(t, cs, w.Data.Name)
 		var sb [][]byte
 		for _, s := range w.Scales {
-			st, _ := ck.Tensor(s.Name)
-			b, _ := st.Bytes()
-			sb = append(sb, bytes.Clone(b))
+			sb = append(sb, storedBytes(t, cs, s.Name))
 			scales[w.Name] = s.Name
 		}
 		out := make([]float64, w.Shape[0]*w.Shape[1])

@@ -111,11 +111,11 @@ func TestRunFolderLayout(t *testing.T) {
 	if p.Components[0].Quant.Layout != "compressed-tensors-fp8" || p.Components[0].Quant.Weights != 3 || p.Components[0].Quant.Source != "config.json quantization_config" {
 		t.Errorf("plan: %+v", p.Components[0].Quant)
 	}
-	ck, _ := m.Checkpoint(m.Components()[0])
-	_, f1, _ := ck.Info("model.layers.0.mlp.down_proj.weight")
-	_, f2, _ := ck.Info("model.layers.0.mlp.down_proj.weight_scale")
-	if f1 != f2 || ck.Metadata()["origin"] != "test" {
-		t.Errorf("weight in %s, scale in %s; metadata %v", f1, f2, ck.Metadata())
+	cs := contents(t, m)
+	f1 := storedPart(t, cs, "model.layers.0.mlp.down_proj.weight").File
+	f2 := storedPart(t, cs, "model.layers.0.mlp.down_proj.weight_scale").File
+	if f1 != f2 || cs.Metadata["origin"] != "test" {
+		t.Errorf("weight in %s, scale in %s; metadata %v", f1, f2, cs.Metadata)
 	}
 	// Converting again replaces the set atomically (the shards packed by
 	// size by the source's three): nothing of the old set, no temporary

@@ -86,7 +86,7 @@ type component struct {
 	scale    Scale       // of new FP8 weights, resolved
 	explicit bool        // the options ask stored FP8 weights for other scales
 
-	srcFiles map[*safetensors.File]*srcFile // source files verified as read (integrity.go)
+	digests map[string]uint32 // the source files' digests, for provenance (checkSources)
 }
 
 type runner struct {
@@ -120,7 +120,7 @@ type runner struct {
 	srcFS   fs.FS
 	srcRoot string
 
-	rawPool sync.Pool // *[]byte: stored bytes of converting reads that are verified (integrity.go)
+	rawPool sync.Pool // *[]byte: stored bytes of converting reads (partTensor)
 }
 
 // Run converts the checkpoint src into dst and reports what it did.
@@ -371,9 +371,15 @@ func (r *runner) ckptSourceOptions() []ckpt.Option {
 	return nil
 }
 
-// openLoader opens a safetensors source with the loader.
+// openLoader opens a safetensors source with the loader. Its tensors are
+// read through the loader's Parts (loaderStore), with pread (nothing of
+// the source stays mapped) and verified as the policy's Verify says.
 func (r *runner) openLoader() ([]srcComponent, func(), error) {
-	copts := append(r.ckptSourceOptions(), ckpt.WithVariant(r.opts.SourceVariant), ckpt.WithBudget(-1))
+	copts := append(r.ckptSourceOptions(), ckpt.WithVariant(r.opts.SourceVariant), ckpt.WithBudget(-1),
+		ckpt.WithReadStrategy(ckpt.ReadPread))
+	if v := r.opts.Policy.Verify; v == ckpt.VerifyNever || v == ckpt.VerifyAlways {
+		copts = append(copts, ckpt.WithVerify(v))
+	}
 	m, err := ckpt.Open(r.src, copts...)
 	if err != nil {
 		return nil, nil, &Error{Kind: ErrSource, Path: r.src, Err: err}
@@ -386,22 +392,21 @@ func (r *runner) openLoader() ([]srcComponent, func(), error) {
 	}
 	var srcs []srcComponent
 	for _, cp := range p.Components {
-		ck, err := m.Checkpoint(cp.Name)
+		cs, err := m.Contents(cp.Name)
 		if err != nil {
 			closer()
 			return nil, nil, &Error{Kind: ErrSource, Path: r.src, Component: cp.Name, Err: err}
 		}
-		if len(cp.Files) == 0 {
+		if len(cs.Files) == 0 {
 			closer()
 			return nil, nil, &Error{Kind: ErrSource, Path: r.src, Component: cp.Name, Msg: "no weights files"}
 		}
-		scheme, _ := m.Scheme(cp.Name)
 		// The source's naming: from its index, or its single file.
-		naming := filepath.Base(cp.Files[0])
-		if ix := ck.Index(); ix != nil && ix.Path != "" {
-			naming = filepath.Base(ix.Path)
+		naming := filepath.Base(cs.Files[0])
+		if cs.Index != "" {
+			naming = filepath.Base(cs.Index)
 		}
-		srcs = append(srcs, srcComponent{label: cp.Name, dir: cp.Dir, naming: naming, store: shardStore{ck}, scheme: scheme})
+		srcs = append(srcs, srcComponent{label: cp.Name, dir: cp.Dir, naming: naming, store: newLoaderStore(cs, &r.rawPool), scheme: cs.Scheme})
 	}
 	return srcs, closer, nil
 }

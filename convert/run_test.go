@@ -210,7 +210,7 @@ func TestRunQuantizeLoadBack(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		s, _ := m.Scheme(m.Components()[0])
+		s := contents(t, m).Scheme
 		w, err := m.Load(context.Background())
 		if err != nil {
 			t.Fatal(err)

@@ -62,14 +62,12 @@ func TestRunScaledSource(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ms.Close()
-	scheme, _ := ms.Scheme(ms.Components()[0])
-	ck, _ := ms.Checkpoint(ms.Components()[0])
+	cs := contents(t, ms)
+	scheme := cs.Scheme
 	dequant := func(name string, to dtype.DType) []byte {
 		w := scheme.Weight(name)
-		dt, _ := ck.Tensor(w.Data.Name)
-		data, _ := dt.Bytes()
-		st, _ := ck.Tensor(w.Scales[0].Name)
-		sc, _ := st.Bytes()
+		data := storedBytes(t, cs, w.Data.Name)
+		sc := storedBytes(t, cs, w.Scales[0].Name)
 		n, _ := to.ByteLen(w.Shape[0] * w.Shape[1])
 		out := make([]byte, n)
 		if _, err := w.Dequantize(out, to, data, [][]byte{sc}, dtype.Options{}); err != nil {

@@ -1,17 +1,18 @@
 package convert
 
 import (
-	"cmp"
-	"path/filepath"
+	"io"
+	"maps"
 	"slices"
-	"strings"
+	"sync"
 
+	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/dtype"
-	"github.com/ckpt-go/ckpt/shard"
 )
 
-// srcTensor is a stored tensor of a source, read piece by piece.
-// *safetensors.Tensor is one; PyTorch tensors are wrapped (torch.go).
+// srcTensor is a stored tensor of a source, read piece by piece. A
+// safetensors tensor is read through the loader (partTensor); PyTorch
+// tensors are wrapped (torch.go).
 type srcTensor interface {
 	DType() dtype.DType
 	NumElements() int64
@@ -21,7 +22,7 @@ type srcTensor interface {
 	// Evict drops the source pages of elements [first, first+n) from the
 	// resident set (or the tensor's buffer, once all is read).
 	Evict(first, n int64)
-	// Bytes returns the whole stored tensor (a view of a mapping).
+	// Bytes returns the whole stored tensor.
 	Bytes() ([]byte, error)
 }
 
@@ -45,49 +46,114 @@ type srcStore interface {
 	metadata() map[string]string
 }
 
-// shardStore is a component opened by the loader.
-type shardStore struct{ ck *shard.Checkpoint }
+// loaderStore is a component opened by the loader (ckpt.Open): every
+// stored tensor is read through the loader's Part of it, which reads
+// through the model's own file system and verifies the bytes against the
+// checksums their file names as the policy's Verify decides — the one
+// reading path of the loader, with nothing read beside it.
+type loaderStore struct {
+	c      *ckpt.Contents
+	byName map[string]int
+	pool   *sync.Pool // raw buffers of converting reads
+}
 
-func (s shardStore) entries() []storedEntry {
-	files := s.ck.Files()
-	fileIdx := map[string]int{}
-	for i, f := range files {
-		fileIdx[f] = i
-		fileIdx[filepath.Base(f)] = i
+func newLoaderStore(c *ckpt.Contents, pool *sync.Pool) *loaderStore {
+	s := &loaderStore{c: c, byName: make(map[string]int, len(c.Tensors)), pool: pool}
+	for i := range c.Tensors {
+		s.byName[c.Tensors[i].Tensor] = i
 	}
-	type loc struct {
-		e     storedEntry
-		begin int64
-	}
-	var ls []loc
-	for _, n := range s.ck.Names() {
-		info, f, ok := s.ck.Info(n)
-		if !ok {
-			continue
-		}
-		fi, ok := fileIdx[f]
-		if !ok {
-			fi = fileIdx[filepath.Base(f)]
-		}
-		ls = append(ls, loc{storedEntry{n, info.DType, info.Shape, fi}, info.Begin})
-	}
-	slices.SortFunc(ls, func(a, b loc) int {
-		return cmp.Or(cmp.Compare(a.e.file, b.e.file), cmp.Compare(a.begin, b.begin), strings.Compare(a.e.name, b.e.name))
-	})
-	out := make([]storedEntry, len(ls))
-	for i, l := range ls {
-		out[i] = l.e
+	return s
+}
+
+func (s *loaderStore) entries() []storedEntry {
+	out := make([]storedEntry, len(s.c.Tensors))
+	for i := range s.c.Tensors {
+		p := &s.c.Tensors[i]
+		out[i] = storedEntry{name: p.Tensor, dtype: p.DType, shape: p.Shape, file: slices.Index(s.c.Files, p.File)}
 	}
 	return out
 }
 
-func (s shardStore) files() ([]string, string) {
-	index := ""
-	if ix := s.ck.Index(); ix != nil {
-		index = ix.Path
+func (s *loaderStore) files() ([]string, string) { return s.c.Files, s.c.Index }
+
+func (s *loaderStore) tensor(name string) (srcTensor, error) {
+	i, ok := s.byName[name]
+	if !ok {
+		return nil, &ckpt.Error{Kind: ckpt.ErrNotFound, Tensor: name, Msg: "no stored tensor of that name"}
 	}
-	return s.ck.Files(), index
+	p := &s.c.Tensors[i]
+	return &partTensor{p: p, n: numElements(p.Shape), pool: s.pool}, nil
 }
 
-func (s shardStore) tensor(name string) (srcTensor, error) { return s.ck.Tensor(name) }
-func (s shardStore) metadata() map[string]string           { return s.ck.Metadata() }
+func (s *loaderStore) metadata() map[string]string { return maps.Clone(s.c.Metadata) }
+
+// part returns the loader's Part of a stored tensor.
+func (s *loaderStore) part(name string) *ckpt.Part {
+	if i, ok := s.byName[name]; ok {
+		return &s.c.Tensors[i]
+	}
+	return nil
+}
+
+// partTensor reads a stored tensor through its loader Part: its stored
+// bytes, then converted here (the Part verifies what it reads, and the
+// read that completes the tensor returns a mismatch).
+type partTensor struct {
+	p    *ckpt.Part
+	n    int64
+	pool *sync.Pool
+}
+
+func (t *partTensor) DType() dtype.DType { return t.p.DType }
+func (t *partTensor) NumElements() int64 { return t.n }
+
+// Evict does nothing: the loader reads these tensors with pread into the
+// caller's buffers, so no page of the source stays mapped.
+func (t *partTensor) Evict(first, n int64) {}
+
+func (t *partTensor) Bytes() ([]byte, error) {
+	b := make([]byte, t.p.Size())
+	if err := t.read(b, 0); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// read reads the stored bytes [off, off+len(b)) of the tensor.
+func (t *partTensor) read(b []byte, off int64) error {
+	_, err := t.p.ReadAt(b, off)
+	if err == io.EOF && off+int64(len(b)) == t.p.Size() {
+		err = nil
+	}
+	return err
+}
+
+func (t *partTensor) ConvertElementsTo(to dtype.DType, dst []byte, first int64, opts dtype.Options) (dtype.Stats, error) {
+	from := t.p.DType
+	fb, tb := int64(from.Bits()), int64(to.Bits())
+	off := first * fb / 8
+	if to == from {
+		return dtype.Stats{}, t.read(dst, off)
+	}
+	n := int64(len(dst)) * 8 / tb
+	rb := t.raw((n*fb + 7) / 8)
+	defer t.pool.Put(rb)
+	if err := t.read(*rb, off); err != nil {
+		return dtype.Stats{}, err
+	}
+	st, err := dtype.Convert(dst, to, *rb, from, opts)
+	if err != nil {
+		return st, &ckpt.Error{Kind: ckpt.ErrRead, Path: t.p.File, Tensor: t.p.Tensor, Msg: "convert " + from.String() + " to " + to.String(), Err: err}
+	}
+	return st, nil
+}
+
+// raw returns a buffer of n bytes from the pool.
+func (t *partTensor) raw(n int64) *[]byte {
+	if b, ok := t.pool.Get().(*[]byte); ok && int64(cap(*b)) >= n {
+		*b = (*b)[:n]
+		return b
+	}
+	b := make([]byte, n)
+	return &b
+}

@@ -268,57 +268,27 @@ func (t *task) castMeasured(first, n int64, out []byte, sc *scratch, one dtype.O
 	}
 	ps.read = rd.n
 	t.src.Evict(first, n)
-	if err := rd.finish(); err != nil {
-		return ps, &Error{Kind: ErrSource, Component: t.comp.name, Tensor: t.spec.Name, Err: err}
-	}
 	return ps, nil
 }
 
-// storedReader reads one piece's stored bytes in blocks. When the source
-// is checked as it is read, it sums each block while the block is in cache
-// and hands the piece's checksum over once, at the end, so that reading in
-// small blocks adds no combining of checksums.
+// storedReader reads one piece's stored bytes in blocks (the source
+// verifies what it reads: see loaderStore).
 type storedReader struct {
-	src   srcTensor
-	check *checkedTensor // nil: the source is not checked (or was already)
-	off   int64          // the piece's first stored byte in the tensor
-	n     int64          // bytes read so far
-	crc   uint32
+	src srcTensor
+	n   int64 // bytes read so far
 }
 
 // newStoredReader returns a reader of src's piece starting at element first.
 func newStoredReader(src srcTensor, first int64) storedReader {
-	r := storedReader{src: src, off: first * int64(src.DType().Bits()) / 8}
-	if c, ok := src.(*checkedTensor); ok && !c.finished() {
-		r.check = c
-	}
-	return r
+	return storedReader{src: src}
 }
 
 // read reads the stored bytes of the elements from first on into dst; the
 // blocks of one reader follow each other.
 func (r *storedReader) read(dst []byte, first int64) error {
-	from := r.src.DType()
-	one := dtype.Options{Workers: 1}
-	if r.check == nil {
-		_, err := r.src.ConvertElementsTo(from, dst, first, one)
-		r.n += int64(len(dst))
-		return err
-	}
-	if _, err := r.check.Tensor.ConvertElementsTo(from, dst, first, one); err != nil {
-		return err
-	}
-	r.crc = safetensors.UpdateChecksum(r.crc, dst)
+	_, err := r.src.ConvertElementsTo(r.src.DType(), dst, first, dtype.Options{Workers: 1})
 	r.n += int64(len(dst))
-	return nil
-}
-
-// finish checks the bytes read, as one piece.
-func (r *storedReader) finish() error {
-	if r.check == nil {
-		return nil
-	}
-	return r.check.observeSum(r.off, r.n, r.crc)
+	return err
 }
 
 // readRows reads rows [first, first+n) of a float source as float32 into
@@ -348,9 +318,6 @@ func (t *task) fetchViews() error {
 		if t.data, t.viewErr = t.src.Bytes(); t.viewErr == nil {
 			for _, s := range t.scales {
 				b, err := s.Bytes()
-				if err == nil {
-					err = protect(func() error { return observeView(s, 0, b) })
-				}
 				if err != nil {
 					t.viewErr = err
 					break
@@ -378,20 +345,12 @@ func (t *task) storedBytes(first, n int64) int64 {
 }
 
 // dequantRows dequantizes rows [first, first+n) of a scaled weight into
-// dst, turning a fault on the mapping (a file truncated meanwhile) into an
-// error, and drops the data pages read from the resident set.
+// dst (its stored bytes were verified as fetchViews read them), turning a
+// fault on a mapping (a PyTorch file truncated meanwhile) into an error,
+// and drops the data pages read from the resident set.
 func (t *task) dequantRows(ctx context.Context, dst []byte, to dtype.DType, first, n int64) error {
-	// The stored bytes of these rows (one byte holds one FP8 code or two
-	// FP4 codes), checked as they are read.
 	eb := int64(t.w.Elem.Bits())
-	b0, b1 := min(first*t.cols*eb/8, int64(len(t.data))), min((first+n)*t.cols*eb/8, int64(len(t.data)))
-	if first+n == t.rows {
-		b1 = int64(len(t.data))
-	}
 	err := protect(func() error {
-		if err := observeView(t.src, b0, t.data[b0:b1]); err != nil {
-			return err
-		}
 		_, err := t.w.DequantizeRows(ctx, dst, to, t.data, t.scaleData, first, n, dtype.Options{Workers: 1})
 		return err
 	})

@@ -8,7 +8,6 @@ import (
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/quant"
 	"github.com/ckpt-go/ckpt/safetensors"
-	"github.com/ckpt-go/ckpt/shard"
 )
 
 // verify reads every written set back as the loader opens it and checks,
@@ -27,7 +26,7 @@ func (r *runner) verify() error {
 		if cr.Index != "" {
 			entry = joinLocation(cr.Dir, cr.Index)
 		}
-		m, err := ckpt.Open(entry, append(r.ckptSourceOptions(), ckpt.WithBudget(-1))...)
+		m, err := ckpt.Open(entry, append(r.ckptSourceOptions(), ckpt.WithBudget(-1), ckpt.WithReadStrategy(ckpt.ReadPread))...)
 		if err != nil {
 			return &Error{Kind: ErrVerify, Path: entry, Component: c.name, Msg: "the output does not open", Err: err}
 		}
@@ -42,15 +41,15 @@ func (r *runner) verify() error {
 
 func (r *runner) verifySet(c *component, m *ckpt.Model, entry string) error {
 	name := m.Components()[0]
-	ck, err := m.Checkpoint(name)
+	cs, err := m.Contents(name)
 	if err != nil {
 		return &Error{Kind: ErrVerify, Path: entry, Component: c.name, Err: err}
 	}
-	scheme, _ := m.Scheme(name)
+	scheme, store := cs.Scheme, newLoaderStore(cs, &r.rawPool)
 	fail := func(t *task, msg string, err error) error {
 		return &Error{Kind: ErrVerify, Path: entry, Component: c.name, Tensor: t.spec.Name, Msg: msg, Err: err}
 	}
-	if n := len(ck.Names()); n != len(c.tasks) {
+	if n := len(cs.Tensors); n != len(c.tasks) {
 		return &Error{Kind: ErrVerify, Path: entry, Component: c.name, Msg: fmt.Sprintf("%d tensors read back, %d written", n, len(c.tasks))}
 	}
 	buf := make([]byte, min(r.chunk, 8<<20))
@@ -58,14 +57,14 @@ func (r *runner) verifySet(c *component, m *ckpt.Model, entry string) error {
 		if err := r.ctx.Err(); err != nil {
 			return &Error{Kind: ErrWrite, Path: entry, Component: c.name, Msg: "canceled", Err: err}
 		}
-		info, _, ok := ck.Info(t.spec.Name)
-		if !ok {
+		p := store.part(t.spec.Name)
+		if p == nil {
 			return fail(t, "missing from the output", nil)
 		}
-		if info.DType != t.spec.DType || !slices.Equal(info.Shape, t.spec.Shape) {
-			return fail(t, fmt.Sprintf("read back as %s%v, written as %s%v", info.DType, info.Shape, t.spec.DType, t.spec.Shape), nil)
+		if p.DType != t.spec.DType || !slices.Equal(p.Shape, t.spec.Shape) {
+			return fail(t, fmt.Sprintf("read back as %s%v, written as %s%v", p.DType, p.Shape, t.spec.DType, t.spec.Shape), nil)
 		}
-		st, err := ck.Tensor(t.spec.Name)
+		st, err := store.tensor(t.spec.Name)
 		if err != nil {
 			return fail(t, "unreadable", err)
 		}
@@ -94,7 +93,7 @@ func (r *runner) verifySet(c *component, m *ckpt.Model, entry string) error {
 			}
 		}
 		if t.kind == kQuant || t.kind == kRequant {
-			if err := r.verifyQuant(t, scheme, ck); err != nil {
+			if err := r.verifyQuant(t, scheme, store); err != nil {
 				return &Error{Kind: ErrVerify, Path: entry, Component: c.name, Tensor: t.spec.Name, Err: err}
 			}
 		}
@@ -105,7 +104,7 @@ func (r *runner) verifySet(c *component, m *ckpt.Model, entry string) error {
 // verifyQuant checks that the loader reads a quantized weight back as one,
 // with the scale written, and that it dequantizes to values whose largest
 // errors against the source are those reported.
-func (r *runner) verifyQuant(t *task, scheme *quant.Scheme, ck *shard.Checkpoint) error {
+func (r *runner) verifyQuant(t *task, scheme *quant.Scheme, store *loaderStore) error {
 	w := scheme.Weight(t.spec.Name)
 	if w == nil {
 		return fmt.Errorf("the loader does not read it back as a quantized weight (layout %s)", scheme.Layout)
@@ -113,7 +112,7 @@ func (r *runner) verifyQuant(t *task, scheme *quant.Scheme, ck *shard.Checkpoint
 	if len(w.Scales) != 1 || w.Scales[0].Name != t.rep.ScaleTensor || w.Elem != t.spec.DType || w.Scales[0].Block != t.q.Block() {
 		return fmt.Errorf("the loader reads it back in layout %s with scales %+v, not as written (%s, block %v)", w.Layout, w.Scales, t.rep.ScaleTensor, t.q.Block())
 	}
-	dt, err := ck.Tensor(w.Data.Name)
+	dt, err := store.tensor(w.Data.Name)
 	if err != nil {
 		return err
 	}
@@ -121,7 +120,7 @@ func (r *runner) verifyQuant(t *task, scheme *quant.Scheme, ck *shard.Checkpoint
 	if err != nil {
 		return err
 	}
-	stt, err := ck.Tensor(w.Scales[0].Name)
+	stt, err := store.tensor(w.Scales[0].Name)
 	if err != nil {
 		return err
 	}
