@@ -418,7 +418,13 @@ func (r *runner) plan(srcs []srcComponent) ([]copyFile, error) {
 	if err := r.openSourceFS(); err != nil {
 		return nil, err
 	}
-	dirSrc := r.isDirSource()
+	// A folder or pipeline root rather than a file, as ckpt.Open tells
+	// them apart (one rule: srcfs.FS.IsFolder).
+	root := r.src
+	if r.srcFS != nil {
+		root = r.srcRoot
+	}
+	dirSrc := srcfs.Of(r.srcFS).IsFolder(root)
 	pipeline := false
 	if dirSrc {
 		pipeline = r.srcExists(".", "model_index.json")

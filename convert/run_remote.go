@@ -14,7 +14,6 @@ import (
 	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/internal/safeopen"
 	"github.com/ckpt-go/ckpt/internal/setwrite"
-	"github.com/ckpt-go/ckpt/internal/srcfs"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/sink"
 	"github.com/ckpt-go/ckpt/source"
@@ -186,17 +185,6 @@ func (r *runner) openSourceFS() error {
 	}
 	r.srcFS, r.srcRoot = fsys, name
 	return nil
-}
-
-// isDirSource reports whether src, a source of either kind, is a folder
-// or a pipeline root rather than a file, as ckpt.Open tells them apart
-// (srcfs.FS.IsFolder).
-func (r *runner) isDirSource() bool {
-	name := r.src
-	if r.srcFS != nil {
-		name = r.srcRoot
-	}
-	return srcfs.Of(r.srcFS).IsFolder(name)
 }
 
 // srcExists reports whether the file rel/name (slash-separated, relative
