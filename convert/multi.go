@@ -404,19 +404,7 @@ func writeSinkFileIf(ctx context.Context, dest sink.Sink, name string, b []byte,
 // writeSinkFileVersion is writeSinkFileIf that returns the version it
 // wrote (sink.Written: "" on a sink that is not Conditional).
 func writeSinkFileVersion(ctx context.Context, dest sink.Sink, name string, b []byte, exclusive bool, version string) (string, error) {
-	f, err := sink.CreateIf(ctx, dest, name, exclusive, version)
-	if err != nil {
-		return "", err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Abort()
-		return "", err
-	}
-	if err := f.Close(); err != nil {
-		f.Abort()
-		return "", err
-	}
-	return sink.Written(ctx, dest, f, name)
+	return sink.WriteFile(ctx, dest, name, b, exclusive, version)
 }
 
 // writeRankShard streams the shard of a plan's tensors to name and fills

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/internal/safeopen"
+	"github.com/ckpt-go/ckpt/internal/setname"
 	"github.com/ckpt-go/ckpt/internal/setwrite"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/sink"
@@ -81,21 +82,20 @@ func (r *runner) checkRemoteDest() error {
 	fsys := r.sink.FS()
 	for _, c := range r.comps {
 		var taken []string
-		names := newSetNames(c.prefix, c.variant)
+		single := cmpOr(c.single, setname.SingleName(c.prefix, c.variant))
 		if c.single != "" {
 			if _, err := fs.Stat(fsys, path.Join(c.outDir, c.single)); err == nil {
 				taken = []string{c.single}
 			}
-			names.single = c.single
 		} else {
 			var err error
-			if taken, err = existingSet(fsys, c.outDir, names); err != nil {
+			if taken, err = setwrite.Existing(fsys, c.outDir, c.prefix, c.variant); err != nil {
 				return &Error{Kind: ErrTarget, Path: r.sink.Location(c.outDir), Component: c.name, Msg: "listing the destination", Err: err}
 			}
 		}
 		if len(taken) > 0 {
 			return &Error{Kind: ErrExists, Path: r.sink.Location(path.Join(c.outDir, taken[0])), Component: c.name,
-				Msg: "the destination " + takenMsg(taken, names, "Options.Overwrite (ckpt convert --overwrite)")}
+				Msg: "the destination " + takenMsg(taken, single, "Options.Overwrite (ckpt convert --overwrite)")}
 		}
 	}
 	return nil
@@ -105,11 +105,6 @@ func (r *runner) checkRemoteDest() error {
 func (r *runner) writeRemote(c *component, cr *ComponentReport, specs []safetensors.TensorSpec, total int64, write func(safetensors.TensorSpec, io.Writer) error, start func([]safetensors.TensorSpec)) error {
 	cr.Dir = r.sink.Location(c.outDir)
 	maxShard := maxShardOr(r.opts.MaxShardSize)
-	set := &sinkSet{sink: r.sink, dir: c.outDir, prefix: c.prefix, variant: c.variant, specs: specs, write: write,
-		metadata: c.meta, maxShard: maxShard, overwrite: r.opts.Overwrite, order: start}
-	if c.shardOf != nil {
-		set.shardOf = func(name string) int { return c.shardOf[name] }
-	}
 	if c.single != "" {
 		where := r.sink.Location(path.Join(c.outDir, c.single))
 		if total > maxShard {
@@ -120,32 +115,27 @@ func (r *runner) writeRemote(c *component, cr *ComponentReport, specs []safetens
 			return &Error{Kind: ErrHeader, Path: where, Component: c.name, Err: err}
 		}
 		start(order)
-		// One file replaces its previous version in one step: exclusive
-		// where there was none, else (on a sink.Conditional) only while it
-		// is the version seen now.
-		excl, ver := true, ""
-		if _, err := fs.Stat(r.sink.FS(), path.Join(c.outDir, c.single)); err == nil {
-			var gone bool
-			if ver, gone, err = sink.SeenVersion(r.ctx, r.sink, set.name(c.single)); err != nil {
-				return &Error{Kind: ErrTarget, Path: where, Component: c.name, Msg: "reading the version of the file to replace", Err: err}
-			}
-			excl = gone
-		}
-		if err := set.writeShard(r.ctx, c.single, specs, excl, ver); err != nil {
-			if errors.Is(err, fs.ErrExist) {
-				return &Error{Kind: ErrConflict, Path: where, Component: c.name, Msg: "another writer wrote or replaced this file meanwhile; it was not replaced", Err: err}
+		if err := writeSinkFileSet(r.ctx, r.sink, c.outDir, c.single, specs, write, c.meta); err != nil {
+			var ce *Error
+			if errors.As(err, &ce) && ce.Kind == ErrConflict {
+				ce.Component = c.name
 			}
 			return r.writeErr(where, c, err)
 		}
 		cr.Files = []string{c.single}
 		return nil
 	}
+	set := &setwrite.Set{Sink: r.sink, Dir: c.outDir, Prefix: c.prefix, Variant: c.variant, Specs: specs, Write: write,
+		Metadata: c.meta, MaxShard: maxShard, Replace: r.opts.Overwrite, Order: start}
+	if c.shardOf != nil {
+		set.ShardOf = func(name string) int { return c.shardOf[name] }
+	}
 	res, err := writeSinkSet(r.ctx, set)
 	if err != nil {
 		return r.writeErr(cr.Dir, c, err)
 	}
-	cr.Files, cr.Index = res.files, res.index
-	r.rep.Warnings = append(r.rep.Warnings, res.warnings...)
+	cr.Files, cr.Index = res.Files, res.Index
+	r.rep.Warnings = append(r.rep.Warnings, res.Warnings...)
 	return nil
 }
 

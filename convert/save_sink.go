@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ckpt-go/ckpt/internal/safeopen"
+	"github.com/ckpt-go/ckpt/internal/setwrite"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/sink"
 	"github.com/ckpt-go/ckpt/source"
@@ -28,7 +29,7 @@ func isRemote(dir string) bool { return source.Scheme(dir) != "" }
 // saveSink is Save's protocol for a location of a registered sink (an
 // object store), which has no folders to rename: the checkpoint's shards
 // are uploaded under DIR/NAME/ (each a multipart upload, aborted on
-// failure or cancellation), its index last (writeSinkSet), then its
+// failure or cancellation), its index last (setwrite.Commit), then its
 // manifest; KeepLast removes the older checkpoints after that, manifest
 // first.
 func (p *plan) saveSink(ctx context.Context, data func(string) ([]byte, error)) (*SaveResult, error) {
@@ -92,8 +93,8 @@ func (p *plan) saveSink(ctx context.Context, data func(string) ([]byte, error)) 
 		_, err = w.Write(b)
 		return err
 	}
-	sres, err := writeSinkSet(ctx, &sinkSet{sink: dest, dir: p.name, prefix: p.prefix, specs: p.specs, write: write,
-		metadata: p.metadata, maxShard: p.maxShard, overwrite: replacing || abandoned})
+	sres, err := writeSinkSet(ctx, &setwrite.Set{Sink: dest, Dir: p.name, Prefix: p.prefix, Specs: p.specs, Write: write,
+		Metadata: p.metadata, MaxShard: p.maxShard, Replace: replacing || abandoned})
 	if err != nil {
 		if terr := takenOver(); terr != nil {
 			return nil, terr
@@ -115,11 +116,11 @@ func (p *plan) saveSink(ctx context.Context, data func(string) ([]byte, error)) 
 		}
 		return nil, &Error{Kind: ErrWrite, Path: dir, Err: err}
 	}
-	res.Files, res.Index, res.Replaced = sres.files, sres.index, replacing
-	res.Warnings = append(res.Warnings, sres.warnings...)
+	res.Files, res.Index, res.Replaced = sres.Files, sres.Index, replacing
+	res.Warnings = append(res.Warnings, sres.Warnings...)
 	at("written")
 	m := manifest{Format: manifestFormat, Name: p.name, Step: p.opts.Step, Epoch: p.opts.Epoch, Seq: res.Seq,
-		SavedAt: time.Now().UTC(), Index: sres.index, Files: sres.files, Tensors: len(p.specs), TotalSize: sres.total, Metadata: p.opts.Metadata}
+		SavedAt: time.Now().UTC(), Index: sres.Index, Files: sres.Files, Tensors: len(p.specs), TotalSize: sres.Total, Metadata: p.opts.Metadata}
 	if mk != nil {
 		if err := mk.confirm(context.WithoutCancel(ctx)); err != nil {
 			if terr := takenOver(); terr != nil {

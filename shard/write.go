@@ -7,13 +7,13 @@ import (
 	"io"
 	"os"
 	"regexp"
-	"slices"
 	"strings"
 
 	"github.com/ckpt-go/ckpt/internal/atomicfile"
 	"github.com/ckpt-go/ckpt/internal/setname"
 	"github.com/ckpt-go/ckpt/internal/setwrite"
 	"github.com/ckpt-go/ckpt/safetensors"
+	"github.com/ckpt-go/ckpt/sink"
 )
 
 // WriteOption configures Write and WriteFrom.
@@ -25,7 +25,7 @@ type writeConfig struct {
 	err       error
 	writeOpts []safetensors.WriteOption
 	order     func([]safetensors.TensorSpec)
-	ops       fileOps // file system operations; replaced by tests to inject failures
+	wrap      func(sink.Sink) sink.Sink // set by tests: wraps the folder's sink to observe or fail its operations
 }
 
 // WithMaxShardSize sets the largest shard, in bytes of tensor data (headers
@@ -122,26 +122,31 @@ func Write(ctx context.Context, dir, prefix, variant string, tensors []safetenso
 //
 //  1. Take the set's lock, ".PREFIX[.V].safetensors.lock" (see below), and
 //     remove the temporary files that killed saves of the set left.
-//  2. Write every new file under a hidden temporary name,
-//     ".NAME.tmp-DIGITS", and fsync it.
-//  3. A single file is renamed over PREFIX[.V].safetensors: that switches
-//     every reader that prefers a single file to an index (package variant,
-//     transformers). A sharded set's shards are renamed to their standard
-//     names when no file has any of those names, and otherwise to swap
-//     names PREFIX[.V]-00001-of-0000N.swap-TOKEN.safetensors (TOKEN is 12
-//     random hex digits), so that no file of the previous set changes; the
-//     folder is fsynced and the index, which names exactly these files, is
-//     renamed over the index name: one rename switches every reader that
-//     follows the index.
-//  4. The folder is fsynced, then the previous set's files are removed: a
-//     single file first (it would shadow the new index for readers that
-//     prefer single files), then indexes (for readers that prefer an
-//     index), then shards, then hidden leftovers of earlier saves.
+//  2. Write each new file under a hidden temporary name,
+//     ".NAME.tmp-DIGITS", fsync it and rename (or, for a name that must be
+//     new, hard-link) it into place, then fsync the folder (sink.Dir). A
+//     sharded set's shards go to their standard names when no file has any
+//     of those names, and otherwise to swap names
+//     PREFIX[.V]-00001-of-0000N.swap-TOKEN.safetensors (TOKEN is 12 random
+//     hex digits), so that no file of the previous set changes; no reader
+//     follows them yet.
+//  3. The entry point is put in place the same way: the index, which names
+//     exactly these files, switches every reader that follows the index; a
+//     single file PREFIX[.V].safetensors every reader that prefers a single
+//     file to an index (package variant, transformers).
+//  4. The previous set's other entry point is removed (its single file
+//     when the new set has an index: it would shadow the new index for
+//     readers that prefer single files; its index otherwise), then its
+//     indexes, shards, and hidden leftovers of earlier saves.
 //  5. A set committed under swap names is moved to its standard names: the
 //     shards are hard-linked to them, a second index naming them is renamed
 //     over the index (another atomic switch), and the swap names are
 //     removed. Where hard links are unsupported the set keeps its swap
 //     names, with a warning; the next save uses the standard names again.
+//
+// This is the protocol of every writer of shard sets (internal/setwrite),
+// through the folder's sink here and through an object store's in package
+// convert.
 //
 // So a save never changes or removes a file of the previous set before the
 // new set is complete and switched in; no reader ever finds an index with
@@ -185,7 +190,7 @@ func WriteFrom(ctx context.Context, dir, prefix, variant string, specs []safeten
 // writeSet is WriteFrom and WriteStream: write streams each tensor's bytes
 // into w.
 func writeSet(ctx context.Context, dir, prefix, variant string, specs []safetensors.TensorSpec, write func(safetensors.TensorSpec, io.Writer) error, metadata map[string]string, opts []WriteOption) (*WriteResult, error) {
-	cfg := writeConfig{maxShard: DefaultMaxShardSize, ops: osOps{}}
+	cfg := writeConfig{maxShard: DefaultMaxShardSize}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -200,9 +205,8 @@ func writeSet(ctx context.Context, dir, prefix, variant string, specs []safetens
 	if variant != "" && !variantRE.MatchString(variant) {
 		return nil, &Error{Kind: ErrInvalidVariant, Path: dir, Msg: fmt.Sprintf("variant %q does not match ^[A-Za-z0-9_]+$", variant)}
 	}
-	sizes := make([]int64, len(specs))
 	seen := make(map[string]bool, len(specs))
-	for i, s := range specs {
+	for _, s := range specs {
 		if s.Name == "" || s.Name == "__metadata__" {
 			return nil, &Error{Kind: ErrInvalidTensor, Path: dir, Tensor: s.Name, Msg: "invalid tensor name"}
 		}
@@ -210,11 +214,9 @@ func writeSet(ctx context.Context, dir, prefix, variant string, specs []safetens
 			return nil, &Error{Kind: ErrDuplicateTensor, Path: dir, Tensor: s.Name}
 		}
 		seen[s.Name] = true
-		size, err := s.ByteLen()
-		if err != nil {
+		if _, err := s.ByteLen(); err != nil {
 			return nil, &Error{Kind: ErrInvalidTensor, Path: dir, Tensor: s.Name, Err: err}
 		}
-		sizes[i] = size
 	}
 	if len(specs) == 0 {
 		return nil, &Error{Kind: ErrInvalidTensor, Path: dir, Msg: "no tensors to write"}
@@ -222,41 +224,6 @@ func writeSet(ctx context.Context, dir, prefix, variant string, specs []safetens
 	if k := setwrite.CheckClaims(metadata, specs); k != "" {
 		return nil, &Error{Kind: ErrInvalidTensor, Path: dir, Tensor: strings.TrimPrefix(k, safetensors.ChecksumPrefix),
 			Msg: "the metadata names a checksum (" + k + ") for a tensor that is not written"}
-	}
-
-	var groups [][]safetensors.TensorSpec
-	if cfg.shardOf != nil {
-		shardOf := make([]int, len(specs))
-		for i, s := range specs {
-			shardOf[i] = cfg.shardOf(s.Name)
-		}
-		groups = setwrite.Split(specs, setwrite.Assign(shardOf))
-	} else {
-		groups = setwrite.Split(specs, setwrite.Pack(sizes, cfg.maxShard))
-	}
-	var total int64
-	for _, n := range sizes {
-		total += n
-	}
-
-	res := &WriteResult{Dir: dir, WeightMap: make(map[string]string, len(specs)), TotalSize: total}
-	n := len(groups)
-	for i := range groups {
-		if n == 1 {
-			res.Files = append(res.Files, setname.SingleName(prefix, variant))
-		} else {
-			res.Files = append(res.Files, setname.ShardName(prefix, variant, i+1, n))
-		}
-	}
-	if n > 1 {
-		res.Index = setname.IndexName(prefix, variant)
-	}
-	if cfg.order != nil {
-		order, err := setwrite.Order(groups, metadata, cfg.writeOpts...)
-		if err != nil {
-			return nil, &Error{Kind: ErrWrite, Path: dir, Err: err}
-		}
-		cfg.order(order)
 	}
 
 	if err := ctx.Err(); err != nil {
@@ -273,84 +240,56 @@ func writeSet(ctx context.Context, dir, prefix, variant string, specs []safetens
 		return nil, &Error{Kind: ErrWrite, Path: dir, Msg: "taking the lock", Err: err}
 	}
 	defer lock.Unlock()
-	tx := &commit{dir: dir, prefix: prefix, variant: variant, ops: cfg.ops, lock: lock, files: res.Files, temps: map[string]string{}}
-	defer tx.abort() // a no-op after a successful commit
-	if err := tx.removeStaleTemps(); err != nil {
-		return nil, &Error{Kind: ErrWrite, Path: dir, Msg: "listing the folder", Err: err}
+	var dest sink.Sink = sink.NewDir(dir)
+	if cfg.wrap != nil {
+		dest = cfg.wrap(dest)
 	}
-
-	for gi, gspecs := range groups {
-		if err := ctx.Err(); err != nil {
-			return nil, &Error{Kind: ErrWrite, Path: dir, Msg: "canceled", Err: err}
-		}
-		for _, sp := range gspecs {
-			res.WeightMap[sp.Name] = res.Files[gi]
-		}
-		if err := tx.writeShard(ctx, res.Files[gi], gspecs, write, metadata, cfg.writeOpts); err != nil {
-			return nil, err
-		}
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, &Error{Kind: ErrWrite, Path: dir, Msg: "canceled", Err: err}
-	}
-	var indexDoc func(map[string]string) ([]byte, error)
-	if n > 1 {
-		indexDoc = func(names map[string]string) ([]byte, error) {
-			wm := make(map[string]string, len(res.WeightMap))
-			for t, f := range res.WeightMap {
-				wm[t] = names[f]
-			}
-			return setwrite.IndexJSON(total, wm)
-		}
-	}
-	files, err := tx.commit(res.Index, indexDoc)
-	res.Replaced, res.Leftovers, res.Warnings = tx.replaced, tx.leftovers, tx.warnings
+	set := &setwrite.Set{Sink: dest, Prefix: prefix, Variant: variant, Specs: specs, Write: write, Metadata: metadata,
+		Opts: cfg.writeOpts, MaxShard: cfg.maxShard, ShardOf: cfg.shardOf, Replace: true, Locked: lock.Exclusive(), Order: cfg.order}
+	r, err := setwrite.Commit(ctx, set)
 	if err != nil {
-		return nil, err
+		return nil, setErr(ctx, dir, err)
 	}
-	if !slices.Equal(files, res.Files) {
-		rename := make(map[string]string, len(files))
-		for i, f := range res.Files {
-			rename[f] = files[i]
-		}
-		for t, f := range res.WeightMap {
-			res.WeightMap[t] = rename[f]
-		}
-		res.Files = files
-	}
-	return res, nil
+	return &WriteResult{Dir: dir, Index: r.Index, Files: r.Files, WeightMap: r.WeightMap, TotalSize: r.Total,
+		Replaced: r.Replaced, Leftovers: r.Leftovers, Warnings: r.Warnings}, nil
 }
 
-// writeShard streams one shard to a temporary file.
-func (tx *commit) writeShard(ctx context.Context, name string, specs []safetensors.TensorSpec, write func(safetensors.TensorSpec, io.Writer) error, metadata map[string]string, opts []safetensors.WriteOption) error {
-	f, err := tx.create(name)
-	if err != nil {
-		return err
+// setErr is the *Error of a failure of setwrite.Commit.
+func setErr(ctx context.Context, dir string, err error) error {
+	var e *setwrite.Error
+	if !errors.As(err, &e) {
+		return &Error{Kind: ErrWrite, Path: dir, Err: err}
 	}
-	err = setwrite.Stream(ctx, newWriteback(f), specs, write, metadata, opts...)
+	switch e.Stage {
+	case setwrite.StageList:
+		return &Error{Kind: ErrWrite, Path: dir, Msg: e.Msg, Err: e.Err}
+	case setwrite.StageCommit, setwrite.StageSwitch:
+		return &Error{Kind: ErrCommit, Path: dir, Msg: strings.TrimPrefix(e.Name+": "+e.Msg, ": "), Err: e.Err}
+	case setwrite.StageSpec:
+		return &Error{Kind: ErrInvalidTensor, Path: dir, Tensor: e.Name, Msg: e.Msg, Err: e.Err}
+	}
 	var te *setwrite.TensorError
 	var le *setwrite.LengthError
+	canceled := ctx.Err() != nil && (errors.Is(e.Err, context.Canceled) || errors.Is(e.Err, context.DeadlineExceeded))
 	switch {
-	case err == nil:
-		return tx.finish(name)
-	case errors.As(err, &te):
+	case errors.As(e.Err, &te):
 		var se *Error
 		if errors.As(te.Err, &se) {
 			if se.Shard == "" {
-				se.Shard = name
+				se.Shard = e.Name
 			}
 			return se
 		}
-		if ctx.Err() != nil && (errors.Is(te.Err, context.Canceled) || errors.Is(te.Err, context.DeadlineExceeded)) {
-			return &Error{Kind: ErrWrite, Path: tx.dir, Shard: name, Tensor: te.Tensor, Msg: "canceled", Err: te.Err}
+		if canceled {
+			return &Error{Kind: ErrWrite, Path: dir, Shard: e.Name, Tensor: te.Tensor, Msg: "canceled", Err: te.Err}
 		}
-		return &Error{Kind: ErrWrite, Path: tx.dir, Shard: name, Tensor: te.Tensor, Err: te.Err}
-	case errors.As(err, &le):
-		return &Error{Kind: ErrInvalidTensor, Path: tx.dir, Shard: name, Tensor: le.Spec.Name, Msg: le.Error()}
-	case ctx.Err() != nil && err == ctx.Err():
-		return &Error{Kind: ErrWrite, Path: tx.dir, Shard: name, Msg: "canceled", Err: err}
+		return &Error{Kind: ErrWrite, Path: dir, Shard: e.Name, Tensor: te.Tensor, Err: te.Err}
+	case errors.As(e.Err, &le):
+		return &Error{Kind: ErrInvalidTensor, Path: dir, Shard: e.Name, Tensor: le.Spec.Name, Msg: le.Error()}
+	case canceled:
+		return &Error{Kind: ErrWrite, Path: dir, Shard: e.Name, Msg: "canceled", Err: e.Err}
 	}
-	return &Error{Kind: ErrWrite, Path: tx.dir, Shard: name, Err: err}
+	return &Error{Kind: ErrWrite, Path: dir, Shard: e.Name, Msg: e.Msg, Err: e.Err}
 }
 
 var (

@@ -3,6 +3,8 @@ package sink
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -15,6 +17,9 @@ import (
 // beside its name (".NAME.tmp-DIGITS", the temporaries of package shard),
 // fsynced and renamed into place, and the folder is fsynced; an exclusive
 // file is linked into place instead, which fails when the name is taken.
+// Removals and links are fsynced too. On Linux the disk writes of a large
+// file start while it is written (sync_file_range), so that its fsync
+// finds little left to do.
 // Writers that need more than one file to change together take the lock of
 // package shard's set (".PREFIX.safetensors.lock") in Root, as
 // convert.Commit does, so that they never run beside a shard.WriteFrom of
@@ -76,23 +81,49 @@ func (s *Dir) Create(ctx context.Context, name string, exclusive bool) (File, er
 	if err != nil {
 		return nil, err
 	}
-	return &dirFile{f: f, path: p, exclusive: exclusive}, nil
+	return &dirFile{f: f, w: newWriteback(f), path: p, exclusive: exclusive}, nil
 }
 
-// Remove removes the file name (a missing file is not an error).
+// Remove removes the file name (a missing file is not an error) and
+// fsyncs its folder.
 func (s *Dir) Remove(ctx context.Context, name string) error {
 	if !fs.ValidPath(name) || name == "." {
 		return &os.PathError{Op: "remove", Path: name, Err: fs.ErrInvalid}
 	}
 	p := s.path(name)
-	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := os.Remove(p); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
 		return err
 	}
-	return nil
+	return atomicfile.SyncDir(filepath.Dir(p))
+}
+
+// Link gives the file from the second name to (a hard link) and fsyncs
+// the folder; it fails when to exists, or where the file system has no
+// hard links.
+func (s *Dir) Link(ctx context.Context, from, to string) error {
+	for _, n := range []string{from, to} {
+		if !fs.ValidPath(n) || n == "." {
+			return &os.PathError{Op: "link", Path: n, Err: fs.ErrInvalid}
+		}
+	}
+	if err := os.Link(s.path(from), s.path(to)); err != nil {
+		return err
+	}
+	return atomicfile.SyncDir(filepath.Dir(s.path(to)))
+}
+
+// writerAt is what a file of a Dir writes through.
+type writerAt interface {
+	io.Writer
+	io.WriterAt
 }
 
 type dirFile struct {
 	f         *os.File
+	w         writerAt // f, or f starting its disk writes early
 	path      string
 	exclusive bool
 	done      bool
@@ -102,7 +133,7 @@ func (d *dirFile) Write(b []byte) (int, error) {
 	if d.done {
 		return 0, atomicfile.ErrDone
 	}
-	return d.f.Write(b)
+	return d.w.Write(b)
 }
 
 // Reserve does nothing: every byte of a file of a folder can be
@@ -114,7 +145,7 @@ func (d *dirFile) WriteAt(b []byte, off int64) (int, error) {
 	if d.done {
 		return 0, atomicfile.ErrDone
 	}
-	return d.f.WriteAt(b, off)
+	return d.w.WriteAt(b, off)
 }
 
 func (d *dirFile) Close() error {
@@ -156,7 +187,10 @@ func (d *dirFile) Close() error {
 	} else if err := os.Rename(tmp, d.path); err != nil {
 		return fail(err)
 	}
-	return atomicfile.SyncDir(filepath.Dir(d.path))
+	if err := atomicfile.SyncDir(filepath.Dir(d.path)); err != nil {
+		return fmt.Errorf("%w: syncing the folder: %w", ErrNotDurable, err)
+	}
+	return nil
 }
 
 func (d *dirFile) Abort() error {
@@ -173,5 +207,6 @@ func (d *dirFile) Abort() error {
 
 var (
 	_ Sink      = (*Dir)(nil)
+	_ Linker    = (*Dir)(nil)
 	_ Patchable = (*dirFile)(nil)
 )

@@ -32,8 +32,9 @@ import (
 // names). A Sink is safe for concurrent use.
 type Sink interface {
 	// Create starts writing the file name. Nothing is visible under name
-	// before the returned file's Close returns nil; then the whole file
-	// is, durably, replacing a file of that name in one step. With
+	// before the returned file's Close returns nil (or an error matching
+	// ErrNotDurable); then the whole file is, durably, replacing a file of
+	// that name in one step. With
 	// exclusive set, Close fails with an error matching fs.ErrExist when
 	// a file of that name exists by then (an object store's conditional
 	// write, If-None-Match: *), and nothing is written.
@@ -53,7 +54,9 @@ type Sink interface {
 type File interface {
 	io.Writer
 	// Close finishes the file and makes it visible, whole and durable.
-	// After a failed Close nothing of the file is visible.
+	// After a failed Close nothing of the file is visible, except after
+	// an error matching ErrNotDurable: the file is in place, whole, but
+	// a power loss may undo that.
 	Close() error
 	// Abort discards the file: nothing of it is visible or left behind
 	// (an object store's multipart upload is aborted). After Close, or a
@@ -97,6 +100,43 @@ type Conditional interface {
 	// name: Close fails with an error matching fs.ErrExist, and nothing is
 	// written, when name is no longer that version (replaced or removed).
 	CreateReplacing(ctx context.Context, name, version string) (File, error)
+}
+
+// ErrNotDurable is matched by the error of a File's Close that put the
+// file in place, visible to readers, but could not make that durable (a
+// folder's fsync failed): a power loss may revert it.
+var ErrNotDurable = errors.New("the file is in place, but not durably")
+
+// Linker is a Sink that gives a file a second name without copying it (a
+// folder's hard links); Dir is one. A set written under swap names (see
+// package setname) moves to its standard names through it.
+type Linker interface {
+	Sink
+	// Link makes the file from readable as to too, durably; it fails
+	// when to exists.
+	Link(ctx context.Context, from, to string) error
+}
+
+// WriteFile writes b as the file name of s: exclusive, or, given a
+// version (SeenVersion's) and a Conditional sink, replacing only that
+// version (CreateIf). It returns the version written (Written: "" on a
+// sink that is not Conditional).
+func WriteFile(ctx context.Context, s Sink, name string, b []byte, exclusive bool, version string) (string, error) {
+	f, err := CreateIf(ctx, s, name, exclusive, version)
+	if err != nil {
+		return "", err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Abort()
+		return "", err
+	}
+	if err := f.Close(); err != nil {
+		if !errors.Is(err, ErrNotDurable) {
+			f.Abort()
+		}
+		return "", err
+	}
+	return Written(ctx, s, f, name)
 }
 
 // UploadAborter is a Sink whose writers killed in the middle of a file

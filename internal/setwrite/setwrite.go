@@ -1,11 +1,11 @@
-// Package setwrite is what ckpt's writers of shard sets share, whatever
-// they commit to: packing tensors into shards, the order their data is
-// written in, streaming one shard, and the index document. Package shard
-// commits a set to a local folder with renames (shard.WriteFrom); package
-// convert commits one through a sink.Sink with whole-file creates (an
-// object store's uploads). Both plan and stream their files here, so that
-// the same tensors make the same files either way; each wraps the errors
-// in its own error type.
+// Package setwrite is the one writer of ckpt's shard sets: packing
+// tensors into shards, the order their data is written in, streaming one
+// shard, the index document, and the commit protocol that replaces a set
+// so that no reader ever sees part of one (Commit), through a sink.Sink:
+// package shard writes a local folder through sink.Dir (whose files are
+// renamed into place, under the set's lock), package convert an object
+// store through its sink (whole-object uploads, conditional on the
+// versions seen). Each wraps the errors in its own error type.
 package setwrite
 
 import (

@@ -1,20 +1,19 @@
-package shard
+package sink
 
 import (
-	"io"
 	"os"
 
 	"golang.org/x/sys/unix"
 )
 
-// writebackEvery is how many bytes a shard's writer lets accumulate before
+// writebackEvery is how many bytes a file of a Dir lets accumulate before
 // it asks the kernel to start writing them to disk.
 const writebackEvery = 32 << 20
 
 // writeback passes writes to f and, every writebackEvery bytes, starts the
 // disk writes of what was written (sync_file_range with
-// SYNC_FILE_RANGE_WRITE: asynchronous, no wait), so that the fsync of the
-// commit finds little left to do instead of the whole shard: the disk
+// SYNC_FILE_RANGE_WRITE: asynchronous, no wait), so that the fsync of
+// Close finds little left to do instead of the whole shard: the disk
 // works while the rest is produced. Errors of the hint are ignored; the
 // fsync reports real ones.
 type writeback struct {
@@ -22,10 +21,10 @@ type writeback struct {
 	off, start int64
 }
 
-func newWriteback(f *os.File) io.Writer { return &writeback{f: f} }
+func newWriteback(f *os.File) writerAt { return &writeback{f: f} }
 
 // WriteAt rewrites bytes written earlier (a header's checksums, filled in
-// after the data): the shard's writer patches the file through it.
+// after the data).
 func (w *writeback) WriteAt(b []byte, off int64) (int, error) { return w.f.WriteAt(b, off) }
 
 func (w *writeback) Write(b []byte) (int, error) {
