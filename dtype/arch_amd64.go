@@ -14,6 +14,16 @@ func bf16ToF32AVX2(dst, src []byte, acc *[32]byte, nt bool) int
 //go:noescape
 func f16ToF32AVX2(dst, src []byte, acc *[32]byte, nt bool) int
 
+// bf16ToF32SumAVX2 and f16ToF32SumAVX2 are bf16ToF32AVX2 and
+// f16ToF32AVX2 that also fold the CRC-32C of the source blocks they
+// convert into state with the pair k (see sumRun).
+//
+//go:noescape
+func bf16ToF32SumAVX2(dst, src []byte, acc *[32]byte, nt bool, k *[2]uint64, state *[64]byte) int
+
+//go:noescape
+func f16ToF32SumAVX2(dst, src []byte, acc *[32]byte, nt bool, k *[2]uint64, state *[64]byte) int
+
 //go:noescape
 func f32ToF16AVX2(dst, src []byte, acc *[32]byte, nt bool) (n, under int)
 
@@ -44,6 +54,10 @@ func e5m2ToF32F16C(dst, src []byte, acc *[32]byte, p *f8DecodeParams, nt bool) i
 // once at start-up and never change.
 var hasAVX2, hasF16C = detectX86()
 
+// hasVPCLMULQDQ tells whether the summing widenings can run: carry-less
+// multiplication on YMM registers (CPUID leaf 7, ECX bit 10), beside AVX2.
+var hasVPCLMULQDQ = hasAVX2 && cpuid.HasVPCLMULQDQ()
+
 // detectX86 reads the CPU features the fast paths need: AVX2 (with the YMM
 // state enabled by the OS) and POPCNT, and F16C for the paths through
 // binary16. golang.org/x/sys/cpu does not report F16C, so CPUID is read
@@ -66,6 +80,23 @@ func detectX86() (avx2, f16c bool) {
 // vecKernelFor returns the vector kernel for the pair that falls back to
 // fallback for special values and tails, or nil when this CPU has none.
 func vecKernelFor(from, to DType, fallback kernel) kernel {
+	if v := newVecKernel(from, to, fallback); v != nil {
+		return v.convert
+	}
+	return nil
+}
+
+// sumKernelFor returns the summing vector kernel for the pair (see
+// sumKernel), or nil when this CPU has none.
+func sumKernelFor(from, to DType, fallback kernel) sumKernel {
+	if v := newVecKernel(from, to, fallback); v != nil && v.sum != nil {
+		return v.convertSum
+	}
+	return nil
+}
+
+// newVecKernel returns the vector kernel of the pair, or nil.
+func newVecKernel(from, to DType, fallback kernel) *vecKernel {
 	if !hasAVX2 || fallback == nil {
 		return nil
 	}
@@ -73,8 +104,14 @@ func vecKernelFor(from, to DType, fallback kernel) kernel {
 	switch {
 	case from == BF16 && to == F32:
 		v.run, v.inSize, v.outSize, v.accMax = widen(bf16ToF32AVX2), 2, 4, maxAbsBF16
+		if hasVPCLMULQDQ {
+			v.sum = bf16ToF32SumAVX2
+		}
 	case from == F16 && to == F32 && hasF16C:
 		v.run, v.inSize, v.outSize, v.accMax = widen(f16ToF32AVX2), 2, 4, maxAbsF16
+		if hasVPCLMULQDQ {
+			v.sum = f16ToF32SumAVX2
+		}
 	case from == F32 && to == BF16:
 		v.run, v.inSize, v.outSize, v.accMax = f32ToBF16AVX2, 4, 2, maxAbsF32
 	case from == F32 && to == F16 && hasF16C:
@@ -112,7 +149,7 @@ func vecKernelFor(from, to DType, fallback kernel) kernel {
 	default:
 		return nil
 	}
-	return v.convert
+	return v
 }
 
 // widen adapts a fast path without underflow to vecRun.

@@ -288,6 +288,36 @@ GLOBL e4m3fnuztab<>(SB), RODATA|NOPTR, $32
 	op      Y1, (4*off)(DI) \
 	op      Y2, (4*off+32)(DI)
 
+// The summing widenings: bf16ToF32AVX2 and f16ToF32AVX2 that also fold
+// the CRC-32C of every block of source bytes they convert, from the
+// registers they load anyway (internal/crc32c explains the folding). The
+// 64 bytes at state are four 128-bit remainders, one per 16-byte lane of
+// a block, in Y7 (lanes 0, 1) and Y8 (lanes 2, 3): each block moves them
+// 512 bits forward (two carry-less multiplications per lane by the pair at
+// k, x^(512±32) mod P) and adds (xors) its own bytes. A block is folded
+// only once CHECK16 has passed it, so the state covers exactly the
+// elements converted; crc32c.Folded turns it into the CRC of those bytes.
+// Y6 holds the pair in both lanes; Y9 and Y10 are clobbered.
+
+// FOLD64 folds the 64 bytes at (SI) into Y7 and Y8.
+#define FOLD64 \
+	VPCLMULQDQ $0x00, Y6, Y7, Y9 \
+	VPCLMULQDQ $0x11, Y6, Y7, Y7 \
+	VPCLMULQDQ $0x00, Y6, Y8, Y10 \
+	VPCLMULQDQ $0x11, Y6, Y8, Y8 \
+	VPXOR   (SI), Y9, Y9 \
+	VPXOR   32(SI), Y10, Y10 \
+	VPXOR   Y9, Y7, Y7 \
+	VPXOR   Y10, Y8, Y8
+
+// SUMARGS loads the folding pair and the state.
+#define SUMARGS \
+	MOVQ    k+64(FP), R11 \
+	MOVQ    state+72(FP), R12 \
+	VBROADCASTI128 (R11), Y6 \
+	VMOVDQU (R12), Y7 \
+	VMOVDQU 32(R12), Y8
+
 // func bf16ToF32AVX2(dst, src []byte, acc *[32]byte, nt bool) int
 TEXT ·bf16ToF32AVX2(SB), NOSPLIT, $0-72
 	ARGS(nt+56, 6)              // blocks of 32 elements (64 bytes)
@@ -759,4 +789,81 @@ e5m2next:
 done:
 	FINISH
 	MOVQ    AX, ret+72(FP)
+	RET
+
+// func bf16ToF32SumAVX2(dst, src []byte, acc *[32]byte, nt bool, k *[2]uint64, state *[64]byte) int
+TEXT ·bf16ToF32SumAVX2(SB), NOSPLIT, $0-88
+	ARGS(nt+56, 6)              // blocks of 32 elements (64 bytes)
+	SUMARGS
+	PROLOG16($0x7f7f7f7f)
+	VPXOR   Y12, Y12, Y12
+	TESTQ   CX, CX
+	JZ      done
+
+bf16sloop:
+	CHECK16
+	FOLD64
+	VPERMQ  $0xd8, (SI), Y4
+	VPERMQ  $0xd8, 32(SI), Y5
+	VPUNPCKLWD Y4, Y12, Y0
+	VPUNPCKHWD Y4, Y12, Y1
+	VPUNPCKLWD Y5, Y12, Y2
+	VPUNPCKHWD Y5, Y12, Y3
+	TESTQ   R10, R10
+	JNZ     bf16snt
+	STORE4(VMOVDQU)
+	JMP     bf16snext
+
+bf16snt:
+	STORE4(VMOVNTDQ)
+
+bf16snext:
+	ADDQ    $64, SI
+	ADDQ    $128, DI
+	ADDQ    $32, AX
+	DECQ    CX
+	JNZ     bf16sloop
+
+done:
+	VMOVDQU Y7, (R12)
+	VMOVDQU Y8, 32(R12)
+	FINISH
+	MOVQ    AX, ret+80(FP)
+	RET
+
+// func f16ToF32SumAVX2(dst, src []byte, acc *[32]byte, nt bool, k *[2]uint64, state *[64]byte) int
+TEXT ·f16ToF32SumAVX2(SB), NOSPLIT, $0-88
+	ARGS(nt+56, 6)              // blocks of 32 elements (64 bytes)
+	SUMARGS
+	PROLOG16($0x7bff7bff)
+	TESTQ   CX, CX
+	JZ      done
+
+f16sloop:
+	CHECK16
+	FOLD64
+	VCVTPH2PS (SI), Y0
+	VCVTPH2PS 16(SI), Y1
+	VCVTPH2PS 32(SI), Y2
+	VCVTPH2PS 48(SI), Y3
+	TESTQ   R10, R10
+	JNZ     f16snt
+	STORE4(VMOVUPS)
+	JMP     f16snext
+
+f16snt:
+	STORE4(VMOVNTPS)
+
+f16snext:
+	ADDQ    $64, SI
+	ADDQ    $128, DI
+	ADDQ    $32, AX
+	DECQ    CX
+	JNZ     f16sloop
+
+done:
+	VMOVDQU Y7, (R12)
+	VMOVDQU Y8, 32(R12)
+	FINISH
+	MOVQ    AX, ret+80(FP)
 	RET

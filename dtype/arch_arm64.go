@@ -31,6 +31,9 @@ func f32ToBF16NEON(dst, src []byte, acc *[32]byte, cnt *[4]uint32) int
 //go:noescape
 func f32ToF16NEON(dst, src []byte, acc *[32]byte, cnt *[4]uint32) int
 
+// sumKernelFor returns nil: no arm64 kernel folds a CRC as it converts.
+func sumKernelFor(from, to DType, fallback kernel) sumKernel { return nil }
+
 // vecKernelFor returns the vector kernel for the pair that falls back to
 // fallback for special values and tails, or nil when there is none.
 func vecKernelFor(from, to DType, fallback kernel) kernel {

@@ -7,6 +7,8 @@ import (
 	"math"
 	"sync"
 	"unsafe"
+
+	"github.com/ckpt-go/ckpt/internal/crc32c"
 )
 
 // vecRun is the signature of a vector fast path. It converts whole blocks of
@@ -22,12 +24,20 @@ import (
 // and save the read-for-ownership of dst.
 type vecRun func(dst, src []byte, acc *[32]byte, nt bool) (n, underflow int)
 
+// sumRun is a widening vecRun (no underflow) that also folds the CRC-32C
+// of the source blocks it converts into state, with the folding pair k
+// (crc32c.Fold64Pair): state, zero before the call, then holds the folded
+// remainder of exactly the source bytes of the elements it returns
+// (crc32c.Folded). Its blocks must be 64 source bytes.
+type sumRun func(dst, src []byte, acc *[32]byte, nt bool, k *[2]uint64, state *[64]byte) int
+
 // vecKernel combines a vector fast path with the portable kernel: the fast
 // path converts the ordinary blocks, the portable kernel the blocks that hold
 // special values and the tail, so that dst and Stats are exactly what the
 // portable kernel alone would give.
 type vecKernel struct {
 	run      vecRun
+	sum      sumRun // run that also folds the CRC of the source (nil: none)
 	inSize   int // bytes per source element
 	outSize  int // bytes per target element
 	block    int // elements per vector block
@@ -44,12 +54,31 @@ type vecKernel struct {
 const maxFallbackRun = 4096
 
 func (v *vecKernel) convert(dst, src []byte, opts Options, st *Stats) {
+	v.convertCRC(dst, src, opts, st, nil)
+}
+
+// convertSum is convert that also adds the CRC-32C of src to *crc (as
+// crc32c.Update): the vector blocks fold it as they load them (v.sum),
+// the portable kernel's runs are summed right after it converts them.
+func (v *vecKernel) convertSum(dst, src []byte, opts Options, st *Stats, crc *uint32) {
+	v.convertCRC(dst, src, opts, st, crc)
+}
+
+// foldPair is crc32c's 64-byte folding pair, as the summing kernels read
+// it (read-only).
+var foldPair = crc32c.Fold64Pair()
+
+// convertCRC is convert, summing src into *crc unless crc is nil.
+func (v *vecKernel) convertCRC(dst, src []byte, opts Options, st *Stats, crc *uint32) {
 	n := len(src) / v.inSize
 	if n < v.block {
 		// Shorter than a vector block: the portable kernel converts it
 		// all, as the loop below would, without the accumulator (which
 		// escapes to the heap through v.run).
 		v.fallback(dst, src, opts, st)
+		if crc != nil {
+			*crc = crc32c.Update(*crc, src)
+		}
 		return
 	}
 	var acc [32]byte
@@ -67,12 +96,23 @@ func (v *vecKernel) convert(dst, src []byte, opts Options, st *Stats) {
 			nt, i = true, head
 			if head > 0 {
 				v.fallback(dst[:head*v.outSize], src[:head*v.inSize], opts, st)
+				if crc != nil {
+					*crc = crc32c.Update(*crc, src[:head*v.inSize])
+				}
 			}
 		}
 	}
 	for i < n {
 		if n-i >= v.block {
-			d, u := v.run(dst[i*v.outSize:n*v.outSize], src[i*v.inSize:n*v.inSize], &acc, nt)
+			var d, u int
+			if crc != nil {
+				var state [64]byte
+				d = v.sum(dst[i*v.outSize:n*v.outSize], src[i*v.inSize:n*v.inSize], &acc, nt, &foldPair, &state)
+				seg := int64(d * v.inSize)
+				*crc = crc32c.Combine(*crc, crc32c.Folded(&state, seg), seg)
+			} else {
+				d, u = v.run(dst[i*v.outSize:n*v.outSize], src[i*v.inSize:n*v.inSize], &acc, nt)
+			}
 			under += u
 			i += d
 			fast += d
@@ -87,6 +127,9 @@ func (v *vecKernel) convert(dst, src []byte, opts Options, st *Stats) {
 		}
 		j := min(i+run, n)
 		v.fallback(dst[i*v.outSize:j*v.outSize], src[i*v.inSize:j*v.inSize], opts, st)
+		if crc != nil {
+			*crc = crc32c.Update(*crc, src[i*v.inSize:j*v.inSize])
+		}
 		i = j
 	}
 	if fast > 0 {
@@ -103,6 +146,7 @@ func (v *vecKernel) convert(dst, src []byte, opts Options, st *Stats) {
 var vecTable struct {
 	once sync.Once
 	k    [numBuiltin][numBuiltin]kernel
+	s    [numBuiltin][numBuiltin]sumKernel
 }
 
 // archKernel returns the vectorized kernel for the pair, or nil when there
@@ -116,11 +160,22 @@ func archKernel(from, to DType) kernel {
 			for t := DType(1); t < numBuiltin; t++ {
 				if f != t {
 					vecTable.k[f][t] = vecKernelFor(f, t, genericKernel(f, t))
+					vecTable.s[f][t] = sumKernelFor(f, t, genericKernel(f, t))
 				}
 			}
 		}
 	})
 	return vecTable.k[from][to]
+}
+
+// archSumKernel returns the vector kernel for the pair that sums the
+// source as it converts it (sumKernel), or nil when there is none.
+func archSumKernel(from, to DType) sumKernel {
+	if from >= numBuiltin || to >= numBuiltin {
+		return nil
+	}
+	archKernel(from, to) // builds the table
+	return vecTable.s[from][to]
 }
 
 // accMaxU16 returns the largest 16-bit lane of acc.

@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"sync"
 	"unsafe"
+
+	"github.com/ckpt-go/ckpt/internal/crc32c"
 )
 
 // parallelMin is the size (in bytes of the larger side) from which Convert
@@ -34,6 +36,88 @@ func Convert(dst []byte, to DType, src []byte, from DType, opts Options) (Stats,
 	}
 	run(k, dst, to, src, from, n, opts, &st)
 	return st, nil
+}
+
+// ConvertSum is Convert that also returns the CRC-32C of the bytes of src
+// following those whose CRC-32C is crc (as crc32c / hash/crc32's Update:
+// ConvertSum(..., 0) gives the checksum of src): a reader that must both
+// convert and verify bytes reads them once. Where the pair has a vector
+// kernel that folds the CRC from the registers it loads (BF16 and F16 to
+// F32, on amd64 CPUs with VPCLMULQDQ), the CRC costs no read of its own;
+// otherwise src is converted in steps of about 192 KiB, each summed right
+// after it is converted, while it is in the cache. dst, Stats and errors
+// are Convert's; on an error the CRC returned is crc.
+func ConvertSum(dst []byte, to DType, src []byte, from DType, opts Options, crc uint32) (Stats, uint32, error) {
+	var st Stats
+	k, n, err := plan(dst, to, src, from)
+	if err != nil || n == 0 {
+		return st, crc, err
+	}
+	sk := archSumKernel(from, to)
+	if sk == nil {
+		sk = stepSum(k, to, from)
+	}
+	if len(dst) >= ntMin {
+		opts.Streaming = true // as run does
+	}
+	workers := opts.Workers
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	if workers == 1 || max(len(src), len(dst)) < parallelMin {
+		sk(dst, src, opts, &st, &crc)
+		return st, crc, nil
+	}
+	// In parts on several goroutines, as convertParallel splits them, each
+	// part's CRC combined in order.
+	width := max(from.Bits(), to.Bits())
+	minElems := parallelMin / 2 * 8 / width
+	parts := min(workers, max(1, n/minElems))
+	per := ((n+parts-1)/parts + 7) &^ 7
+	stats := make([]Stats, parts)
+	crcs := make([]uint32, parts)
+	var wg sync.WaitGroup
+	for p := 0; p*per < n; p++ {
+		lo, hi := p*per, min(n, (p+1)*per)
+		s := src[byteOff(from, lo):byteOff(from, hi)]
+		d := dst[byteOff(to, lo):byteOff(to, hi)]
+		wg.Add(1)
+		go func(p int) {
+			defer wg.Done()
+			sk(d, s, opts, &stats[p], &crcs[p])
+		}(p)
+	}
+	wg.Wait()
+	for p := range stats {
+		lo, hi := p*per, min(n, (p+1)*per)
+		if lo >= n {
+			break
+		}
+		st.Add(stats[p])
+		seg := int64(byteOff(from, hi) - byteOff(from, lo))
+		crc = crc32c.Combine(crc, crcs[p], seg)
+	}
+	return st, crc, nil
+}
+
+// sumStep is how many source bytes ConvertSum converts before it sums
+// them, for pairs whose kernels do not sum: the step's source and output
+// stay in a core's L2 cache between the two.
+const sumStep = 192 << 10
+
+// stepSum makes a sumKernel of k: it converts sumStep source bytes (whole
+// multiples of 8 elements) at a time and sums each step after it.
+func stepSum(k kernel, to, from DType) sumKernel {
+	return func(dst, src []byte, opts Options, st *Stats, crc *uint32) {
+		per := max(sumStep*8/from.Bits()&^7, 8) // elements per step
+		n, _ := from.Elements(len(src))
+		for lo := 0; lo < n; lo += per {
+			hi := min(n, lo+per)
+			s := src[byteOff(from, lo):byteOff(from, hi)]
+			k(dst[byteOff(to, lo):byteOff(to, hi)], s, opts, st)
+			*crc = crc32c.Update(*crc, s)
+		}
+	}
 }
 
 // plan checks the arguments of Convert and returns the kernel for the pair

@@ -26,7 +26,7 @@ import (
 var foldK = [14]uint64{
 	0x0dcb17aa4, 0x0b9e02b86, // d = 2048: four 512-bit accumulators, 256 bytes ahead
 	0x06992cea2, 0x00d3b6092, // d = 1024: four 256-bit accumulators, 128 bytes ahead
-	0x0740eef02, 0x09e4addf8, // d = 512: one 64-byte step (four 128-bit blocks)
+	k512H, k512L, // d = 512: one 64-byte step (four 128-bit blocks)
 	0x01c291d04, 0x1d82c63da, // d = 384: 48 bytes (lane 0 of a 512-bit register onto lane 3)
 	0x1384aa63a, 0x0ba4fc28e, // d = 256: 32 bytes (lane 1 onto lane 3; one 256-bit step)
 	0x0f20c0dfe, 0x14cd00bd6, // d = 128: 16 bytes (lane 2 onto lane 3; one block)
@@ -68,17 +68,6 @@ var (
 	sseKernel    = &kernel{name: "pclmulqdq", min: 128, fold: foldSSE}
 )
 
-// hasVPCLMULQDQ tells whether the CPU has VPCLMULQDQ (CPUID leaf 7, ECX
-// bit 10): x/sys/cpu reports it only along with AVX-512, and CPUs without
-// AVX-512 have it too (AMD Zen 3, Intel Alder Lake).
-func hasVPCLMULQDQ() bool {
-	if max, _, _, _ := cpuid.CPUID(0, 0); max < 7 {
-		return false
-	}
-	_, _, ecx, _ := cpuid.CPUID(7, 0)
-	return ecx&(1<<10) != 0
-}
-
 // Which kernels can run. foldAVX512: AVX-512 F (whose check by x/sys/cpu
 // includes the OS saving the ZMM state) and VPCLMULQDQ. foldAVX2:
 // VPCLMULQDQ on YMM registers (AVX2, the OS saving the YMM state, which
@@ -86,7 +75,7 @@ func hasVPCLMULQDQ() bool {
 // SSE4.2 crc32 instruction; the VEX forms also use PCLMULQDQ on XMM.
 var (
 	hasAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VPCLMULQDQ && cpu.X86.HasAVX2 && cpu.X86.HasPCLMULQDQ && cpu.X86.HasSSE42
-	hasAVX2   = cpu.X86.HasAVX2 && hasVPCLMULQDQ() && cpu.X86.HasPCLMULQDQ && cpu.X86.HasSSE42
+	hasAVX2   = cpu.X86.HasAVX2 && cpuid.HasVPCLMULQDQ() && cpu.X86.HasPCLMULQDQ && cpu.X86.HasSSE42
 	hasSSE    = cpu.X86.HasPCLMULQDQ && cpu.X86.HasSSE42
 )
 

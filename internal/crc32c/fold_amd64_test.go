@@ -46,19 +46,6 @@ func TestFoldConstants(t *testing.T) {
 	}
 }
 
-// clmul is the carry-less product of a and b: 128 bits, lo and hi.
-func clmul(a, b uint64) (lo, hi uint64) {
-	for i := range 64 {
-		if b>>i&1 != 0 {
-			lo ^= a << i
-			if i > 0 {
-				hi ^= a >> (64 - i)
-			}
-		}
-	}
-	return lo, hi
-}
-
 // register returns the CRC register after b from a zero register.
 func register(b []byte) uint32 { return ^ref(0xffffffff, b) }
 
