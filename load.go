@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/sysmem"
 	"github.com/ckpt-go/ckpt/quant"
 	"github.com/ckpt-go/ckpt/safetensors"
 )
@@ -222,7 +223,7 @@ func (m *Model) Load(ctx context.Context, opts ...LoadOption) (*Weights, error) 
 		w.arena = NewArena()
 	}
 	if err := w.arena.reset(owned); err != nil {
-		return nil, &Error{Kind: ErrRead, Path: m.path, Msg: fmt.Sprintf("allocating %s of owned memory", FormatSize(owned)), Err: err}
+		return nil, &Error{Kind: ErrRead, Path: m.path, Msg: fmt.Sprintf("allocating %s of owned memory", sysmem.FormatSize(owned)), Err: err}
 	}
 	store := make([]Tensor, n)
 	pp := &prep{alloc: w.arena.take, block: n, dims: dims{n: n}}

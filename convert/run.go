@@ -22,6 +22,7 @@ import (
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/internal/safeopen"
 	"github.com/ckpt-go/ckpt/internal/srcfs"
+	"github.com/ckpt-go/ckpt/internal/sysmem"
 	"github.com/ckpt-go/ckpt/quant"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
@@ -653,7 +654,7 @@ func (r *runner) writeComponent(c *component) error {
 			max = r.opts.MaxShardSize
 		}
 		if total > max {
-			return &Error{Kind: ErrTarget, Path: c.single, Msg: fmt.Sprintf("%s of tensors is more than the largest shard (%s), and a file of this name cannot be one of a set of shards: name it PREFIX.safetensors", ckpt.FormatSize(total), ckpt.FormatSize(max))}
+			return &Error{Kind: ErrTarget, Path: c.single, Msg: fmt.Sprintf("%s of tensors is more than the largest shard (%s), and a file of this name cannot be one of a set of shards: name it PREFIX.safetensors", sysmem.FormatSize(total), sysmem.FormatSize(max))}
 		}
 		if err := os.MkdirAll(filepath.Dir(c.single), 0o755); err != nil {
 			return &Error{Kind: ErrWrite, Path: c.single, Err: err}
