@@ -272,18 +272,6 @@ func (m *Model) LoadTensor(ctx context.Context, name string) (*Tensor, error) {
 	return m.loadOne(ctx, name, nil)
 }
 
-// LoadInto loads one tensor into dst, which must be exactly the size of
-// the tensor under the policy (Plan's TensorPlan.Bytes): the caller's
-// buffer is used even for tensors that would be views, and for a weight
-// kept quantized it receives the quantized data (its scales are attached
-// as views or small owned copies).
-func (m *Model) LoadInto(ctx context.Context, name string, dst []byte) (*Tensor, error) {
-	if dst == nil {
-		dst = []byte{}
-	}
-	return m.loadOne(ctx, name, dst)
-}
-
 func (m *Model) loadOne(ctx context.Context, name string, dst []byte) (*Tensor, error) {
 	if err := m.checkOpen(); err != nil {
 		return nil, err
@@ -570,7 +558,7 @@ func (pm *loadMeter) finish(p *piece, st dtype.Stats) {
 	p.t.Stats.Add(st)
 	pm.done += p.bytes
 	if pm.progress != nil {
-		pm.progress(Progress{Phase: PhaseLoad, Done: pm.done, Total: pm.total, Component: p.c.name, Tensor: p.t.Name})
+		pm.progress(Progress{Phase: "load", Done: pm.done, Total: pm.total, Component: p.c.name, Tensor: p.t.Name})
 	}
 	pm.finished[p.idx] = true
 	for pm.next < len(pm.work) && pm.finished[pm.next] {

@@ -357,14 +357,14 @@ func (u *usage) add(m *Model, c *modelComponent, e *entry) {
 	}
 	if e.vextra > 0 {
 		u.pieces += (e.vextra + chunkBytes - 1) / chunkBytes
-		if c.strategy == ReadPread || !m.src.IsOS() {
+		if c.strategy == readPread || !m.src.IsOS() {
 			u.perWorker = max(u.perWorker, min(e.vextra, chunkBytes))
 		}
 	}
 	switch {
-	case e.act == actView || e.act == actQuantized && c.strategy != ReadPread:
+	case e.act == actView || e.act == actQuantized && c.strategy != readPread:
 		return // nothing to read or convert
-	case c.strategy == ReadPread:
+	case c.strategy == readPread:
 		// A pread piece is read into a scratch buffer of its size.
 		u.perWorker = max(u.perWorker, min(e.inBytes, chunkBytes))
 	case e.act == actDequantize:

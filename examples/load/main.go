@@ -23,6 +23,7 @@ import (
 
 	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/shard"
 )
 
 func main() {
@@ -86,7 +87,11 @@ func run(root, variant, budget string) error {
 	}
 	opts := []ckpt.Option{ckpt.WithVariant(variant), ckpt.WithPolicy(policy)}
 	if budget != "" {
-		opts = append(opts, ckpt.WithBudgetString(budget))
+		n, err := shard.ParseSize(budget)
+		if err != nil {
+			return fmt.Errorf("-budget: %w", err)
+		}
+		opts = append(opts, ckpt.WithBudget(n))
 	}
 	m, err := ckpt.Open(root, opts...)
 	if err != nil {

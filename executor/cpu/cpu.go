@@ -348,7 +348,7 @@ func (e *Executor) UploadModel(ctx context.Context, m *ckpt.Model, opts ...execu
 		names, weights = append(names, name), append(weights, w)
 		done += int64(len(t.Bytes()))
 		if o.Progress != nil {
-			o.Progress(ckpt.Progress{Phase: ckpt.PhaseUpload, Done: done, Total: total, Tensor: name})
+			o.Progress(ckpt.Progress{Phase: "upload", Done: done, Total: total, Tensor: name})
 		}
 	}
 	model, err := executor.NewModel(e, names, weights, ws.Close)

@@ -664,7 +664,7 @@ func (u *uploader) one(c chunk, s *slot) error {
 	u.mu.Lock()
 	u.done += c.n
 	if u.progress != nil {
-		u.progress(ckpt.Progress{Phase: ckpt.PhaseUpload, Done: u.done, Total: u.total, Tensor: c.t.key})
+		u.progress(ckpt.Progress{Phase: "upload", Done: u.done, Total: u.total, Tensor: c.t.key})
 	}
 	u.mu.Unlock()
 	return nil
