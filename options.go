@@ -139,9 +139,9 @@ func WithProgress(f func(Progress)) Option {
 type readStrategy int
 
 const (
-	readAuto readStrategy = iota // mmap on local filesystems, pread on network ones
-	readMmap                     // map the files: as-stored tensors are zero-copy views
-	readPread                    // pread in large chunks into owned memory
+	readAuto  readStrategy = iota // mmap on local filesystems, pread on network ones
+	readMmap                      // map the files: as-stored tensors are zero-copy views
+	readPread                     // pread in large chunks into owned memory
 )
 
 // String returns "auto", "mmap" or "pread", as WithReadStrategy takes it.
