@@ -437,9 +437,6 @@ func (m *Model) readConfig(path string) ([]byte, error) {
 	return b, nil
 }
 
-// Path returns the path Open was given.
-func (m *Model) Path() string { return m.path }
-
 // Components returns the components' names, sorted.
 func (m *Model) Components() []string {
 	out := make([]string, len(m.comps))
