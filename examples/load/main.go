@@ -148,8 +148,8 @@ func run(root, variant, budget string) error {
 			kinds = append(kinds, fmt.Sprintf("%d %s", c, d))
 		}
 		slices.Sort(kinds)
-		fmt.Printf("  %-14s %3d tensors (%v): %d zero-copy views, %d kept quantized, %.1f MiB owned\n",
-			name, n, kinds, views, quantized, float64(owned)/(1<<20))
+		fmt.Printf("  %-14s %3d tensors (%v): %d zero-copy views, %d kept quantized, %d bytes owned\n",
+			name, n, kinds, views, quantized, owned)
 	}
 	fmt.Printf("conversions: %s\n", w.Stats())
 	return nil

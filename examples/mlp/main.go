@@ -80,8 +80,8 @@ func main() {
 		if len(res.Quantize) > 0 {
 			layout = fmt.Sprint(res.Quantize)
 		}
-		fmt.Printf("%-4s weights: %d tensors, %.1f MiB on the executor (%s), forward of %d rows with %s activations in %v\n",
-			v.name, res.Weights, float64(res.Bytes)/(1<<20), layout, *rows, actDT, time.Since(start).Round(time.Millisecond))
+		fmt.Printf("%-4s weights: %d tensors, %d bytes on the executor (%s), forward of %d rows with %s activations in %v\n",
+			v.name, res.Weights, res.Bytes, layout, *rows, actDT, time.Since(start).Round(time.Millisecond))
 	}
 	diff, scale := mlp.MaxDiff(outs[1], outs[0])
 	fmt.Printf("max |FP8 − BF16| = %.4g (outputs up to %.4g: %.2f%%)\n", diff, scale, 100*diff/scale)
