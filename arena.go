@@ -22,9 +22,6 @@ type Arena struct {
 // NewArena returns an empty arena; it grows on first use.
 func NewArena() *Arena { return &Arena{} }
 
-// Cap returns the arena's capacity in bytes.
-func (a *Arena) Cap() int64 { return int64(len(a.buf)) }
-
 // reset makes the arena hold at least size bytes, all free.
 func (a *Arena) reset(size int64) error {
 	a.used = 0

@@ -159,7 +159,7 @@ func benchViewTouch(b *testing.B, index string, n int64, cold bool) {
 			}
 		}
 		start := time.Now()
-		m, err := Open(index, WithBudget(-1), WithVerify(v), WithReadStrategy(ReadMmap))
+		m, err := Open(index, WithBudget(-1), WithVerify(v), WithReadStrategy("mmap"))
 		if err != nil {
 			b.Fatal(err)
 		}

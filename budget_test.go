@@ -73,13 +73,13 @@ func TestReadStrategyForFilesystems(t *testing.T) {
 	for _, c := range []struct {
 		fs   sysmem.FS
 		err  error
-		want ReadStrategy
+		want readStrategy
 	}{
-		{sysmem.FS{Type: "ext4"}, nil, ReadMmap},
-		{sysmem.FS{Type: "nfs", Network: true}, nil, ReadPread},
-		{sysmem.FS{Type: "fuse", Network: true}, nil, ReadPread},
-		{sysmem.FS{Type: "lustre", Network: true}, nil, ReadPread},
-		{sysmem.FS{}, errors.New("statfs failed"), ReadMmap},
+		{sysmem.FS{Type: "ext4"}, nil, readMmap},
+		{sysmem.FS{Type: "nfs", Network: true}, nil, readPread},
+		{sysmem.FS{Type: "fuse", Network: true}, nil, readPread},
+		{sysmem.FS{Type: "lustre", Network: true}, nil, readPread},
+		{sysmem.FS{}, errors.New("statfs failed"), readMmap},
 	} {
 		got, why := strategyFor(c.fs, c.err)
 		if got != c.want || why == "" {
@@ -91,8 +91,8 @@ func TestReadStrategyForFilesystems(t *testing.T) {
 	}
 	// The plan says which strategy was chosen and why.
 	path := ckpttest.File(t, ckpttest.T("w", dtype.F32, 4))
-	for s, want := range map[ReadStrategy]string{ReadAuto: "local", ReadPread: "asked for", ReadMmap: "asked for"} {
-		m := mustOpen(t, path, WithReadStrategy(s))
+	for s, want := range map[readStrategy]string{readAuto: "local", readPread: "asked for", readMmap: "asked for"} {
+		m := mustOpen(t, path, WithReadStrategy(s.String()))
 		p, _ := m.Plan()
 		if !strings.Contains(p.Components[0].ReadStrategyReason, want) {
 			t.Errorf("%s: reason %q", s, p.Components[0].ReadStrategyReason)

@@ -6,7 +6,7 @@
 //		ckpt.WithComponentDType("transformer", ckpt.AsStored),        // stays FP8
 //		ckpt.WithComponentDType("image_encoder", ckpt.To(dtype.F32)), // must be F32
 //		ckpt.WithRules(ckpt.KeepNormsAndBiasesF32()...),
-//		ckpt.WithBudgetString("24GiB"))
+//		ckpt.WithBudget(24<<30))
 //	plan, err := m.Plan()          // from headers only: bytes, decisions, fits?
 //	w, err := m.Load(ctx)          // refuses with a *BudgetError before allocating
 //	t, err := w.Tensor("transformer/blocks.0.attn.qkv.weight")

@@ -30,7 +30,7 @@ func Example() {
 		ckpt.WithComponentDType("transformer", ckpt.AsStored),
 		ckpt.WithComponentDType("image_encoder", ckpt.To(dtype.F32)),
 		ckpt.WithRules(ckpt.KeepNormsAndBiasesF32()...),
-		ckpt.WithBudgetString("1GiB"))
+		ckpt.WithBudget(1<<30))
 	if err != nil {
 		log.Fatal(err)
 	}

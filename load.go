@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/sysmem"
 	"github.com/ckpt-go/ckpt/quant"
 	"github.com/ckpt-go/ckpt/safetensors"
 )
@@ -222,7 +223,7 @@ func (m *Model) Load(ctx context.Context, opts ...LoadOption) (*Weights, error) 
 		w.arena = NewArena()
 	}
 	if err := w.arena.reset(owned); err != nil {
-		return nil, &Error{Kind: ErrRead, Path: m.path, Msg: fmt.Sprintf("allocating %s of owned memory", FormatSize(owned)), Err: err}
+		return nil, &Error{Kind: ErrRead, Path: m.path, Msg: fmt.Sprintf("allocating %s of owned memory", sysmem.FormatSize(owned)), Err: err}
 	}
 	store := make([]Tensor, n)
 	pp := &prep{alloc: w.arena.take, block: n, dims: dims{n: n}}
@@ -269,18 +270,6 @@ func (m *Model) checkBudget(us []usage) error {
 // bytes are verified as Load verifies them.
 func (m *Model) LoadTensor(ctx context.Context, name string) (*Tensor, error) {
 	return m.loadOne(ctx, name, nil)
-}
-
-// LoadInto loads one tensor into dst, which must be exactly the size of
-// the tensor under the policy (Plan's TensorPlan.Bytes): the caller's
-// buffer is used even for tensors that would be views, and for a weight
-// kept quantized it receives the quantized data (its scales are attached
-// as views or small owned copies).
-func (m *Model) LoadInto(ctx context.Context, name string, dst []byte) (*Tensor, error) {
-	if dst == nil {
-		dst = []byte{}
-	}
-	return m.loadOne(ctx, name, dst)
 }
 
 func (m *Model) loadOne(ctx context.Context, name string, dst []byte) (*Tensor, error) {
@@ -569,7 +558,7 @@ func (pm *loadMeter) finish(p *piece, st dtype.Stats) {
 	p.t.Stats.Add(st)
 	pm.done += p.bytes
 	if pm.progress != nil {
-		pm.progress(Progress{Phase: PhaseLoad, Done: pm.done, Total: pm.total, Component: p.c.name, Tensor: p.t.Name})
+		pm.progress(Progress{Phase: "load", Done: pm.done, Total: pm.total, Component: p.c.name, Tensor: p.t.Name})
 	}
 	pm.finished[p.idx] = true
 	for pm.next < len(pm.work) && pm.finished[pm.next] {

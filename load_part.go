@@ -69,7 +69,7 @@ func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, st *safetens
 		info.Shape = slices.Clone(info.Shape)
 		t.Split = &info
 	}
-	pread := c.strategy == ReadPread
+	pread := c.strategy == readPread
 	// checkRun appends pieces that read the bytes [lo, hi) of st only to
 	// verify them: a view's (from the mapping, kept), or the rest of a
 	// part's tensor (dropped again from a mapping).

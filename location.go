@@ -17,7 +17,7 @@ import (
 // (package remote's NewS3FS and NewHTTPFS), an os.DirFS or a
 // testing/fstest.MapFS. Folders are listed with fs.ReadDir. Tensor data is
 // read into owned memory (the pread strategy) unless the files can be
-// mapped and ReadMmap is asked for; from an fs.FS that implements
+// mapped and readMmap is asked for; from an fs.FS that implements
 // source.RangeFS
 // it is read with parallel ranged requests.
 func WithFS(fsys fs.FS) Option {
@@ -71,24 +71,24 @@ func (m *Model) closeSource() error {
 }
 
 // chooseStrategy resolves the read strategy of a component in dir.
-func (m *Model) chooseStrategy(dir string) (ReadStrategy, string) {
+func (m *Model) chooseStrategy(dir string) (readStrategy, string) {
 	fsys := m.src.FS()
 	if fsys == nil {
 		return chooseStrategy(m.cfg.strategy, dir)
 	}
 	if _, ok := fsys.(source.RangeFS); ok {
-		if m.cfg.strategy == ReadMmap {
-			return ReadPread, "mmap was asked for, but the files of a remote source cannot be mapped: parallel ranged reads into owned memory"
+		if m.cfg.strategy == readMmap {
+			return readPread, "mmap was asked for, but the files of a remote source cannot be mapped: parallel ranged reads into owned memory"
 		}
-		return ReadPread, "remote source: parallel ranged reads into owned memory"
+		return readPread, "remote source: parallel ranged reads into owned memory"
 	}
 	switch m.cfg.strategy {
-	case ReadMmap:
-		return ReadMmap, "asked for"
-	case ReadPread:
-		return ReadPread, "asked for"
+	case readMmap:
+		return readMmap, "asked for"
+	case readPread:
+		return readPread, "asked for"
 	}
-	return ReadPread, "files of an fs.FS: read into owned memory"
+	return readPread, "files of an fs.FS: read into owned memory"
 }
 
 // rangeFS returns the model's source when it is a RangeFS.

@@ -153,7 +153,7 @@ func TestLoadThroughFS(t *testing.T) {
 
 // Loads from a RangeFS coalesce neighbouring tensors into requests of up to
 // the chunk, report progress as local loads do, and serve LoadTensor and
-// LoadInto.
+// loadInto.
 func TestLoadRangedCoalesces(t *testing.T) {
 	tensors := ckpttest.Tensors(t, rangeSpec)
 	dir := ckpttest.Dir(t, ckpttest.Weights{Tensors: tensors})
@@ -190,7 +190,7 @@ func TestLoadRangedCoalesces(t *testing.T) {
 		if c := fsys.calls.Load(); c >= fsys.spans.Load() || c > 8 {
 			t.Errorf("%s: %d requests for %d spans", target, c, fsys.spans.Load())
 		}
-		// LoadTensor and LoadInto read through the same path.
+		// LoadTensor and loadInto read through the same path.
 		tt, err := m.LoadTensor(context.Background(), "l1.w")
 		if err != nil || !bytes.Equal(tt.Bytes(), want["l1.w"]) {
 			t.Errorf("LoadTensor: %v", err)
@@ -199,8 +199,8 @@ func TestLoadRangedCoalesces(t *testing.T) {
 		last = Progress{}
 		mu.Unlock()
 		dst := make([]byte, len(want["embed"]))
-		if _, err := m.LoadInto(context.Background(), "embed", dst); err != nil || !bytes.Equal(dst, want["embed"]) {
-			t.Errorf("LoadInto: %v", err)
+		if _, err := m.loadInto(context.Background(), "embed", dst); err != nil || !bytes.Equal(dst, want["embed"]) {
+			t.Errorf("loadInto: %v", err)
 		}
 	}
 }
@@ -244,7 +244,7 @@ func TestLoadRangedDequantize(t *testing.T) {
 		sameBytes(t, to.String(), got, want)
 		// The same weight read with pread from a local file (a quantized
 		// weight's data and scales each take an aligned arena buffer).
-		sameBytes(t, to.String()+" pread", loadBytes(t, mustOpen(t, dir, WithDType(To(to)), WithReadStrategy(ReadPread))), want)
+		sameBytes(t, to.String()+" pread", loadBytes(t, mustOpen(t, dir, WithDType(To(to)), WithReadStrategy("pread"))), want)
 	}
 }
 

@@ -24,7 +24,7 @@ import (
 // component folder is a model with one component), the dtype policy, and
 // what was detected from headers and configs. Open reads only headers,
 // indexes and config files; tensor data is read by Load, LoadTensor and
-// LoadInto. A Model is safe for concurrent use; Close releases the files.
+// the Items' Produce and Parts. A Model is safe for concurrent use; Close releases the files.
 type Model struct {
 	path     string
 	name     string   // path as a name of src
@@ -49,7 +49,7 @@ type modelComponent struct {
 	files    []string
 	entries  []*entry          // logical tensors in file order, sorted by entryOrder
 	weights  map[string]*entry // the quantized weights by logical name (the others are found by position, entry)
-	strategy ReadStrategy
+	strategy readStrategy
 	why      string // why this read strategy
 }
 
@@ -206,14 +206,14 @@ func (m *Model) openDir() error {
 // shardOptions are the options the component's files are opened with: with
 // the pread strategy, local files are not mapped at all (reads go through
 // pread, never through page faults on a mapping).
-func (m *Model) shardOptions(strategy ReadStrategy) []shard.Option {
+func (m *Model) shardOptions(strategy readStrategy) []shard.Option {
 	return append(m.sourceOptions(), m.readOptions(strategy)...)
 }
 
 // readOptions are the shard options the read strategy adds to the model's
 // own: with pread, local files are opened without a mapping.
-func (m *Model) readOptions(strategy ReadStrategy) []shard.Option {
-	if strategy == ReadPread && m.src.FS() == nil {
+func (m *Model) readOptions(strategy readStrategy) []shard.Option {
+	if strategy == readPread && m.src.FS() == nil {
 		return []shard.Option{shard.WithOpenOptions(safetensors.WithReadAt())}
 	}
 	return nil
@@ -361,7 +361,7 @@ func (m *Model) decide(c *modelComponent) error {
 }
 
 // resolve turns the decision into an action and byte counts.
-func (e *entry) resolve(strategy ReadStrategy) error {
+func (e *entry) resolve(strategy readStrategy) error {
 	n := numElements(e.shape)
 	t := e.dec.Target
 	d, isDType := t.DType()
@@ -370,7 +370,7 @@ func (e *entry) resolve(strategy ReadStrategy) error {
 	}
 	keep := func() {
 		e.out = e.stored
-		if strategy == ReadPread {
+		if strategy == readPread {
 			e.act = actRead
 			e.owned = e.inBytes
 		} else {
@@ -436,9 +436,6 @@ func (m *Model) readConfig(path string) ([]byte, error) {
 	}
 	return b, nil
 }
-
-// Path returns the path Open was given.
-func (m *Model) Path() string { return m.path }
 
 // Components returns the components' names, sorted.
 func (m *Model) Components() []string {

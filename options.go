@@ -18,7 +18,7 @@ type config struct {
 	budgetSet  bool
 	workers    int
 	progress   func(Progress)
-	strategy   ReadStrategy
+	strategy   readStrategy
 	saturate   bool
 	keepScales bool
 	staging    int64
@@ -100,22 +100,6 @@ func WithBudget(bytes int64) Option {
 	return func(c *config) error { c.budget, c.budgetSet = bytes, bytes != 0; return nil }
 }
 
-// WithBudgetString is WithBudget for a size written as "24GiB" (binary),
-// "24GB" (decimal) or a number of bytes.
-func WithBudgetString(s string) Option {
-	return func(c *config) error {
-		n, err := shard.ParseSize(s)
-		if err != nil {
-			return &Error{Kind: ErrOption, Msg: fmt.Sprintf("budget %q", s), Err: err}
-		}
-		c.budget, c.budgetSet = n, true
-		if n == 0 {
-			return &Error{Kind: ErrOption, Msg: "budget 0: nothing fits"}
-		}
-		return nil
-	}
-}
-
 // WithWorkers bounds the goroutines that read and convert tensors (0, the
 // default, means GOMAXPROCS).
 func WithWorkers(n int) Option {
@@ -143,12 +127,6 @@ type Progress struct {
 	Component, Tensor string
 }
 
-// The phases of Progress.
-const (
-	PhaseLoad   = "load"
-	PhaseUpload = "upload"
-)
-
 // WithProgress sets a callback that Load calls after each finished piece of
 // work (from one goroutine at a time, with Done increasing). It must be
 // quick; it must not call back into the Model.
@@ -156,47 +134,45 @@ func WithProgress(f func(Progress)) Option {
 	return func(c *config) error { c.progress = f; return nil }
 }
 
-// ReadStrategy says how tensor bytes are read from local files.
-type ReadStrategy int
+// readStrategy says how tensor bytes are read from local files (see
+// WithReadStrategy).
+type readStrategy int
 
 const (
-	// ReadAuto chooses mmap on local filesystems and pread on network ones
-	// (NFS, CIFS/SMB, FUSE, Lustre, ...), where page faults on a mapping are
-	// 10–50× slower than large sequential reads.
-	ReadAuto ReadStrategy = iota
-	// ReadMmap maps the files: tensors loaded as stored are zero-copy views.
-	ReadMmap
-	// ReadPread reads with pread in large chunks into owned memory.
-	ReadPread
+	readAuto  readStrategy = iota // mmap on local filesystems, pread on network ones
+	readMmap                      // map the files: as-stored tensors are zero-copy views
+	readPread                     // pread in large chunks into owned memory
 )
 
-// String returns "auto", "mmap" or "pread".
-func (s ReadStrategy) String() string {
+// String returns "auto", "mmap" or "pread", as WithReadStrategy takes it.
+func (s readStrategy) String() string {
 	switch s {
-	case ReadMmap:
+	case readMmap:
 		return "mmap"
-	case ReadPread:
+	case readPread:
 		return "pread"
 	}
 	return "auto"
 }
 
-// ParseReadStrategy parses "auto", "mmap" or "pread".
-func ParseReadStrategy(s string) (ReadStrategy, error) {
-	switch s {
-	case "auto", "":
-		return ReadAuto, nil
-	case "mmap":
-		return ReadMmap, nil
-	case "pread":
-		return ReadPread, nil
+// WithReadStrategy says how tensor bytes are read from local files:
+// "auto" (the default, also "") maps them on local filesystems and reads
+// them with pread on network ones (NFS, CIFS/SMB, FUSE, Lustre, ...),
+// where page faults on a mapping are 10–50× slower than large sequential
+// reads; "mmap" maps them (tensors loaded as stored are zero-copy views);
+// "pread" reads them with pread in large chunks into owned memory. Any
+// other value is an error of kind ErrOption from Open. The plan says
+// which strategy each component is read with, and why.
+func WithReadStrategy(s string) Option {
+	return func(c *config) error {
+		for _, rs := range []readStrategy{readAuto, readMmap, readPread} {
+			if s == rs.String() || s == "" {
+				c.strategy = rs
+				return nil
+			}
+		}
+		return &Error{Kind: ErrOption, Msg: fmt.Sprintf("read strategy %q is not auto, mmap or pread", s)}
 	}
-	return 0, &Error{Kind: ErrOption, Msg: fmt.Sprintf("read strategy %q is not auto, mmap or pread", s)}
-}
-
-// WithReadStrategy forces a read strategy (default ReadAuto).
-func WithReadStrategy(s ReadStrategy) Option {
-	return func(c *config) error { c.strategy = s; return nil }
 }
 
 // WithSaturate makes narrowing conversions saturate (dtype.Options.Saturate):

@@ -190,9 +190,9 @@ type VerifyPlan struct {
 // tensors (4.1 GiB) by checksum, 2 not (rank part: 2)".
 func (v *VerifyPlan) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "verify (%s): %d tensors (%s) by checksum", v.Policy, v.Tensors, FormatSize(v.Bytes))
+	fmt.Fprintf(&b, "verify (%s): %d tensors (%s) by checksum", v.Policy, v.Tensors, sysmem.FormatSize(v.Bytes))
 	if v.ReadBytes > 0 {
-		fmt.Fprintf(&b, ", reading %s more to verify rank parts", FormatSize(v.ReadBytes))
+		fmt.Fprintf(&b, ", reading %s more to verify rank parts", sysmem.FormatSize(v.ReadBytes))
 	}
 	if v.Unverified > 0 || v.Refused > 0 {
 		var why []string
@@ -357,14 +357,14 @@ func (u *usage) add(m *Model, c *modelComponent, e *entry) {
 	}
 	if e.vextra > 0 {
 		u.pieces += (e.vextra + chunkBytes - 1) / chunkBytes
-		if c.strategy == ReadPread || !m.src.IsOS() {
+		if c.strategy == readPread || !m.src.IsOS() {
 			u.perWorker = max(u.perWorker, min(e.vextra, chunkBytes))
 		}
 	}
 	switch {
-	case e.act == actView || e.act == actQuantized && c.strategy != ReadPread:
+	case e.act == actView || e.act == actQuantized && c.strategy != readPread:
 		return // nothing to read or convert
-	case c.strategy == ReadPread:
+	case c.strategy == readPread:
 		// A pread piece is read into a scratch buffer of its size.
 		u.perWorker = max(u.perWorker, min(e.inBytes, chunkBytes))
 	case e.act == actDequantize:
@@ -465,11 +465,11 @@ func (m *Model) advice(p *Plan) string {
 				chosen = m.cfg.policy.Default.String()
 			}
 		}
-		s := fmt.Sprintf("%s needs %s as %s", cp.Name, FormatSize(cp.ResidentBytes), describeTarget(chosen, cp))
+		s := fmt.Sprintf("%s needs %s as %s", cp.Name, sysmem.FormatSize(cp.ResidentBytes), describeTarget(chosen, cp))
 		var smaller []string
 		for _, a := range cp.Alternatives {
 			if a.ResidentBytes < cp.ResidentBytes {
-				smaller = append(smaller, fmt.Sprintf("%s as %s", FormatSize(a.ResidentBytes), describeTarget(a.Target, cp)))
+				smaller = append(smaller, fmt.Sprintf("%s as %s", sysmem.FormatSize(a.ResidentBytes), describeTarget(a.Target, cp)))
 			}
 		}
 		if len(smaller) > 0 {
@@ -477,7 +477,7 @@ func (m *Model) advice(p *Plan) string {
 		}
 		parts = append(parts, s)
 	}
-	msg := strings.Join(parts, "; ") + fmt.Sprintf("; budget %s", FormatSize(p.BudgetBytes))
+	msg := strings.Join(parts, "; ") + fmt.Sprintf("; budget %s", sysmem.FormatSize(p.BudgetBytes))
 	// A single component change that fits.
 	var fixes []string
 	for _, cp := range p.Components {
@@ -538,21 +538,21 @@ func (p *Plan) String() string {
 	var b strings.Builder
 	for _, c := range p.Components {
 		fmt.Fprintf(&b, "%s: %d tensors, %s stored, %s resident (%s mapped, %s owned), read by %s (%s)\n",
-			c.Name, len(c.Tensors), FormatSize(c.StoredBytes), FormatSize(c.ResidentBytes), FormatSize(c.MappedBytes), FormatSize(c.OwnedBytes),
+			c.Name, len(c.Tensors), sysmem.FormatSize(c.StoredBytes), sysmem.FormatSize(c.ResidentBytes), sysmem.FormatSize(c.MappedBytes), sysmem.FormatSize(c.OwnedBytes),
 			c.ReadStrategy, c.ReadStrategyReason)
 		if p.Rank != nil {
-			fmt.Fprintf(&b, "  rank %d of %d reads %s of %s stored\n", p.Rank.Rank, p.Rank.World, FormatSize(c.ReadBytes), FormatSize(c.StoredBytes))
+			fmt.Fprintf(&b, "  rank %d of %d reads %s of %s stored\n", p.Rank.Rank, p.Rank.World, sysmem.FormatSize(c.ReadBytes), sysmem.FormatSize(c.StoredBytes))
 		}
 		if c.Quant.Layout != "none" && c.Quant.Layout != "" {
 			fmt.Fprintf(&b, "  quantization: %s (%s), %d weights\n", c.Quant.Layout, c.Quant.Source, c.Quant.Weights)
 		}
 	}
 	fmt.Fprintf(&b, "total: %s resident + %s staging = %s peak; budget %s (%s): ",
-		FormatSize(p.TotalResidentBytes), FormatSize(p.StagingBytes), FormatSize(p.PeakBytes), budgetText(p.BudgetBytes), p.BudgetSource)
+		sysmem.FormatSize(p.TotalResidentBytes), sysmem.FormatSize(p.StagingBytes), sysmem.FormatSize(p.PeakBytes), budgetText(p.BudgetBytes), p.BudgetSource)
 	if p.Fits {
 		b.WriteString("fits\n")
 	} else {
-		fmt.Fprintf(&b, "does NOT fit, %s short\n  %s\n", FormatSize(p.Shortfall), p.Advice)
+		fmt.Fprintf(&b, "does NOT fit, %s short\n  %s\n", sysmem.FormatSize(p.Shortfall), p.Advice)
 	}
 	b.WriteString(p.Verify.String() + "\n")
 	return b.String()
@@ -562,15 +562,11 @@ func budgetText(n int64) string {
 	if n < 0 {
 		return "none"
 	}
-	return FormatSize(n)
+	return sysmem.FormatSize(n)
 }
 
 // JSON returns the plan as indented JSON.
 func (p *Plan) JSON() ([]byte, error) { return json.MarshalIndent(p, "", "  ") }
-
-// FormatSize writes a byte count with a binary unit and one decimal
-// ("28.0 GiB", "512 B"), as plans and refusals print sizes.
-func FormatSize(n int64) string { return sysmem.FormatSize(n) }
 
 func firstN(s []string, n int) []string {
 	if len(s) <= n {
@@ -584,11 +580,11 @@ func (p *Plan) refuse() error {
 	if p.Fits {
 		return nil
 	}
-	peak, budget := FormatSize(p.PeakBytes), FormatSize(p.BudgetBytes)
+	peak, budget := sysmem.FormatSize(p.PeakBytes), sysmem.FormatSize(p.BudgetBytes)
 	if peak == budget {
 		// Rounded alike: say the bytes.
 		peak, budget = fmt.Sprintf("%s (%d bytes)", peak, p.PeakBytes), fmt.Sprintf("%s (%d bytes)", budget, p.BudgetBytes)
 	}
 	return &BudgetError{Plan: p, Msg: fmt.Sprintf("the load needs %s at its peak and the budget is %s (%s): %s short. %s",
-		peak, budget, p.BudgetSource, FormatSize(p.Shortfall), p.Advice)}
+		peak, budget, p.BudgetSource, sysmem.FormatSize(p.Shortfall), p.Advice)}
 }

@@ -210,17 +210,6 @@ func (v Verify) String() string {
 	return "Verify(" + strconv.Itoa(int(v)) + ")"
 }
 
-// ParseVerify parses "present", "always" or "never", as the CLI's
-// --verify flag takes the policy's Verify.
-func ParseVerify(s string) (Verify, error) {
-	for _, v := range []Verify{VerifyPresent, VerifyAlways, VerifyNever} {
-		if strings.EqualFold(strings.TrimSpace(s), v.String()) {
-			return v, nil
-		}
-	}
-	return 0, &Error{Kind: ErrOption, Msg: fmt.Sprintf("verify %q is not present, always or never", s)}
-}
-
 // ErrChecksum matches a tensor whose bytes differ from the checksum its
 // file names (a *safetensors.ChecksumError, which names the file, the
 // tensor and its bytes), damaged checksums in a header, and, with

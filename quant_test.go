@@ -113,7 +113,7 @@ func TestLoadDeepSeekBlockFP8(t *testing.T) {
 	}
 	// With pread the quantized data and its scale are read into owned
 	// memory, each its own buffer.
-	mp := mustOpen(t, dir, WithReadStrategy(ReadPread))
+	mp := mustOpen(t, dir, WithReadStrategy("pread"))
 	wp := mustLoad(t, mp)
 	tp, _ := wp.Tensor("proj.weight")
 	if tp.Action() != "quantized" || !tp.Location.Owned || !bytes.Equal(tp.Bytes(), codes) || !tp.Scales[0].Location.Owned ||
@@ -127,8 +127,8 @@ func TestLoadDeepSeekBlockFP8(t *testing.T) {
 	}
 	// Loading into a caller's buffer gets the quantized data.
 	buf := make([]byte, len(codes))
-	if _, err := m.LoadInto(context.Background(), "proj.weight", buf); err != nil || !bytes.Equal(buf, codes) {
-		t.Errorf("LoadInto quantized: %v", err)
+	if _, err := m.loadInto(context.Background(), "proj.weight", buf); err != nil || !bytes.Equal(buf, codes) {
+		t.Errorf("loadInto quantized: %v", err)
 	}
 }
 

@@ -533,7 +533,7 @@ func sliceDataShape(d quant.Stored, logical []int64, dim int, now, cols, bytes i
 // quantized weight's bytes are its part's; and it checks what only the
 // decision can tell (a quantized part starting inside a scale block kept
 // quantized, sub-byte targets).
-func (e *entry) resolveSlice(strategy ReadStrategy) error {
+func (e *entry) resolveSlice(strategy readStrategy) error {
 	sl := e.sl
 	if sl == nil || sl.whole {
 		return nil
@@ -564,7 +564,7 @@ func (e *entry) resolveSlice(strategy ReadStrategy) error {
 		e.mapped, e.owned = 0, 0
 		part := func(s strided) {
 			switch {
-			case strategy == ReadPread || !s.isContiguous():
+			case strategy == readPread || !s.isContiguous():
 				e.owned += alignUp(s.total())
 			default:
 				e.mapped += s.total()
@@ -617,7 +617,7 @@ func (m *Model) partStaging() int64 {
 				continue
 			}
 			q := e.sl.q
-			if c.strategy != ReadPread && e.sl.weightRuns() && m.src.IsOS() {
+			if c.strategy != readPread && e.sl.weightRuns() && m.src.IsOS() {
 				continue
 			}
 			per := q.pieceRows(e.out)

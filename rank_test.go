@@ -94,9 +94,9 @@ var readModes = []struct {
 	name string
 	opts []Option
 }{
-	{"mmap", []Option{WithReadStrategy(ReadMmap)}},
-	{"pread", []Option{WithReadStrategy(ReadPread)}},
-	{"readat", []Option{WithReadStrategy(ReadMmap), withShardOptions(shard.WithOpenOptions(safetensors.WithReadAt()))}},
+	{"mmap", []Option{WithReadStrategy("mmap")}},
+	{"pread", []Option{WithReadStrategy("pread")}},
+	{"readat", []Option{WithReadStrategy("mmap"), withShardOptions(shard.WithOpenOptions(safetensors.WithReadAt()))}},
 }
 
 // concat joins the ranks' parts along dim, for elements of es bytes.
@@ -383,7 +383,7 @@ func TestRankPlanCountsParts(t *testing.T) {
 	}
 }
 
-// LoadTensor and LoadInto return the rank's part.
+// LoadTensor and loadInto return the rank's part.
 func TestRankLoadTensorAndInto(t *testing.T) {
 	path := ckpttest.File(t, ckpttest.T("w", dtype.BF16, 6, 10))
 	full := mustLoad(t, mustOpen(t, path))
@@ -402,10 +402,10 @@ func TestRankLoadTensorAndInto(t *testing.T) {
 		}
 	}
 	buf := make([]byte, 36)
-	if _, err := m.LoadInto(context.Background(), "w", buf); err != nil || !bytes.Equal(buf, tt.Bytes()) {
-		t.Fatalf("LoadInto: %v", err)
+	if _, err := m.loadInto(context.Background(), "w", buf); err != nil || !bytes.Equal(buf, tt.Bytes()) {
+		t.Fatalf("loadInto: %v", err)
 	}
-	if _, err := m.LoadInto(context.Background(), "w", make([]byte, 120)); !errors.Is(err, ErrBuffer) {
+	if _, err := m.loadInto(context.Background(), "w", make([]byte, 120)); !errors.Is(err, ErrBuffer) {
 		t.Errorf("a whole tensor's buffer: %v", err)
 	}
 }
@@ -656,10 +656,10 @@ func BenchmarkRankLoad(b *testing.B) {
 		name string
 		opts []Option
 	}{
-		{"mmap/whole", []Option{WithReadStrategy(ReadMmap)}},
-		{"mmap/rank0of4", []Option{WithReadStrategy(ReadMmap), WithRank(0, 4, splits...)}},
-		{"pread/whole", []Option{WithReadStrategy(ReadPread)}},
-		{"pread/rank0of4", []Option{WithReadStrategy(ReadPread), WithRank(0, 4, splits...)}},
+		{"mmap/whole", []Option{WithReadStrategy("mmap")}},
+		{"mmap/rank0of4", []Option{WithReadStrategy("mmap"), WithRank(0, 4, splits...)}},
+		{"pread/whole", []Option{WithReadStrategy("pread")}},
+		{"pread/rank0of4", []Option{WithReadStrategy("pread"), WithRank(0, 4, splits...)}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			m, err := Open(dir, append([]Option{WithDType(To(dtype.F32)), WithBudget(-1), WithWorkers(1)}, c.opts...)...)

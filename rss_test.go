@@ -9,6 +9,7 @@ import (
 
 	"github.com/ckpt-go/ckpt/ckpttest"
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/sysmem"
 	"github.com/ckpt-go/ckpt/internal/testutil"
 )
 
@@ -53,9 +54,9 @@ func TestLoadPeakRSS(t *testing.T) {
 		if c.byTouch {
 			limit = r.Touched + c.extra
 		}
-		t.Logf("%s: peak RSS grew %s (output %s, touched %s; limit %s)", c.to, FormatSize(growth), FormatSize(r.Output), FormatSize(r.Touched), FormatSize(limit))
+		t.Logf("%s: peak RSS grew %s (output %s, touched %s; limit %s)", c.to, sysmem.FormatSize(growth), sysmem.FormatSize(r.Output), sysmem.FormatSize(r.Touched), sysmem.FormatSize(limit))
 		if growth > limit {
-			t.Errorf("%s: peak RSS grew by %s, more than %s", c.to, FormatSize(growth), FormatSize(limit))
+			t.Errorf("%s: peak RSS grew by %s, more than %s", c.to, sysmem.FormatSize(growth), sysmem.FormatSize(limit))
 		}
 	}
 }

@@ -185,8 +185,8 @@ func verifyCases(t *testing.T) []verifyCase {
 		t    Target
 	}{{"stored", AsStored}, {"f32", To(dtype.F32)}, {"bf16", To(dtype.BF16)}} {
 		out = append(out,
-			verifyCase{name: target.name + "/mmap", opts: []Option{WithDType(target.t), WithReadStrategy(ReadMmap)}},
-			verifyCase{name: target.name + "/pread", opts: []Option{WithDType(target.t), WithReadStrategy(ReadPread)}},
+			verifyCase{name: target.name + "/mmap", opts: []Option{WithDType(target.t), WithReadStrategy("mmap")}},
+			verifyCase{name: target.name + "/pread", opts: []Option{WithDType(target.t), WithReadStrategy("pread")}},
 			verifyCase{name: target.name + "/dirfs", opts: []Option{WithDType(target.t)}, fsys: func(dir string) fs.FS { return os.DirFS(filepath.Dir(dir)) }},
 			verifyCase{name: target.name + "/mapfs", opts: []Option{WithDType(target.t)}, fsys: mapFS},
 			verifyCase{name: target.name + "/range", opts: []Option{WithDType(target.t)}, fsys: func(dir string) fs.FS {
@@ -427,18 +427,18 @@ func TestVerifyRankParts(t *testing.T) {
 		name   string
 		target Target
 		dim    int
-		read   ReadStrategy
+		read   readStrategy
 	}{
-		{"rows-stored-mmap", AsStored, 0, ReadMmap},
-		{"rows-f32-mmap", To(dtype.F32), 0, ReadMmap},
-		{"rows-f32-pread", To(dtype.F32), 0, ReadPread},
-		{"cols-stored-mmap", AsStored, 1, ReadMmap},
-		{"cols-f32-pread", To(dtype.F32), 1, ReadPread},
+		{"rows-stored-mmap", AsStored, 0, readMmap},
+		{"rows-f32-mmap", To(dtype.F32), 0, readMmap},
+		{"rows-f32-pread", To(dtype.F32), 0, readPread},
+		{"cols-stored-mmap", AsStored, 1, readMmap},
+		{"cols-f32-pread", To(dtype.F32), 1, readPread},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			splits := []Split{{Pattern: MustParsePattern("a.weight"), Dim: c.dim}, {Pattern: MustParsePattern("proj.weight"), Dim: c.dim}}
 			opts := func(v Verify, rank int) []Option {
-				return []Option{WithDType(c.target), WithReadStrategy(c.read), WithVerify(v), WithRank(rank, 2, splits...)}
+				return []Option{WithDType(c.target), WithReadStrategy(c.read.String()), WithVerify(v), WithRank(rank, 2, splits...)}
 			}
 			// VerifyPresent: the parts are not verified, and only they are read.
 			m := mustOpen(t, clean, opts(VerifyPresent, 1)...)

@@ -8,8 +8,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/sysmem"
 )
 
 // Report says what Run wrote and what each narrowing did to the values.
@@ -275,7 +275,7 @@ func (r *Report) String() string {
 		}
 	}
 	fmt.Fprintf(&b, "%d tensors (%s), %s read, %s written\n", len(r.Tensors), strings.Join(parts, ", "),
-		ckpt.FormatSize(r.BytesRead), ckpt.FormatSize(r.BytesWritten))
+		sysmem.FormatSize(r.BytesRead), sysmem.FormatSize(r.BytesWritten))
 	s := r.Summary
 	if s.Narrowed == 0 {
 		b.WriteString("numerics: nothing narrowed: every value is exact\n")

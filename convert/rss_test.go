@@ -13,6 +13,7 @@ import (
 	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/ckpttest"
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/sysmem"
 	"github.com/ckpt-go/ckpt/internal/testutil"
 )
 
@@ -65,9 +66,9 @@ func TestRunPeakRSS(t *testing.T) {
 			t.Log(strings.SplitN(string(out[j:]), "\n", 2)[0])
 		}
 		growth := r.Peak - r.Before
-		t.Logf("%s: 512 MiB F32 source, %s written: peak RSS grew by %s (limit %s)", to, ckpt.FormatSize(r.Written), ckpt.FormatSize(growth), ckpt.FormatSize(rssLimit))
+		t.Logf("%s: 512 MiB F32 source, %s written: peak RSS grew by %s (limit %s)", to, sysmem.FormatSize(r.Written), sysmem.FormatSize(growth), sysmem.FormatSize(rssLimit))
 		if growth > rssLimit {
-			t.Errorf("%s: peak RSS grew by %s, more than %s", to, ckpt.FormatSize(growth), ckpt.FormatSize(rssLimit))
+			t.Errorf("%s: peak RSS grew by %s, more than %s", to, sysmem.FormatSize(growth), sysmem.FormatSize(rssLimit))
 		}
 	}
 }

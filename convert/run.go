@@ -22,6 +22,7 @@ import (
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/internal/safeopen"
 	"github.com/ckpt-go/ckpt/internal/srcfs"
+	"github.com/ckpt-go/ckpt/internal/sysmem"
 	"github.com/ckpt-go/ckpt/quant"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
@@ -376,7 +377,7 @@ func (r *runner) ckptSourceOptions() []ckpt.Option {
 // the source stays mapped) and verified as the policy's Verify says.
 func (r *runner) openLoader() ([]srcComponent, func(), error) {
 	copts := append(r.ckptSourceOptions(), ckpt.WithVariant(r.opts.SourceVariant), ckpt.WithBudget(-1),
-		ckpt.WithReadStrategy(ckpt.ReadPread))
+		ckpt.WithReadStrategy("pread"))
 	if v := r.opts.Policy.Verify; v == ckpt.VerifyNever || v == ckpt.VerifyAlways {
 		copts = append(copts, ckpt.WithVerify(v))
 	}
@@ -664,7 +665,7 @@ func (r *runner) writeComponent(c *component) error {
 			max = r.opts.MaxShardSize
 		}
 		if total > max {
-			return &Error{Kind: ErrTarget, Path: c.single, Msg: fmt.Sprintf("%s of tensors is more than the largest shard (%s), and a file of this name cannot be one of a set of shards: name it PREFIX.safetensors", ckpt.FormatSize(total), ckpt.FormatSize(max))}
+			return &Error{Kind: ErrTarget, Path: c.single, Msg: fmt.Sprintf("%s of tensors is more than the largest shard (%s), and a file of this name cannot be one of a set of shards: name it PREFIX.safetensors", sysmem.FormatSize(total), sysmem.FormatSize(max))}
 		}
 		if err := os.MkdirAll(filepath.Dir(c.single), 0o755); err != nil {
 			return &Error{Kind: ErrWrite, Path: c.single, Err: err}

@@ -11,10 +11,10 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/internal/safeopen"
 	"github.com/ckpt-go/ckpt/internal/setname"
 	"github.com/ckpt-go/ckpt/internal/setwrite"
+	"github.com/ckpt-go/ckpt/internal/sysmem"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/sink"
 	"github.com/ckpt-go/ckpt/source"
@@ -108,7 +108,7 @@ func (r *runner) writeRemote(c *component, cr *ComponentReport, specs []safetens
 	if c.single != "" {
 		where := r.sink.Location(path.Join(c.outDir, c.single))
 		if total > maxShard {
-			return &Error{Kind: ErrTarget, Path: where, Msg: fmt.Sprintf("%s of tensors is more than the largest shard (%s), and a file of this name cannot be one of a set of shards: name it PREFIX.safetensors", ckpt.FormatSize(total), ckpt.FormatSize(maxShard))}
+			return &Error{Kind: ErrTarget, Path: where, Msg: fmt.Sprintf("%s of tensors is more than the largest shard (%s), and a file of this name cannot be one of a set of shards: name it PREFIX.safetensors", sysmem.FormatSize(total), sysmem.FormatSize(maxShard))}
 		}
 		order, err := setwrite.Order([][]safetensors.TensorSpec{specs}, c.meta)
 		if err != nil {

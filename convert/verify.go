@@ -26,7 +26,7 @@ func (r *runner) verify() error {
 		if cr.Index != "" {
 			entry = joinLocation(cr.Dir, cr.Index)
 		}
-		m, err := ckpt.Open(entry, append(r.ckptSourceOptions(), ckpt.WithBudget(-1), ckpt.WithReadStrategy(ckpt.ReadPread))...)
+		m, err := ckpt.Open(entry, append(r.ckptSourceOptions(), ckpt.WithBudget(-1), ckpt.WithReadStrategy("pread"))...)
 		if err != nil {
 			return &Error{Kind: ErrVerify, Path: entry, Component: c.name, Msg: "the output does not open", Err: err}
 		}

@@ -65,7 +65,7 @@ func TestRankPartsAgreeWithArraySplit(t *testing.T) {
 	readJSON(t, out, &want)
 	for ci, c := range cases {
 		for rank := range c.World {
-			for _, rs := range []ckpt.ReadStrategy{ckpt.ReadMmap, ckpt.ReadPread} {
+			for _, rs := range []string{"mmap", "pread"} {
 				m, err := ckpt.Open(path, ckpt.WithReadStrategy(rs), ckpt.WithRank(rank, c.World,
 					ckpt.Split{Pattern: ckpt.MustParsePattern(c.Tensor), Dim: c.Dim}))
 				if err != nil {

@@ -53,7 +53,7 @@ func load(t *testing.T, m *ckpt.Model) map[string][]byte {
 	t.Helper()
 	got, err := tryLoad(context.Background(), m)
 	if err != nil {
-		t.Fatalf("Load(%s): %v", m.Path(), err)
+		t.Fatalf("Load: %v", err)
 	}
 	return got
 }

@@ -40,6 +40,7 @@ import (
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/executor"
 	"github.com/ckpt-go/ckpt/executor/cuda"
+	"github.com/ckpt-go/ckpt/internal/sysmem"
 	"github.com/ckpt-go/ckpt/quant"
 	"github.com/ckpt-go/ckpt/shard"
 )
@@ -181,7 +182,7 @@ func run(ctx context.Context, c *config, out io.Writer) error {
 	defer e.Close()
 	info := e.Info()
 	fmt.Fprintf(out, "# GPU: %s (compute capability %s, %s, %s free of %s)\n\n", info.Name, info.ComputeCapability, info.Driver,
-		ckpt.FormatSize(info.FreeBytes), ckpt.FormatSize(info.TotalBytes))
+		sysmem.FormatSize(info.FreeBytes), sysmem.FormatSize(info.TotalBytes))
 	files, err := generate(c)
 	if err != nil {
 		return err
@@ -191,7 +192,7 @@ func run(ctx context.Context, c *config, out io.Writer) error {
 		st, _ := os.Stat(f)
 		total += st.Size()
 	}
-	fmt.Fprintf(out, "checkpoint: %d shards, %s, in %s; %d readers, median of %d runs\n\n", len(files), ckpt.FormatSize(total), c.dir, c.readers, c.runs)
+	fmt.Fprintf(out, "checkpoint: %d shards, %s, in %s; %d readers, median of %d runs\n\n", len(files), sysmem.FormatSize(total), c.dir, c.readers, c.runs)
 	cold := c.cold
 	if cold && dropCaches() != nil {
 		fmt.Fprintln(out, "(cold runs skipped: dropping the page cache needs root)")

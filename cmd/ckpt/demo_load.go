@@ -20,6 +20,7 @@ import (
 const (
 	demoWorkers  = 2 // the staging the plan counts depends on the workers
 	demoBudget   = "170KiB"
+	demoBudgetN  = 170 << 10 // demoBudget in bytes
 	demoLayout   = "deepseek-fp8-block"
 	demoVariant  = "fp8"
 	demoFP8Shape = "16×16"
@@ -33,7 +34,7 @@ func demoOpen(root string, opts ...ckpt.Option) (*ckpt.Model, error) {
 		ckpt.WithVariant(demoVariant),
 		ckpt.WithDType(ckpt.To(dtype.BF16)),
 		ckpt.WithComponentDType("image_encoder", ckpt.To(dtype.F32)),
-		ckpt.WithBudgetString(demoBudget),
+		ckpt.WithBudget(demoBudgetN),
 		ckpt.WithWorkers(demoWorkers),
 	}
 	return ckpt.Open(root, append(base, opts...)...)

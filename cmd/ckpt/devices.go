@@ -12,6 +12,7 @@ import (
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/executor"
 	"github.com/ckpt-go/ckpt/executor/mlp"
+	"github.com/ckpt-go/ckpt/internal/sysmem"
 )
 
 func devicesCommand() *command {
@@ -78,7 +79,7 @@ func printDevices(e *env, sts []executor.Status, asJSON bool) error {
 		}
 		mem := "unknown"
 		if r.TotalBytes > 0 {
-			mem = ckpt.FormatSize(r.FreeBytes) + " / " + ckpt.FormatSize(r.TotalBytes)
+			mem = sysmem.FormatSize(r.FreeBytes) + " / " + sysmem.FormatSize(r.TotalBytes)
 		}
 		fmt.Fprintf(tw, "%s\tavailable\t%s\t%s\t%s\t%s\n", r.Executor, r.Device, mem, dash(r.ComputeCapability), dash(r.Driver))
 	}
@@ -240,7 +241,7 @@ func runMLP(e *env, ex executor.Executor, label1, dir1 string, opts1 []ckpt.Opti
 			layout = fmt.Sprint(res.Quantize)
 		}
 		fmt.Fprintf(e.stdout, "%-4s %d tensors, %s on the executor (%s); %d rows, %s activations, %v\n",
-			v.label, res.Weights, ckpt.FormatSize(res.Bytes), layout, rows, act, time.Since(start).Round(time.Microsecond))
+			v.label, res.Weights, sysmem.FormatSize(res.Bytes), layout, rows, act, time.Since(start).Round(time.Microsecond))
 	}
 	diff, scale := mlp.MaxDiff(outs[1], outs[0])
 	rel := 0.0

@@ -275,9 +275,9 @@ func diffModels(ctx context.Context, a, b *ckpt.Model, o diffOptions) (*diffRepo
 	for _, n := range namesB {
 		inB[n] = true
 	}
-	// A tensor only one side has is described from that side's plan:
+	// A tensor only one side has is described from that side's items:
 	// its dtype and shape, no data read.
-	var planA, planB map[string]ckpt.TensorPlan
+	var planA, planB map[string]*ckpt.Item
 	var err error
 	for _, n := range namesA {
 		if !inB[n] {
@@ -287,7 +287,7 @@ func diffModels(ctx context.Context, a, b *ckpt.Model, o diffOptions) (*diffRepo
 				}
 			}
 			t := planA[n]
-			rep.add(&tensorDiff{Name: n, Status: "only_in_a", DTypeA: t.DType, ShapeA: t.Shape, differs: true})
+			rep.add(&tensorDiff{Name: n, Status: "only_in_a", DTypeA: t.DType.String(), ShapeA: t.Shape, differs: true})
 			continue
 		}
 		d, err := diffTensor(ctx, a, b, n, o)
@@ -304,7 +304,7 @@ func diffModels(ctx context.Context, a, b *ckpt.Model, o diffOptions) (*diffRepo
 				}
 			}
 			t := planB[n]
-			rep.add(&tensorDiff{Name: n, Status: "only_in_b", DTypeB: t.DType, ShapeB: t.Shape, differs: true})
+			rep.add(&tensorDiff{Name: n, Status: "only_in_b", DTypeB: t.DType.String(), ShapeB: t.Shape, differs: true})
 		}
 	}
 	var worst []*tensorDiff
@@ -327,21 +327,16 @@ func diffModels(ctx context.Context, a, b *ckpt.Model, o diffOptions) (*diffRepo
 	return rep, nil
 }
 
-// planned returns the plan of every tensor of m (dtype as loaded, shape)
-// by the name Names gives it.
-func planned(m *ckpt.Model) (map[string]ckpt.TensorPlan, error) {
-	p, err := m.Plan()
+// planned returns the loader's decision for every tensor of m (dtype as
+// loaded, shape) by the name Names gives it.
+func planned(m *ckpt.Model) (map[string]*ckpt.Item, error) {
+	items, err := m.Items()
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]ckpt.TensorPlan{}
-	for _, c := range p.Components {
-		for _, t := range c.Tensors {
-			if len(p.Components) > 1 {
-				t.Name = c.Name + "/" + t.Name
-			}
-			out[t.Name] = t
-		}
+	out := make(map[string]*ckpt.Item, len(items))
+	for _, it := range items {
+		out[it.Key] = it
 	}
 	return out, nil
 }

@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/ckpt-go/ckpt"
+	"github.com/ckpt-go/ckpt/internal/sysmem"
 )
 
 func planCommand() *command {
@@ -161,16 +162,16 @@ func printLoadPlan(w io.Writer, p *ckpt.Plan, allTensors bool) {
 		}
 		fmt.Fprintf(w, "  read     %s (%s)\n", c.ReadStrategy, c.ReadStrategyReason)
 		fmt.Fprintf(w, "  bytes    %s resident = %s mapped + %s owned (%s stored)\n",
-			ckpt.FormatSize(c.ResidentBytes), ckpt.FormatSize(c.MappedBytes), ckpt.FormatSize(c.OwnedBytes), ckpt.FormatSize(c.StoredBytes))
+			sysmem.FormatSize(c.ResidentBytes), sysmem.FormatSize(c.MappedBytes), sysmem.FormatSize(c.OwnedBytes), sysmem.FormatSize(c.StoredBytes))
 		if p.Rank != nil {
 			fmt.Fprintf(w, "  rank     %d of %d reads %s of %s stored (%s)\n", p.Rank.Rank, p.Rank.World,
-				ckpt.FormatSize(c.ReadBytes), ckpt.FormatSize(c.StoredBytes), percent(c.ReadBytes, c.StoredBytes))
+				sysmem.FormatSize(c.ReadBytes), sysmem.FormatSize(c.StoredBytes), percent(c.ReadBytes, c.StoredBytes))
 			printSplits(w, c)
 		}
 		if len(c.Alternatives) > 0 {
 			alts := make([]string, len(c.Alternatives))
 			for i, a := range c.Alternatives {
-				alts[i] = fmt.Sprintf("%s %s", a.Target, ckpt.FormatSize(a.ResidentBytes))
+				alts[i] = fmt.Sprintf("%s %s", a.Target, sysmem.FormatSize(a.ResidentBytes))
 			}
 			fmt.Fprintf(w, "  as       %s\n", strings.Join(alts, ", "))
 		}
@@ -180,22 +181,22 @@ func printLoadPlan(w io.Writer, p *ckpt.Plan, allTensors bool) {
 		}
 	}
 	fmt.Fprintf(w, "\ntotal: %s resident (%s mapped + %s owned) + %s staging = %s peak (%d bytes)\n",
-		ckpt.FormatSize(p.TotalResidentBytes), ckpt.FormatSize(p.TotalMappedBytes), ckpt.FormatSize(p.TotalOwnedBytes),
-		ckpt.FormatSize(p.StagingBytes), ckpt.FormatSize(p.PeakBytes), p.PeakBytes)
+		sysmem.FormatSize(p.TotalResidentBytes), sysmem.FormatSize(p.TotalMappedBytes), sysmem.FormatSize(p.TotalOwnedBytes),
+		sysmem.FormatSize(p.StagingBytes), sysmem.FormatSize(p.PeakBytes), p.PeakBytes)
 	fmt.Fprintln(w, p.Verify.String())
 	if p.Rank != nil {
 		fmt.Fprintf(w, "read: rank %d of %d reads %s of %s stored (%d of %d bytes, %s)\n", p.Rank.Rank, p.Rank.World,
-			ckpt.FormatSize(p.TotalReadBytes), ckpt.FormatSize(p.TotalStoredBytes), p.TotalReadBytes, p.TotalStoredBytes, percent(p.TotalReadBytes, p.TotalStoredBytes))
+			sysmem.FormatSize(p.TotalReadBytes), sysmem.FormatSize(p.TotalStoredBytes), p.TotalReadBytes, p.TotalStoredBytes, percent(p.TotalReadBytes, p.TotalStoredBytes))
 	}
 	if p.BudgetBytes >= 0 {
-		fmt.Fprintf(w, "budget: %s (%d bytes, %s): ", ckpt.FormatSize(p.BudgetBytes), p.BudgetBytes, p.BudgetSource)
+		fmt.Fprintf(w, "budget: %s (%d bytes, %s): ", sysmem.FormatSize(p.BudgetBytes), p.BudgetBytes, p.BudgetSource)
 	} else {
 		fmt.Fprintf(w, "budget: %s: ", p.BudgetSource) // "no budget (disabled)", "unknown (...)"
 	}
 	if p.Fits {
 		fmt.Fprintln(w, "fits")
 	} else {
-		fmt.Fprintf(w, "does NOT fit, %s short\n  %s\n", ckpt.FormatSize(p.Shortfall), p.Advice)
+		fmt.Fprintf(w, "does NOT fit, %s short\n  %s\n", sysmem.FormatSize(p.Shortfall), p.Advice)
 	}
 }
 
@@ -255,7 +256,7 @@ func printDecisions(w io.Writer, c *ckpt.ComponentPlan, all, ranked bool) {
 	fmt.Fprintln(tw, "  STORED\tAS\tACTION\tTENSORS\tBYTES\tRULE\tE.G.")
 	for _, k := range order {
 		g := groups[k]
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\t%s\t%s\n", k.stored, k.dtype, k.action, g.n, ckpt.FormatSize(g.bytes), k.rule, g.first)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\t%s\t%s\n", k.stored, k.dtype, k.action, g.n, sysmem.FormatSize(g.bytes), k.rule, g.first)
 	}
 	tw.Flush()
 }
@@ -285,10 +286,10 @@ func printSplits(w io.Writer, c *ckpt.ComponentPlan) {
 	}
 	for _, rule := range order {
 		g := groups[rule]
-		fmt.Fprintf(w, "  split    %s: %s, reads %s of %s (%s)\n", rule, tensorCount(g.n), ckpt.FormatSize(g.read), ckpt.FormatSize(g.stored), percent(g.read, g.stored))
+		fmt.Fprintf(w, "  split    %s: %s, reads %s of %s (%s)\n", rule, tensorCount(g.n), sysmem.FormatSize(g.read), sysmem.FormatSize(g.stored), percent(g.read, g.stored))
 	}
 	if rep.n > 0 {
-		fmt.Fprintf(w, "  split    none: %s replicated, %s read whole\n", tensorCount(rep.n), ckpt.FormatSize(rep.read))
+		fmt.Fprintf(w, "  split    none: %s replicated, %s read whole\n", tensorCount(rep.n), sysmem.FormatSize(rep.read))
 	}
 }
 

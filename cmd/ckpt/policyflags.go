@@ -104,14 +104,10 @@ func (p *policyFlags) options() ([]ckpt.Option, error) {
 	default:
 		return nil, usageError{msg: fmt.Sprintf("--preset %q: the presets are keep-norms-f32", p.preset)}
 	}
-	rs, err := ckpt.ParseReadStrategy(p.read)
+	opts = append(opts, ckpt.WithReadStrategy(p.read)) // Open refuses a bad one (ErrOption: usage)
+	v, err := parseVerify(p.verify)
 	if err != nil {
-		return nil, usageError{msg: "--read: " + err.Error()}
-	}
-	opts = append(opts, ckpt.WithReadStrategy(rs))
-	v, err := ckpt.ParseVerify(p.verify)
-	if err != nil {
-		return nil, usageError{msg: "--verify: " + err.Error()}
+		return nil, err
 	}
 	opts = append(opts, ckpt.WithVerify(v))
 	if p.workers < 0 {
@@ -147,6 +143,16 @@ func (p *policyFlags) options() ([]ckpt.Option, error) {
 		opts = append(opts, ckpt.WithRank(p.rank, p.world, p.splits...))
 	}
 	return opts, nil
+}
+
+// parseVerify parses --verify: a Verify as its String spells it.
+func parseVerify(s string) (ckpt.Verify, error) {
+	for _, v := range []ckpt.Verify{ckpt.VerifyPresent, ckpt.VerifyAlways, ckpt.VerifyNever} {
+		if strings.EqualFold(strings.TrimSpace(s), v.String()) {
+			return v, nil
+		}
+	}
+	return 0, usageError{msg: fmt.Sprintf("--verify %q: present, always or never", s)}
 }
 
 // splitFlags collects repeated --split PATTERN=DIM flags, in order.

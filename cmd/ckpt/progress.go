@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ckpt-go/ckpt"
+	"github.com/ckpt-go/ckpt/internal/sysmem"
 )
 
 // progressBar draws one line of progress on a terminal: a bar, the bytes
@@ -75,7 +75,7 @@ func (p *progressBar) render(done, total int64, elapsed time.Duration) string {
 		eta = clock(elapsed)
 	}
 	return fmt.Sprintf("%-7s [%s] %3.0f%% %s / %s  %s/s  %s", p.phase, bar, 100*frac,
-		ckpt.FormatSize(done), ckpt.FormatSize(total), ckpt.FormatSize(int64(rate)), eta)
+		sysmem.FormatSize(done), sysmem.FormatSize(total), sysmem.FormatSize(int64(rate)), eta)
 }
 
 // finish ends the current line.

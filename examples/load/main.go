@@ -23,6 +23,7 @@ import (
 
 	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/shard"
 )
 
 func main() {
@@ -86,7 +87,11 @@ func run(root, variant, budget string) error {
 	}
 	opts := []ckpt.Option{ckpt.WithVariant(variant), ckpt.WithPolicy(policy)}
 	if budget != "" {
-		opts = append(opts, ckpt.WithBudgetString(budget))
+		n, err := shard.ParseSize(budget)
+		if err != nil {
+			return fmt.Errorf("-budget: %w", err)
+		}
+		opts = append(opts, ckpt.WithBudget(n))
 	}
 	m, err := ckpt.Open(root, opts...)
 	if err != nil {
@@ -143,8 +148,8 @@ func run(root, variant, budget string) error {
 			kinds = append(kinds, fmt.Sprintf("%d %s", c, d))
 		}
 		slices.Sort(kinds)
-		fmt.Printf("  %-14s %3d tensors (%v): %d zero-copy views, %d kept quantized, %s owned\n",
-			name, n, kinds, views, quantized, ckpt.FormatSize(owned))
+		fmt.Printf("  %-14s %3d tensors (%v): %d zero-copy views, %d kept quantized, %d bytes owned\n",
+			name, n, kinds, views, quantized, owned)
 	}
 	fmt.Printf("conversions: %s\n", w.Stats())
 	return nil

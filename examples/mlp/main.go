@@ -18,7 +18,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/executor"
 	_ "github.com/ckpt-go/ckpt/executor/cpu"  // the "cpu" backend
@@ -66,7 +65,7 @@ func main() {
 		fmt.Printf("not using %s: %v\n", st.Name, st.Err)
 	}
 	info := ex.Info()
-	fmt.Printf("executor: %s (%s, %s free)\n", info.Kind, info.Name, ckpt.FormatSize(info.FreeBytes))
+	fmt.Printf("executor: %s (%s, %.1f GiB free)\n", info.Kind, info.Name, float64(info.FreeBytes)/(1<<30))
 
 	x := mlp.Input(*rows, s.Hidden, 2)
 	var outs [2][]float32
@@ -81,8 +80,8 @@ func main() {
 		if len(res.Quantize) > 0 {
 			layout = fmt.Sprint(res.Quantize)
 		}
-		fmt.Printf("%-4s weights: %d tensors, %s on the executor (%s), forward of %d rows with %s activations in %v\n",
-			v.name, res.Weights, ckpt.FormatSize(res.Bytes), layout, *rows, actDT, time.Since(start).Round(time.Millisecond))
+		fmt.Printf("%-4s weights: %d tensors, %d bytes on the executor (%s), forward of %d rows with %s activations in %v\n",
+			v.name, res.Weights, res.Bytes, layout, *rows, actDT, time.Since(start).Round(time.Millisecond))
 	}
 	diff, scale := mlp.MaxDiff(outs[1], outs[0])
 	fmt.Printf("max |FP8 − BF16| = %.4g (outputs up to %.4g: %.2f%%)\n", diff, scale, 100*diff/scale)

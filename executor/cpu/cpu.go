@@ -169,7 +169,7 @@ func (e *Executor) start(ctx context.Context, op string) error {
 func alloc(op, name string, n int64) ([]byte, error) {
 	if n > 64<<20 {
 		if _, avail := memInfo(); avail > 0 && n > avail {
-			return nil, errorf(executor.ErrOutOfMemory, op, name, "output of %s, %s available", ckpt.FormatSize(n), ckpt.FormatSize(avail))
+			return nil, errorf(executor.ErrOutOfMemory, op, name, "output of %s, %s available", sysmem.FormatSize(n), sysmem.FormatSize(avail))
 		}
 	}
 	return make([]byte, n), nil
@@ -308,7 +308,7 @@ func (e *Executor) UploadModel(ctx context.Context, m *ckpt.Model, opts ...execu
 		}
 		if plan.TotalResidentBytes > o.BudgetBytes {
 			return nil, errorf(executor.ErrBudget, op, "", "the model needs %s resident, the device budget is %s",
-				ckpt.FormatSize(plan.TotalResidentBytes), ckpt.FormatSize(o.BudgetBytes))
+				sysmem.FormatSize(plan.TotalResidentBytes), sysmem.FormatSize(o.BudgetBytes))
 		}
 	}
 	ws, err := m.Load(ctx)
@@ -348,7 +348,7 @@ func (e *Executor) UploadModel(ctx context.Context, m *ckpt.Model, opts ...execu
 		names, weights = append(names, name), append(weights, w)
 		done += int64(len(t.Bytes()))
 		if o.Progress != nil {
-			o.Progress(ckpt.Progress{Phase: ckpt.PhaseUpload, Done: done, Total: total, Tensor: name})
+			o.Progress(ckpt.Progress{Phase: "upload", Done: done, Total: total, Tensor: name})
 		}
 	}
 	model, err := executor.NewModel(e, names, weights, ws.Close)

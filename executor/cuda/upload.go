@@ -12,6 +12,7 @@ import (
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/executor"
 	"github.com/ckpt-go/ckpt/executor/backend"
+	"github.com/ckpt-go/ckpt/internal/sysmem"
 	"github.com/ckpt-go/ckpt/quant"
 )
 
@@ -207,11 +208,11 @@ func (e *Executor) UploadModel(ctx context.Context, m *ckpt.Model, opts ...execu
 		if err != nil {
 			return nil, e.devErr(op, "", err)
 		}
-		budget, source = max(0, free-reserveBytes), fmt.Sprintf("the device's free memory (%s) less %s", ckpt.FormatSize(free), ckpt.FormatSize(reserveBytes))
+		budget, source = max(0, free-reserveBytes), fmt.Sprintf("the device's free memory (%s) less %s", sysmem.FormatSize(free), sysmem.FormatSize(reserveBytes))
 	}
 	if budget >= 0 && need > budget {
 		return nil, errorf(executor.ErrBudget, op, "", "the model needs %s on the device (%s of tensors, %s of scratch and staging), the budget is %s: %s",
-			ckpt.FormatSize(need), ckpt.FormatSize(arenaBytes), ckpt.FormatSize(scratchBytes), ckpt.FormatSize(budget), source)
+			sysmem.FormatSize(need), sysmem.FormatSize(arenaBytes), sysmem.FormatSize(scratchBytes), sysmem.FormatSize(budget), source)
 	}
 
 	e.opMu.Lock()
@@ -663,7 +664,7 @@ func (u *uploader) one(c chunk, s *slot) error {
 	u.mu.Lock()
 	u.done += c.n
 	if u.progress != nil {
-		u.progress(ckpt.Progress{Phase: ckpt.PhaseUpload, Done: u.done, Total: u.total, Tensor: c.t.key})
+		u.progress(ckpt.Progress{Phase: "upload", Done: u.done, Total: u.total, Tensor: c.t.key})
 	}
 	u.mu.Unlock()
 	return nil

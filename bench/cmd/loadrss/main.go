@@ -17,6 +17,7 @@ import (
 	"os"
 
 	"github.com/ckpt-go/ckpt"
+	"github.com/ckpt-go/ckpt/internal/sysmem"
 )
 
 func main() {
@@ -55,5 +56,5 @@ func main() {
 			owned += int64(len(b))
 		}
 	}
-	fmt.Printf("touched %d bytes (%s), owned %d bytes (%s), checksum %d\n", touched, ckpt.FormatSize(touched), owned, ckpt.FormatSize(owned), sum)
+	fmt.Printf("touched %d bytes (%s), owned %d bytes (%s), checksum %d\n", touched, sysmem.FormatSize(touched), owned, sysmem.FormatSize(owned), sum)
 }

@@ -127,7 +127,7 @@ func main() {
 			return fmt.Sprintf("%d GETs, %d LISTs", st.GETs, st.LISTs)
 		}},
 		{"ckpt.Open + Load, local files, pread", func() string {
-			m, err := ckpt.Open(dir, ckpt.WithReadStrategy(ckpt.ReadPread))
+			m, err := ckpt.Open(dir, ckpt.WithReadStrategy("pread"))
 			check(err)
 			load(m)
 			return ""
