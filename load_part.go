@@ -266,10 +266,19 @@ func (m *Model) doPartPiece(ctx context.Context, p *piece, opts dtype.Options) (
 		if sj.mapped && (e.sl.data.n >= directRun || e.sl.data.isContiguous()) {
 			// Long runs, and a part stored in one run, are converted
 			// straight from the mapping.
-			err := m.mappedSel(ctx, sj.st, e.sl.data, from, from+n, p.evicting(), sj.ck, func(src []byte, pos int64) error {
+			// Verified, each run is summed by the conversion as it reads
+			// it (dtype.ConvertSum).
+			err := m.mappedSel(ctx, sj.st, e.sl.data, from, from+n, p.evicting(), sj.ck, true, func(src []byte, pos int64, crc *uint32) error {
 				d0 := (pos - from) * 8 / fb * ob / 8
-				st, err := dtype.Convert(p.dst[d0:d0+int64(len(src))*8/fb*ob/8], e.out, src, e.stored, opts)
+				dst := p.dst[d0 : d0+int64(len(src))*8/fb*ob/8]
+				if crc == nil {
+					st, err := dtype.Convert(dst, e.out, src, e.stored, opts)
+					stats.Add(st)
+					return err
+				}
+				st, sum, err := dtype.ConvertSum(dst, e.out, src, e.stored, opts, *crc)
 				stats.Add(st)
+				*crc = sum
 				return err
 			})
 			return stats, err
@@ -405,8 +414,11 @@ func (m *Model) checkPiece(ctx context.Context, p *piece) error {
 // read.
 func (m *Model) readSel(ctx context.Context, sj *partJob, st *safetensors.Tensor, sel strided, from int64, dst []byte, ev *piece, ck *tensorCheck) error {
 	if sj.mapped && st.File().Mapped() {
-		return m.mappedSel(ctx, st, sel, from, from+int64(len(dst)), ev, ck, func(src []byte, pos int64) error {
+		return m.mappedSel(ctx, st, sel, from, from+int64(len(dst)), ev, ck, false, func(src []byte, pos int64, crc *uint32) error {
 			copy(dst[pos-from:], src)
+			if crc != nil {
+				*crc = safetensors.UpdateChecksum(*crc, dst[pos-from:pos-from+int64(len(src))]) // from the cache the copy wrote
+			}
 			return nil
 		})
 	}
@@ -431,13 +443,20 @@ func (m *Model) readSel(ctx context.Context, sj *partJob, st *safetensors.Tensor
 // mappedSel calls fn with the mapped bytes of each run of the compact
 // bytes [from, to) of a selection of st, under one fault protection, and
 // then, when ev is not nil, records there the bytes the runs span for the
-// load to drop from this process (evictor). With a check, each run is
-// summed and handed to fn verifyStep bytes at a time, so that fn reads
-// them from the cache.
-func (m *Model) mappedSel(ctx context.Context, st *safetensors.Tensor, sel strided, from, to int64, ev *piece, ck *tensorCheck, fn func(src []byte, pos int64) error) error {
+// load to drop from this process (evictor). With a check, fn also adds
+// the bytes it reads to the run's CRC at crc (not nil then; as
+// safetensors.UpdateChecksum): it is handed verifyStep bytes at a time, so
+// that it sums them from the cache it read them into, unless it sums them
+// as it reads them (fuses: a conversion, dtype.ConvertSum), which takes
+// whole runs.
+func (m *Model) mappedSel(ctx context.Context, st *safetensors.Tensor, sel strided, from, to int64, ev *piece, ck *tensorCheck, fuses bool, fn func(src []byte, pos int64, crc *uint32) error) error {
 	view, err := st.Bytes()
 	if err != nil {
 		return err
+	}
+	step := int64(verifyStep)
+	if fuses {
+		step = max(to-from, 1)
 	}
 	lo, hi := int64(-1), int64(0)
 	err = protectFault(func() error {
@@ -453,16 +472,14 @@ func (m *Model) mappedSel(ctx context.Context, st *safetensors.Tensor, sel strid
 			}
 			hi = src + n
 			if ck == nil {
-				return fn(view[src:src+n:src+n], pos)
+				return fn(view[src:src+n:src+n], pos, nil)
 			}
 			var crc uint32
-			for k := int64(0); k < n; k += verifyStep {
-				s0, s1 := src+k, src+min(n, k+verifyStep)
-				b := view[s0:s1:s1]
-				if err := fn(b, pos+k); err != nil {
+			for k := int64(0); k < n; k += step {
+				s0, s1 := src+k, src+min(n, k+step)
+				if err := fn(view[s0:s1:s1], pos+k, &crc); err != nil {
 					return err
 				}
-				crc = safetensors.UpdateChecksum(crc, b) // from the cache fn read b into
 			}
 			return ck.addSummed(src, view[src:src+n:src+n], crc, true)
 		})

@@ -38,9 +38,9 @@ type sumRun func(dst, src []byte, acc *[32]byte, nt bool, k *[2]uint64, state *[
 type vecKernel struct {
 	run      vecRun
 	sum      sumRun // run that also folds the CRC of the source (nil: none)
-	inSize   int // bytes per source element
-	outSize  int // bytes per target element
-	block    int // elements per vector block
+	inSize   int    // bytes per source element
+	outSize  int    // bytes per target element
+	block    int    // elements per vector block
 	fallback kernel
 	// ntAlign is the dst alignment the non-temporal stores need (0: the
 	// kernel has none).

@@ -1,9 +1,9 @@
 package crc32c
 
 import (
+	"encoding/binary"
 	"fmt"
 	"hash/crc32"
-	"encoding/binary"
 	"math/rand"
 	"testing"
 )
