@@ -250,7 +250,7 @@ func (c *checkedTensor) ConvertElementsTo(to dtype.DType, dst []byte, first int6
 	}
 	st, err := dtype.Convert(dst, to, raw, from, opts)
 	if err != nil {
-		return st, &safetensors.Error{Kind: safetensors.ErrConvert, File: c.file, Tensor: c.Name(), Msg: fmt.Sprintf("convert %s to %s", from, to), Err: err}
+		return st, &safetensors.Error{Kind: safetensors.ErrInvalidArgument, File: c.file, Tensor: c.Name(), Msg: fmt.Sprintf("convert %s to %s", from, to), Err: err}
 	}
 	return st, nil
 }
