@@ -85,6 +85,10 @@ func check(t *testing.T, what, pkg string, err error, want, culprit string) {
 	if want == hostile.Any {
 		return
 	}
+	want, says := hostile.Kind(want)
+	if !strings.Contains(err.Error(), says) {
+		t.Errorf("%s: the error does not say %q: %v", what, says, err)
+	}
 	st, sh, va := kindNamed(want)
 	own := map[string]error{"safetensors": st, "shard": sh, "variant": va}[pkg]
 	switch {

@@ -701,8 +701,6 @@ func fromShard(dir, file string, err error) error {
 			kind = ErrInsecurePath
 		case shard.ErrMissingShard:
 			kind = ErrMissingShard
-		case shard.ErrTensorMissingFromShard:
-			kind = ErrTensorMissingFromShard
 		case shard.ErrInvalidShard:
 			kind = ErrInvalidWeights
 		case shard.ErrNotRegular:

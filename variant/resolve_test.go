@@ -367,7 +367,7 @@ func TestFailureKinds(t *testing.T) {
 			"a.weight": "model-00002-of-00002.safetensors", "a.bias": "model-00001-of-00002.safetensors",
 			"b.weight": "model-00002-of-00002.safetensors", "b.bias": "model-00002-of-00002.safetensors",
 		}, nil)
-		p := wantErr(t, dir, "", variant.ErrTensorMissingFromShard, "a.weight", "model-00002-of-00002.safetensors")
+		p := wantErr(t, dir, "", variant.ErrInvalidIndex, "a.weight", "model-00002-of-00002.safetensors", ": tensor missing from shard: ")
 		var e *variant.Error
 		if perr := p.Err(); !errors.As(perr, &e) || e.Tensor != "a.weight" || e.File != index {
 			t.Errorf("error %+v", e)
