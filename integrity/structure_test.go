@@ -388,7 +388,7 @@ func TestFolders(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantProblems(t, verify(t, root), []integrity.Kind{integrity.ErrInvalidModelIndex},
-		`model_index.json: cannot list the components: unexpected end of JSON input`)
+		`model_index.json: cannot list the components: model index invalid: unexpected end of JSON input`)
 }
 
 // TestPiecesAcrossTensors: pieces that cover several small tensors (and

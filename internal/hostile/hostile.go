@@ -394,7 +394,7 @@ func (b *builder) sizes() []Case {
 	d = b.pipeline()
 	b.sparse(filepath.Join(d, mindex), 1<<20+1)
 	cs = append(cs, Case{Name: "model_index.json over 1 MiB", Dir: d, Pipeline: true, Culprit: mindex,
-		Folder: "model_index_invalid", FolderFollow: "model_index_invalid"})
+		Folder: "invalid_layout: model index invalid", FolderFollow: "invalid_layout: model index invalid"})
 	// A header length field far beyond the file.
 	d = b.dir()
 	raw := binary.LittleEndian.AppendUint64(nil, 99_000_000)
