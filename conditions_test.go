@@ -35,6 +35,7 @@ func TestSharedConditions(t *testing.T) {
 		{"executor closed", &executor.Error{Kind: executor.ErrClosed}, fs.ErrClosed},
 		{"shard tensor not found", &shard.Error{Kind: shard.ErrTensorNotFound}, safetensors.ErrTensorNotFound},
 		{"torch tensor not found", &torch.Error{Kind: torch.ErrTensorNotFound}, safetensors.ErrTensorNotFound},
+		{"torch not regular", &torch.Error{Kind: torch.ErrNotRegular}, safetensors.ErrNotRegular},
 		{"shard not regular", &shard.Error{Kind: shard.ErrNotRegular}, safetensors.ErrNotRegular},
 		{"variant not regular", &variant.Error{Kind: variant.ErrNotRegular}, safetensors.ErrNotRegular},
 		{"variant insecure path", &variant.Error{Kind: variant.ErrInsecurePath}, shard.ErrInsecurePath},

@@ -22,22 +22,37 @@ import (
 // kindNamed returns the error kinds of the three packages whose name is
 // name (nil where a package has none).
 func kindNamed(name string) (st, sh, va error) {
-	for _, k := range safetensors.Kinds() {
+	for _, k := range kindsOf[safetensors.ErrorKind]() {
 		if k.String() == name {
 			st = k
 		}
 	}
-	for _, k := range shard.Kinds() {
+	for _, k := range kindsOf[shard.ErrorKind]() {
 		if k.String() == name {
 			sh = k
 		}
 	}
-	for _, k := range variant.Kinds() {
+	for _, k := range kindsOf[variant.ErrorKind]() {
 		if k.String() == name {
 			va = k
 		}
 	}
 	return st, sh, va
+}
+
+// kindsOf returns the kinds of a package's ErrorKind type: 1, 2, ... up to
+// the first that has no name (whose String is "unknown" or, in package
+// safetensors, "unknown_error_N").
+func kindsOf[K interface {
+	~int
+	error
+	String() string
+}]() []K {
+	var ks []K
+	for k := K(1); k.String() != "unknown" && k.String() != fmt.Sprintf("unknown_error_%d", k); k++ {
+		ks = append(ks, k)
+	}
+	return ks
 }
 
 // check holds err, returned by an entry point of package pkg ("safetensors",
@@ -69,6 +84,10 @@ func check(t *testing.T, what, pkg string, err error, want, culprit string) {
 	}
 	if want == hostile.Any {
 		return
+	}
+	want, says := hostile.Kind(want)
+	if !strings.Contains(err.Error(), says) {
+		t.Errorf("%s: the error does not say %q: %v", what, says, err)
 	}
 	st, sh, va := kindNamed(want)
 	own := map[string]error{"safetensors": st, "shard": sh, "variant": va}[pkg]

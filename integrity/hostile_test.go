@@ -13,16 +13,16 @@ import (
 // verdictKind is the problem kind Verify gives for a verdict of package
 // hostile (the kind of error the loaders give): "" for any kind.
 var verdictKind = map[string]integrity.Kind{
-	"not_regular_file":      integrity.ErrNotRegular,
-	"unsupported_path":      integrity.ErrNotRegular, // a folder named like a file is opened as the file it should be
-	"insecure_path":         integrity.ErrInsecurePath,
-	"index_too_large":       integrity.ErrInvalidIndex,
-	"model_index_invalid":   integrity.ErrInvalidModelIndex,
-	"invalid_header_length": integrity.ErrTruncated,
-	"duplicate_key":         integrity.ErrInvalidHeader,
-	"overflow":              integrity.ErrInvalidHeader,
-	"invalid_json":          integrity.ErrInvalidHeader,
-	"invalid_header":        integrity.ErrInvalidHeader,
+	"not_regular_file":                    integrity.ErrNotRegular,
+	"invalid_argument: unsupported path":  integrity.ErrNotRegular, // a folder named like a file is opened as the file it should be
+	"insecure_path":                       integrity.ErrInsecurePath,
+	"invalid_index: index too large":      integrity.ErrInvalidIndex,
+	"invalid_layout: model index invalid": integrity.ErrInvalidModelIndex,
+	"invalid_header_length":               integrity.ErrTruncated,
+	"duplicate_key":                       integrity.ErrInvalidHeader,
+	"overflow":                            integrity.ErrInvalidHeader,
+	"invalid_json":                        integrity.ErrInvalidHeader,
+	"invalid_header":                      integrity.ErrInvalidHeader,
 }
 
 // TestHostile runs Verify and Checksum on every hostile folder of package

@@ -144,7 +144,7 @@ func TestStructure(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, []integrity.Kind{integrity.ErrInvalidIndex}, []string{
-			`model.safetensors.index.json: invalid index: index_invalid_weight_map: tensor "a": shard is the number 1, not a string`,
+			`model.safetensors.index.json: invalid index: invalid_index: tensor "a": invalid weight_map: shard is the number 1, not a string`,
 		}},
 		{"an index naming a shard outside the folder", func(t *testing.T, dir string) {
 			writeIndex(t, dir, with("a", "../"+shard1), 40)
@@ -388,7 +388,7 @@ func TestFolders(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantProblems(t, verify(t, root), []integrity.Kind{integrity.ErrInvalidModelIndex},
-		`model_index.json: cannot list the components: unexpected end of JSON input`)
+		`model_index.json: cannot list the components: model index invalid: unexpected end of JSON input`)
 }
 
 // TestPiecesAcrossTensors: pieces that cover several small tensors (and

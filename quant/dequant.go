@@ -65,8 +65,9 @@ func init() {
 // code; Overflow the products beyond the target's range).
 //
 // Errors are *Error values: ErrTarget for a target that is not a float
-// type, ErrLength for a slice of the wrong length, ErrInvalidWeight for a
-// Weight whose fields do not describe a computable layout.
+// type, ErrInvalidArgument for a slice of the wrong length or a Weight whose
+// fields do not describe a computable layout, ErrInvalidLayout for a
+// scale of the wrong shape or dtype.
 func (w *Weight) Dequantize(dst []byte, to dtype.DType, data []byte, scales [][]byte, opts dtype.Options) (dtype.Stats, error) {
 	return w.dequantize(nil, dst, to, data, scales, opts, nil)
 }
@@ -333,7 +334,7 @@ func f16(h uint16) float64 {
 // rows, when not nil, limits the call to rows [rows[0], rows[0]+rows[1]) of
 // the [R, C] view, which dst then holds.
 func (w *Weight) plan(dst []byte, to dtype.DType, data []byte, scales [][]byte, opts dtype.Options, rows *[2]int64) (*kernel, error) {
-	invalid := func(msg string) (*kernel, error) { return nil, tensorErr(ErrInvalidWeight, w.Name, msg) }
+	invalid := func(msg string) (*kernel, error) { return nil, argErr("invalid weight", w.Name, msg) }
 	if !to.IsFloat() {
 		return nil, &Error{Kind: ErrTarget, Tensor: w.Name, Msg: "target " + to.String() + " is not a float type"}
 	}
@@ -355,7 +356,7 @@ func (w *Weight) plan(dst []byte, to dtype.DType, data []byte, scales [][]byte, 
 	k.n, k.c, k.hi = n, c, n
 	if rows != nil {
 		if rows[0] < 0 || rows[1] < 0 || rows[0] > r || rows[1] > r-rows[0] {
-			return nil, &Error{Kind: ErrLength, Tensor: w.Name, Msg: "rows [" + strconv.FormatInt(rows[0], 10) + ", +" + strconv.FormatInt(rows[1], 10) + ") outside the " + strconv.FormatInt(r, 10) + " rows of " + shapeString(w.Shape)}
+			return nil, argErr("length", w.Name, "rows ["+strconv.FormatInt(rows[0], 10)+", +"+strconv.FormatInt(rows[1], 10)+") outside the "+strconv.FormatInt(r, 10)+" rows of "+shapeString(w.Shape))
 		}
 		k.base, k.hi = rows[0]*c, (rows[0]+rows[1])*c
 	}
@@ -373,7 +374,7 @@ func (w *Weight) plan(dst []byte, to dtype.DType, data []byte, scales [][]byte, 
 		return invalid(strconv.Itoa(len(w.Scales)) + " scales; at most 2 (one varying, one per-tensor)")
 	}
 	if len(scales) != len(w.Scales) {
-		return nil, &Error{Kind: ErrLength, Tensor: w.Name, Msg: strconv.Itoa(len(scales)) + " scale slices for " + strconv.Itoa(len(w.Scales)) + " scales"}
+		return nil, argErr("length", w.Name, strconv.Itoa(len(scales))+" scale slices for "+strconv.Itoa(len(w.Scales))+" scales")
 	}
 	prim, glob := -1, -1
 	for pass := 0; pass < 2; pass++ {
@@ -459,6 +460,5 @@ func (w *Weight) plan(dst []byte, to dtype.DType, data []byte, scales [][]byte, 
 }
 
 func lengthErr(tensor, what string, got int, want int64) *Error {
-	return &Error{Kind: ErrLength, Tensor: tensor,
-		Msg: what + " is " + strconv.Itoa(got) + " bytes, want " + strconv.FormatInt(want, 10)}
+	return argErr("length", tensor, what+" is "+strconv.Itoa(got)+" bytes, want "+strconv.FormatInt(want, 10))
 }

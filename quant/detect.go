@@ -27,8 +27,8 @@ import (
 // layouts that the tensors alone make unambiguous are recognized: MXFP4
 // (U8 P_blocks [..., G, 16] with P_scales [..., G]) and block FP8 with
 // P.weight_scale_inv when the shapes determine the block size; block FP8
-// whose block size the shapes leave open is an ErrBlockSizeUnknown error
-// rather than a guess.
+// whose block size the shapes leave open is an ErrInvalidLayout error
+// ("block size unknown") rather than a guess.
 //
 // Modules a config leaves unquantized (ignore, exclude_modules,
 // modules_to_not_convert) stay plain. A config that declares a layout ckpt
@@ -36,12 +36,13 @@ import (
 // like scales but were consumed by no rule in Scheme.Unconsumed; with no
 // layout at all the Scheme's Layout is None and every tensor is plain.
 //
-// Malformed scales are *Error values naming the tensor: a missing scale
-// (ErrMissingScale), a scale without its data (ErrOrphanScale), the wrong
-// shape (ErrScaleShape), a dtype that is not a float (ErrScaleDType), a
-// block size that does not divide as declared (ErrBlockSize) or that
-// nothing determines (ErrBlockSizeUnknown). An unreadable config is
-// ErrConfig. Detect checks every weight it returns, so Dequantize of a
+// Malformed scales are *Error values of kind ErrInvalidLayout naming the
+// tensor, their message saying which check failed: a missing scale, an
+// orphan scale (without its data), the wrong scale shape, a scale dtype
+// that is not a float, a block size that does not divide as declared or
+// that nothing determines (block size unknown), two tensors claiming one
+// weight (conflict), a tensor that contradicts the config (mismatch). An
+// unreadable config is ErrConfig. Detect checks every weight it returns, so Dequantize of a
 // detected Weight fails only on wrong byte lengths.
 func Detect(tensors []Stored, src Sources) (*Scheme, error) {
 	cfg, err := findConfig(src)
@@ -67,7 +68,7 @@ func Detect(tensors []Stored, src Sources) (*Scheme, error) {
 	for _, t := range tensors {
 		d.byName[t.Name] = t
 		if len(d.byName) == len(d.names) { // the name was there: the map did not grow
-			return nil, tensorErr(ErrConflict, t.Name, "tensor name appears twice")
+			return nil, layoutErr("conflict", t.Name, "tensor name appears twice")
 		}
 		d.names = append(d.names, t.Name)
 	}
@@ -107,7 +108,7 @@ func plainNames(tensors []Stored, src Sources) bool {
 	return true
 }
 
-// uniqueNames reports a tensor name that appears twice (ErrConflict), by
+// uniqueNames reports a tensor name that appears twice (an ErrInvalidLayout conflict), by
 // hashes of the names, comparing the names only where two hashes meet.
 func uniqueNames(tensors []Stored) error {
 	seed := maphash.MakeSeed()
@@ -121,14 +122,14 @@ func uniqueNames(tensors []Stored) error {
 			continue
 		}
 		if tensors[j].Name == t.Name {
-			return tensorErr(ErrConflict, t.Name, "tensor name appears twice")
+			return layoutErr("conflict", t.Name, "tensor name appears twice")
 		}
 		if clash == nil {
 			clash = map[uint64][]int{}
 		}
 		for _, k := range clash[h] {
 			if tensors[k].Name == t.Name {
-				return tensorErr(ErrConflict, t.Name, "tensor name appears twice")
+				return layoutErr("conflict", t.Name, "tensor name appears twice")
 			}
 		}
 		clash[h] = append(clash[h], i)
@@ -177,10 +178,10 @@ func (d *detector) marker(name string) {
 // already taken.
 func (d *detector) add(w *Weight) error {
 	if other, ok := d.byName[w.Name]; ok && other.Name != w.Data.Name {
-		return tensorErr(ErrConflict, w.Data.Name, "its logical name "+quote(w.Name)+" is also a stored tensor")
+		return layoutErr("conflict", w.Data.Name, "its logical name "+quote(w.Name)+" is also a stored tensor")
 	}
 	if d.logical[w.Name] {
-		return tensorErr(ErrConflict, w.Data.Name, "logical name "+quote(w.Name)+" claimed twice")
+		return layoutErr("conflict", w.Data.Name, "logical name "+quote(w.Name)+" claimed twice")
 	}
 	parts := []string{w.Data.Name}
 	for _, s := range w.Scales {
@@ -188,7 +189,7 @@ func (d *detector) add(w *Weight) error {
 	}
 	for _, p := range parts {
 		if d.used[p] {
-			return tensorErr(ErrConflict, p, "consumed by two weights")
+			return layoutErr("conflict", p, "consumed by two weights")
 		}
 	}
 	for _, p := range parts {
@@ -261,20 +262,20 @@ func (d *detector) fp8(q object) error {
 		_, hasSc := d.byName[p+".weight_scale"]
 		if ign.match(p) {
 			if hasInv || hasSc {
-				return tensorErr(ErrMismatch, name, "stored quantized with scales, but the config leaves module "+quote(p)+" unquantized")
+				return layoutErr("mismatch", name, "stored quantized with scales, but the config leaves module "+quote(p)+" unquantized")
 			}
 			continue
 		}
 		switch {
 		case hasInv && hasSc:
-			return tensorErr(ErrConflict, p+".weight_scale", "both weight_scale and weight_scale_inv scale "+quote(name))
+			return layoutErr("conflict", p+".weight_scale", "both weight_scale and weight_scale_inv scale "+quote(name))
 		case hasInv:
 			d.s.BlockSize = block
 			err = d.fp8Weight(DeepSeekFP8Block, t, t.DType, p+".weight_scale_inv", RoleScaleInv, grid{kind: gBlock, b: block})
 		case hasSc:
 			err = d.fp8Weight(FP8Scaled, t, t.DType, p+".weight_scale", RoleScale, grid{kind: gTensorOrChannel})
 		default:
-			err = tensorErr(ErrMissingScale, name, "FP8 weight without "+p+".weight_scale_inv")
+			err = layoutErr("missing scale", name, "FP8 weight without "+p+".weight_scale_inv")
 		}
 		if err != nil {
 			return err
@@ -299,7 +300,7 @@ func (d *detector) orphans(scaleSuffixes, dataSuffixes []string) error {
 				}
 			}
 			if !found {
-				return tensorErr(ErrOrphanScale, n, "no "+p+dataSuffixes[0]+" to scale")
+				return layoutErr("orphan scale", n, "no "+p+dataSuffixes[0]+" to scale")
 			}
 		}
 	}
@@ -326,7 +327,7 @@ func (d *detector) fbgemm(q object) error {
 		p := strings.TrimSuffix(name, ".weight")
 		if ign.match(p) {
 			if _, ok := d.byName[p+".weight_scale"]; ok {
-				return tensorErr(ErrMismatch, name, "stored quantized with scales, but the config leaves module "+quote(p)+" unquantized")
+				return layoutErr("mismatch", name, "stored quantized with scales, but the config leaves module "+quote(p)+" unquantized")
 			}
 			continue
 		}
@@ -341,7 +342,7 @@ func (d *detector) fbgemm(q object) error {
 func (d *detector) fp8Weight(layout Layout, data Stored, elem dtype.DType, scaleName, role string, g grid) error {
 	sc, ok := d.byName[scaleName]
 	if !ok {
-		return tensorErr(ErrMissingScale, data.Name, "no "+scaleName)
+		return layoutErr("missing scale", data.Name, "no "+scaleName)
 	}
 	if err := checkScaleDType(sc, false); err != nil {
 		return err
@@ -362,22 +363,22 @@ func (d *detector) fp8Weight(layout Layout, data Stored, elem dtype.DType, scale
 // second scale.
 func (d *detector) fp4Packed(layout Layout, logicalName string, data Stored, g int64, scaleName, secondName, secondRole string) error {
 	if data.DType != dtype.U8 || len(data.Shape) != 2 {
-		return tensorErr(ErrDataShape, data.Name, "packed FP4 data must be U8 [out, in/2], got "+data.DType.String()+" "+shapeString(data.Shape))
+		return layoutErr("data shape", data.Name, "packed FP4 data must be U8 [out, in/2], got "+data.DType.String()+" "+shapeString(data.Shape))
 	}
 	if data.Shape[1] > math.MaxInt64/2 {
-		return tensorErr(ErrDataShape, data.Name, "shape "+shapeString(data.Shape)+" overflows when unpacked")
+		return layoutErr("data shape", data.Name, "shape "+shapeString(data.Shape)+" overflows when unpacked")
 	}
 	logical := []int64{data.Shape[0], 2 * data.Shape[1]}
 	if _, err := shapes.Elements(logical); err != nil {
-		return tensorErr(ErrDataShape, data.Name, err.Error())
+		return layoutErr("data shape", data.Name, err.Error())
 	}
 	sc, ok := d.byName[scaleName]
 	if !ok {
-		return tensorErr(ErrMissingScale, data.Name, "no "+scaleName)
+		return layoutErr("missing scale", data.Name, "no "+scaleName)
 	}
 	s2, ok := d.byName[secondName]
 	if !ok {
-		return tensorErr(ErrMissingScale, data.Name, "no "+secondName)
+		return layoutErr("missing scale", data.Name, "no "+secondName)
 	}
 	for _, s := range []Stored{sc, s2} {
 		if err := checkScaleDType(s, false); err != nil {
@@ -467,7 +468,7 @@ func (d *detector) compressedTensors(q object) error {
 		}
 		if ign.match(p) {
 			if _, ok := d.byName[p+".weight_scale"]; ok {
-				return tensorErr(ErrMismatch, name, "stored quantized with scales, but the config ignores module "+quote(p))
+				return layoutErr("mismatch", name, "stored quantized with scales, but the config ignores module "+quote(p))
 			}
 			continue
 		}
@@ -608,7 +609,7 @@ func parseCTGroups(q object) ([]ctGroup, error) {
 // expression, then a class name such as "Linear", which ckpt cannot check
 // and takes to match; the first group by name among equals) that declares
 // weights. Its weights must be of the stored form (8-bit float for FP8
-// data, 4-bit float for packed data), else ErrMismatch. nil, nil: the
+// data, 4-bit float for packed data), else an ErrInvalidLayout mismatch. nil, nil: the
 // group's weights are of a type ckpt does not decode (reported in
 // Unsupported).
 func (d *detector) ctGroupFor(p, name string, groups []ctGroup, fp4 bool) (*ctGroup, error) {
@@ -634,7 +635,7 @@ func (d *detector) ctGroupFor(p, name string, groups []ctGroup, fp4 bool) (*ctGr
 	}
 	slices.SortStableFunc(cands, func(a, b cand) int { return cmp.Compare(b.level, a.level) })
 	if len(cands) == 0 {
-		return nil, tensorErr(ErrMismatch, name, "stored quantized, but no config_groups entry targets module "+quote(p))
+		return nil, layoutErr("mismatch", name, "stored quantized, but no config_groups entry targets module "+quote(p))
 	}
 	for _, c := range cands {
 		g := c.g
@@ -648,9 +649,9 @@ func (d *detector) ctGroupFor(p, name string, groups []ctGroup, fp4 bool) (*ctGr
 		if (fp4 && g.bits == 4) || (!fp4 && g.bits == 8) {
 			return g, nil
 		}
-		return nil, tensorErr(ErrMismatch, name, "config group "+quote(g.name)+" declares "+strconv.FormatInt(g.bits, 10)+"-bit "+g.typ+" weights")
+		return nil, layoutErr("mismatch", name, "config group "+quote(g.name)+" declares "+strconv.FormatInt(g.bits, 10)+"-bit "+g.typ+" weights")
 	}
-	return nil, tensorErr(ErrMismatch, name, "stored quantized, but no config_groups entry with weights targets module "+quote(p))
+	return nil, layoutErr("mismatch", name, "stored quantized, but no config_groups entry with weights targets module "+quote(p))
 }
 
 // ---- ModelOpt ----
@@ -724,7 +725,7 @@ func (d *detector) modelOpt(q object) error {
 		}
 		if ign.match(p) {
 			if hasSc {
-				return tensorErr(ErrMismatch, name, "stored quantized with scales, but exclude_modules leaves module "+quote(p)+" unquantized")
+				return layoutErr("mismatch", name, "stored quantized with scales, but exclude_modules leaves module "+quote(p)+" unquantized")
 			}
 			continue
 		}
@@ -767,33 +768,33 @@ func (d *detector) mxfp4(ign *matcher, declared bool) error {
 		}
 		if ign.match(p) || ign.match(module(p)) {
 			if hasSc {
-				return tensorErr(ErrMismatch, name, "stored as MXFP4, but the config leaves "+quote(p)+" unconverted")
+				return layoutErr("mismatch", name, "stored as MXFP4, but the config leaves "+quote(p)+" unconverted")
 			}
 			continue
 		}
 		if !hasSc {
-			return tensorErr(ErrMissingScale, name, "no "+p+"_scales")
+			return layoutErr("missing scale", name, "no "+p+"_scales")
 		}
 		if !looks {
-			return tensorErr(ErrDataShape, name, "MXFP4 blocks must be U8 [..., G, 16], got "+b.DType.String()+" "+shapeString(b.Shape))
+			return layoutErr("data shape", name, "MXFP4 blocks must be U8 [..., G, 16], got "+b.DType.String()+" "+shapeString(b.Shape))
 		}
 		if err := checkScaleDType(sc, true); err != nil {
 			return err
 		}
 		lead := b.Shape[:len(b.Shape)-1]
 		if !slices.Equal(sc.Shape, lead) {
-			return tensorErr(ErrScaleShape, sc.Name, "shape "+shapeString(sc.Shape)+", want "+shapeString(lead)+" (one E8M0 scale per block of "+name+")")
+			return layoutErr("scale shape", sc.Name, "shape "+shapeString(sc.Shape)+", want "+shapeString(lead)+" (one E8M0 scale per block of "+name+")")
 		}
 		g := lead[len(lead)-1]
 		if g > math.MaxInt64/32 {
-			return tensorErr(ErrDataShape, name, "shape "+shapeString(b.Shape)+" overflows when unpacked")
+			return layoutErr("data shape", name, "shape "+shapeString(b.Shape)+" overflows when unpacked")
 		}
 		logical := append(slices.Clone(lead[:len(lead)-1]), g*32)
 		if _, err := shapes.Elements(b.Shape); err != nil {
-			return tensorErr(ErrDataShape, name, err.Error())
+			return layoutErr("data shape", name, err.Error())
 		}
 		if _, err := shapes.Elements(logical); err != nil {
-			return tensorErr(ErrDataShape, name, err.Error())
+			return layoutErr("data shape", name, err.Error())
 		}
 		err := d.add(&Weight{
 			Name: p, Shape: logical, Elem: dtype.F4, Layout: MXFP4,
@@ -895,7 +896,7 @@ func (d *detector) comfyLegacy() error {
 		p := strings.TrimSuffix(n, ".scale_weight")
 		w, ok := d.byName[p+".weight"]
 		if !ok {
-			return tensorErr(ErrOrphanScale, n, "no "+p+".weight to scale")
+			return layoutErr("orphan scale", n, "no "+p+".weight to scale")
 		}
 		if !isFP8(w.DType) {
 			continue
@@ -927,7 +928,7 @@ func (d *detector) comfyLayer(l, f string) error {
 		}
 		found := d.tails[wname]
 		if len(found) != 1 {
-			return tensorErr(ErrMismatch, wname, "layer "+quote(l)+" is declared quantized but "+strconv.Itoa(len(found))+" stored weights match it")
+			return layoutErr("mismatch", wname, "layer "+quote(l)+" is declared quantized but "+strconv.Itoa(len(found))+" stored weights match it")
 		}
 		wname = found[0]
 		w = d.byName[wname]
@@ -950,7 +951,7 @@ func (d *detector) comfyLayer(l, f string) error {
 		return nil
 	}
 	if w.DType != elem && w.DType != dtype.U8 {
-		return tensorErr(ErrMismatch, wname, "stored as "+w.DType.String()+", but its layer's format is "+f)
+		return layoutErr("mismatch", wname, "stored as "+w.DType.String()+", but its layer's format is "+f)
 	}
 	return d.fp8Weight(ComfyScaledFP8, w, elem, p+".weight_scale", RoleScale, grid{kind: gTensorOrChannel})
 }
@@ -1117,11 +1118,11 @@ func scaleBlock(data string, logical []int64, sc Stored, g grid) ([2]int64, erro
 	var zero [2]int64
 	r, c, err := view(logical)
 	if err != nil {
-		return zero, tensorErr(ErrDataShape, data, err.Error())
+		return zero, layoutErr("data shape", data, err.Error())
 	}
 	n, err := shapes.Elements(sc.Shape)
 	if err != nil {
-		return zero, tensorErr(ErrScaleShape, sc.Name, err.Error())
+		return zero, layoutErr("scale shape", sc.Name, err.Error())
 	}
 	kind := g.kind
 	if kind == gTensorOrChannel {
@@ -1131,10 +1132,10 @@ func scaleBlock(data string, logical []int64, sc Stored, g grid) ([2]int64, erro
 		}
 	}
 	bad := func(want string) ([2]int64, error) {
-		return zero, tensorErr(ErrScaleShape, sc.Name, "shape "+shapeString(sc.Shape)+", want "+want+" for "+data+" "+shapeString(logical))
+		return zero, layoutErr("scale shape", sc.Name, "shape "+shapeString(sc.Shape)+", want "+want+" for "+data+" "+shapeString(logical))
 	}
 	if kind != gTensor && len(logical) != 2 {
-		return zero, tensorErr(ErrDataShape, data, "shape "+shapeString(logical)+": a per-channel, group or block scale needs a matrix")
+		return zero, layoutErr("data shape", data, "shape "+shapeString(logical)+": a per-channel, group or block scale needs a matrix")
 	}
 	switch kind {
 	case gTensor:
@@ -1164,7 +1165,7 @@ func scaleBlock(data string, logical []int64, sc Stored, g grid) ([2]int64, erro
 				return bad("a whole number of blocks along each dimension")
 			}
 			if !unique {
-				return zero, tensorErr(ErrBlockSizeUnknown, sc.Name, "no config states the block size and shape "+
+				return zero, layoutErr("block size unknown", sc.Name, "no config states the block size and shape "+
 					shapeString(sc.Shape)+" for "+data+" "+shapeString(logical)+" fits several; refusing to guess")
 			}
 			b[i] = bs
@@ -1173,7 +1174,7 @@ func scaleBlock(data string, logical []int64, sc Stored, g grid) ([2]int64, erro
 	case gGroup:
 		gs := g.b[1]
 		if c%gs != 0 {
-			return zero, tensorErr(ErrBlockSize, data, "group size "+strconv.FormatInt(gs, 10)+" does not divide the "+
+			return zero, layoutErr("block size", data, "group size "+strconv.FormatInt(gs, 10)+" does not divide the "+
 				strconv.FormatInt(c, 10)+" columns of "+shapeString(logical))
 		}
 		want := []int64{r, c / gs}
@@ -1211,15 +1212,15 @@ func checkScaleDType(sc Stored, e8m0 bool) error {
 		if sc.DType == dtype.U8 || sc.DType == dtype.F8_E8M0 {
 			return nil
 		}
-		return tensorErr(ErrScaleDType, sc.Name, "dtype "+sc.DType.String()+", want U8 or F8_E8M0 (E8M0 exponents)")
+		return layoutErr("scale dtype", sc.Name, "dtype "+sc.DType.String()+", want U8 or F8_E8M0 (E8M0 exponents)")
 	}
 	if scaleDTypeOK(sc.DType) {
 		return nil
 	}
 	if sc.DType.IsFloat() {
-		return tensorErr(ErrScaleDType, sc.Name, "dtype "+sc.DType.String()+" is not supported for scales (F32, BF16, F16 or an 8-bit float)")
+		return layoutErr("scale dtype", sc.Name, "dtype "+sc.DType.String()+" is not supported for scales (F32, BF16, F16 or an 8-bit float)")
 	}
-	return tensorErr(ErrScaleDType, sc.Name, "dtype "+sc.DType.String()+" is not a float type")
+	return layoutErr("scale dtype", sc.Name, "dtype "+sc.DType.String()+" is not a float type")
 }
 
 func clone(s Stored) Stored {

@@ -21,7 +21,7 @@
 //     ceil(in/B1)], B = weight_block_size, [128,128] when the config omits
 //     it; edge blocks may be partial. value = q × scale_inv (a product,
 //     despite the name). Without any config, taken only when the shapes
-//     determine B (ErrBlockSizeUnknown otherwise).
+//     determine B (ErrInvalidLayout otherwise: "block size unknown").
 //   - fp8-scaled (quant_method "fp8" with P.weight_scale, AutoFP8): value =
 //     q × scale, the scale per tensor ([] or [1]) or per row ([out,1]).
 //   - compressed-tensors-fp8 (quant_method "compressed-tensors", format

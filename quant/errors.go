@@ -6,9 +6,10 @@ import (
 	"github.com/ckpt-go/ckpt/internal/errkind"
 )
 
-// ErrorKind classifies a failure of Detect or Dequantize. A kind is an
-// error, so callers test with errors.Is(err, quant.ErrMissingScale); every
-// *Error matches its own kind.
+// ErrorKind classifies a failure of Detect, Dequantize or a quantizer. A
+// kind is an error, so callers test with errors.Is(err,
+// quant.ErrInvalidLayout); every *Error matches its own kind. The message
+// says which check failed ("missing scale", "scale shape", ...).
 type ErrorKind int
 
 // The kinds of Error.
@@ -17,71 +18,41 @@ const (
 	// the wrong type or with an impossible value (a non-integer block size,
 	// an invalid regular expression in an ignore list, ...). Field names it.
 	ErrConfig ErrorKind = iota + 1
-	// ErrMissingScale: a quantized tensor without the scale its layout
-	// requires.
-	ErrMissingScale
-	// ErrOrphanScale: a scale tensor of a declared layout without the
-	// quantized tensor it scales.
-	ErrOrphanScale
-	// ErrScaleShape: a scale tensor whose shape is not the one the layout
-	// and the quantized tensor's shape require.
-	ErrScaleShape
-	// ErrScaleDType: a scale tensor of a dtype that is not a float type
-	// (U8 is allowed only as the E8M0 carrier of MXFP4).
-	ErrScaleDType
-	// ErrDataShape: a quantized tensor of an impossible dtype or shape for
-	// its layout (wrong rank, a packed dimension of the wrong size, a shape
-	// that overflows).
-	ErrDataShape
-	// ErrBlockSize: a block or group size that does not divide the
-	// dimension the layout declares it divides.
-	ErrBlockSize
-	// ErrBlockSizeUnknown: a block size is needed, no config states it and
-	// the shapes do not determine it: Detect refuses to guess.
-	ErrBlockSizeUnknown
-	// ErrConflict: two stored tensors claim the same logical weight (P.weight
-	// and P.weight_packed; P and P_blocks), or a tensor name appears twice.
-	ErrConflict
-	// ErrMismatch: a stored tensor contradicts the declared scheme (an FP8
-	// weight where the config declares 4-bit values, a format the layer's
-	// metadata does not name).
-	ErrMismatch
-	// ErrInvalidWeight: a Weight given to Dequantize whose fields do not
-	// describe a layout it can compute (unknown role, too many scales, a
-	// block that does not tile the tensor).
-	ErrInvalidWeight
-	// ErrTarget: Dequantize was asked for a target dtype that is not a
-	// float type.
+	// ErrInvalidLayout: the stored tensors do not form the layout they or
+	// the config declare. The message names the check: a missing scale; an
+	// orphan scale (without the quantized tensor it scales); a scale shape or
+	// scale dtype the layout does not allow (U8 only as MXFP4's E8M0
+	// carrier); a data shape impossible for the layout (wrong rank, a packed
+	// dimension of the wrong size, a shape that overflows); a block size
+	// that does not divide its dimension, or that no config states and the
+	// shapes leave open (block size unknown: Detect refuses to guess); a
+	// conflict (two stored tensors claiming one logical weight, a name
+	// appearing twice); a mismatch with the declared scheme (an FP8 weight
+	// where the config declares 4-bit values, a format the layer's metadata
+	// does not name).
+	ErrInvalidLayout
+	// ErrInvalidArgument: a Weight given to Dequantize whose fields do not
+	// describe a layout it can compute (invalid weight), a byte slice whose
+	// length does not match the tensor it stands for (length), or a
+	// quantizer's shape or block size that cannot be used.
+	ErrInvalidArgument
+	// ErrTarget: Dequantize or a quantizer was asked for a target dtype it
+	// cannot produce (a dequantization target that is not a float type).
 	ErrTarget
-	// ErrLength: a byte slice given to Dequantize whose length does not
-	// match the tensor it stands for.
-	ErrLength
 )
 
 var kindNames = [...]string{
-	ErrConfig:           "config",
-	ErrMissingScale:     "missing_scale",
-	ErrOrphanScale:      "orphan_scale",
-	ErrScaleShape:       "scale_shape",
-	ErrScaleDType:       "scale_dtype",
-	ErrDataShape:        "data_shape",
-	ErrBlockSize:        "block_size",
-	ErrBlockSizeUnknown: "block_size_unknown",
-	ErrConflict:         "conflict",
-	ErrMismatch:         "mismatch",
-	ErrInvalidWeight:    "invalid_weight",
-	ErrTarget:           "target",
-	ErrLength:           "length",
+	ErrConfig:          "config",
+	ErrInvalidLayout:   "invalid_layout",
+	ErrInvalidArgument: "invalid_argument",
+	ErrTarget:          "target",
 }
 
-// String returns the kind's stable snake_case name, e.g. "missing_scale".
+// String returns the kind's stable snake_case name, e.g. "invalid_layout".
 func (k ErrorKind) String() string { return errkind.Name(kindNames[:], k) }
 
 // Error returns "quant: " followed by the kind's name.
 func (k ErrorKind) Error() string { return "quant: " + k.String() }
-
-// Kinds returns every ErrorKind, in declaration order.
-func Kinds() []ErrorKind { return errkind.All[ErrorKind](kindNames[:]) }
 
 // Error is the error type of this package. It names the tensor concerned
 // (the stored name: the scale for a scale problem, the quantized tensor
@@ -109,8 +80,16 @@ func (e *Error) Is(target error) bool {
 // Unwrap returns the underlying error, if any.
 func (e *Error) Unwrap() error { return e.Err }
 
-func tensorErr(kind ErrorKind, tensor, msg string) *Error {
-	return &Error{Kind: kind, Tensor: tensor, Msg: msg}
+// layoutErr is an ErrInvalidLayout error about tensor whose message starts
+// with what: the check that failed ("missing scale", "scale shape", ...).
+func layoutErr(what, tensor, msg string) *Error {
+	return &Error{Kind: ErrInvalidLayout, Tensor: tensor, Msg: what + ": " + msg}
+}
+
+// argErr is an ErrInvalidArgument error whose message starts with what
+// ("length", "invalid weight", ...).
+func argErr(what, tensor, msg string) *Error {
+	return &Error{Kind: ErrInvalidArgument, Tensor: tensor, Msg: what + ": " + msg}
 }
 
 func configErr(field, msg string, err error) *Error {

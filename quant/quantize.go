@@ -69,14 +69,14 @@ type FP8Quantizer struct {
 // the block size N of PerBlock (ignored otherwise). The scale grid it
 // allocates is at most out elements, which the weight's own out × in
 // values bound. Errors are *Error of kind ErrTarget (another element
-// type), ErrDataShape (not two dimensions, or no elements) or ErrBlockSize
-// (a block size below 1).
+// type) or ErrInvalidArgument (not two dimensions, no elements, or a block
+// size below 1).
 func NewFP8Quantizer(elem dtype.DType, shape []int64, g Granularity, block int64) (*FP8Quantizer, error) {
 	if elem != dtype.F8_E4M3 && elem != dtype.F8_E5M2 {
 		return nil, &Error{Kind: ErrTarget, Msg: "FP8 quantization writes F8_E4M3 or F8_E5M2, not " + elem.String()}
 	}
 	if len(shape) != 2 || shape[0] < 1 || shape[1] < 1 {
-		return nil, &Error{Kind: ErrDataShape, Msg: "FP8 quantization takes a weight [out, in] with elements, not " + shapeString(shape)}
+		return nil, argErr("data shape", "", "FP8 quantization takes a weight [out, in] with elements, not "+shapeString(shape))
 	}
 	q := &FP8Quantizer{elem: elem, g: g, rows: shape[0], cols: shape[1], max: elem.Info().Max}
 	switch g {
@@ -86,12 +86,12 @@ func NewFP8Quantizer(elem dtype.DType, shape []int64, g Granularity, block int64
 		q.gridR, q.gridC = q.rows, 1
 	case PerBlock:
 		if block < 1 {
-			return nil, &Error{Kind: ErrBlockSize, Msg: "block size " + strconv.FormatInt(block, 10) + " is not positive"}
+			return nil, argErr("block size", "", "block size "+strconv.FormatInt(block, 10)+" is not positive")
 		}
 		q.block = block
 		q.gridR, q.gridC = ceilDiv(q.rows, block), ceilDiv(q.cols, block)
 	default:
-		return nil, &Error{Kind: ErrInvalidWeight, Msg: "unknown granularity " + g.String()}
+		return nil, argErr("invalid weight", "", "unknown granularity "+g.String())
 	}
 	q.amax = make([]float32, q.gridR*q.gridC)
 	return q, nil
@@ -131,11 +131,11 @@ func (q *FP8Quantizer) RowAlign() int64 {
 // checkRows validates a piece of rows [first, first+len(x)/cols).
 func (q *FP8Quantizer) checkRows(first int64, n int) (int64, error) {
 	if int64(n)%q.cols != 0 {
-		return 0, &Error{Kind: ErrLength, Msg: strconv.Itoa(n) + " values are not whole rows of " + strconv.FormatInt(q.cols, 10)}
+		return 0, argErr("length", "", strconv.Itoa(n)+" values are not whole rows of "+strconv.FormatInt(q.cols, 10))
 	}
 	r := int64(n) / q.cols
 	if first < 0 || first > q.rows || r > q.rows-first {
-		return 0, &Error{Kind: ErrLength, Msg: "rows [" + strconv.FormatInt(first, 10) + ", +" + strconv.FormatInt(r, 10) + ") outside the weight's " + strconv.FormatInt(q.rows, 10)}
+		return 0, argErr("length", "", "rows ["+strconv.FormatInt(first, 10)+", +"+strconv.FormatInt(r, 10)+") outside the weight's "+strconv.FormatInt(q.rows, 10))
 	}
 	return r, nil
 }
@@ -256,10 +256,10 @@ func (q *FP8Quantizer) Quantize(dst []byte, first int64, x []float32, opts dtype
 		return st, err
 	}
 	if len(dst) != len(x) {
-		return st, &Error{Kind: ErrLength, Msg: "dst is " + strconv.Itoa(len(dst)) + " bytes for " + strconv.Itoa(len(x)) + " values"}
+		return st, argErr("length", "", "dst is "+strconv.Itoa(len(dst))+" bytes for "+strconv.Itoa(len(x))+" values")
 	}
 	if q.g == PerBlock && first%q.block != 0 {
-		return st, &Error{Kind: ErrLength, Msg: "a piece starts at row " + strconv.FormatInt(first, 10) + ", not a multiple of the block size " + strconv.FormatInt(q.block, 10)}
+		return st, argErr("length", "", "a piece starts at row "+strconv.FormatInt(first, 10)+", not a multiple of the block size "+strconv.FormatInt(q.block, 10))
 	}
 	scales := q.Scales()
 	enc := dtype.Options{Saturate: opts.Saturate, Workers: 1}

@@ -57,25 +57,22 @@ const (
 	ErrDuplicateKey
 	// ErrTensorNotFound: no tensor of that name.
 	ErrTensorNotFound
-	// ErrReservedName: a tensor named __metadata__ given to a writer.
-	ErrReservedName
 	// ErrClosed: the File or Writer was closed.
 	ErrClosed
-	// ErrIO: reading or writing the underlying file failed.
+	// ErrIO: reading or writing the underlying file failed, or a memory
+	// fault (SIGBUS) struck while reading mapped data, typically because the
+	// file was truncated by another process while mapped (the message then
+	// starts with "fault").
 	ErrIO
-	// ErrFault: a memory fault (SIGBUS) while reading mapped data, typically
-	// because the file was truncated by another process while mapped.
-	ErrFault
-	// ErrInvalidSlice: slice ranges that do not fit the tensor's shape.
-	ErrInvalidSlice
-	// ErrWriteOrder: writer misuse: tensors written out of the declared order,
-	// too many or too few bytes, or Close before every tensor is complete.
-	ErrWriteOrder
-	// ErrInvalidArgument: an invalid argument (destination buffer of the
-	// wrong length, bad option value, invalid shape given to a writer).
+	// ErrInvalidArgument: the caller's misuse; the message says which: a
+	// destination buffer of the wrong length, a bad option value, an invalid
+	// shape or a tensor named __metadata__ given to a writer ("reserved
+	// name"), slice ranges that do not fit the tensor's shape ("invalid
+	// slice"), writer calls out of the declared order, too many or too few
+	// bytes, or Close before every tensor is complete ("write order"), a
+	// dtype conversion that cannot be done ("convert FROM to TO", wrapping
+	// the dtype error).
 	ErrInvalidArgument
-	// ErrConvert: a dtype conversion failed (see the wrapped dtype error).
-	ErrConvert
 	// ErrFileChanged: the file's size or header bytes differ from those of
 	// the Header given to WithHeader: it was replaced or rewritten since.
 	ErrFileChanged
@@ -106,14 +103,9 @@ var kindNames = [...]string{
 	ErrUnknownDType:        "unknown_dtype",
 	ErrDuplicateKey:        "duplicate_key",
 	ErrTensorNotFound:      "tensor_not_found",
-	ErrReservedName:        "reserved_name",
 	ErrClosed:              "closed",
 	ErrIO:                  "io",
-	ErrFault:               "fault",
-	ErrInvalidSlice:        "invalid_slice",
-	ErrWriteOrder:          "write_order",
 	ErrInvalidArgument:     "invalid_argument",
-	ErrConvert:             "convert",
 	ErrFileChanged:         "file_changed",
 	ErrNotRegular:          "not_regular_file",
 	ErrChecksum:            "checksum",
@@ -130,9 +122,6 @@ func (k ErrorKind) String() string {
 
 // Error returns "safetensors: " followed by the kind's name.
 func (k ErrorKind) Error() string { return "safetensors: " + k.String() }
-
-// Kinds returns every error kind, in declaration order.
-func Kinds() []ErrorKind { return errkind.All[ErrorKind](kindNames[:]) }
 
 // Error is the error type of this package. It names what failed (Kind) and
 // where: the file (when opened from a path), the tensor and the header field

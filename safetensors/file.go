@@ -326,7 +326,7 @@ func (f *File) rlock(tensor string) error {
 }
 
 // protect runs fn, turning a memory fault (SIGBUS on a mapping whose file
-// was truncated) into an error of kind ErrFault.
+// was truncated) into an error of kind ErrIO whose message starts with "fault".
 func (f *File) protect(tensor string, fn func()) (err error) {
 	if !f.mapped {
 		fn()
@@ -337,8 +337,8 @@ func (f *File) protect(tensor string, fn func()) (err error) {
 		debug.SetPanicOnFault(old)
 		if r := recover(); r != nil {
 			if fe, ok := r.(interface{ Addr() uintptr }); ok {
-				err = &Error{Kind: ErrFault, File: f.path, Tensor: tensor,
-					Msg: fmt.Sprintf("memory fault reading the mapped file at address %#x: was the file truncated or modified while open?", fe.Addr())}
+				err = &Error{Kind: ErrIO, File: f.path, Tensor: tensor,
+					Msg: fmt.Sprintf("fault: memory fault reading the mapped file at address %#x: was the file truncated or modified while open?", fe.Addr())}
 				return
 			}
 			panic(r)

@@ -172,26 +172,26 @@ func TestTruncatedWhileMapped(t *testing.T) {
 	}
 	dst := make([]byte, 4*n)
 	tn, _ := direct.Tensor("w")
-	e := wantKind(t, tn.ReadTo(dst), ErrFault)
+	e := wantCheck(t, tn.ReadTo(dst), fault)
 	if e.File != path || e.Tensor != "w" {
 		t.Fatalf("error does not name file and tensor: %v", e)
 	}
 	_, err := tn.Float32s()
-	wantKind(t, err, ErrFault)
+	wantCheck(t, err, fault)
 	s, _ := tn.Slice(Span(n/2, n))
-	wantKind(t, s.ReadTo(make([]byte, 2*n)), ErrFault)
+	wantCheck(t, s.ReadTo(make([]byte, 2*n)), fault)
 	tp, _ := pread.Tensor("w")
 	wantKind(t, tp.ReadTo(dst), ErrIO)
 	_, err = tp.Float32s()
 	wantKind(t, err, ErrIO)
 	ta, _ := auto.Tensor("w")
-	wantKind(t, ta.ReadTo(dst), ErrFault)
+	wantCheck(t, ta.ReadTo(dst), fault)
 	_, err = ta.Float32s() // F32 to F32: a raw copy, from the mapping
-	wantKind(t, err, ErrFault)
+	wantCheck(t, err, fault)
 	_, err = ta.Float64s() // a conversion, in place from the mapping
-	wantKind(t, err, ErrFault)
+	wantCheck(t, err, fault)
 	_, err = tn.Float64s()
-	wantKind(t, err, ErrFault)
+	wantCheck(t, err, fault)
 }
 
 func TestSlice(t *testing.T) {
@@ -274,7 +274,7 @@ func TestSlice(t *testing.T) {
 		{Span(0, 5)}, {Span(3, 2)}, {Span(-1, 2)}, {At(4)}, {At(-1)}, {Full(), Full(), Full(), Full()},
 	} {
 		_, err := tn.Slice(bad...)
-		wantKind(t, err, ErrInvalidSlice)
+		wantCheck(t, err, invalidSlice)
 	}
 	if s := Span(1, 3).String() + " " + At(2).String() + " " + Full().String(); s != "1:3 2 :" {
 		t.Error(s)

@@ -39,3 +39,36 @@ func wantCtxErr(t *testing.T, err, ctxErr error) {
 		t.Fatalf("got %v, want a canceled *Error matching %v", err, ctxErr)
 	}
 }
+
+// failure is what a test expects of an error: its kind and, for a general
+// kind, the check its message names.
+type failure struct {
+	kind ErrorKind
+	what string
+}
+
+func (f failure) String() string { return f.kind.String() + " (" + f.what + ")" }
+
+// matches reports whether err is of f's kind and names f's check.
+func (f failure) matches(err error) bool {
+	return errors.Is(err, f.kind) && strings.Contains(err.Error(), f.what)
+}
+
+// The checks behind the general kinds, as their messages name them.
+var (
+	reservedName = failure{ErrInvalidArgument, ": reserved name: "}
+	writeOrder   = failure{ErrInvalidArgument, ": write order: "}
+	invalidSlice = failure{ErrInvalidArgument, ": invalid slice: "}
+	fault        = failure{ErrIO, ": fault: memory fault"}
+)
+
+// wantCheck is wantKind for a check behind a general kind: err must also
+// name the check.
+func wantCheck(t *testing.T, err error, f failure) *Error {
+	t.Helper()
+	e := wantKind(t, err, f.kind)
+	if !strings.Contains(err.Error(), f.what) {
+		t.Fatalf("got %v, want %v", err, f)
+	}
+	return e
+}

@@ -72,36 +72,35 @@ func (r ByteRange) String() string {
 	return fmt.Sprintf("%d+%d×%d/%d", r.Offset, r.Length, r.Count, r.Stride)
 }
 
-// SliceRanges returns where, in the data of a row-major tensor of dtype d
-// and shape, the elements whose index along dim lies in [start, stop) are:
-// byte ranges relative to the tensor's first byte, coalesced (one range
-// when the selection is contiguous: always for dim 0, and whenever the
-// dimensions before dim have size 1 or the selection is the whole
-// dimension). It is Tensor.Slice's computation for one dimension, as a
-// regular set of ranges: what the loader's rank option reads
-// (ckpt.WithRank), and what readers that fetch the ranges themselves
-// (ranged GETs) ask for; use it with SplitBounds. Errors are *Error
-// values: ErrInvalidSlice for a dim or bounds outside the shape or a dtype
-// without a size, ErrMisalignedSlice when sub-byte elements would not
-// start and end on whole bytes.
+// SliceRanges returns where, in the data of a row-major tensor of dtype d and
+// shape, the elements whose index along dim lies in [start, stop) are: byte
+// ranges relative to the tensor's first byte, coalesced (one range when the
+// selection is contiguous: always for dim 0, and whenever the dimensions
+// before dim have size 1 or the selection is the whole dimension). It is
+// Tensor.Slice's computation for one dimension, as a regular set of ranges:
+// what the loader's rank option reads (ckpt.WithRank), and what readers that
+// fetch the ranges themselves (ranged GETs) ask for; use it with SplitBounds.
+// Errors are *Error values: ErrInvalidArgument ("invalid slice") for a dim or
+// bounds outside the shape or a dtype without a size, ErrMisalignedSlice when
+// sub-byte elements would not start and end on whole bytes.
 func SliceRanges(d dtype.DType, shape []int64, dim int, start, stop int64) (ByteRange, error) {
 	fail := func(kind ErrorKind, format string, a ...any) (ByteRange, error) {
 		return ByteRange{}, &Error{Kind: kind, Msg: fmt.Sprintf(format, a...)}
 	}
 	if dim < 0 || dim >= len(shape) {
-		return fail(ErrInvalidSlice, "dimension %d of a shape %v", dim, shape)
+		return fail(ErrInvalidArgument, "invalid slice: dimension %d of a shape %v", dim, shape)
 	}
 	for _, n := range shape {
 		if n < 0 {
-			return fail(ErrInvalidSlice, "negative dimension in shape %v", shape)
+			return fail(ErrInvalidArgument, "invalid slice: negative dimension in shape %v", shape)
 		}
 	}
 	if start < 0 || stop < start || stop > shape[dim] {
-		return fail(ErrInvalidSlice, "indices [%d:%d) outside dimension %d of size %d", start, stop, dim, shape[dim])
+		return fail(ErrInvalidArgument, "invalid slice: indices [%d:%d) outside dimension %d of size %d", start, stop, dim, shape[dim])
 	}
 	bits := int64(d.Bits())
 	if bits <= 0 {
-		return fail(ErrInvalidSlice, "dtype %v has no size", d)
+		return fail(ErrInvalidArgument, "invalid slice: dtype %v has no size", d)
 	}
 	ranges := make([]Range, dim+1)
 	ranges[dim] = Span(start, stop)

@@ -67,10 +67,11 @@ type selection struct {
 	chunks int64   // number of chunks
 }
 
-// Slice selects a sub-range of the tensor along any dimensions. Ranges
-// apply to the leading dimensions; missing trailing ones are Full. Out of
-// range indices yield ErrInvalidSlice; for sub-byte dtypes, a selection whose
-// pieces do not start and end on byte boundaries yields ErrMisalignedSlice.
+// Slice selects a sub-range of the tensor along any dimensions. Ranges apply
+// to the leading dimensions; missing trailing ones are Full. Out of range
+// indices yield ErrInvalidArgument ("invalid slice"); for sub-byte dtypes, a
+// selection whose pieces do not start and end on byte boundaries yields
+// ErrMisalignedSlice.
 func (t *Tensor) Slice(ranges ...Range) (*SliceView, error) {
 	sel, kind, msg := selectRanges(t.info.Shape, t.info.DType, ranges)
 	if kind != 0 {
@@ -83,7 +84,7 @@ func (t *Tensor) Slice(ranges ...Range) (*SliceView, error) {
 // shape dims and dtype dt; a non-zero kind says what is wrong.
 func selectRanges(dims []int64, dt dtype.DType, ranges []Range) (selection, ErrorKind, string) {
 	if len(ranges) > len(dims) {
-		return selection{}, ErrInvalidSlice, fmt.Sprintf("%d ranges for a tensor of rank %d", len(ranges), len(dims))
+		return selection{}, ErrInvalidArgument, fmt.Sprintf("invalid slice: %d ranges for a tensor of rank %d", len(ranges), len(dims))
 	}
 	s := selection{k: -1, starts: make([]int64, len(dims)), counts: make([]int64, len(dims)), stride: make([]int64, len(dims))}
 	s.shape = make([]int64, 0, len(dims))
@@ -97,12 +98,12 @@ func selectRanges(dims []int64, dt dtype.DType, ranges []Range) (selection, Erro
 			s.starts[d], s.counts[d] = 0, n
 		case rangeSpan:
 			if r.start < 0 || r.stop < r.start || r.stop > n {
-				return selection{}, ErrInvalidSlice, fmt.Sprintf("range %v out of bounds for dimension %d of size %d", r, d, n)
+				return selection{}, ErrInvalidArgument, fmt.Sprintf("invalid slice: range %v out of bounds for dimension %d of size %d", r, d, n)
 			}
 			s.starts[d], s.counts[d] = r.start, r.stop-r.start
 		case rangeAt:
 			if r.start < 0 || r.start >= n {
-				return selection{}, ErrInvalidSlice, fmt.Sprintf("index %d out of bounds for dimension %d of size %d", r.start, d, n)
+				return selection{}, ErrInvalidArgument, fmt.Sprintf("invalid slice: index %d out of bounds for dimension %d of size %d", r.start, d, n)
 			}
 			s.starts[d], s.counts[d] = r.start, 1
 		}

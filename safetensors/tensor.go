@@ -83,9 +83,9 @@ func (t *Tensor) Bytes() ([]byte, error) {
 	return buf, nil
 }
 
-// ReadTo copies the tensor's raw bytes into dst, which must be exactly
-// ByteLen bytes long. Files opened from a path are read with pread (see
-// ReadMode); a file truncated while open yields ErrIO or ErrFault, never a
+// ReadTo copies the tensor's raw bytes into dst, which must be exactly ByteLen
+// bytes long. Files opened from a path are read with pread (see ReadMode); a
+// file truncated while open yields ErrIO (a memory fault included), never a
 // crash.
 func (t *Tensor) ReadTo(dst []byte) error {
 	if int64(len(dst)) != t.info.ByteLen() {
@@ -291,7 +291,7 @@ func (f *File) convertRange(tensor string, dst []byte, to dtype.DType, off, srcL
 
 // convErr is the error of a failed conversion of tensor.
 func (f *File) convErr(tensor string, from, to dtype.DType, err error) error {
-	return &Error{Kind: ErrConvert, File: f.path, Tensor: tensor, Msg: fmt.Sprintf("convert %s to %s", from, to), Err: err}
+	return &Error{Kind: ErrInvalidArgument, File: f.path, Tensor: tensor, Msg: fmt.Sprintf("convert %s to %s", from, to), Err: err}
 }
 
 // ConvertElementsTo converts the elements [first, first+n) of the tensor,

@@ -157,7 +157,7 @@ func makePlan(tensors []TensorSpec, metadata map[string]string, opts []WriteOpti
 	seen := make(map[string]struct{}, len(tensors))
 	for i, t := range tensors {
 		if t.Name == MetadataKey {
-			return nil, newErr(ErrReservedName, t.Name, "", "a tensor cannot be named __metadata__")
+			return nil, newErr(ErrInvalidArgument, t.Name, "", "reserved name: a tensor cannot be named __metadata__")
 		}
 		if !utf8.ValidString(t.Name) {
 			return nil, newErr(ErrInvalidUTF8, t.Name, "", "tensor name is not valid UTF-8")
@@ -503,14 +503,15 @@ func (w *Writer) check() error {
 func (w *Writer) currentIncomplete() error {
 	if w.cur >= 0 && w.cur < len(w.p.order) && w.written < w.p.sizes[w.cur] {
 		t := w.p.order[w.cur]
-		return newErr(ErrWriteOrder, t.Name, "", fmt.Sprintf("tensor incomplete: %d of %d bytes written", w.written, w.p.sizes[w.cur]))
+		return newErr(ErrInvalidArgument, t.Name, "", fmt.Sprintf("write order: tensor incomplete: %d of %d bytes written", w.written, w.p.sizes[w.cur]))
 	}
 	return nil
 }
 
 // Next moves to the next tensor in Order and returns its spec and a writer
-// that accepts exactly its ByteLen bytes. It fails with ErrWriteOrder if the
-// previous tensor is incomplete, and returns io.EOF after the last tensor.
+// that accepts exactly its ByteLen bytes. It fails with ErrInvalidArgument
+// ("write order") if the previous tensor is incomplete, and returns io.EOF
+// after the last tensor.
 func (w *Writer) Next() (TensorSpec, io.Writer, error) {
 	if err := w.check(); err != nil {
 		return TensorSpec{}, nil, err
@@ -539,10 +540,10 @@ func (tw *tensorWriter) Write(b []byte) (int, error) {
 	}
 	name := w.p.order[tw.idx].Name
 	if tw.idx != w.cur {
-		return 0, newErr(ErrWriteOrder, name, "", "write to a tensor after moving past it")
+		return 0, newErr(ErrInvalidArgument, name, "", "write order: write to a tensor after moving past it")
 	}
 	if int64(len(b)) > w.p.sizes[tw.idx]-w.written {
-		w.err = newErr(ErrWriteOrder, name, "", fmt.Sprintf("too many bytes: %d more after %d of %d", len(b), w.written, w.p.sizes[tw.idx]))
+		w.err = newErr(ErrInvalidArgument, name, "", fmt.Sprintf("write order: too many bytes: %d more after %d of %d", len(b), w.written, w.p.sizes[tw.idx]))
 		return 0, w.err
 	}
 	if err := w.raw(b); err != nil {
@@ -575,7 +576,7 @@ func (w *Writer) WriteTensor(name string, data []byte) error {
 		if w.cur+1 < len(w.p.order) {
 			want = strconv.Quote(w.p.order[w.cur+1].Name)
 		}
-		return newErr(ErrWriteOrder, name, "", "out of order: the next tensor is "+want)
+		return newErr(ErrInvalidArgument, name, "", "write order: out of order: the next tensor is "+want)
 	}
 	if int64(len(data)) != w.p.sizes[j] {
 		return newErr(ErrTensorSizeMismatch, name, "", fmt.Sprintf("data is %d bytes, %s %v needs %d", len(data), w.p.order[j].DType, w.p.order[j].Shape, w.p.sizes[j]))
@@ -613,7 +614,7 @@ func (w *Writer) Close() error {
 		if w.cur+1 < len(w.p.order) {
 			next = w.p.order[w.cur+1].Name
 		}
-		return newErr(ErrWriteOrder, next, "", fmt.Sprintf("incomplete: %d of %d data bytes written", w.total, w.p.dataLen))
+		return newErr(ErrInvalidArgument, next, "", fmt.Sprintf("write order: incomplete: %d of %d data bytes written", w.total, w.p.dataLen))
 	}
 	if err := w.finishChecksums(); err != nil {
 		w.err = err
@@ -648,7 +649,7 @@ func (w *Writer) finishChecksums() error {
 		return err
 	}
 	if len(w.p.header) != len(placeholders) {
-		return newErr(ErrWriteOrder, "", "", "internal: the header changed size when its checksums were filled in")
+		return newErr(ErrInvalidArgument, "", "", "write order: internal: the header changed size when its checksums were filled in")
 	}
 	if w.flush != nil {
 		if err := w.flush(); err != nil {

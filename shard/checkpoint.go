@@ -161,7 +161,7 @@ type shardFile struct {
 // shard's header. A tensor that is also present in another shard is taken
 // from the mapped one, with a warning; tensors in shards that the index does
 // not map are reported in Warnings and Unmapped and are not part of the
-// checkpoint. A folder is refused with ErrUnsupportedPath: resolve it with
+// checkpoint. A folder is refused with ErrInvalidArgument: resolve it with
 // package variant first.
 //
 // path itself, named by the caller, is followed through its symbolic links
@@ -185,7 +185,7 @@ func Open(path string, opts ...Option) (*Checkpoint, error) {
 		return nil, &Error{Kind: ErrInvalidShard, Path: path, Err: err}
 	}
 	if st.IsDir() {
-		return nil, &Error{Kind: ErrUnsupportedPath, Path: path, Msg: "a folder, not an index or safetensors file (resolve folders with package variant)"}
+		return nil, &Error{Kind: ErrInvalidArgument, Path: path, Msg: "unsupported path: a folder, not an index or safetensors file (resolve folders with package variant)"}
 	}
 	h, err := c.cfg.readHeader(path)
 	if err != nil {
@@ -242,7 +242,7 @@ func (c *Checkpoint) openIndex() error {
 			if len(others) > 0 {
 				msg += fmt.Sprintf(" (it is in %s: the index names the wrong shard)", strings.Join(others, ", "))
 			}
-			return &Error{Kind: ErrTensorMissingFromShard, Path: c.path, Shard: s.name, Tensor: name, Msg: msg}
+			return &Error{Kind: ErrInvalidIndex, Path: c.path, Shard: s.name, Tensor: name, Msg: "tensor missing from shard: " + msg}
 		}
 		s.mapped[idx] = true
 		next[ix.shardOf[i]] = idx + 1

@@ -11,6 +11,10 @@ import (
 // error, so callers can test for it with errors.Is:
 //
 //	if errors.Is(err, shard.ErrMissingShard) { ... }
+//
+// The general kinds (ErrInvalidIndex, ErrInvalidArgument) leave the detail
+// to the message, which names the check that failed ("index too large",
+// "invalid weight_map", "invalid tensor", ...).
 type ErrorKind int
 
 // The kinds of Error. Their String forms (snake_case) are stable and meant
@@ -18,22 +22,16 @@ type ErrorKind int
 const (
 	// ErrIndexRead: the index file could not be read.
 	ErrIndexRead ErrorKind = iota + 1
-	// ErrIndexTooLarge: the index file is larger than MaxIndexSize.
-	ErrIndexTooLarge
-	// ErrIndexInvalidJSON: the index is not a well-formed JSON object.
-	ErrIndexInvalidJSON
-	// ErrIndexMissingWeightMap: the index has no "weight_map".
-	ErrIndexMissingWeightMap
-	// ErrIndexInvalidWeightMap: "weight_map" is not a non-empty object of
-	// strings, or maps an empty tensor name.
-	ErrIndexInvalidWeightMap
-	// ErrIndexDuplicateTensor: "weight_map" lists a tensor twice.
-	ErrIndexDuplicateTensor
-	// ErrIndexInvalidMetadata: "metadata" is present but not an object.
-	ErrIndexInvalidMetadata
-	// ErrInvalidShardName: a shard name is empty, has control characters
-	// or does not end in ".safetensors".
-	ErrInvalidShardName
+	// ErrInvalidIndex: the index is malformed or contradicts its shards.
+	// The message names the check: the index is too large (over
+	// MaxIndexSize); invalid JSON (not a well-formed JSON object); a missing
+	// weight_map; an invalid weight_map (not a non-empty object of strings,
+	// or mapping an empty tensor name); a duplicate tensor (listed twice);
+	// invalid metadata (present but not an object); an invalid shard name
+	// (empty, with control characters or not ending in ".safetensors"); a
+	// tensor missing from its shard (the index maps a tensor to a shard
+	// whose header does not have it).
+	ErrInvalidIndex
 	// ErrInsecurePath: a shard name is a path (separators, "..", an
 	// absolute path, a drive letter), or a file of the folder is a symlink
 	// that leads out of it (see WithFollowSymlinks).
@@ -42,28 +40,21 @@ const (
 	ErrMissingShard
 	// ErrInvalidShard: a shard exists but is not a readable safetensors file.
 	ErrInvalidShard
-	// ErrTensorMissingFromShard: the index maps a tensor to a shard whose
-	// header does not have it.
-	ErrTensorMissingFromShard
 	// ErrTensorNotFound: the checkpoint has no tensor of that name. Errors
 	// of this kind also match safetensors.ErrTensorNotFound.
 	ErrTensorNotFound
 	// ErrClosed: the checkpoint was closed.
 	ErrClosed
-	// ErrUnsupportedPath: Open was given something that is neither an index
-	// nor a safetensors file (a folder, for example).
-	ErrUnsupportedPath
-	// ErrInvalidSize: ParseSize or WithMaxShardSize got a bad size.
-	ErrInvalidSize
+	// ErrInvalidArgument: the caller's misuse; the message names the check:
+	// an unsupported path (Open given something that is neither an index nor
+	// a safetensors file, a folder for example); an invalid size (ParseSize
+	// or WithMaxShardSize); an invalid variant name (not matching
+	// ^[A-Za-z0-9_]+$); a duplicate tensor (Write given two tensors of one
+	// name); an invalid tensor (Write given a tensor whose name, dtype,
+	// shape or data length is unusable).
+	ErrInvalidArgument
 	// ErrInvalidPrefix: Write got an unusable file name prefix.
 	ErrInvalidPrefix
-	// ErrInvalidVariant: a variant name does not match ^[A-Za-z0-9_]+$.
-	ErrInvalidVariant
-	// ErrDuplicateTensor: Write got two tensors with the same name.
-	ErrDuplicateTensor
-	// ErrInvalidTensor: Write got a tensor whose name, dtype, shape or data
-	// length is unusable.
-	ErrInvalidTensor
 	// ErrWrite: writing a new file failed; the previous set is intact.
 	ErrWrite
 	// ErrCommit: moving the new set into place failed; the previous set is
@@ -77,37 +68,22 @@ const (
 )
 
 var kindNames = [...]string{
-	ErrIndexRead:              "index_read",
-	ErrIndexTooLarge:          "index_too_large",
-	ErrIndexInvalidJSON:       "index_invalid_json",
-	ErrIndexMissingWeightMap:  "index_missing_weight_map",
-	ErrIndexInvalidWeightMap:  "index_invalid_weight_map",
-	ErrIndexDuplicateTensor:   "index_duplicate_tensor",
-	ErrIndexInvalidMetadata:   "index_invalid_metadata",
-	ErrInvalidShardName:       "invalid_shard_name",
-	ErrInsecurePath:           "insecure_path",
-	ErrMissingShard:           "missing_shard",
-	ErrInvalidShard:           "invalid_shard",
-	ErrTensorMissingFromShard: "tensor_missing_from_shard",
-	ErrTensorNotFound:         "tensor_not_found",
-	ErrClosed:                 "closed",
-	ErrUnsupportedPath:        "unsupported_path",
-	ErrInvalidSize:            "invalid_size",
-	ErrInvalidPrefix:          "invalid_prefix",
-	ErrInvalidVariant:         "invalid_variant",
-	ErrDuplicateTensor:        "duplicate_tensor",
-	ErrInvalidTensor:          "invalid_tensor",
-	ErrWrite:                  "write",
-	ErrCommit:                 "commit",
-	ErrNotRegular:             "not_regular_file",
+	ErrIndexRead:       "index_read",
+	ErrInvalidIndex:    "invalid_index",
+	ErrInsecurePath:    "insecure_path",
+	ErrMissingShard:    "missing_shard",
+	ErrInvalidShard:    "invalid_shard",
+	ErrTensorNotFound:  "tensor_not_found",
+	ErrClosed:          "closed",
+	ErrInvalidArgument: "invalid_argument",
+	ErrInvalidPrefix:   "invalid_prefix",
+	ErrWrite:           "write",
+	ErrCommit:          "commit",
+	ErrNotRegular:      "not_regular_file",
 }
 
 // String returns the kind's snake_case name, e.g. "missing_shard".
 func (k ErrorKind) String() string { return errkind.Name(kindNames[:], k) }
-
-// Kinds returns every ErrorKind, in declaration order (for documentation
-// and exhaustive tests).
-func Kinds() []ErrorKind { return errkind.All[ErrorKind](kindNames[:]) }
 
 // Error makes a kind usable as an errors.Is target.
 func (k ErrorKind) Error() string { return "shard: " + k.String() }

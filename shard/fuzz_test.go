@@ -71,7 +71,7 @@ func FuzzParseSize(f *testing.F) {
 		if err == nil && n < 0 {
 			t.Fatalf("ParseSize(%q) = %d", s, n)
 		}
-		if err != nil && !errors.Is(err, ErrInvalidSize) {
+		if err != nil && !invalidSize.matches(err) {
 			t.Fatalf("ParseSize(%q): %v", s, err)
 		}
 	})

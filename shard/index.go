@@ -68,7 +68,7 @@ func (ix *Index) Shards() []string {
 //
 // path is followed through its symbolic links; it must lead to a regular
 // file (ErrNotRegular: a FIFO or a device is refused without blocking and
-// before any byte is read) of at most MaxIndexSize bytes (ErrIndexTooLarge,
+// before any byte is read) of at most MaxIndexSize bytes (ErrInvalidIndex,
 // checked before reading).
 func ReadIndex(path string) (*Index, error) {
 	return readIndex(srcfs.FS{}, path)
@@ -88,8 +88,8 @@ func readIndex(src srcfs.FS, path string) (*Index, error) {
 		case errors.As(err, &nr):
 			return nil, &Error{Kind: ErrNotRegular, Path: path, Msg: safeopen.Describe(nr.Mode) + ", not a regular file"}
 		case errors.As(err, &tl):
-			return nil, &Error{Kind: ErrIndexTooLarge, Path: path,
-				Msg: fmt.Sprintf("%d bytes, more than the %d an index may have", tl.Size, MaxIndexSize)}
+			return nil, &Error{Kind: ErrInvalidIndex, Path: path,
+				Msg: fmt.Sprintf("index too large: %d bytes, more than the %d an index may have", tl.Size, MaxIndexSize)}
 		}
 		return nil, &Error{Kind: ErrIndexRead, Path: path, Err: err}
 	}
@@ -108,7 +108,7 @@ func readIndex(src srcfs.FS, path string) (*Index, error) {
 // ParseIndex parses and validates index JSON held in memory; see ReadIndex.
 func ParseIndex(data []byte) (*Index, error) {
 	if len(data) > MaxIndexSize {
-		return nil, &Error{Kind: ErrIndexTooLarge, Msg: fmt.Sprintf("%d bytes, more than the %d an index may have", len(data), MaxIndexSize)}
+		return nil, &Error{Kind: ErrInvalidIndex, Msg: fmt.Sprintf("index too large: %d bytes, more than the %d an index may have", len(data), MaxIndexSize)}
 	}
 	if ix, ok := parseIndexFast(data); ok {
 		return ix, nil
@@ -389,19 +389,19 @@ func parseIndexSlow(data []byte) (*Index, error) {
 	syntax := func(err error) error {
 		var se *json.SyntaxError
 		if errors.As(err, &se) {
-			return &Error{Kind: ErrIndexInvalidJSON, Msg: fmt.Sprintf("at byte %d", se.Offset), Err: err}
+			return &Error{Kind: ErrInvalidIndex, Msg: fmt.Sprintf("invalid JSON: at byte %d", se.Offset), Err: err}
 		}
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return &Error{Kind: ErrIndexInvalidJSON, Msg: "unexpected end of input"}
+			return &Error{Kind: ErrInvalidIndex, Msg: "invalid JSON: unexpected end of input"}
 		}
-		return &Error{Kind: ErrIndexInvalidJSON, Err: err}
+		return &Error{Kind: ErrInvalidIndex, Msg: "invalid JSON", Err: err}
 	}
 	tok, err := d.Token()
 	if err != nil {
 		return nil, syntax(err)
 	}
 	if tok != json.Delim('{') {
-		return nil, &Error{Kind: ErrIndexInvalidJSON, Msg: "top level is " + describe(tok) + ", not an object"}
+		return nil, &Error{Kind: ErrInvalidIndex, Msg: "invalid JSON: top level is " + describe(tok) + ", not an object"}
 	}
 	seen := make(map[string]bool)
 	for d.More() {
@@ -411,7 +411,7 @@ func parseIndexSlow(data []byte) (*Index, error) {
 		}
 		key, _ := tok.(string) // object keys are always strings
 		if seen[key] {
-			return nil, &Error{Kind: ErrIndexInvalidJSON, Msg: fmt.Sprintf("key %q appears twice", key)}
+			return nil, &Error{Kind: ErrInvalidIndex, Msg: fmt.Sprintf("invalid JSON: key %q appears twice", key)}
 		}
 		seen[key] = true
 		switch key {
@@ -440,12 +440,12 @@ func parseIndexSlow(data []byte) (*Index, error) {
 	}
 	if _, err := d.Token(); err != io.EOF {
 		if err == nil {
-			return nil, &Error{Kind: ErrIndexInvalidJSON, Msg: fmt.Sprintf("data after the top-level object at byte %d", d.InputOffset())}
+			return nil, &Error{Kind: ErrInvalidIndex, Msg: fmt.Sprintf("invalid JSON: data after the top-level object at byte %d", d.InputOffset())}
 		}
 		return nil, syntax(err)
 	}
 	if !seen["weight_map"] {
-		return nil, &Error{Kind: ErrIndexMissingWeightMap, Msg: `no "weight_map" object`}
+		return nil, &Error{Kind: ErrInvalidIndex, Msg: `missing weight_map: no "weight_map" object`}
 	}
 	return ix, nil
 }
@@ -457,9 +457,9 @@ func (ix *Index) parseWeightMap(d *json.Decoder, syntax func(error) error) error
 	}
 	if tok != json.Delim('{') {
 		if delim, ok := tok.(json.Delim); ok && delim == '[' {
-			return &Error{Kind: ErrIndexInvalidWeightMap, Msg: `"weight_map" is an array, not an object`}
+			return &Error{Kind: ErrInvalidIndex, Msg: `invalid weight_map: "weight_map" is an array, not an object`}
 		}
-		return &Error{Kind: ErrIndexInvalidWeightMap, Msg: `"weight_map" is ` + describe(tok) + ", not an object"}
+		return &Error{Kind: ErrInvalidIndex, Msg: `invalid weight_map: "weight_map" is ` + describe(tok) + ", not an object"}
 	}
 	ix.WeightMap = make(map[string]string)
 	var set shardSet
@@ -475,14 +475,14 @@ func (ix *Index) parseWeightMap(d *json.Decoder, syntax func(error) error) error
 		}
 		shard, ok := tok.(string)
 		if !ok {
-			return &Error{Kind: ErrIndexInvalidWeightMap, Tensor: name, Msg: "shard is " + describe(tok) + ", not a string"}
+			return &Error{Kind: ErrInvalidIndex, Tensor: name, Msg: "invalid weight_map: shard is " + describe(tok) + ", not a string"}
 		}
 		if name == "" {
-			return &Error{Kind: ErrIndexInvalidWeightMap, Shard: shard, Msg: "empty tensor name"}
+			return &Error{Kind: ErrInvalidIndex, Shard: shard, Msg: "invalid weight_map: empty tensor name"}
 		}
 		if prev, dup := ix.WeightMap[name]; dup {
-			return &Error{Kind: ErrIndexDuplicateTensor, Tensor: name,
-				Msg: fmt.Sprintf("listed twice (shards %q and %q)", prev, shard)}
+			return &Error{Kind: ErrInvalidIndex, Tensor: name,
+				Msg: fmt.Sprintf("duplicate tensor: listed twice (shards %q and %q)", prev, shard)}
 		}
 		if err := CheckShardName(shard); err != nil {
 			e := err.(*Error)
@@ -498,13 +498,13 @@ func (ix *Index) parseWeightMap(d *json.Decoder, syntax func(error) error) error
 		return syntax(err)
 	}
 	if len(ix.WeightMap) == 0 {
-		return &Error{Kind: ErrIndexInvalidWeightMap, Msg: `"weight_map" is empty`}
+		return &Error{Kind: ErrInvalidIndex, Msg: `invalid weight_map: "weight_map" is empty`}
 	}
 	return nil
 }
 
 // setMetadata records the decoded "metadata" value: an object, or null
-// (with a warning); anything else is an ErrIndexInvalidMetadata error.
+// (with a warning); anything else is an ErrInvalidIndex error.
 func (ix *Index) setMetadata(v any) error {
 	switch m := v.(type) {
 	case nil:
@@ -513,7 +513,7 @@ func (ix *Index) setMetadata(v any) error {
 		ix.Metadata = m
 		ix.TotalSize = ix.totalSize(m)
 	default:
-		return &Error{Kind: ErrIndexInvalidMetadata, Msg: fmt.Sprintf(`"metadata" is %s, not an object`, describeValue(v))}
+		return &Error{Kind: ErrInvalidIndex, Msg: fmt.Sprintf(`invalid metadata: "metadata" is %s, not an object`, describeValue(v))}
 	}
 	return nil
 }
@@ -540,17 +540,17 @@ func (ix *Index) totalSize(m map[string]any) int64 {
 // CheckShardName reports whether name is acceptable as a shard file name in
 // an index: a bare file name ending in ".safetensors". Paths are refused with
 // ErrInsecurePath (separators "/" or "\", "..", absolute paths, drive letters
-// and any ":"), other bad names with ErrInvalidShardName (empty, control
+// and any ":"), other bad names with ErrInvalidIndex (empty, control
 // characters, another extension). The returned error is an *Error with Shard
 // set.
 func CheckShardName(name string) error {
 	bad := func(k ErrorKind, msg string) error { return &Error{Kind: k, Shard: name, Msg: msg} }
 	if name == "" {
-		return bad(ErrInvalidShardName, "empty shard name")
+		return bad(ErrInvalidIndex, "invalid shard name: empty shard name")
 	}
 	for _, r := range name {
 		if r < 0x20 || r == 0x7f {
-			return bad(ErrInvalidShardName, "control character in shard name")
+			return bad(ErrInvalidIndex, "invalid shard name: control character in shard name")
 		}
 	}
 	switch {
@@ -561,7 +561,7 @@ func CheckShardName(name string) error {
 	case strings.Contains(name, ":"):
 		return bad(ErrInsecurePath, "shard name contains a drive letter or stream separator")
 	case !strings.HasSuffix(name, ".safetensors") || name == ".safetensors":
-		return bad(ErrInvalidShardName, `shard name does not end in ".safetensors"`)
+		return bad(ErrInvalidIndex, `invalid shard name: shard name does not end in ".safetensors"`)
 	}
 	return nil
 }

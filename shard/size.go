@@ -32,10 +32,10 @@ var sizeUnits = map[string]int64{
 // powers of 1024). Units are case-insensitive and may follow a space; the
 // number may have a fraction ("1.5GB") if the result is a whole number of
 // bytes. Negative, fractional-byte and overflowing sizes are errors of kind
-// ErrInvalidSize.
+// ErrInvalidArgument.
 func ParseSize(s string) (int64, error) {
 	bad := func(msg string) (int64, error) {
-		return 0, &Error{Kind: ErrInvalidSize, Msg: fmt.Sprintf("%q: %s", s, msg)}
+		return 0, &Error{Kind: ErrInvalidArgument, Msg: fmt.Sprintf("invalid size: %q: %s", s, msg)}
 	}
 	t := strings.TrimSpace(s)
 	i := 0

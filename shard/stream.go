@@ -22,7 +22,7 @@ import (
 // "canceled" when it is ctx's error after ctx is done, so that errors.Is
 // matches context.Canceled or context.DeadlineExceeded; an *Error of this package is
 // returned as it is). A write that returns nil having written fewer or more
-// bytes than the tensor has fails with ErrInvalidTensor. WithOrder tells the
+// bytes than the tensor has fails with ErrInvalidArgument. WithOrder tells the
 // caller the whole order before the first call.
 func WriteStream(ctx context.Context, dir, prefix, variant string, specs []safetensors.TensorSpec, write func(spec safetensors.TensorSpec, w io.Writer) error, metadata map[string]string, opts ...WriteOption) (*WriteResult, error) {
 	return writeSet(ctx, dir, prefix, variant, specs, write, metadata, opts)

@@ -34,7 +34,7 @@ type writeConfig struct {
 func WithMaxShardSize(n int64) WriteOption {
 	return func(c *writeConfig) {
 		if n <= 0 {
-			c.err = &Error{Kind: ErrInvalidSize, Msg: fmt.Sprintf("max shard size %d is not positive", n)}
+			c.err = &Error{Kind: ErrInvalidArgument, Msg: fmt.Sprintf("invalid size: max shard size %d is not positive", n)}
 			return
 		}
 		c.maxShard = n
@@ -107,7 +107,7 @@ func Write(ctx context.Context, dir, prefix, variant string, tensors []safetenso
 // its checksum keys (safetensors.ChecksumPrefix): each goes into the file
 // that holds its tensor only, as a claim the data written must match
 // (ErrWrite wrapping a *safetensors.ChecksumError otherwise; a key naming
-// no tensor of the set is ErrInvalidTensor). Every file carries the
+// no tensor of the set is ErrInvalidArgument). Every file carries the
 // CRC-32C of each of its tensors (safetensors.NewWriter), unless
 // WithWriteOptions(safetensors.WithoutChecksums()). The new set
 // replaces the previous set of the same prefix and variant in every naming
@@ -178,8 +178,8 @@ func WriteFrom(ctx context.Context, dir, prefix, variant string, specs []safeten
 		}
 		want, _ := s.ByteLen() // checked by writeSet
 		if int64(len(b)) != want {
-			return &Error{Kind: ErrInvalidTensor, Path: dir, Tensor: s.Name,
-				Msg: fmt.Sprintf("data has %d bytes, %s%v needs %d", len(b), s.DType, s.Shape, want)}
+			return &Error{Kind: ErrInvalidArgument, Path: dir, Tensor: s.Name,
+				Msg: fmt.Sprintf("invalid tensor: data has %d bytes, %s%v needs %d", len(b), s.DType, s.Shape, want)}
 		}
 		_, err = w.Write(b)
 		return err
@@ -203,27 +203,27 @@ func writeSet(ctx context.Context, dir, prefix, variant string, specs []safetens
 		return nil, err
 	}
 	if variant != "" && !variantRE.MatchString(variant) {
-		return nil, &Error{Kind: ErrInvalidVariant, Path: dir, Msg: fmt.Sprintf("variant %q does not match ^[A-Za-z0-9_]+$", variant)}
+		return nil, &Error{Kind: ErrInvalidArgument, Path: dir, Msg: fmt.Sprintf("invalid variant: variant %q does not match ^[A-Za-z0-9_]+$", variant)}
 	}
 	seen := make(map[string]bool, len(specs))
 	for _, s := range specs {
 		if s.Name == "" || s.Name == "__metadata__" {
-			return nil, &Error{Kind: ErrInvalidTensor, Path: dir, Tensor: s.Name, Msg: "invalid tensor name"}
+			return nil, &Error{Kind: ErrInvalidArgument, Path: dir, Tensor: s.Name, Msg: "invalid tensor: invalid tensor name"}
 		}
 		if seen[s.Name] {
-			return nil, &Error{Kind: ErrDuplicateTensor, Path: dir, Tensor: s.Name}
+			return nil, &Error{Kind: ErrInvalidArgument, Path: dir, Tensor: s.Name, Msg: "duplicate tensor"}
 		}
 		seen[s.Name] = true
 		if _, err := s.ByteLen(); err != nil {
-			return nil, &Error{Kind: ErrInvalidTensor, Path: dir, Tensor: s.Name, Err: err}
+			return nil, &Error{Kind: ErrInvalidArgument, Path: dir, Tensor: s.Name, Msg: "invalid tensor", Err: err}
 		}
 	}
 	if len(specs) == 0 {
-		return nil, &Error{Kind: ErrInvalidTensor, Path: dir, Msg: "no tensors to write"}
+		return nil, &Error{Kind: ErrInvalidArgument, Path: dir, Msg: "invalid tensor: no tensors to write"}
 	}
 	if k := setwrite.CheckClaims(metadata, specs); k != "" {
-		return nil, &Error{Kind: ErrInvalidTensor, Path: dir, Tensor: strings.TrimPrefix(k, safetensors.ChecksumPrefix),
-			Msg: "the metadata names a checksum (" + k + ") for a tensor that is not written"}
+		return nil, &Error{Kind: ErrInvalidArgument, Path: dir, Tensor: strings.TrimPrefix(k, safetensors.ChecksumPrefix),
+			Msg: "invalid tensor: the metadata names a checksum (" + k + ") for a tensor that is not written"}
 	}
 
 	if err := ctx.Err(); err != nil {
@@ -266,7 +266,7 @@ func setErr(ctx context.Context, dir string, err error) error {
 	case setwrite.StageCommit, setwrite.StageSwitch:
 		return &Error{Kind: ErrCommit, Path: dir, Msg: strings.TrimPrefix(e.Name+": "+e.Msg, ": "), Err: e.Err}
 	case setwrite.StageSpec:
-		return &Error{Kind: ErrInvalidTensor, Path: dir, Tensor: e.Name, Msg: e.Msg, Err: e.Err}
+		return &Error{Kind: ErrInvalidArgument, Path: dir, Tensor: e.Name, Msg: "invalid tensor: " + e.Msg, Err: e.Err}
 	}
 	var te *setwrite.TensorError
 	var le *setwrite.LengthError
@@ -285,7 +285,7 @@ func setErr(ctx context.Context, dir string, err error) error {
 		}
 		return &Error{Kind: ErrWrite, Path: dir, Shard: e.Name, Tensor: te.Tensor, Err: te.Err}
 	case errors.As(e.Err, &le):
-		return &Error{Kind: ErrInvalidTensor, Path: dir, Shard: e.Name, Tensor: le.Spec.Name, Msg: le.Error()}
+		return &Error{Kind: ErrInvalidArgument, Path: dir, Shard: e.Name, Tensor: le.Spec.Name, Msg: "invalid tensor: " + le.Error()}
 	case canceled:
 		return &Error{Kind: ErrWrite, Path: dir, Shard: e.Name, Msg: "canceled", Err: e.Err}
 	}

@@ -15,7 +15,7 @@ import (
 var legacyMagic = []byte{0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19}
 
 // legacyMsg is the advice given for the pre-1.6 format.
-const legacyMsg = "legacy (pre-1.6) PyTorch format; re-save with torch.save(..., _use_new_zipfile_serialization=True)"
+const legacyMsg = "legacy format: the pre-1.6 PyTorch format; re-save with torch.save(..., _use_new_zipfile_serialization=True)"
 
 // maxSmallRecord bounds the small text records read whole (byteorder).
 const maxSmallRecord = 64
@@ -43,14 +43,14 @@ func openArchive(r io.ReaderAt, size int64) (*archive, error) {
 	}
 	zr, err := zip.NewReader(r, size)
 	if err != nil && !errors.Is(err, zip.ErrInsecurePath) { // names are only looked up, never used as paths
-		return nil, &Error{Kind: ErrInvalidArchive, Msg: "not a readable zip archive", Err: err}
+		return nil, &Error{Kind: ErrInvalidFormat, Msg: "invalid archive: not a readable zip archive", Err: err}
 	}
 	a := &archive{r: r, size: size, records: make(map[string]*zip.File, len(zr.File))}
 	var pkls []string
 	depth := -1
 	for _, f := range zr.File {
 		if _, dup := a.records[f.Name]; dup {
-			return nil, &Error{Kind: ErrInvalidArchive, Record: f.Name, Msg: "the record appears twice"}
+			return nil, &Error{Kind: ErrInvalidFormat, Record: f.Name, Msg: "invalid archive: the record appears twice"}
 		}
 		a.records[f.Name] = f
 		if f.Name != "data.pkl" && !strings.HasSuffix(f.Name, "/data.pkl") {
@@ -65,10 +65,10 @@ func openArchive(r io.ReaderAt, size int64) (*archive, error) {
 	}
 	switch len(pkls) {
 	case 0:
-		return nil, &Error{Kind: ErrInvalidArchive, Msg: "no data.pkl record: not a PyTorch checkpoint"}
+		return nil, &Error{Kind: ErrInvalidFormat, Msg: "invalid archive: no data.pkl record: not a PyTorch checkpoint"}
 	case 1:
 	default:
-		return nil, &Error{Kind: ErrInvalidArchive, Msg: fmt.Sprintf("%d data.pkl records (%s, %s): which one is the checkpoint is ambiguous", len(pkls), pkls[0], pkls[1])}
+		return nil, &Error{Kind: ErrInvalidFormat, Msg: fmt.Sprintf("invalid archive: %d data.pkl records (%s, %s): which one is the checkpoint is ambiguous", len(pkls), pkls[0], pkls[1])}
 	}
 	a.pkl = pkls[0]
 	a.prefix = strings.TrimSuffix(a.pkl, "data.pkl")
@@ -87,12 +87,12 @@ func checkLegacy(head []byte) error {
 	}
 	if len(head) > 0 && head[0] == 0x80 {
 		if bytes.Contains(head[:min(len(head), 32)], legacyMagic) {
-			return &Error{Kind: ErrLegacyFormat, Msg: legacyMsg}
+			return &Error{Kind: ErrUnsupported, Msg: legacyMsg}
 		}
-		return &Error{Kind: ErrInvalidArchive, Msg: "a bare pickle, not a PyTorch zip archive"}
+		return &Error{Kind: ErrInvalidFormat, Msg: "invalid archive: a bare pickle, not a PyTorch zip archive"}
 	}
 	if len(head) >= 262 && string(head[257:262]) == "ustar" {
-		return &Error{Kind: ErrLegacyFormat, Msg: "legacy (tar, PyTorch 0.1) format; re-save with a current torch.save"}
+		return &Error{Kind: ErrUnsupported, Msg: "legacy format: tar (PyTorch 0.1); re-save with a current torch.save"}
 	}
 	return nil // zip.NewReader decides
 }
@@ -112,7 +112,7 @@ func (a *archive) readByteOrder() error {
 	case "big":
 		a.big = true
 	default:
-		return &Error{Kind: ErrByteOrder, Record: name, Msg: fmt.Sprintf("byteorder is %q, not \"little\" or \"big\"", b)}
+		return &Error{Kind: ErrInvalidFormat, Record: name, Msg: fmt.Sprintf("byte order: byteorder is %q, not \"little\" or \"big\"", b)}
 	}
 	return nil
 }
@@ -122,14 +122,14 @@ func (a *archive) readByteOrder() error {
 // header says.
 func (a *archive) readSmall(f *zip.File, limit int64) ([]byte, error) {
 	if f.UncompressedSize64 > uint64(limit) {
-		return nil, &Error{Kind: ErrLimit, Record: f.Name, Msg: fmt.Sprintf("%d bytes, more than the %d accepted", f.UncompressedSize64, limit)}
+		return nil, &Error{Kind: ErrUnsupported, Record: f.Name, Msg: fmt.Sprintf("limit: %d bytes, more than the %d accepted", f.UncompressedSize64, limit)}
 	}
 	if f.Flags&1 != 0 {
-		return nil, &Error{Kind: ErrInvalidArchive, Record: f.Name, Msg: "encrypted record"}
+		return nil, &Error{Kind: ErrInvalidFormat, Record: f.Name, Msg: "invalid archive: encrypted record"}
 	}
 	rc, err := f.Open()
 	if err != nil {
-		return nil, &Error{Kind: ErrInvalidArchive, Record: f.Name, Msg: "cannot open the record", Err: err}
+		return nil, &Error{Kind: ErrInvalidFormat, Record: f.Name, Msg: "invalid archive: cannot open the record", Err: err}
 	}
 	defer rc.Close()
 	var buf bytes.Buffer
@@ -138,10 +138,10 @@ func (a *archive) readSmall(f *zip.File, limit int64) ([]byte, error) {
 	}
 	n, err := buf.ReadFrom(io.LimitReader(rc, limit+1))
 	if err != nil {
-		return nil, &Error{Kind: ErrInvalidArchive, Record: f.Name, Msg: "cannot read the record", Err: err}
+		return nil, &Error{Kind: ErrInvalidFormat, Record: f.Name, Msg: "invalid archive: cannot read the record", Err: err}
 	}
 	if n > limit {
-		return nil, &Error{Kind: ErrLimit, Record: f.Name, Msg: fmt.Sprintf("more than the %d bytes accepted", limit)}
+		return nil, &Error{Kind: ErrUnsupported, Record: f.Name, Msg: fmt.Sprintf("limit: more than the %d bytes accepted", limit)}
 	}
 	return buf.Bytes(), nil
 }
@@ -159,25 +159,25 @@ func (a *archive) storageRecord(key string, n int64) (int64, error) {
 	name := a.prefix + "data/" + key
 	f, ok := a.records[name]
 	if !ok {
-		return 0, &Error{Kind: ErrMissingRecord, Record: name, Msg: fmt.Sprintf("storage %q has no record", key)}
+		return 0, &Error{Kind: ErrInvalidFormat, Record: name, Msg: fmt.Sprintf("missing record: storage %q has no record", key)}
 	}
 	if f.Flags&1 != 0 {
-		return 0, &Error{Kind: ErrInvalidArchive, Record: name, Msg: "encrypted record"}
+		return 0, &Error{Kind: ErrInvalidFormat, Record: name, Msg: "invalid archive: encrypted record"}
 	}
 	if f.Method != zip.Store {
-		return 0, &Error{Kind: ErrCompressedRecord, Record: name,
-			Msg: fmt.Sprintf("compressed (method %d); torch.save stores tensor data uncompressed", f.Method)}
+		return 0, &Error{Kind: ErrUnsupported, Record: name,
+			Msg: fmt.Sprintf("compressed record: method %d; torch.save stores tensor data uncompressed", f.Method)}
 	}
 	if f.UncompressedSize64 != uint64(n) || f.CompressedSize64 != uint64(n) {
-		return 0, &Error{Kind: ErrStorageSize, Record: name,
-			Msg: fmt.Sprintf("record holds %d bytes, the pickle gives storage %q %d", f.UncompressedSize64, key, n)}
+		return 0, &Error{Kind: ErrInvalidFormat, Record: name,
+			Msg: fmt.Sprintf("storage size: record holds %d bytes, the pickle gives storage %q %d", f.UncompressedSize64, key, n)}
 	}
 	off, err := f.DataOffset()
 	if err != nil {
-		return 0, &Error{Kind: ErrInvalidArchive, Record: name, Msg: "unreadable local header", Err: err}
+		return 0, &Error{Kind: ErrInvalidFormat, Record: name, Msg: "invalid archive: unreadable local header", Err: err}
 	}
 	if off < 0 || off > a.size || n > a.size-off {
-		return 0, &Error{Kind: ErrInvalidArchive, Record: name, Msg: fmt.Sprintf("%d bytes at offset %d run past the end of the archive (%d bytes)", n, off, a.size)}
+		return 0, &Error{Kind: ErrInvalidFormat, Record: name, Msg: fmt.Sprintf("invalid archive: %d bytes at offset %d run past the end of the archive (%d bytes)", n, off, a.size)}
 	}
 	return off, nil
 }

@@ -226,13 +226,13 @@ func (c *Checkpoint) newTensor(sf *shardFile, name string, o *tensorObj, recs ma
 		return &Error{Kind: kind, File: sf.path, Record: record, Tensor: name, Msg: msg}
 	}
 	if o.unsupported != "" {
-		return nil, fail(ErrUnsupportedValue, o.unsupported)
+		return nil, fail(ErrUnsupported, "unsupported value: "+o.unsupported)
 	}
 	isz := int64(o.dt.Bits() / 8)
 	ssz := int64(o.st.dt.Bits() / 8)
 	storeBytes, ok := mul(o.st.numel, ssz)
 	if !ok {
-		return nil, fail(ErrStorageSize, fmt.Sprintf("storage of %d elements of %s overflows", o.st.numel, o.st.typ))
+		return nil, fail(ErrInvalidFormat, fmt.Sprintf("storage size: storage of %d elements of %s overflows", o.st.numel, o.st.typ))
 	}
 	recOff, ok := recs[o.st.key]
 	if !ok {
@@ -244,25 +244,25 @@ func (c *Checkpoint) newTensor(sf *shardFile, name string, o *tensorObj, recs ma
 		recOff = off
 	}
 	if o.offset < 0 {
-		return nil, fail(ErrTensorBounds, fmt.Sprintf("negative storage offset %d", o.offset))
+		return nil, fail(ErrInvalidFormat, fmt.Sprintf("tensor bounds: negative storage offset %d", o.offset))
 	}
 	numel, last := int64(1), o.offset // last: the highest element index of the view
 	for i := range o.shape {
 		if o.shape[i] < 0 || o.stride[i] < 0 {
-			return nil, fail(ErrTensorBounds, fmt.Sprintf("size %v, stride %v: negative", o.shape, o.stride))
+			return nil, fail(ErrInvalidFormat, fmt.Sprintf("tensor bounds: size %v, stride %v: negative", o.shape, o.stride))
 		}
 		if numel, ok = mul(numel, o.shape[i]); !ok {
-			return nil, fail(ErrTensorBounds, fmt.Sprintf("size %v overflows", o.shape))
+			return nil, fail(ErrInvalidFormat, fmt.Sprintf("tensor bounds: size %v overflows", o.shape))
 		}
 	}
 	if numel > 0 {
 		for i := range o.shape {
 			step, ok := mul(o.shape[i]-1, o.stride[i])
 			if !ok {
-				return nil, fail(ErrTensorBounds, fmt.Sprintf("size %v, stride %v overflow", o.shape, o.stride))
+				return nil, fail(ErrInvalidFormat, fmt.Sprintf("tensor bounds: size %v, stride %v overflow", o.shape, o.stride))
 			}
 			if last, ok = add(last, step); !ok {
-				return nil, fail(ErrTensorBounds, fmt.Sprintf("size %v, stride %v overflow", o.shape, o.stride))
+				return nil, fail(ErrInvalidFormat, fmt.Sprintf("tensor bounds: size %v, stride %v overflow", o.shape, o.stride))
 			}
 		}
 	} else {
@@ -270,12 +270,12 @@ func (c *Checkpoint) newTensor(sf *shardFile, name string, o *tensorObj, recs ma
 	}
 	end, ok := mul(last+1, isz) // bytes of the storage the view reaches
 	if !ok || end > storeBytes {
-		return nil, fail(ErrTensorBounds, fmt.Sprintf("offset %d, size %v, stride %v in elements of %s reach past the storage's %d bytes",
+		return nil, fail(ErrInvalidFormat, fmt.Sprintf("tensor bounds: offset %d, size %v, stride %v in elements of %s reach past the storage's %d bytes",
 			o.offset, o.shape, o.stride, o.dt, storeBytes))
 	}
 	size, ok := mul(numel, isz)
 	if !ok || size > storeBytes {
-		return nil, fail(ErrTensorBounds, fmt.Sprintf("size %v has more elements than the storage's %d bytes hold: an expanded or overlapping view, refused so that no copy outgrows the file",
+		return nil, fail(ErrInvalidFormat, fmt.Sprintf("tensor bounds: size %v has more elements than the storage's %d bytes hold: an expanded or overlapping view, refused so that no copy outgrows the file",
 			o.shape, storeBytes))
 	}
 	t := &Tensor{c: c, sf: sf, name: name, dt: o.dt, shape: o.shape, stride: o.stride, offset: o.offset,
@@ -334,7 +334,7 @@ func (c *Checkpoint) finish(parts []*loaded) error {
 			if prev != file {
 				where = " (also in " + prev + ")"
 			}
-			return &Error{Kind: ErrDuplicateName, File: file, Tensor: name, Msg: "two values have this name" + where}
+			return &Error{Kind: ErrUnsupported, File: file, Tensor: name, Msg: "duplicate name: two values have this name" + where}
 		}
 		seen[name] = file
 		return nil
@@ -392,7 +392,7 @@ func viewKey(t *Tensor) string {
 func flatten(root any, maxVisits int) ([]entry, error) {
 	d, ok := root.(*pyDict)
 	if !ok {
-		return nil, &Error{Kind: ErrUnsupportedValue, Msg: fmt.Sprintf("the checkpoint holds a %s, not a dict of tensors (a state dict)", typeName(root))}
+		return nil, &Error{Kind: ErrUnsupported, Msg: fmt.Sprintf("unsupported value: the checkpoint holds a %s, not a dict of tensors (a state dict)", typeName(root))}
 	}
 	f := &flattener{max: maxVisits, onPath: make(map[any]bool)}
 	if err := f.walk("", d, 0); err != nil {
@@ -423,16 +423,16 @@ type flattener struct {
 func (f *flattener) walk(name string, v any, depth int) error {
 	f.visits++
 	if f.visits > f.max {
-		return &Error{Kind: ErrLimit, Msg: fmt.Sprintf("more than %d values to flatten", f.max)}
+		return &Error{Kind: ErrUnsupported, Msg: fmt.Sprintf("limit: more than %d values to flatten", f.max)}
 	}
 	if depth > maxNesting {
-		return &Error{Kind: ErrLimit, Msg: fmt.Sprintf("%.200q: containers nested more than %d deep", name, maxNesting)}
+		return &Error{Kind: ErrUnsupported, Msg: fmt.Sprintf("limit: %.200q: containers nested more than %d deep", name, maxNesting)}
 	}
 	if len(name) > maxNameLen {
-		return &Error{Kind: ErrLimit, Msg: fmt.Sprintf("%.200q...: a name longer than %d bytes", name, maxNameLen)}
+		return &Error{Kind: ErrUnsupported, Msg: fmt.Sprintf("limit: %.200q...: a name longer than %d bytes", name, maxNameLen)}
 	}
 	if f.nameBytes += len(name); f.nameBytes > maxNameBytes {
-		return &Error{Kind: ErrLimit, Msg: fmt.Sprintf("names longer than %d bytes in all", maxNameBytes)}
+		return &Error{Kind: ErrUnsupported, Msg: fmt.Sprintf("limit: names longer than %d bytes in all", maxNameBytes)}
 	}
 	join := func(k string) string {
 		if depth == 0 {
@@ -442,7 +442,7 @@ func (f *flattener) walk(name string, v any, depth int) error {
 	}
 	enter := func(p any) error {
 		if f.onPath[p] {
-			return &Error{Kind: ErrUnsupportedValue, Msg: fmt.Sprintf("%q: a container that contains itself", name)}
+			return &Error{Kind: ErrUnsupported, Msg: fmt.Sprintf("unsupported value: %q: a container that contains itself", name)}
 		}
 		f.onPath[p] = true
 		return nil
@@ -450,7 +450,7 @@ func (f *flattener) walk(name string, v any, depth int) error {
 	switch v := v.(type) {
 	case *tensorObj:
 		if name == "" {
-			return &Error{Kind: ErrUnsupportedValue, Msg: "a tensor with an empty name"}
+			return &Error{Kind: ErrUnsupported, Msg: "unsupported value: a tensor with an empty name"}
 		}
 		f.out = append(f.out, entry{name: name, t: v})
 	case *pyDict:
@@ -464,7 +464,7 @@ func (f *flattener) walk(name string, v any, depth int) error {
 		for i, k := range v.keys {
 			ks, ok := scalarText(k)
 			if !ok {
-				return &Error{Kind: ErrUnsupportedValue, Msg: fmt.Sprintf("%q: dict key of type %s", name, typeName(k))}
+				return &Error{Kind: ErrUnsupported, Msg: fmt.Sprintf("unsupported value: %q: dict key of type %s", name, typeName(k))}
 			}
 			if err := f.walk(join(ks), v.vals[i], depth+1); err != nil {
 				return err
@@ -497,14 +497,14 @@ func (f *flattener) walk(name string, v any, depth int) error {
 		}
 	case *pyGlobal:
 		if v.kind != gDType {
-			return &Error{Kind: ErrUnsupportedValue, Global: v.spelled, Msg: fmt.Sprintf("%q: the value is a class or function, not data", name)}
+			return &Error{Kind: ErrUnsupported, Global: v.spelled, Msg: fmt.Sprintf("unsupported value: %q: the value is a class or function, not data", name)}
 		}
 		f.out = append(f.out, entry{name: name, text: "torch." + strings.TrimPrefix(v.spelled, "torch ")})
 	case string, int64, *big.Int, float64, bool, pyNone:
 		s, _ := scalarText(v)
 		f.out = append(f.out, entry{name: name, text: s})
 	default:
-		return &Error{Kind: ErrUnsupportedValue, Msg: fmt.Sprintf("%q: a %s value has no text form for the metadata", name, typeName(v))}
+		return &Error{Kind: ErrUnsupported, Msg: fmt.Sprintf("unsupported value: %q: a %s value has no text form for the metadata", name, typeName(v))}
 	}
 	return nil
 }

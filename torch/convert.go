@@ -32,7 +32,8 @@ const FormatKey = "format"
 // names (Aliases) are written once and recorded under AliasesKey. The
 // metadata holds c.Metadata() (the non-tensor values under their dotted
 // names), AliasesKey and "format": "pt"; a non-tensor value named like one
-// of these two keys fails with ErrDuplicateName before anything is written.
+// of these two keys fails with ErrUnsupported ("duplicate name") before
+// anything is written.
 func WriteSafetensors(ctx context.Context, c *Checkpoint, path string, opts ...safetensors.WriteOption) error {
 	if c == nil {
 		return &Error{Kind: ErrInvalidArgument, File: path, Msg: "nil checkpoint"}
@@ -46,7 +47,7 @@ func WriteSafetensors(ctx context.Context, c *Checkpoint, path string, opts ...s
 	}
 	for _, k := range []string{FormatKey, AliasesKey} {
 		if _, dup := meta[k]; dup {
-			return &Error{Kind: ErrDuplicateName, File: c.path, Msg: "a non-tensor value is named " + k + ", a metadata key the conversion writes"}
+			return &Error{Kind: ErrUnsupported, File: c.path, Msg: "duplicate name: a non-tensor value is named " + k + ", a metadata key the conversion writes"}
 		}
 	}
 	meta[FormatKey] = "pt"

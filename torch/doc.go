@@ -21,7 +21,8 @@
 // each storage. The legacy formats (a bare pickle stream that starts with
 // PyTorch's magic number, written before 1.6 or with
 // _use_new_zipfile_serialization=False, and the older tar archive) are
-// refused with ErrLegacyFormat, whose message says to re-save the file.
+// refused with ErrUnsupported ("legacy format"), whose message says to
+// re-save the file.
 //
 // data.pkl may use the opcodes of pickle protocol 2, which torch.save
 // writes, and the few of protocols 3 to 5 that other tools emit: PROTO,
@@ -32,7 +33,8 @@
 // BINFLOAT, NEWTRUE, NEWFALSE, NONE, BINUNICODE, SHORT_BINUNICODE,
 // BINUNICODE8, BINBYTES, SHORT_BINBYTES, BINBYTES8), REDUCE, BUILD,
 // BINPERSID and STOP. Any other opcode (the text opcodes of protocol 0,
-// INST, OBJ, NEWOBJ, EXT1, ...) fails with ErrUnsupportedOpcode.
+// INST, OBJ, NEWOBJ, EXT1, ...) fails with ErrUnsupported ("unsupported
+// opcode").
 //
 // The only globals are the ones a state dict needs:
 //
@@ -55,7 +57,7 @@
 // Any other global fails with ErrForbiddenGlobal, and Error.Global spells
 // it as the pickle does ("posix system", "commands Popen"). Known PyTorch
 // types with no safetensors dtype (complex128, the quantized types, packed
-// sub-byte types) fail with ErrUnsupportedDType instead. The unpickler is
+// sub-byte types) fail with ErrUnsupported ("unsupported dtype") instead. The unpickler is
 // bounded whatever its input: data.pkl at most MaxPickleSize, a cap on the
 // objects created, the stack, the memo, tensor dimensions and integer
 // lengths; every length field is checked against the bytes that remain
@@ -68,17 +70,17 @@
 // "epoch": 3} gives "model.enc.weight". Values that are not tensors (int,
 // float, str, bool, None, a dtype, an empty container) go into Metadata as
 // text under their dotted names; bytes, classes and anything else fail with
-// ErrUnsupportedValue, as do tensors with backward hooks or a negated or
-// conjugated view. Two values with one dotted name fail with
-// ErrDuplicateName.
+// ErrUnsupported ("unsupported value"), as do tensors with backward hooks
+// or a negated or conjugated view. Two values with one dotted name fail
+// with ErrUnsupported ("duplicate name").
 //
 // Open checks every tensor before returning. Its storage record must exist
-// (ErrMissingRecord), be stored uncompressed as torch.save writes it
-// (ErrCompressedRecord) and hold exactly numel times the element size bytes
-// (ErrStorageSize). The view's offset, shape and strides (non-negative,
-// without overflow) must stay inside the record, and it may not have more
-// elements than the record holds, so no copy outgrows the file
-// (ErrTensorBounds). A contiguous view reads in one copy; any other view
+// (ErrInvalidFormat, "missing record"), be stored uncompressed as torch.save
+// writes it (ErrUnsupported, "compressed record") and hold exactly numel
+// times the element size bytes (ErrInvalidFormat, "storage size"). The
+// view's offset, shape and strides (non-negative, without overflow) must
+// stay inside the record, and it may not have more elements than the record
+// holds, so no copy outgrows the file (ErrInvalidFormat, "tensor bounds"). A contiguous view reads in one copy; any other view
 // (transposed, sliced with a step) is gathered into contiguous row-major
 // bytes. A big-endian archive is byte-swapped to little-endian as it is
 // read.
@@ -95,9 +97,9 @@
 // in the index's folder: separators, "..", absolute paths and drive letters
 // fail with ErrInsecurePath, and so does a symlink that resolves outside
 // the folder (WithSymlinkRoot widens it). Files are opened without blocking
-// and must be regular files, so a FIFO fails with ErrUnsupportedPath
-// instead of hanging. Each shard must hold exactly the tensors the index
-// maps to it (ErrIndexMismatch).
+// and must be regular files, so a FIFO fails with ErrNotRegular instead
+// of hanging. Each shard must hold exactly the tensors the index maps to it
+// (ErrInvalidFormat, "index mismatch").
 //
 // # Converting
 //

@@ -2,17 +2,21 @@ package torch
 
 import (
 	"cmp"
-	"github.com/ckpt-go/ckpt/safetensors"
 	"io/fs"
 	"strings"
 
 	"github.com/ckpt-go/ckpt/internal/errkind"
+	"github.com/ckpt-go/ckpt/safetensors"
 )
 
 // ErrorKind classifies the failures of this package. Each kind is also an
 // error, so callers can test for it with errors.Is:
 //
 //	if errors.Is(err, torch.ErrForbiddenGlobal) { ... }
+//
+// The general kinds (ErrInvalidFormat, ErrUnsupported) leave the detail to
+// the message, which starts with the check that failed ("invalid pickle",
+// "tensor bounds", "legacy format", ...).
 type ErrorKind int
 
 // The kinds of Error. Their String forms (snake_case) are stable and meant
@@ -20,66 +24,47 @@ type ErrorKind int
 const (
 	// ErrIO: opening, stat-ing or reading a file failed.
 	ErrIO ErrorKind = iota + 1
-	// ErrUnsupportedPath: the path is not a regular file (a folder, a FIFO,
-	// a device).
-	ErrUnsupportedPath
-	// ErrLegacyFormat: the file is in the pre-1.6 non-zip format (a bare
-	// pickle stream starting with PyTorch's magic number, or the older tar
-	// archive).
-	ErrLegacyFormat
-	// ErrInvalidArchive: not a zip archive, a malformed one, no data.pkl or
-	// more than one, or a record name that appears twice.
-	ErrInvalidArchive
-	// ErrInvalidPickle: data.pkl is malformed: truncated, a stack or mark
-	// underflow, a memo miss, arguments of the wrong type or count, bytes
-	// after STOP.
-	ErrInvalidPickle
-	// ErrUnsupportedOpcode: data.pkl uses a pickle opcode that the restricted
-	// unpickler does not implement (INST, OBJ, NEWOBJ, EXT1, the text
-	// opcodes of protocol 0, ...).
-	ErrUnsupportedOpcode
+	// ErrNotRegular: the path is not a regular file once its symbolic links
+	// are followed (a folder, a FIFO, a device). Errors of this kind also
+	// match safetensors.ErrNotRegular.
+	ErrNotRegular
+	// ErrInvalidFormat: the checkpoint is malformed. The message names the
+	// check: an invalid archive (not a zip archive, a malformed one, no
+	// data.pkl or more than one, a record name that appears twice); an
+	// invalid pickle (truncated, a stack or mark underflow, a memo miss,
+	// arguments of the wrong type or count, bytes after STOP); a missing
+	// record (a storage's data/<key> record is not in the archive); a
+	// storage size that differs from numel times the element size, or two
+	// references to one storage that disagree; tensor bounds (offset, shape
+	// and strides reaching outside the storage, or overflowing); a byte
+	// order record neither "little" nor "big"; an invalid index
+	// (pytorch_model.bin.index.json too large, not JSON, without a usable
+	// "weight_map"); an index mismatch (the index maps a tensor its shard
+	// does not hold, or a shard holds a tensor the index does not map to
+	// it).
+	ErrInvalidFormat
+	// ErrUnsupported: a well-formed checkpoint this package does not convert.
+	// The message names the check: the legacy format (pre-1.6 non-zip, or
+	// the older tar archive); an unsupported opcode of the restricted
+	// unpickler (INST, OBJ, NEWOBJ, EXT1, the text opcodes of protocol 0,
+	// ...); an unsupported dtype (complex128, quantized types, packed
+	// sub-byte types); an unsupported value (a top level that is not a dict,
+	// bytes, dict keys that are not strings or integers, a tensor with
+	// backward hooks or a negated or conjugated view, a self-referential
+	// container); a compressed record (torch.save stores tensor data
+	// uncompressed); a limit exceeded (size, objects, stack, memo, nesting,
+	// dimensions, integer length); a duplicate name (two values flatten to
+	// the same dotted name, or a metadata key collides with one this
+	// package writes).
+	ErrUnsupported
 	// ErrForbiddenGlobal: data.pkl imports a global outside the allow-list.
 	// Error.Global spells it as the pickle does ("posix system").
 	ErrForbiddenGlobal
-	// ErrLimit: a bound on the pickle was exceeded (size, objects, stack,
-	// memo, nesting, dimensions, integer length).
-	ErrLimit
-	// ErrUnsupportedDType: a tensor's dtype has no safetensors equivalent
-	// (complex128, quantized types, packed sub-byte types).
-	ErrUnsupportedDType
-	// ErrUnsupportedValue: a value that is well-formed but cannot be
-	// converted: a top level that is not a dict, bytes, dict keys that are
-	// not strings or integers, a tensor with backward hooks or a negated or
-	// conjugated view, a self-referential container.
-	ErrUnsupportedValue
-	// ErrMissingRecord: a storage's data/<key> record is not in the archive.
-	ErrMissingRecord
-	// ErrCompressedRecord: a storage record is compressed; torch.save
-	// stores tensor data uncompressed, and so must the archive.
-	ErrCompressedRecord
-	// ErrStorageSize: a storage record's size differs from numel times the
-	// element size the pickle gives, or two references to one storage
-	// disagree on its type or size.
-	ErrStorageSize
-	// ErrTensorBounds: a tensor's offset, shape and strides reach outside
-	// its storage, or overflow.
-	ErrTensorBounds
-	// ErrByteOrder: the byteorder record is neither "little" nor "big".
-	ErrByteOrder
-	// ErrDuplicateName: two values flatten to the same dotted name, or a
-	// metadata key collides with one this package writes.
-	ErrDuplicateName
-	// ErrInvalidIndex: a pytorch_model.bin.index.json that is too large,
-	// not JSON, or has no usable "weight_map".
-	ErrInvalidIndex
 	// ErrInsecurePath: a shard name is a path (separators, "..", an
 	// absolute path, a drive letter) or a symlink that leaves the folder.
 	ErrInsecurePath
 	// ErrMissingShard: a shard the index names does not exist.
 	ErrMissingShard
-	// ErrIndexMismatch: the index maps a tensor its shard does not hold, or
-	// a shard holds a tensor the index does not map to it.
-	ErrIndexMismatch
 	// ErrTensorNotFound: the checkpoint has no tensor of that name.
 	ErrTensorNotFound
 	// ErrClosed: the checkpoint was closed.
@@ -93,38 +78,21 @@ const (
 )
 
 var kindNames = [...]string{
-	ErrIO:                "io",
-	ErrUnsupportedPath:   "unsupported_path",
-	ErrLegacyFormat:      "legacy_format",
-	ErrInvalidArchive:    "invalid_archive",
-	ErrInvalidPickle:     "invalid_pickle",
-	ErrUnsupportedOpcode: "unsupported_opcode",
-	ErrForbiddenGlobal:   "forbidden_global",
-	ErrLimit:             "limit",
-	ErrUnsupportedDType:  "unsupported_dtype",
-	ErrUnsupportedValue:  "unsupported_value",
-	ErrMissingRecord:     "missing_record",
-	ErrCompressedRecord:  "compressed_record",
-	ErrStorageSize:       "storage_size",
-	ErrTensorBounds:      "tensor_bounds",
-	ErrByteOrder:         "byte_order",
-	ErrDuplicateName:     "duplicate_name",
-	ErrInvalidIndex:      "invalid_index",
-	ErrInsecurePath:      "insecure_path",
-	ErrMissingShard:      "missing_shard",
-	ErrIndexMismatch:     "index_mismatch",
-	ErrTensorNotFound:    "tensor_not_found",
-	ErrClosed:            "closed",
-	ErrInvalidArgument:   "invalid_argument",
-	ErrWrite:             "write",
+	ErrIO:              "io",
+	ErrNotRegular:      "not_regular_file",
+	ErrInvalidFormat:   "invalid_format",
+	ErrUnsupported:     "unsupported",
+	ErrForbiddenGlobal: "forbidden_global",
+	ErrInsecurePath:    "insecure_path",
+	ErrMissingShard:    "missing_shard",
+	ErrTensorNotFound:  "tensor_not_found",
+	ErrClosed:          "closed",
+	ErrInvalidArgument: "invalid_argument",
+	ErrWrite:           "write",
 }
 
 // String returns the kind's snake_case name, e.g. "forbidden_global".
 func (k ErrorKind) String() string { return errkind.Name(kindNames[:], k) }
-
-// Kinds returns every ErrorKind, in declaration order (for documentation
-// and exhaustive tests).
-func Kinds() []ErrorKind { return errkind.All[ErrorKind](kindNames[:]) }
 
 // Error makes a kind usable as an errors.Is target.
 func (k ErrorKind) Error() string { return "torch: " + k.String() }
@@ -153,7 +121,8 @@ func (e *Error) Error() string {
 //
 // Conditions that several packages share are one value each: an ErrClosed
 // error also matches fs.ErrClosed, an ErrTensorNotFound one
-// safetensors.ErrTensorNotFound.
+// safetensors.ErrTensorNotFound, an ErrNotRegular one
+// safetensors.ErrNotRegular.
 func (e *Error) Is(target error) bool {
 	if k, ok := target.(ErrorKind); ok {
 		return k == e.Kind
@@ -163,6 +132,8 @@ func (e *Error) Is(target error) bool {
 		return target == fs.ErrClosed
 	case ErrTensorNotFound:
 		return target == safetensors.ErrTensorNotFound
+	case ErrNotRegular:
+		return target == safetensors.ErrNotRegular
 	}
 	return false
 }

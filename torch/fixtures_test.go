@@ -154,8 +154,8 @@ func TestFixtures(t *testing.T) {
 func TestFixtureRefusals(t *testing.T) {
 	dir := testutil.Fixtures(t, "torch", "cases.json") // what PyTorch itself wrote
 	_, err := Open(filepath.Join(dir, "legacy.bin"))
-	if !errors.Is(err, ErrLegacyFormat) || !strings.Contains(err.Error(),
-		"legacy (pre-1.6) PyTorch format; re-save with torch.save(..., _use_new_zipfile_serialization=True)") {
+	if !legacyFormat.matches(err) || !strings.Contains(err.Error(),
+		"legacy format: the pre-1.6 PyTorch format; re-save with torch.save(..., _use_new_zipfile_serialization=True)") {
 		t.Errorf("legacy: %v", err)
 	}
 	marker := "/tmp/ckpt-pwned"

@@ -32,7 +32,7 @@ type pyGlobal struct {
 var allowed = map[string]*pyGlobal{}
 
 // unsupportedTypes are globals PyTorch writes for tensors whose dtype has no
-// safetensors equivalent: refused with ErrUnsupportedDType rather than
+// safetensors equivalent: refused with ErrUnsupported rather than
 // ErrForbiddenGlobal, since they are harmless, just not convertible.
 var unsupportedTypes = map[string]bool{}
 
@@ -112,8 +112,8 @@ func lookupGlobal(module, name string) (*pyGlobal, error) {
 		return g, nil
 	}
 	if unsupportedTypes[spelled] {
-		return nil, &Error{Kind: ErrUnsupportedDType, Global: spelled,
-			Msg: "torch." + name + " has no safetensors dtype"}
+		return nil, &Error{Kind: ErrUnsupported, Global: spelled,
+			Msg: "unsupported dtype: torch." + name + " has no safetensors dtype"}
 	}
 	return nil, &Error{Kind: ErrForbiddenGlobal, Global: spelled,
 		Msg: "not a global that PyTorch writes for a state dict; refused without importing anything"}

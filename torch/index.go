@@ -30,7 +30,7 @@ func openRegular(path string) (*os.File, int64, error) {
 		if nr.Mode.IsDir() {
 			msg = "a folder, not a checkpoint file or index"
 		}
-		return nil, 0, &Error{Kind: ErrUnsupportedPath, File: path, Msg: msg}
+		return nil, 0, &Error{Kind: ErrNotRegular, File: path, Msg: msg}
 	} else if err != nil {
 		return nil, 0, &Error{Kind: ErrIO, File: path, Msg: "open", Err: err}
 	}
@@ -48,7 +48,9 @@ type index struct {
 // other keys are ignored; the weight map must be a non-empty object of
 // strings naming no tensor twice.
 func parseIndex(data []byte) (*index, error) {
-	bad := func(msg string, err error) error { return &Error{Kind: ErrInvalidIndex, Msg: msg, Err: err} }
+	bad := func(msg string, err error) error {
+		return &Error{Kind: ErrInvalidFormat, Msg: "invalid index: " + msg, Err: err}
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return nil, bad("not a JSON object", err)
@@ -87,7 +89,9 @@ func parseIndex(data []byte) (*index, error) {
 }
 
 func parseWeightMap(dec *json.Decoder) (*index, error) {
-	bad := func(msg string, err error) error { return &Error{Kind: ErrInvalidIndex, Msg: msg, Err: err} }
+	bad := func(msg string, err error) error {
+		return &Error{Kind: ErrInvalidFormat, Msg: "invalid index: " + msg, Err: err}
+	}
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return nil, bad(`"weight_map" is not an object`, err)
 	}
@@ -104,13 +108,13 @@ func parseWeightMap(dec *json.Decoder) (*index, error) {
 		}
 		shard, ok := tok.(string)
 		if !ok {
-			return nil, &Error{Kind: ErrInvalidIndex, Tensor: name, Msg: "the shard is not a string"}
+			return nil, &Error{Kind: ErrInvalidFormat, Tensor: name, Msg: "invalid index: the shard is not a string"}
 		}
 		if name == "" {
 			return nil, bad("an empty tensor name", nil)
 		}
 		if _, dup := ix.weightMap[name]; dup {
-			return nil, &Error{Kind: ErrInvalidIndex, Tensor: name, Msg: "the weight map lists the tensor twice"}
+			return nil, &Error{Kind: ErrInvalidFormat, Tensor: name, Msg: "invalid index: the weight map lists the tensor twice"}
 		}
 		if err := checkShardName(shard); err != nil {
 			e := err.(*Error)
@@ -139,11 +143,11 @@ func checkShardName(name string) error {
 		return &Error{Kind: k, Msg: fmt.Sprintf("shard %q: %s", name, msg)}
 	}
 	if name == "" {
-		return bad(ErrInvalidIndex, "empty shard name")
+		return bad(ErrInvalidFormat, "invalid index: empty shard name")
 	}
 	for _, r := range name {
 		if r < 0x20 || r == 0x7f {
-			return bad(ErrInvalidIndex, "control character in the shard name")
+			return bad(ErrInvalidFormat, "invalid index: control character in the shard name")
 		}
 	}
 	switch {
@@ -166,7 +170,7 @@ func openIndex(path string, cfg config) (*Checkpoint, error) {
 	}
 	if size > MaxIndexSize {
 		f.Close()
-		return nil, &Error{Kind: ErrInvalidIndex, File: path, Msg: fmt.Sprintf("%d bytes, more than the %d an index may have", size, MaxIndexSize)}
+		return nil, &Error{Kind: ErrInvalidFormat, File: path, Msg: fmt.Sprintf("invalid index: %d bytes, more than the %d an index may have", size, MaxIndexSize)}
 	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxIndexSize+1))
 	f.Close()
@@ -174,7 +178,7 @@ func openIndex(path string, cfg config) (*Checkpoint, error) {
 		return nil, &Error{Kind: ErrIO, File: path, Msg: "read", Err: err}
 	}
 	if len(data) > MaxIndexSize {
-		return nil, &Error{Kind: ErrInvalidIndex, File: path, Msg: fmt.Sprintf("more than the %d bytes an index may have", MaxIndexSize)}
+		return nil, &Error{Kind: ErrInvalidFormat, File: path, Msg: fmt.Sprintf("invalid index: more than the %d bytes an index may have", MaxIndexSize)}
 	}
 	ix, err := parseIndex(data)
 	if err != nil {
@@ -259,13 +263,13 @@ func checkWeightMap(ix *index, shard string, part *loaded) error {
 			if got != "" {
 				msg = fmt.Sprintf("the shard holds a tensor the index maps to %q", got)
 			}
-			return &Error{Kind: ErrIndexMismatch, Tensor: t.name, Msg: msg}
+			return &Error{Kind: ErrInvalidFormat, Tensor: t.name, Msg: "index mismatch: " + msg}
 		}
 		have[t.name] = true
 	}
 	for _, name := range ix.names {
 		if ix.weightMap[name] == shard && !have[name] {
-			return &Error{Kind: ErrIndexMismatch, Tensor: name, Msg: "the index maps the tensor to this shard, which does not hold it"}
+			return &Error{Kind: ErrInvalidFormat, Tensor: name, Msg: "index mismatch: the index maps the tensor to this shard, which does not hold it"}
 		}
 	}
 	return nil

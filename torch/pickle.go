@@ -13,7 +13,7 @@ import (
 )
 
 // The pickle opcodes, by byte. Only those with a case in (*unpickler).run
-// are implemented; the others are named in ErrUnsupportedOpcode errors.
+// are implemented; the others are named in ErrUnsupported errors ("unsupported opcode").
 const (
 	opMARK             = '('
 	opSTOP             = '.'
@@ -183,14 +183,14 @@ func (u *unpickler) errf(kind ErrorKind, format string, args ...any) error {
 func (u *unpickler) count(n int) error {
 	u.objects += n
 	if u.objects > u.lim.objects {
-		return u.errf(ErrLimit, "more than %d objects", u.lim.objects)
+		return u.errf(ErrUnsupported, "limit: more than %d objects", u.lim.objects)
 	}
 	return nil
 }
 
 func (u *unpickler) push(v any) error {
 	if len(u.stack) >= u.lim.stack {
-		return u.errf(ErrLimit, "stack deeper than %d", u.lim.stack)
+		return u.errf(ErrUnsupported, "limit: stack deeper than %d", u.lim.stack)
 	}
 	u.stack = append(u.stack, v)
 	return nil
@@ -207,7 +207,7 @@ func (u *unpickler) pushNew(v any) error {
 func (u *unpickler) pop() (any, error) {
 	n := len(u.stack)
 	if n == 0 || (len(u.marks) > 0 && u.marks[len(u.marks)-1] == n) {
-		return nil, u.errf(ErrInvalidPickle, "stack underflow")
+		return nil, u.errf(ErrInvalidFormat, "invalid pickle: stack underflow")
 	}
 	v := u.stack[n-1]
 	u.stack[n-1] = nil
@@ -218,7 +218,7 @@ func (u *unpickler) pop() (any, error) {
 func (u *unpickler) top() (any, error) {
 	n := len(u.stack)
 	if n == 0 || (len(u.marks) > 0 && u.marks[len(u.marks)-1] == n) {
-		return nil, u.errf(ErrInvalidPickle, "stack underflow")
+		return nil, u.errf(ErrInvalidFormat, "invalid pickle: stack underflow")
 	}
 	return u.stack[n-1], nil
 }
@@ -227,7 +227,7 @@ func (u *unpickler) top() (any, error) {
 // valid until the next push) and removes them and the mark.
 func (u *unpickler) popMark() ([]any, error) {
 	if len(u.marks) == 0 {
-		return nil, u.errf(ErrInvalidPickle, "no MARK on the stack")
+		return nil, u.errf(ErrInvalidFormat, "invalid pickle: no MARK on the stack")
 	}
 	m := u.marks[len(u.marks)-1]
 	u.marks = u.marks[:len(u.marks)-1]
@@ -239,7 +239,7 @@ func (u *unpickler) popMark() ([]any, error) {
 // take returns the next n bytes of input.
 func (u *unpickler) take(n uint64) ([]byte, error) {
 	if n > uint64(len(u.data)-u.pos) {
-		return nil, u.errf(ErrInvalidPickle, "%d bytes wanted, %d left: truncated", n, len(u.data)-u.pos)
+		return nil, u.errf(ErrInvalidFormat, "invalid pickle: %d bytes wanted, %d left: truncated", n, len(u.data)-u.pos)
 	}
 	b := u.data[u.pos : u.pos+int(n)]
 	u.pos += int(n)
@@ -265,12 +265,12 @@ func (u *unpickler) line() (string, error) {
 			s := u.data[u.pos:i]
 			u.pos = i + 1
 			if !utf8.Valid(s) {
-				return "", u.errf(ErrInvalidPickle, "global name is not UTF-8")
+				return "", u.errf(ErrInvalidFormat, "invalid pickle: global name is not UTF-8")
 			}
 			return string(s), nil
 		}
 	}
-	return "", u.errf(ErrInvalidPickle, "global name without a newline in %d bytes", u.lim.line)
+	return "", u.errf(ErrInvalidFormat, "invalid pickle: global name without a newline in %d bytes", u.lim.line)
 }
 
 func (u *unpickler) text(n uint64) error {
@@ -279,7 +279,7 @@ func (u *unpickler) text(n uint64) error {
 		return err
 	}
 	if !utf8.Valid(b) {
-		return u.errf(ErrInvalidPickle, "string is not UTF-8")
+		return u.errf(ErrInvalidFormat, "invalid pickle: string is not UTF-8")
 	}
 	return u.pushNew(string(b))
 }
@@ -295,7 +295,7 @@ func (u *unpickler) bytes(n uint64) error {
 // long decodes a little-endian two's complement integer (LONG1, LONG4).
 func (u *unpickler) long(n uint64) error {
 	if n > uint64(u.lim.intBytes) {
-		return u.errf(ErrLimit, "integer of %d bytes, more than %d", n, u.lim.intBytes)
+		return u.errf(ErrUnsupported, "limit: integer of %d bytes, more than %d", n, u.lim.intBytes)
 	}
 	b, err := u.take(n)
 	if err != nil {
@@ -331,7 +331,7 @@ func (u *unpickler) memoPut(idx uint32) error {
 		return err
 	}
 	if _, ok := u.memo[idx]; !ok && len(u.memo) >= u.lim.memo {
-		return u.errf(ErrLimit, "more than %d memo entries", u.lim.memo)
+		return u.errf(ErrUnsupported, "limit: more than %d memo entries", u.lim.memo)
 	}
 	u.memo[idx] = v
 	return nil
@@ -340,7 +340,7 @@ func (u *unpickler) memoPut(idx uint32) error {
 func (u *unpickler) memoGet(idx uint32) error {
 	v, ok := u.memo[idx]
 	if !ok {
-		return u.errf(ErrInvalidPickle, "memo entry %d was never stored", idx)
+		return u.errf(ErrInvalidFormat, "invalid pickle: memo entry %d was never stored", idx)
 	}
 	return u.push(v)
 }
@@ -350,9 +350,9 @@ func (u *unpickler) run() (any, error) {
 	for {
 		if u.pos >= len(u.data) {
 			if len(u.data) == 0 {
-				return nil, &Error{Kind: ErrInvalidPickle, Msg: "empty pickle"}
+				return nil, &Error{Kind: ErrInvalidFormat, Msg: "invalid pickle: empty pickle"}
 			}
-			return nil, &Error{Kind: ErrInvalidPickle, Msg: fmt.Sprintf("offset %d: truncated: no STOP", u.pos)}
+			return nil, &Error{Kind: ErrInvalidFormat, Msg: fmt.Sprintf("invalid pickle: offset %d: truncated: no STOP", u.pos)}
 		}
 		u.opPos = u.pos
 		op := u.data[u.pos]
@@ -362,14 +362,14 @@ func (u *unpickler) run() (any, error) {
 		case opPROTO:
 			var v uint64
 			if v, err = u.uint(1); err == nil && v > 5 {
-				err = u.errf(ErrInvalidPickle, "pickle protocol %d (at most 5 exists)", v)
+				err = u.errf(ErrInvalidFormat, "invalid pickle: pickle protocol %d (at most 5 exists)", v)
 			}
 		case opFRAME:
 			// Protocol 4 frames only group opcodes; the whole pickle is
 			// in memory already. The size must still be plausible.
 			var n uint64
 			if n, err = u.uint(8); err == nil && n > uint64(len(u.data)-u.pos) {
-				err = u.errf(ErrInvalidPickle, "frame of %d bytes, %d left", n, len(u.data)-u.pos)
+				err = u.errf(ErrInvalidFormat, "invalid pickle: frame of %d bytes, %d left", n, len(u.data)-u.pos)
 			}
 		case opGLOBAL:
 			var mod, name string
@@ -404,7 +404,7 @@ func (u *unpickler) run() (any, error) {
 			}
 		case opMARK:
 			if len(u.marks) >= u.lim.stack {
-				err = u.errf(ErrLimit, "more than %d marks", u.lim.stack)
+				err = u.errf(ErrUnsupported, "limit: more than %d marks", u.lim.stack)
 			} else {
 				u.marks = append(u.marks, len(u.stack))
 			}
@@ -479,7 +479,7 @@ func (u *unpickler) run() (any, error) {
 			var n uint64
 			if n, err = u.uint(4); err == nil {
 				if int32(uint32(n)) < 0 {
-					err = u.errf(ErrInvalidPickle, "negative length")
+					err = u.errf(ErrInvalidFormat, "invalid pickle: negative length")
 				} else {
 					err = u.long(n)
 				}
@@ -545,28 +545,28 @@ func (u *unpickler) run() (any, error) {
 func (u *unpickler) unsupported(op byte) error {
 	name, ok := opNames[op]
 	if !ok {
-		return &Error{Kind: ErrInvalidPickle, Msg: fmt.Sprintf("offset %d: byte 0x%02x is not a pickle opcode", u.opPos, op)}
+		return &Error{Kind: ErrInvalidFormat, Msg: fmt.Sprintf("invalid pickle: offset %d: byte 0x%02x is not a pickle opcode", u.opPos, op)}
 	}
 	msg := fmt.Sprintf("offset %d: opcode %s (0x%02x) is not one that torch.save writes for a state dict", u.opPos, name, op)
 	if op == 'i' { // INST: name the class it would import and call
 		if mod, err := u.line(); err == nil {
 			if cls, err := u.line(); err == nil {
-				return &Error{Kind: ErrUnsupportedOpcode, Global: mod + " " + cls, Msg: msg}
+				return &Error{Kind: ErrUnsupported, Global: mod + " " + cls, Msg: "unsupported opcode: " + msg}
 			}
 		}
 	}
-	return &Error{Kind: ErrUnsupportedOpcode, Msg: msg}
+	return &Error{Kind: ErrUnsupported, Msg: "unsupported opcode: " + msg}
 }
 
 func (u *unpickler) stop() (any, error) {
 	if len(u.marks) != 0 {
-		return nil, u.errf(ErrInvalidPickle, "%d MARKs left open", len(u.marks))
+		return nil, u.errf(ErrInvalidFormat, "invalid pickle: %d MARKs left open", len(u.marks))
 	}
 	if len(u.stack) != 1 {
-		return nil, u.errf(ErrInvalidPickle, "%d values on the stack, want 1", len(u.stack))
+		return nil, u.errf(ErrInvalidFormat, "invalid pickle: %d values on the stack, want 1", len(u.stack))
 	}
 	if u.pos != len(u.data) {
-		return nil, u.errf(ErrInvalidPickle, "%d bytes after STOP", len(u.data)-u.pos)
+		return nil, u.errf(ErrInvalidFormat, "invalid pickle: %d bytes after STOP", len(u.data)-u.pos)
 	}
 	return u.stack[0], nil
 }
@@ -599,14 +599,14 @@ func (u *unpickler) stackGlobal() error {
 	name, ok1 := nv.(string)
 	mod, ok2 := mv.(string)
 	if !ok1 || !ok2 {
-		return u.errf(ErrInvalidPickle, "STACK_GLOBAL operands are %s and %s, not strings", typeName(mv), typeName(nv))
+		return u.errf(ErrInvalidFormat, "invalid pickle: STACK_GLOBAL operands are %s and %s, not strings", typeName(mv), typeName(nv))
 	}
 	return u.global(mod, name)
 }
 
 func (u *unpickler) tupleN(n int) error {
 	if len(u.stack) < n || (len(u.marks) > 0 && u.marks[len(u.marks)-1] > len(u.stack)-n) {
-		return u.errf(ErrInvalidPickle, "stack underflow")
+		return u.errf(ErrInvalidFormat, "invalid pickle: stack underflow")
 	}
 	t := clone(u.stack[len(u.stack)-n:])
 	clear(u.stack[len(u.stack)-n:])
@@ -634,7 +634,7 @@ func dictKey(k any) (any, bool) {
 func (u *unpickler) set(d *pyDict, k, v any) error {
 	mk, ok := dictKey(k)
 	if !ok {
-		return u.errf(ErrUnsupportedValue, "dict key of type %s (only str and int keys are supported)", typeName(k))
+		return u.errf(ErrUnsupported, "unsupported value: dict key of type %s (only str and int keys are supported)", typeName(k))
 	}
 	if i, ok := d.idx[mk]; ok {
 		d.vals[i] = v // Python keeps the first key and its position
@@ -654,7 +654,7 @@ func (u *unpickler) set(d *pyDict, k, v any) error {
 
 func (u *unpickler) setItems(d *pyDict, items []any) error {
 	if len(items)%2 != 0 {
-		return u.errf(ErrInvalidPickle, "odd number of values (%d) for key-value pairs", len(items))
+		return u.errf(ErrInvalidFormat, "invalid pickle: odd number of values (%d) for key-value pairs", len(items))
 	}
 	for i := 0; i < len(items); i += 2 {
 		if err := u.set(d, items[i], items[i+1]); err != nil {
@@ -671,7 +671,7 @@ func (u *unpickler) dictOnTop() (*pyDict, error) {
 	}
 	d, ok := t.(*pyDict)
 	if !ok {
-		return nil, u.errf(ErrInvalidPickle, "setting items of a %s, not a dict", typeName(t))
+		return nil, u.errf(ErrInvalidFormat, "invalid pickle: setting items of a %s, not a dict", typeName(t))
 	}
 	return d, nil
 }
@@ -712,7 +712,7 @@ func (u *unpickler) listOnTop() (*pyList, error) {
 	}
 	l, ok := t.(*pyList)
 	if !ok {
-		return nil, u.errf(ErrInvalidPickle, "appending to a %s, not a list", typeName(t))
+		return nil, u.errf(ErrInvalidFormat, "invalid pickle: appending to a %s, not a list", typeName(t))
 	}
 	return l, nil
 }
@@ -758,14 +758,14 @@ func (u *unpickler) persistentID() error {
 	}
 	t, ok := v.(pyTuple)
 	if !ok || len(t) != 5 {
-		return u.errf(ErrInvalidPickle, "persistent id is a %s, not (\"storage\", type, key, location, numel)", describe(v))
+		return u.errf(ErrInvalidFormat, "invalid pickle: persistent id is a %s, not (\"storage\", type, key, location, numel)", describe(v))
 	}
 	if s, ok := t[0].(string); !ok || s != "storage" {
-		return u.errf(ErrInvalidPickle, "persistent id of kind %s, not \"storage\"", describe(t[0]))
+		return u.errf(ErrInvalidFormat, "invalid pickle: persistent id of kind %s, not \"storage\"", describe(t[0]))
 	}
 	g, ok := t[1].(*pyGlobal)
 	if !ok || (g.kind != gStorage && g.kind != gUntypedStorage) {
-		return u.errf(ErrInvalidPickle, "persistent id's storage type is a %s, not a storage class", describe(t[1]))
+		return u.errf(ErrInvalidFormat, "invalid pickle: persistent id's storage type is a %s, not a storage class", describe(t[1]))
 	}
 	var key string
 	switch k := t[2].(type) {
@@ -774,22 +774,22 @@ func (u *unpickler) persistentID() error {
 	case int64:
 		key = strconv.FormatInt(k, 10)
 	default:
-		return u.errf(ErrInvalidPickle, "storage key is a %s, not a string", typeName(t[2]))
+		return u.errf(ErrInvalidFormat, "invalid pickle: storage key is a %s, not a string", typeName(t[2]))
 	}
 	if key == "" || len(key) > 256 || !safeKey(key) {
-		return u.errf(ErrInvalidPickle, "storage key %q is not a plain record name", key)
+		return u.errf(ErrInvalidFormat, "invalid pickle: storage key %q is not a plain record name", key)
 	}
 	loc, ok := t[3].(string)
 	if !ok {
-		return u.errf(ErrInvalidPickle, "storage location is a %s, not a string", typeName(t[3]))
+		return u.errf(ErrInvalidFormat, "invalid pickle: storage location is a %s, not a string", typeName(t[3]))
 	}
 	numel, ok := t[4].(int64)
 	if !ok || numel < 0 {
-		return u.errf(ErrInvalidPickle, "storage %q size is %s, not a non-negative integer", key, describe(t[4]))
+		return u.errf(ErrInvalidFormat, "invalid pickle: storage %q size is %s, not a non-negative integer", key, describe(t[4]))
 	}
 	if s, ok := u.storages[key]; ok {
 		if s.dt != g.dt || s.numel != numel {
-			return u.errf(ErrStorageSize, "storage %q referenced as %d elements of %s and as %d of %s",
+			return u.errf(ErrInvalidFormat, "storage size: storage %q referenced as %d elements of %s and as %d of %s",
 				key, s.numel, s.typ, numel, g.spelled)
 		}
 		return u.push(s)
@@ -824,17 +824,17 @@ func (u *unpickler) reduce() error {
 	}
 	g, ok := fv.(*pyGlobal)
 	if !ok {
-		return u.errf(ErrInvalidPickle, "REDUCE calls a %s, not a global", typeName(fv))
+		return u.errf(ErrInvalidFormat, "invalid pickle: REDUCE calls a %s, not a global", typeName(fv))
 	}
 	args, ok := argv.(pyTuple)
 	if !ok {
-		return u.errf(ErrInvalidPickle, "REDUCE arguments are a %s, not a tuple", typeName(argv))
+		return u.errf(ErrInvalidFormat, "invalid pickle: REDUCE arguments are a %s, not a tuple", typeName(argv))
 	}
 	var v any
 	switch g.kind {
 	case gOrderedDict:
 		if len(args) != 0 {
-			return u.errf(ErrUnsupportedValue, "OrderedDict called with %d arguments (torch.save writes none)", len(args))
+			return u.errf(ErrUnsupported, "unsupported value: OrderedDict called with %d arguments (torch.save writes none)", len(args))
 		}
 		v = &pyDict{ordered: true}
 	case gRebuildV2, gRebuildV3:
@@ -846,7 +846,7 @@ func (u *unpickler) reduce() error {
 			return err
 		}
 	default:
-		return u.errf(ErrInvalidPickle, "%s is not callable here", g.spelled)
+		return u.errf(ErrInvalidFormat, "invalid pickle: %s is not callable here", g.spelled)
 	}
 	return u.pushNew(v)
 }
@@ -860,15 +860,15 @@ func (u *unpickler) rebuildTensor(g *pyGlobal, args pyTuple) (*tensorObj, error)
 		minArgs = 7
 	}
 	if len(args) != minArgs && len(args) != minArgs+1 {
-		return nil, u.errf(ErrInvalidPickle, "%s with %d arguments, want %d or %d", g.spelled, len(args), minArgs, minArgs+1)
+		return nil, u.errf(ErrInvalidFormat, "invalid pickle: %s with %d arguments, want %d or %d", g.spelled, len(args), minArgs, minArgs+1)
 	}
 	st, ok := args[0].(*storageRef)
 	if !ok {
-		return nil, u.errf(ErrInvalidPickle, "%s storage is a %s, not a persistent storage", g.spelled, typeName(args[0]))
+		return nil, u.errf(ErrInvalidFormat, "invalid pickle: %s storage is a %s, not a persistent storage", g.spelled, typeName(args[0]))
 	}
 	offset, ok := args[1].(int64)
 	if !ok {
-		return nil, u.errf(ErrInvalidPickle, "storage offset is a %s, not an int", typeName(args[1]))
+		return nil, u.errf(ErrInvalidFormat, "invalid pickle: storage offset is a %s, not an int", typeName(args[1]))
 	}
 	shape, err := u.ints(args[2], "size")
 	if err != nil {
@@ -879,10 +879,10 @@ func (u *unpickler) rebuildTensor(g *pyGlobal, args pyTuple) (*tensorObj, error)
 		return nil, err
 	}
 	if len(shape) != len(stride) {
-		return nil, u.errf(ErrInvalidPickle, "size has %d dimensions, stride %d", len(shape), len(stride))
+		return nil, u.errf(ErrInvalidFormat, "invalid pickle: size has %d dimensions, stride %d", len(shape), len(stride))
 	}
 	if _, ok := args[4].(bool); !ok {
-		return nil, u.errf(ErrInvalidPickle, "requires_grad is a %s, not a bool", typeName(args[4]))
+		return nil, u.errf(ErrInvalidFormat, "invalid pickle: requires_grad is a %s, not a bool", typeName(args[4]))
 	}
 	t := &tensorObj{st: st, dt: st.dt, offset: offset, shape: shape, stride: stride}
 	switch h := args[5].(type) {
@@ -892,12 +892,12 @@ func (u *unpickler) rebuildTensor(g *pyGlobal, args pyTuple) (*tensorObj, error)
 		}
 	case pyNone:
 	default:
-		return nil, u.errf(ErrInvalidPickle, "backward_hooks is a %s, not a dict", typeName(args[5]))
+		return nil, u.errf(ErrInvalidFormat, "invalid pickle: backward_hooks is a %s, not a dict", typeName(args[5]))
 	}
 	if g.kind == gRebuildV3 {
 		d, ok := args[6].(*pyGlobal)
 		if !ok || d.kind != gDType {
-			return nil, u.errf(ErrInvalidPickle, "dtype is a %s, not a torch dtype", describe(args[6]))
+			return nil, u.errf(ErrInvalidFormat, "invalid pickle: dtype is a %s, not a torch dtype", describe(args[6]))
 		}
 		t.dt = d.dt
 	}
@@ -909,7 +909,7 @@ func (u *unpickler) rebuildTensor(g *pyGlobal, args pyTuple) (*tensorObj, error)
 			}
 		case pyNone:
 		default:
-			return nil, u.errf(ErrInvalidPickle, "tensor metadata is a %s, not a dict", typeName(m))
+			return nil, u.errf(ErrInvalidFormat, "invalid pickle: tensor metadata is a %s, not a dict", typeName(m))
 		}
 	}
 	return t, nil
@@ -924,14 +924,14 @@ func (u *unpickler) rebuildParameter(g *pyGlobal, args pyTuple) (*tensorObj, err
 		want = 4
 	}
 	if len(args) != want {
-		return nil, u.errf(ErrInvalidPickle, "%s with %d arguments, want %d", g.spelled, len(args), want)
+		return nil, u.errf(ErrInvalidFormat, "invalid pickle: %s with %d arguments, want %d", g.spelled, len(args), want)
 	}
 	t, ok := args[0].(*tensorObj)
 	if !ok {
-		return nil, u.errf(ErrInvalidPickle, "parameter data is a %s, not a tensor", typeName(args[0]))
+		return nil, u.errf(ErrInvalidFormat, "invalid pickle: parameter data is a %s, not a tensor", typeName(args[0]))
 	}
 	if _, ok := args[1].(bool); !ok {
-		return nil, u.errf(ErrInvalidPickle, "requires_grad is a %s, not a bool", typeName(args[1]))
+		return nil, u.errf(ErrInvalidFormat, "invalid pickle: requires_grad is a %s, not a bool", typeName(args[1]))
 	}
 	t2 := *t
 	switch h := args[2].(type) {
@@ -941,7 +941,7 @@ func (u *unpickler) rebuildParameter(g *pyGlobal, args pyTuple) (*tensorObj, err
 		}
 	case pyNone:
 	default:
-		return nil, u.errf(ErrInvalidPickle, "backward_hooks is a %s, not a dict", typeName(args[2]))
+		return nil, u.errf(ErrInvalidFormat, "invalid pickle: backward_hooks is a %s, not a dict", typeName(args[2]))
 	}
 	if want == 4 {
 		switch s := args[3].(type) {
@@ -961,16 +961,16 @@ func (u *unpickler) rebuildParameter(g *pyGlobal, args pyTuple) (*tensorObj, err
 func (u *unpickler) ints(v any, what string) ([]int64, error) {
 	t, ok := v.(pyTuple)
 	if !ok {
-		return nil, u.errf(ErrInvalidPickle, "%s is a %s, not a tuple", what, typeName(v))
+		return nil, u.errf(ErrInvalidFormat, "invalid pickle: %s is a %s, not a tuple", what, typeName(v))
 	}
 	if len(t) > u.lim.dims {
-		return nil, u.errf(ErrLimit, "%s has %d dimensions, more than %d", what, len(t), u.lim.dims)
+		return nil, u.errf(ErrUnsupported, "limit: %s has %d dimensions, more than %d", what, len(t), u.lim.dims)
 	}
 	out := make([]int64, len(t))
 	for i, x := range t {
 		n, ok := x.(int64)
 		if !ok {
-			return nil, u.errf(ErrInvalidPickle, "%s[%d] is a %s, not an int", what, i, describe(x))
+			return nil, u.errf(ErrInvalidFormat, "invalid pickle: %s[%d] is a %s, not an int", what, i, describe(x))
 		}
 		out[i] = n
 	}
@@ -991,13 +991,13 @@ func (u *unpickler) build() error {
 	}
 	d, ok := obj.(*pyDict)
 	if !ok || !d.ordered {
-		return u.errf(ErrUnsupportedValue, "BUILD on a %s (only an OrderedDict's attributes are supported)", typeName(obj))
+		return u.errf(ErrUnsupported, "unsupported value: BUILD on a %s (only an OrderedDict's attributes are supported)", typeName(obj))
 	}
 	switch state.(type) {
 	case pyNone, *pyDict:
 		return nil
 	}
-	return u.errf(ErrUnsupportedValue, "OrderedDict state is a %s, not a dict of attributes", typeName(state))
+	return u.errf(ErrUnsupported, "unsupported value: OrderedDict state is a %s, not a dict of attributes", typeName(state))
 }
 
 // typeName is the Python type name of an unpickled value.

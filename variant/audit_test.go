@@ -29,7 +29,7 @@ func TestNeitherCompleteMessage(t *testing.T) {
 	}
 	p, err := variant.ResolveComponent(dir, "fp16")
 	var e *variant.Error
-	if !errors.As(err, &e) || e.Kind != variant.ErrInvalidWeights || e.File != "model.fp16.safetensors" {
+	if !errors.As(err, &e) || e.Kind != variant.ErrInvalidLayout || !strings.Contains(err.Error(), ": invalid weights") || e.File != "model.fp16.safetensors" {
 		t.Fatalf("got %v", err)
 	}
 	msg := err.Error()
@@ -57,7 +57,7 @@ func TestPipelineVariantWithoutAnyWeights(t *testing.T) {
 		Root:       []ckpttest.Weights{{Prefix: ckpttest.DiffusersPrefix, Variant: "fp16", Tensors: weights(dtype.F16)}},
 	})
 	pp, err := variant.ResolvePipeline(root, "fp16")
-	if !errors.Is(err, variant.ErrNoComponentHasVariant) || pp.Error == nil || !pp.Failed() {
+	if !errors.Is(err, variant.ErrVariantNotFound) || !strings.Contains(err.Error(), ": no component has variant") || pp.Error == nil || !pp.Failed() {
 		t.Fatalf("got %v, %+v", err, pp.Error)
 	}
 }
@@ -74,7 +74,7 @@ func TestPipelinePrefixFromLibrary(t *testing.T) {
 		{Name: "custom", Library: "my_lib", Class: "Thing", Weights: both},
 	}})
 	pp, err := variant.ResolvePipeline(root, "")
-	if !errors.Is(err, variant.ErrAmbiguousPrefix) {
+	if !errors.Is(err, variant.ErrInvalidLayout) || !strings.Contains(err.Error(), ": ambiguous prefix") {
 		t.Fatalf("got %v", err)
 	}
 	for comp, want := range map[string]string{"text_encoder": "model.safetensors", "unet": "diffusion_pytorch_model.safetensors"} {
@@ -83,8 +83,8 @@ func TestPipelinePrefixFromLibrary(t *testing.T) {
 			t.Errorf("%s: %+v", comp, p)
 		}
 	}
-	if p := pp.Component("custom"); p.Error == nil || p.Error.Kind != "ambiguous_prefix" {
+	if p := pp.Component("custom"); p.Error == nil || p.Error.Kind != "invalid_layout" || !strings.Contains(p.Error.Message, "ambiguous prefix") {
 		t.Errorf("custom: %+v", p)
 	}
-	wantErr(t, filepath.Join(root, "unet"), "", variant.ErrAmbiguousPrefix)
+	wantErr(t, filepath.Join(root, "unet"), "", variant.ErrInvalidLayout, ": ambiguous prefix")
 }

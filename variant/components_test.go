@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/ckpt-go/ckpt/ckpttest"
@@ -28,13 +29,13 @@ func TestComponents(t *testing.T) {
 	if err != nil || !slices.Equal(names, []string{"tokenizer", "unet"}) {
 		t.Fatalf("Components = %v, %v", names, err)
 	}
-	if _, err := variant.Components(t.TempDir()); !errors.Is(err, variant.ErrModelIndexMissing) {
+	if _, err := variant.Components(t.TempDir()); !errors.Is(err, variant.ErrNoWeights) || !strings.Contains(err.Error(), ": model index missing") {
 		t.Errorf("no model_index.json: %v", err)
 	}
 	if err := os.WriteFile(filepath.Join(root, variant.ModelIndex), []byte("{"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := variant.Components(root); !errors.Is(err, variant.ErrModelIndexInvalid) {
+	if _, err := variant.Components(root); !errors.Is(err, variant.ErrInvalidLayout) || !strings.Contains(err.Error(), ": model index invalid") {
 		t.Errorf("invalid model_index.json: %v", err)
 	}
 }

@@ -7,37 +7,43 @@ import (
 )
 
 // ErrorKind classifies resolution failures. Each kind is an error, so
-// callers can test with errors.Is(err, variant.ErrVariantNotFound).
+// callers can test with errors.Is(err, variant.ErrVariantNotFound). The
+// general kinds leave the detail to the message, which names the check that
+// failed ("ambiguous prefix", "variant mismatch", "read dir", ...).
 type ErrorKind int
 
 // The kinds of Error; String gives the stable snake_case name used in
 // PlanError.Kind.
 const (
-	// ErrInvalidVariant: the variant name does not match ^[A-Za-z0-9_]+$.
-	ErrInvalidVariant ErrorKind = iota + 1
-	// ErrReadDir: the folder is missing, not a folder or unreadable.
-	ErrReadDir
-	// ErrNoWeights: the folder has no safetensors weights under any of the
-	// recognized names.
+	// ErrInvalidArgument: the variant name does not match ^[A-Za-z0-9_]+$
+	// ("invalid variant").
+	ErrInvalidArgument ErrorKind = iota + 1
+	// ErrNoWeights: there are no weights to resolve. The message names the
+	// check: the folder is missing, not a folder or unreadable ("read
+	// dir"); it has no safetensors weights under any of the recognized
+	// names; a pipeline root has no model_index.json ("model index
+	// missing"); model_index.json lists a component whose folder does not
+	// exist, or a plan has no such component ("component missing").
 	ErrNoWeights
-	// ErrVariantNotFound: a variant was asked for and the folder has no
-	// weights tagged with it (the message says whether untagged weights
-	// exist).
+	// ErrVariantNotFound: the folder has no weights of the variant asked
+	// for (the message says whether untagged weights exist); with no
+	// variant asked for, it has only variant-tagged weights ("untagged not
+	// found", the message lists them); no component of a pipeline has
+	// weights for the requested variant ("no component has variant").
 	ErrVariantNotFound
-	// ErrUntaggedNotFound: no variant was asked for and the folder has only
-	// variant-tagged weights (the message lists them).
-	ErrUntaggedNotFound
-	// ErrAmbiguousPrefix: weights for the requested variant exist under
-	// both prefixes ("model" and "diffusion_pytorch_model").
-	ErrAmbiguousPrefix
-	// ErrVariantMismatch: an index for one variant maps tensors to shards
-	// of another (a V index naming untagged shards, or the reverse).
-	ErrVariantMismatch
-	// ErrForeignShard: an index maps tensors to a file that is not a
-	// weights file of the component's prefix.
-	ErrForeignShard
-	// ErrInvalidIndex: the chosen index is not a valid shard index.
-	ErrInvalidIndex
+	// ErrInvalidLayout: the folder's files do not form one valid set of
+	// weights. The message names the check, or the kind of the wrapped
+	// *shard.Error (invalid_index, invalid_shard, ...): weights for the
+	// requested variant under both prefixes ("model" and
+	// "diffusion_pytorch_model": ambiguous prefix); an index for one variant
+	// mapping tensors to shards of another (variant mismatch); an index
+	// mapping tensors to a file that is not a weights file of the
+	// component's prefix (foreign shard); an invalid index or weights file;
+	// a model_index.json that is not a valid JSON object (model index
+	// invalid); shards without an index or a single file (missing index);
+	// files other than the planned ones at Plan.Open (plan changed: the
+	// folder changed after resolution).
+	ErrInvalidLayout
 	// ErrInsecurePath: an index names a path instead of a bare file, a
 	// file or component folder is a symlink that leads out of its folder
 	// (see shard.WithFollowSymlinks), or model_index.json lists a component
@@ -45,26 +51,6 @@ const (
 	ErrInsecurePath
 	// ErrMissingShard: an index names a shard that does not exist.
 	ErrMissingShard
-	// ErrTensorMissingFromShard: an index maps a tensor to a shard that
-	// does not have it.
-	ErrTensorMissingFromShard
-	// ErrInvalidWeights: a weights file is not a valid safetensors file.
-	ErrInvalidWeights
-	// ErrModelIndexMissing: a pipeline root has no model_index.json.
-	ErrModelIndexMissing
-	// ErrModelIndexInvalid: model_index.json is not a valid JSON object.
-	ErrModelIndexInvalid
-	// ErrComponentMissing: model_index.json lists a component whose folder
-	// does not exist.
-	ErrComponentMissing
-	// ErrNoComponentHasVariant: no component of a pipeline has weights for
-	// the requested variant.
-	ErrNoComponentHasVariant
-	// ErrMissingIndex: shards exist but neither an index nor a single file.
-	ErrMissingIndex
-	// ErrPlanChanged: Plan.Open found files other than the planned ones
-	// (the folder changed after resolution).
-	ErrPlanChanged
 	// ErrNotRegular: a weights file, an index or model_index.json is not a
 	// regular file once its symbolic links are followed (a FIFO, a device,
 	// a socket). It is refused before anything is read, without blocking.
@@ -72,34 +58,17 @@ const (
 )
 
 var kindNames = [...]string{
-	ErrInvalidVariant:         "invalid_variant",
-	ErrReadDir:                "read_dir",
-	ErrNoWeights:              "no_weights",
-	ErrVariantNotFound:        "variant_not_found",
-	ErrUntaggedNotFound:       "untagged_not_found",
-	ErrAmbiguousPrefix:        "ambiguous_prefix",
-	ErrVariantMismatch:        "variant_mismatch",
-	ErrForeignShard:           "foreign_shard",
-	ErrInvalidIndex:           "invalid_index",
-	ErrInsecurePath:           "insecure_path",
-	ErrMissingShard:           "missing_shard",
-	ErrTensorMissingFromShard: "tensor_missing_from_shard",
-	ErrInvalidWeights:         "invalid_weights",
-	ErrModelIndexMissing:      "model_index_missing",
-	ErrModelIndexInvalid:      "model_index_invalid",
-	ErrComponentMissing:       "component_missing",
-	ErrNoComponentHasVariant:  "no_component_has_variant",
-	ErrMissingIndex:           "missing_index",
-	ErrPlanChanged:            "plan_changed",
-	ErrNotRegular:             "not_regular_file",
+	ErrInvalidArgument: "invalid_argument",
+	ErrNoWeights:       "no_weights",
+	ErrVariantNotFound: "variant_not_found",
+	ErrInvalidLayout:   "invalid_layout",
+	ErrInsecurePath:    "insecure_path",
+	ErrMissingShard:    "missing_shard",
+	ErrNotRegular:      "not_regular_file",
 }
 
 // String returns the kind's snake_case name.
 func (k ErrorKind) String() string { return errkind.Name(kindNames[:], k) }
-
-// Kinds returns every ErrorKind, in declaration order (for documentation
-// and exhaustive tests).
-func Kinds() []ErrorKind { return errkind.All[ErrorKind](kindNames[:]) }
 
 // Error makes a kind usable as an errors.Is target.
 func (k ErrorKind) Error() string { return "variant: " + k.String() }

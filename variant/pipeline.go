@@ -81,13 +81,13 @@ func (pp *PipelinePlan) fail(err error) (*PipelinePlan, error) {
 // folders it does not list are ignored, and weights files directly in root
 // never stand in for a component's own folder. A component without weights
 // for the variant falls back to its untagged weights, with a warning naming
-// it; it is an ErrNoComponentHasVariant error if no component has the
-// variant (or none has weights at all). Components without any weights
+// it; it is an ErrVariantNotFound error ("no component has variant") if no
+// component has the variant (or none has weights at all). Components without any weights
 // files (tokenizers, schedulers) are listed in Ignored. When a component
 // folder holds weights for the variant under both prefixes, the one its
 // library loads is used, with a warning ("model" for transformers,
 // "diffusion_pytorch_model" for diffusers); for another library that stays
-// an ErrAmbiguousPrefix error.
+// an ErrInvalidLayout error ("ambiguous prefix").
 //
 // The plan is returned even on failure. The error is the pipeline's error,
 // or the components' errors joined.
@@ -95,7 +95,7 @@ func ResolvePipeline(root, variant string, opts ...Option) (*PipelinePlan, error
 	cfg := buildConfig(opts)
 	pp := &PipelinePlan{Root: root, Variant: variant, Components: []*Plan{}, Warnings: []string{}, Ignored: []Ignored{}}
 	if variant != "" && !ValidName(variant) {
-		return pp.fail(&Error{Kind: ErrInvalidVariant, Dir: root, Msg: fmt.Sprintf("%q does not match ^[A-Za-z0-9_]+$", variant)})
+		return pp.fail(&Error{Kind: ErrInvalidArgument, Dir: root, Msg: fmt.Sprintf("invalid variant: %q does not match ^[A-Za-z0-9_]+$", variant)})
 	}
 	names, libs, err := readModelIndex(cfg.src, root, cfg.shardOpts)
 	if err != nil {
@@ -107,7 +107,7 @@ func ResolvePipeline(root, variant string, opts ...Option) (*PipelinePlan, error
 	}
 	entries, err := cfg.src.ReadDir(root)
 	if err != nil {
-		return pp.fail(&Error{Kind: ErrReadDir, Dir: root, Err: err})
+		return pp.fail(&Error{Kind: ErrNoWeights, Dir: root, Msg: "read dir", Err: err})
 	}
 	for _, e := range entries {
 		n := e.Name()
@@ -145,7 +145,7 @@ func ResolvePipeline(root, variant string, opts ...Option) (*PipelinePlan, error
 		}
 		st, err := cfg.src.Stat(dir)
 		if err != nil || !st.IsDir() {
-			e := &Error{Kind: ErrComponentMissing, Dir: root, File: n, Msg: "listed in " + ModelIndex + " but there is no such folder"}
+			e := &Error{Kind: ErrNoWeights, Dir: root, File: n, Msg: "component missing: listed in " + ModelIndex + " but there is no such folder"}
 			if err != nil && !errors.Is(err, fs.ErrNotExist) {
 				e.Err = err
 			}
@@ -155,7 +155,7 @@ func ResolvePipeline(root, variant string, opts ...Option) (*PipelinePlan, error
 		if _, err := shard.ResolveFile(dir, cfg.shardOpts...); err != nil {
 			e := &Error{Kind: ErrInsecurePath, Dir: root, File: n, Err: err}
 			if !errors.Is(err, shard.ErrInsecurePath) {
-				e.Kind, e.Msg = ErrComponentMissing, "cannot resolve the component folder"
+				e.Kind, e.Msg = ErrNoWeights, "component missing: cannot resolve the component folder"
 			}
 			failed(p, e)
 			continue
@@ -201,7 +201,7 @@ func ResolvePipeline(root, variant string, opts ...Option) (*PipelinePlan, error
 				msg = fmt.Sprintf("no component has variant %s: no component folder has safetensors weights", variant)
 			}
 			pp.Components = []*Plan{}
-			return pp.fail(&Error{Kind: ErrNoComponentHasVariant, Dir: root, Msg: msg})
+			return pp.fail(&Error{Kind: ErrVariantNotFound, Dir: root, Msg: "no component has variant: " + msg})
 		}
 	}
 	for _, c := range comps {
@@ -237,8 +237,8 @@ func Resolve(path, variant string, opts ...Option) (*PipelinePlan, error) {
 // ResolvePipeline: keys whose value is a [library, class] pair that is not
 // [null, null]. model_index.json keeps to the symlink rule (see
 // WithShardOptions) and must be a regular file of at most 1 MiB; its
-// errors are those of ResolvePipeline (ErrModelIndexMissing,
-// ErrModelIndexInvalid, ErrInsecurePath, ErrNotRegular). The names are as
+// errors are those of ResolvePipeline (ErrNoWeights "model index missing",
+// ErrInvalidLayout "model index invalid", ErrInsecurePath, ErrNotRegular). The names are as
 // listed: that each is a bare folder name is for the caller to check. It
 // is for tools that visit every component's files whatever their
 // variants (package integrity).
@@ -266,9 +266,9 @@ func readModelIndex(src srcfs.FS, root string, opts []shard.Option) ([]string, m
 		case errors.Is(err, shard.ErrInsecurePath):
 			return nil, nil, &Error{Kind: ErrInsecurePath, Dir: root, File: ModelIndex, Err: err}
 		case errors.Is(err, fs.ErrNotExist):
-			return nil, nil, &Error{Kind: ErrModelIndexMissing, Dir: root, File: ModelIndex, Msg: "not a pipeline folder"}
+			return nil, nil, &Error{Kind: ErrNoWeights, Dir: root, File: ModelIndex, Msg: "model index missing: not a pipeline folder"}
 		}
-		return nil, nil, &Error{Kind: ErrModelIndexInvalid, Dir: root, File: ModelIndex, Err: err}
+		return nil, nil, &Error{Kind: ErrInvalidLayout, Dir: root, File: ModelIndex, Msg: "model index invalid", Err: err}
 	}
 	data, err := src.ReadFile(real, maxModelIndex)
 	if err != nil {
@@ -278,16 +278,16 @@ func readModelIndex(src srcfs.FS, root string, opts []shard.Option) ([]string, m
 		case errors.As(err, &nr):
 			return nil, nil, &Error{Kind: ErrNotRegular, Dir: root, File: ModelIndex, Msg: safeopen.Describe(nr.Mode) + ", not a regular file"}
 		case errors.As(err, &tl):
-			return nil, nil, &Error{Kind: ErrModelIndexInvalid, Dir: root, File: ModelIndex, Msg: fmt.Sprintf("%d bytes, larger than %d", tl.Size, maxModelIndex)}
+			return nil, nil, &Error{Kind: ErrInvalidLayout, Dir: root, File: ModelIndex, Msg: fmt.Sprintf("model index invalid: %d bytes, larger than %d", tl.Size, maxModelIndex)}
 		}
-		return nil, nil, &Error{Kind: ErrModelIndexInvalid, Dir: root, File: ModelIndex, Err: err}
+		return nil, nil, &Error{Kind: ErrInvalidLayout, Dir: root, File: ModelIndex, Msg: "model index invalid", Err: err}
 	}
 	var doc map[string]json.RawMessage
 	if err := json.Unmarshal(data, &doc); err != nil {
-		return nil, nil, &Error{Kind: ErrModelIndexInvalid, Dir: root, File: ModelIndex, Err: err}
+		return nil, nil, &Error{Kind: ErrInvalidLayout, Dir: root, File: ModelIndex, Msg: "model index invalid", Err: err}
 	}
 	if doc == nil {
-		return nil, nil, &Error{Kind: ErrModelIndexInvalid, Dir: root, File: ModelIndex, Msg: "not a JSON object"}
+		return nil, nil, &Error{Kind: ErrInvalidLayout, Dir: root, File: ModelIndex, Msg: "model index invalid: not a JSON object"}
 	}
 	var names []string
 	libs := make(map[string]string)
@@ -322,7 +322,7 @@ func checkComponentName(n string) *Error {
 func (pp *PipelinePlan) Open(component string, opts ...shard.Option) (*shard.Checkpoint, error) {
 	p := pp.Component(component)
 	if p == nil {
-		return nil, &Error{Kind: ErrComponentMissing, Dir: pp.Root, File: component, Msg: "no such component in the plan"}
+		return nil, &Error{Kind: ErrNoWeights, Dir: pp.Root, File: component, Msg: "component missing: no such component in the plan"}
 	}
 	return p.Open(opts...)
 }

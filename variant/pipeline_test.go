@@ -112,7 +112,7 @@ func TestPipelineMixedVariants(t *testing.T) {
 func TestPipelineNoComponentHasVariant(t *testing.T) {
 	root := ckpttest.NewPipeline(t, samplePipeline())
 	pp, err := variant.ResolvePipeline(root, "bf16")
-	if !errors.Is(err, variant.ErrNoComponentHasVariant) || pp.Error == nil || pp.Error.Kind != "no_component_has_variant" || !pp.Failed() {
+	if !errors.Is(err, variant.ErrVariantNotFound) || !strings.Contains(err.Error(), ": no component has variant") || pp.Error == nil || pp.Error.Kind != "variant_not_found" || !pp.Failed() {
 		t.Fatalf("got %v, %+v", err, pp.Error)
 	}
 	if !strings.Contains(err.Error(), "unet: fp16") || !strings.Contains(err.Error(), "vae: none") {
@@ -144,7 +144,7 @@ func TestPipelineRootNeverShadows(t *testing.T) {
 		Root:       []ckpttest.Weights{{Prefix: dpm, Tensors: f32}},
 	})
 	pp, err := variant.ResolvePipeline(root, "")
-	if !errors.Is(err, variant.ErrUntaggedNotFound) {
+	if !errors.Is(err, variant.ErrVariantNotFound) || !strings.Contains(err.Error(), ": untagged not found") {
 		t.Fatalf("got %v", err)
 	}
 	if u := pp.Component("unet"); u.Error == nil || len(u.Files) != 0 {
@@ -154,7 +154,7 @@ func TestPipelineRootNeverShadows(t *testing.T) {
 
 func TestPipelineErrors(t *testing.T) {
 	dir := ckpttest.Dir(t, ckpttest.Weights{Tensors: f32})
-	if _, err := variant.ResolvePipeline(dir, ""); !errors.Is(err, variant.ErrModelIndexMissing) {
+	if _, err := variant.ResolvePipeline(dir, ""); !errors.Is(err, variant.ErrNoWeights) || !strings.Contains(err.Error(), ": model index missing") {
 		t.Errorf("no model_index: %v", err)
 	}
 	// Resolve falls back to a single component.
@@ -163,18 +163,18 @@ func TestPipelineErrors(t *testing.T) {
 		t.Errorf("Resolve: %v %+v", err, pp)
 	}
 	os.WriteFile(filepath.Join(dir, variant.ModelIndex), []byte(`{"unet": [`), 0o644)
-	if _, err := variant.ResolvePipeline(dir, ""); !errors.Is(err, variant.ErrModelIndexInvalid) {
+	if _, err := variant.ResolvePipeline(dir, ""); !errors.Is(err, variant.ErrInvalidLayout) || !strings.Contains(err.Error(), ": model index invalid") {
 		t.Errorf("bad model_index: %v", err)
 	}
 	os.WriteFile(filepath.Join(dir, variant.ModelIndex), []byte(`{"unet": ["diffusers", "UNet2DConditionModel"], "../up": ["diffusers", "X"], "requires_safety_checker": true}`), 0o644)
 	pp, err = variant.ResolvePipeline(dir, "")
-	if !errors.Is(err, variant.ErrComponentMissing) || !errors.Is(err, variant.ErrInsecurePath) {
+	if !errors.Is(err, variant.ErrNoWeights) || !strings.Contains(err.Error(), ": component missing") || !errors.Is(err, variant.ErrInsecurePath) {
 		t.Errorf("got %v", err)
 	}
 	if len(pp.Components) != 2 {
 		t.Errorf("components %+v", pp.Components)
 	}
-	if _, err := variant.ResolvePipeline(dir, "x-y"); !errors.Is(err, variant.ErrInvalidVariant) {
+	if _, err := variant.ResolvePipeline(dir, "x-y"); !errors.Is(err, variant.ErrInvalidArgument) || !strings.Contains(err.Error(), ": invalid variant") {
 		t.Errorf("bad variant: %v", err)
 	}
 }

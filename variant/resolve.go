@@ -128,8 +128,8 @@ func (p *Plan) Paths() []string {
 }
 
 // Open opens exactly the planned files as one checkpoint. It fails with the
-// plan's own error when resolution failed, and with ErrPlanChanged when the
-// index now names other files than the planned ones. opts are added to the
+// plan's own error when resolution failed, and with ErrInvalidLayout ("plan
+// changed") when the index now names other files than the planned ones. opts are added to the
 // shard options given to the resolver (WithShardOptions).
 //
 // Resolution opened the planned files already, to check them. Without
@@ -177,8 +177,8 @@ func (p *Plan) Open(opts ...shard.Option) (*shard.Checkpoint, error) {
 	slices.Sort(got)
 	if !slices.Equal(got, p.Files) {
 		c.Close()
-		return nil, &Error{Kind: ErrPlanChanged, Dir: p.Dir, File: p.Index,
-			Msg: fmt.Sprintf("planned %s, found %s", strings.Join(p.Files, ", "), strings.Join(got, ", "))}
+		return nil, &Error{Kind: ErrInvalidLayout, Dir: p.Dir, File: p.Index,
+			Msg: fmt.Sprintf("plan changed: planned %s, found %s", strings.Join(p.Files, ", "), strings.Join(got, ", "))}
 	}
 	return c, nil
 }
@@ -234,7 +234,7 @@ func (f *folder) libPrefix() string {
 func scan(src srcfs.FS, dir string) (*folder, error) {
 	entries, err := src.ReadDir(dir)
 	if err != nil {
-		return nil, &Error{Kind: ErrReadDir, Dir: dir, Err: err}
+		return nil, &Error{Kind: ErrNoWeights, Dir: dir, Msg: "read dir", Err: err}
 	}
 	f := &folder{dir: dir, src: src}
 	for _, e := range entries {
@@ -297,16 +297,15 @@ func (f *folder) variants() []string {
 // an index naming them is current, and unreferenced ones are ignored.
 //
 // Rules: variant names match ^[A-Za-z0-9_]+$ and are case-sensitive. A plan
-// for V uses only V-tagged files, a plan without a variant only untagged
-// ones; an index that maps tensors to shards of another tag is an
-// ErrVariantMismatch error. Only the exact names above are candidates. A
-// current-name index beats a legacy-name one. When a single file and an
-// index are both complete (every shard present, every mapped tensor in its
-// shard), the single file wins and the index is named in a warning; when
-// only one is complete it is used, with a warning; when neither is, the
-// error of the preferred candidate is returned. A component with no
-// V-tagged weights fails with ErrVariantNotFound, whose message says whether
-// untagged weights exist.
+// for V uses only V-tagged files, a plan without a variant only untagged ones;
+// an index that maps tensors to shards of another tag is an ErrInvalidLayout
+// error ("variant mismatch"). Only the exact names above are candidates. A
+// current-name index beats a legacy-name one. When a single file and an index
+// are both complete (every shard present, every mapped tensor in its shard),
+// the single file wins and the index is named in a warning; when only one is
+// complete it is used, with a warning; when neither is, the error of the
+// preferred candidate is returned. A component with no V-tagged weights fails
+// with ErrVariantNotFound, whose message says whether untagged weights exist.
 //
 // The plan is returned even on failure, with Error set, so that callers can
 // report the ignored files; the error is also returned.
@@ -315,7 +314,7 @@ func ResolveComponent(dir, variant string, opts ...Option) (*Plan, error) {
 	p := newPlan(cfg.src.Base(cfg.src.Clean(dir)), dir, variant)
 	p.opts, p.src = cfg.shardOpts, cfg.src
 	if variant != "" && !ValidName(variant) {
-		return p.fail(&Error{Kind: ErrInvalidVariant, Dir: dir, Msg: fmt.Sprintf("%q does not match ^[A-Za-z0-9_]+$", variant)})
+		return p.fail(&Error{Kind: ErrInvalidArgument, Dir: dir, Msg: fmt.Sprintf("invalid variant: %q does not match ^[A-Za-z0-9_]+$", variant)})
 	}
 	f, err := scan(cfg.src, dir)
 	if err != nil {
@@ -372,8 +371,8 @@ func (f *folder) resolve(p *Plan) (*Plan, error) {
 		for _, c := range f.cands {
 			p.ignore(c.name, ignoreReason(c, v))
 		}
-		return p.fail(&Error{Kind: ErrAmbiguousPrefix, Dir: f.dir,
-			Msg: fmt.Sprintf("%s weights exist for both prefixes %q and %q", describeVariant(v), withV[0], withV[1])})
+		return p.fail(&Error{Kind: ErrInvalidLayout, Dir: f.dir,
+			Msg: fmt.Sprintf("ambiguous prefix: %s weights exist for both prefixes %q and %q", describeVariant(v), withV[0], withV[1])})
 	}
 	prefix := withV[0]
 
@@ -474,8 +473,8 @@ func (f *folder) resolve(p *Plan) (*Plan, error) {
 				for _, s := range names {
 					p.ignore(s, "shard without an index")
 				}
-				return p.fail(&Error{Kind: ErrMissingIndex, Dir: f.dir, File: currentIndexName(prefix, v),
-					Msg: fmt.Sprintf("%s shards exist but no index or single file", describeVariant(v))})
+				return p.fail(&Error{Kind: ErrInvalidLayout, Dir: f.dir, File: currentIndexName(prefix, v),
+					Msg: fmt.Sprintf("missing index: %s shards exist but no index or single file", describeVariant(v))})
 			}
 			if single != nil {
 				p.ignore(single.name, "incomplete: "+singleErr.Error())
@@ -562,8 +561,8 @@ func (f *folder) notFound(v string) error {
 	vs := f.variants()
 	if v == "" {
 		if len(vs) > 0 {
-			return &Error{Kind: ErrUntaggedNotFound, Dir: f.dir,
-				Msg: fmt.Sprintf("no untagged weights; variant-tagged weights exist for %s (pass a variant)", strings.Join(vs, ", "))}
+			return &Error{Kind: ErrVariantNotFound, Dir: f.dir,
+				Msg: fmt.Sprintf("untagged not found: no untagged weights; variant-tagged weights exist for %s (pass a variant)", strings.Join(vs, ", "))}
 		}
 		return &Error{Kind: ErrNoWeights, Dir: f.dir, Msg: "no safetensors weights under the recognized names (model*.safetensors, diffusion_pytorch_model*.safetensors)"}
 	}
@@ -600,11 +599,10 @@ func (f *folder) checkSingle(name string) (*kept, error) {
 		return k, nil
 	}
 	if err := f.readHeader(real); err != nil {
-		kind := ErrInvalidWeights
 		if errors.Is(err, safetensors.ErrNotRegular) {
-			kind = ErrNotRegular
+			return nil, &Error{Kind: ErrNotRegular, Dir: f.dir, File: name, Err: err}
 		}
-		return nil, &Error{Kind: kind, Dir: f.dir, File: name, Err: err}
+		return nil, &Error{Kind: ErrInvalidLayout, Dir: f.dir, File: name, Msg: "invalid weights", Err: err}
 	}
 	return nil, nil
 }
@@ -640,13 +638,13 @@ func (f *folder) checkIndex(c candidate, prefix, v string) (*checked, error) {
 		sc, ok := classify(s)
 		if !ok || sc.prefix != prefix {
 			k.drop()
-			return nil, &Error{Kind: ErrForeignShard, Dir: f.dir, File: c.name,
-				Msg: fmt.Sprintf("maps tensors to %s, which is not a %s weights file name", s, prefix)}
+			return nil, &Error{Kind: ErrInvalidLayout, Dir: f.dir, File: c.name,
+				Msg: fmt.Sprintf("foreign shard: maps tensors to %s, which is not a %s weights file name", s, prefix)}
 		}
 		if sc.variant != v || sc.kind == kindIndex {
 			k.drop()
-			return nil, &Error{Kind: ErrVariantMismatch, Dir: f.dir, File: c.name,
-				Msg: fmt.Sprintf("this %s index maps tensors to %s, which is %s: refusing to mix", describeVariant(v), s, describeVariant(sc.variant))}
+			return nil, &Error{Kind: ErrInvalidLayout, Dir: f.dir, File: c.name,
+				Msg: fmt.Sprintf("variant mismatch: this %s index maps tensors to %s, which is %s: refusing to mix", describeVariant(v), s, describeVariant(sc.variant))}
 		}
 		if sc.legacy {
 			legacy++
@@ -689,11 +687,12 @@ func (f *folder) readIndex(path string) (*shard.Index, error) {
 }
 
 // fromShard maps a shard error (or shard.ResolveFile's) to this package's
-// kinds, keeping it wrapped.
+// kinds, keeping it wrapped. A shard error of another kind is an
+// ErrInvalidLayout whose message gives the shard error's kind
+// (invalid_index, invalid_shard, ...).
 func fromShard(dir, file string, err error) error {
 	var se *shard.Error
-	kind := ErrInvalidIndex
-	tensor := ""
+	kind, tensor, msg := ErrInvalidLayout, "", ""
 	if errors.As(err, &se) {
 		tensor = se.Tensor
 		switch se.Kind {
@@ -701,17 +700,15 @@ func fromShard(dir, file string, err error) error {
 			kind = ErrInsecurePath
 		case shard.ErrMissingShard:
 			kind = ErrMissingShard
-		case shard.ErrTensorMissingFromShard:
-			kind = ErrTensorMissingFromShard
-		case shard.ErrInvalidShard:
-			kind = ErrInvalidWeights
 		case shard.ErrNotRegular:
 			kind = ErrNotRegular
 		}
 	} else if c, ok := classify(file); ok && c.kind != kindIndex {
 		// Not a shard error: ResolveFile's (a dangling link, a loop) on a
 		// weights file.
-		kind = ErrInvalidWeights
+		msg = "invalid weights"
+	} else {
+		msg = "invalid index"
 	}
-	return &Error{Kind: kind, Dir: dir, File: file, Tensor: tensor, Err: err}
+	return &Error{Kind: kind, Dir: dir, File: file, Tensor: tensor, Msg: msg, Err: err}
 }

@@ -134,7 +134,7 @@ func TestSingleFiles(t *testing.T) {
 func TestVariantNames(t *testing.T) {
 	dir := ckpttest.Dir(t, ckpttest.Weights{Variant: "FP16", Tensors: f16})
 	for _, bad := range []string{"fp-16", "fp16.x", "a/b", "..", " fp16", "fp16\n"} {
-		wantErr(t, dir, bad, variant.ErrInvalidVariant)
+		wantErr(t, dir, bad, variant.ErrInvalidArgument, ": invalid variant")
 	}
 	// Case-sensitive.
 	p := wantErr(t, dir, "fp16", variant.ErrVariantNotFound, "fp16", "FP16")
@@ -164,7 +164,7 @@ func TestStrayFilesNeverCount(t *testing.T) {
 	if r := ignored(p)["pytorch_model.bin"]; r == "" {
 		t.Error("pytorch_model.bin not listed")
 	}
-	wantErr(t, dir, "", variant.ErrUntaggedNotFound, "fp16x")
+	wantErr(t, dir, "", variant.ErrVariantNotFound, "fp16x", ": untagged not found")
 
 	// With real weights beside them, the strays are still never loaded.
 	if _, err := ckpttest.WriteWeights(dir, ckpttest.Weights{Variant: "fp16", Tensors: f16}); err != nil {
@@ -178,9 +178,9 @@ func TestStrayFilesNeverCount(t *testing.T) {
 
 	empty := t.TempDir()
 	os.WriteFile(filepath.Join(empty, "config.json"), []byte("{}"), 0o644)
-	wantErr(t, empty, "", variant.ErrNoWeights)
+	wantErr(t, empty, "", variant.ErrNoWeights, "no safetensors weights under the recognized names")
 	wantErr(t, empty, "fp16", variant.ErrVariantNotFound, "no safetensors weights at all")
-	wantErr(t, filepath.Join(empty, "absent"), "", variant.ErrReadDir)
+	wantErr(t, filepath.Join(empty, "absent"), "", variant.ErrNoWeights, ": read dir")
 }
 
 func TestShardedLayouts(t *testing.T) {
@@ -287,7 +287,7 @@ func TestSingleVersusIndex(t *testing.T) {
 		dir := build(t)
 		os.Remove(filepath.Join(dir, "model.fp16-00002-of-00002.safetensors"))
 		os.WriteFile(filepath.Join(dir, "model.fp16.safetensors"), []byte("truncated"), 0o644)
-		p := wantErr(t, dir, "fp16", variant.ErrInvalidWeights, "model.fp16.safetensors", "model.fp16-00002-of-00002.safetensors")
+		p := wantErr(t, dir, "fp16", variant.ErrInvalidLayout, "model.fp16.safetensors", "model.fp16-00002-of-00002.safetensors", ": invalid weights")
 		if len(p.Ignored) < 3 {
 			t.Errorf("ignored %v", p.Ignored)
 		}
@@ -299,26 +299,26 @@ func TestNeverMix(t *testing.T) {
 		dir := ckpttest.Dir(t, ckpttest.Weights{Shards: 2, Tensors: f32})
 		data, _ := os.ReadFile(filepath.Join(dir, "model.safetensors.index.json"))
 		os.WriteFile(filepath.Join(dir, "model.safetensors.index.fp16.json"), data, 0o644)
-		wantErr(t, dir, "fp16", variant.ErrVariantMismatch, "model.safetensors.index.fp16.json", "model-00001-of-00002.safetensors", "untagged")
+		wantErr(t, dir, "fp16", variant.ErrInvalidLayout, "model.safetensors.index.fp16.json", "model-00001-of-00002.safetensors", "untagged", ": variant mismatch")
 		mustResolve(t, dir, "") // the untagged set itself is fine
 	})
 	t.Run("untagged index with variant shards", func(t *testing.T) {
 		dir := ckpttest.Dir(t, ckpttest.Weights{Variant: "fp16", Shards: 2, Layout: ckpttest.Legacy, Tensors: f16})
 		data, _ := os.ReadFile(filepath.Join(dir, "model.safetensors.index.fp16.json"))
 		os.WriteFile(filepath.Join(dir, "model.safetensors.index.json"), data, 0o644)
-		wantErr(t, dir, "", variant.ErrVariantMismatch, "model-00001-of-00002.fp16.safetensors", `variant "fp16"`)
+		wantErr(t, dir, "", variant.ErrInvalidLayout, "model-00001-of-00002.fp16.safetensors", `variant "fp16"`, ": variant mismatch")
 	})
 	t.Run("index naming another variant", func(t *testing.T) {
 		dir := ckpttest.Dir(t, ckpttest.Weights{Variant: "bf16", Shards: 2, Tensors: bf16})
 		data, _ := os.ReadFile(filepath.Join(dir, "model.safetensors.index.bf16.json"))
 		os.WriteFile(filepath.Join(dir, "model.safetensors.index.fp16.json"), data, 0o644)
-		wantErr(t, dir, "fp16", variant.ErrVariantMismatch, "bf16")
+		wantErr(t, dir, "fp16", variant.ErrInvalidLayout, "bf16", ": variant mismatch")
 	})
 	t.Run("index naming a foreign file", func(t *testing.T) {
 		dir := ckpttest.Dir(t, ckpttest.Weights{Tensors: f32})
 		ckpttest.WriteFile(filepath.Join(dir, "weights.safetensors"), f32, nil)
 		ckpttest.WriteIndex(filepath.Join(dir, "model.safetensors.index.json"), map[string]string{"a.weight": "weights.safetensors"}, nil)
-		wantErr(t, dir, "", variant.ErrForeignShard, "weights.safetensors")
+		wantErr(t, dir, "", variant.ErrInvalidLayout, "weights.safetensors", ": foreign shard")
 	})
 	t.Run("hugging face transformer folder", func(t *testing.T) {
 		// diffusion_pytorch_model.bf16.safetensors beside F32 shards and a
@@ -367,7 +367,7 @@ func TestFailureKinds(t *testing.T) {
 			"a.weight": "model-00002-of-00002.safetensors", "a.bias": "model-00001-of-00002.safetensors",
 			"b.weight": "model-00002-of-00002.safetensors", "b.bias": "model-00002-of-00002.safetensors",
 		}, nil)
-		p := wantErr(t, dir, "", variant.ErrTensorMissingFromShard, "a.weight", "model-00002-of-00002.safetensors")
+		p := wantErr(t, dir, "", variant.ErrInvalidLayout, "a.weight", "model-00002-of-00002.safetensors", ": tensor missing from shard: ")
 		var e *variant.Error
 		if perr := p.Err(); !errors.As(perr, &e) || e.Tensor != "a.weight" || e.File != index {
 			t.Errorf("error %+v", e)
@@ -397,12 +397,12 @@ func TestFailureKinds(t *testing.T) {
 	t.Run("invalid index", func(t *testing.T) {
 		dir := sharded(t)
 		os.WriteFile(filepath.Join(dir, index), []byte(`{"weight_map": []}`), 0o644)
-		wantErr(t, dir, "", variant.ErrInvalidIndex, index)
+		wantErr(t, dir, "", variant.ErrInvalidLayout, index, "invalid_index: invalid weight_map")
 	})
 	t.Run("shards without index", func(t *testing.T) {
 		dir := sharded(t)
 		os.Remove(filepath.Join(dir, index))
-		p := wantErr(t, dir, "", variant.ErrMissingIndex, index)
+		p := wantErr(t, dir, "", variant.ErrInvalidLayout, index, ": missing index")
 		if len(p.Ignored) != 2 {
 			t.Errorf("ignored %v", p.Ignored)
 		}
@@ -410,7 +410,7 @@ func TestFailureKinds(t *testing.T) {
 	t.Run("ambiguous prefix", func(t *testing.T) {
 		dir := ckpttest.Dir(t, ckpttest.Weights{Tensors: f32}, ckpttest.Weights{Prefix: ckpttest.DiffusersPrefix, Tensors: f32},
 			ckpttest.Weights{Prefix: ckpttest.DiffusersPrefix, Variant: "fp16", Tensors: f16})
-		wantErr(t, dir, "", variant.ErrAmbiguousPrefix, "model", "diffusion_pytorch_model")
+		wantErr(t, dir, "", variant.ErrInvalidLayout, "model", "diffusion_pytorch_model", ": ambiguous prefix")
 		// Only one prefix has fp16: no ambiguity.
 		p := mustResolve(t, dir, "fp16")
 		if !slices.Equal(p.Files, []string{"diffusion_pytorch_model.fp16.safetensors"}) {
@@ -429,7 +429,7 @@ func TestPlanOpenDetectsChange(t *testing.T) {
 	if _, err := ckpttest.WriteWeights(dir, ckpttest.Weights{Shards: 4, Tensors: f32}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Open(); !errors.Is(err, variant.ErrPlanChanged) {
+	if _, err := p.Open(); !errors.Is(err, variant.ErrInvalidLayout) || !strings.Contains(err.Error(), ": plan changed") {
 		t.Fatalf("got %v", err)
 	}
 }

@@ -301,7 +301,7 @@ func TestResolve(t *testing.T) {
 		t.Fatal(err)
 	}
 	stdout, _, code = runCLI(t, "resolve", "--json", "--variant", "bf16", root)
-	if code != 1 || !strings.Contains(stdout, `"component_missing"`) {
+	if code != 1 || !strings.Contains(stdout, `"no_weights"`) || !strings.Contains(stdout, "component missing") {
 		t.Fatalf("missing component folder: exit %d, %s", code, stdout)
 	}
 	// A single component asked for a variant it lacks: exit 1 with a kind.

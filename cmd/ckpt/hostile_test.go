@@ -97,7 +97,7 @@ func checkCLI(t *testing.T, what string, flags []string, code int, e *errorInfo,
 		t.Errorf("%s %v: exit %d, error %+v; want %s", what, flags, code, e, want)
 		return
 	}
-	if want != hostile.Any && e.Kind != want {
+	if kind, says := hostile.Kind(want); want != hostile.Any && (e.Kind != kind || !strings.Contains(e.Message, says)) {
 		t.Errorf("%s %v: kind %s, want %s: %s", what, flags, e.Kind, want, e.Message)
 	}
 	if !strings.Contains(e.Message, culprit) {

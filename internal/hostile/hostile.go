@@ -24,11 +24,19 @@ import (
 
 // Verdicts: "" means accepted; Any means refused with any typed error;
 // otherwise the snake_case name of the error kind expected (for example
-// "not_regular_file" or "insecure_path").
+// "not_regular_file" or "insecure_path"), followed, for a general kind, by
+// ": " and the check the message names ("invalid_index: index too large").
 const (
 	OK  = ""
 	Any = "*"
 )
+
+// Kind splits a verdict into the name of the error kind it expects and the
+// phrase the error's message must contain ("" when the verdict names none).
+func Kind(verdict string) (kind, says string) {
+	kind, says, _ = strings.Cut(verdict, ": ")
+	return kind, says
+}
 
 // Case is one hostile folder and the verdict of each class of entry point.
 type Case struct {
@@ -380,12 +388,13 @@ func (b *builder) sizes() []Case {
 	d := b.dir()
 	b.sharded(d)
 	b.sparse(filepath.Join(d, index), 64<<20+1)
+	const tooLarge = "invalid_index: index too large"
 	cs = append(cs, Case{Name: "index over 64 MiB", Dir: d, File: index, Culprit: index,
-		ShardWant: "index_too_large", ShardFollow: "index_too_large", Folder: "index_too_large", FolderFollow: "index_too_large"})
+		ShardWant: tooLarge, ShardFollow: tooLarge, Folder: tooLarge, FolderFollow: tooLarge})
 	d = b.pipeline()
 	b.sparse(filepath.Join(d, mindex), 1<<20+1)
 	cs = append(cs, Case{Name: "model_index.json over 1 MiB", Dir: d, Pipeline: true, Culprit: mindex,
-		Folder: "model_index_invalid", FolderFollow: "model_index_invalid"})
+		Folder: "invalid_layout: model index invalid", FolderFollow: "invalid_layout: model index invalid"})
 	// A header length field far beyond the file.
 	d = b.dir()
 	raw := binary.LittleEndian.AppendUint64(nil, 99_000_000)
@@ -411,7 +420,7 @@ func (b *builder) oddities() []Case {
 	d = b.dir()
 	b.fatal(os.Mkdir(filepath.Join(d, single), 0o755))
 	cs = append(cs, Case{Name: "folder named model.safetensors", Dir: d, File: single, Culprit: single,
-		FileWant: "not_regular_file", ShardWant: "unsupported_path", ShardFollow: "unsupported_path", Folder: "not_regular_file", FolderFollow: "not_regular_file"})
+		FileWant: "not_regular_file", ShardWant: "invalid_argument: unsupported path", ShardFollow: "invalid_argument: unsupported path", Folder: "not_regular_file", FolderFollow: "not_regular_file"})
 	// An index of a shard that is a folder.
 	d = b.dir()
 	b.sharded(d)
