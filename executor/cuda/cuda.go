@@ -495,7 +495,7 @@ func (e *Executor) devErr(op, tensor string, err error) error {
 	if errors.As(err, &ce) {
 		switch {
 		case ce.Code == cudaErrorOutOfMemory:
-			kind = executor.ErrOutOfMemory
+			kind = executor.ErrBudget
 		case ce.Kind == ErrClosed:
 			kind = executor.ErrClosed
 		case ce.Kind == ErrArgument:
@@ -552,10 +552,10 @@ func (e *Executor) own(op string, b executor.Buffer) (*buffer, error) {
 	}
 	cb, ok := b.(*buffer)
 	if !ok || cb.ex != e {
-		return nil, errorf(executor.ErrForeign, op, b.Name(), "buffer of another executor (%T)", b)
+		return nil, errorf(executor.ErrArgument, op, b.Name(), "buffer of another executor (%T)", b)
 	}
 	if cb.freed.Load() {
-		return nil, errorf(executor.ErrFreed, op, cb.name, "buffer used after Free")
+		return nil, errorf(executor.ErrClosed, op, cb.name, "buffer used after Free")
 	}
 	return cb, nil
 }
@@ -568,7 +568,7 @@ func (e *Executor) newBuffer(op string, dt dtype.DType, shape []int64, name stri
 	}
 	size, err := dt.ByteLen(n)
 	if err != nil {
-		return nil, errorf(executor.ErrShape, op, name, "%d %s elements: %v", n, dt, err)
+		return nil, errorf(executor.ErrArgument, op, name, "byte size of %d %s elements: %v", n, dt, err)
 	}
 	b := &buffer{ex: e, dt: dt, shape: slices.Clone(shape), name: name, size: size}
 	if size > 0 {
@@ -599,7 +599,7 @@ func (e *Executor) Free(b executor.Buffer) error {
 		return err
 	}
 	if cb.freed.Swap(true) {
-		return errorf(executor.ErrFreed, executor.OpFree, cb.name, "buffer freed twice")
+		return errorf(executor.ErrClosed, executor.OpFree, cb.name, "buffer freed twice")
 	}
 	e.mu.Lock()
 	if _, ok := e.live[cb]; !ok { // Close got there first

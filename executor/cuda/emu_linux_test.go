@@ -262,8 +262,8 @@ func TestEmulatedDevicePlanRefuses(t *testing.T) {
 	defer e.Free(x)
 	if _, err := e.FromHost(ctx, make([]byte, 48<<20), dtype.F32, []int64{12 << 20}, "second"); err == nil {
 		t.Fatal("a second 48 MiB buffer on a 64 MiB device: no error")
-	} else if !errors.Is(err, executor.ErrOutOfMemory) {
-		t.Errorf("second buffer: %v, want ErrOutOfMemory", err)
+	} else if !errors.Is(err, executor.ErrBudget) || !strings.Contains(err.Error(), "OUT_OF_MEMORY") {
+		t.Errorf("second buffer: %v, want ErrBudget, out of memory", err)
 	}
 }
 

@@ -413,10 +413,10 @@ func uploadList(ctx context.Context, m *ckpt.Model) ([]upTensor, error) {
 		case ckpt.ActionConvert:
 			t.data = src(&it.Data, upConvert)
 			if _, ok := kernelDType(t.out); !ok {
-				return nil, errorf(executor.ErrDType, op, key, "the policy converts it to %s; the CUDA executor converts to F32, BF16 or F16 on the device", t.out)
+				return nil, errorf(executor.ErrArgument, op, key, "the policy converts it to %s; the CUDA executor converts to F32, BF16 or F16 on the device", t.out)
 			}
 			if !convertible(t.data.dt) {
-				return nil, errorf(executor.ErrDType, op, key, "the policy converts it from %s; the CUDA executor converts F32, BF16, F16 and FP8 on the device", t.data.dt)
+				return nil, errorf(executor.ErrArgument, op, key, "the policy converts it from %s; the CUDA executor converts F32, BF16, F16 and FP8 on the device", t.data.dt)
 			}
 		case ckpt.ActionQuantized:
 			t.q = it.Quant
@@ -433,7 +433,7 @@ func uploadList(ctx context.Context, m *ckpt.Model) ([]upTensor, error) {
 				break
 			}
 			if _, ok := kernelDType(t.out); !ok {
-				return nil, errorf(executor.ErrDType, op, key, "the policy dequantizes it to %s; the CUDA executor dequantizes to F32, BF16 or F16", t.out)
+				return nil, errorf(executor.ErrArgument, op, key, "the policy dequantizes it to %s; the CUDA executor dequantizes to F32, BF16 or F16", t.out)
 			}
 			t.q = it.Quant
 			if t.plan, err = planDequant(t.q); err != nil {
