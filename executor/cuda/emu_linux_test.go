@@ -232,7 +232,7 @@ func TestEmulatedModuleErrors(t *testing.T) {
 		} {
 			_, err := d.ModuleLoadData([]byte(tc.src))
 			var ce *Error
-			if !errors.As(err, &ce) || ce.Kind != ErrModule || !strings.Contains(err.Error(), tc.code) || !strings.Contains(ce.Log, tc.log) {
+			if !errors.As(err, &ce) || ce.Kind != executor.ErrDevice || !strings.Contains(err.Error(), "the PTX module failed to load") || !strings.Contains(err.Error(), tc.code) || !strings.Contains(ce.Log, tc.log) {
 				t.Errorf("load: %v (log %q), want %s with %q in the log", err, logOf(err), tc.code, tc.log)
 			}
 		}

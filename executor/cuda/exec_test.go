@@ -76,14 +76,14 @@ func TestNewFailures(t *testing.T) {
 	f := newFake()
 	f.devices = 0
 	_, err := newExecutor(f, executor.Options{})
-	if !errors.Is(err, executor.ErrUnavailable) || !errors.Is(err, ErrNoDevice) || !strings.Contains(err.Error(), "no CUDA device") {
+	if !errors.Is(err, executor.ErrUnavailable) || !strings.Contains(err.Error(), "no CUDA device: cuda: unavailable: the driver reports no CUDA device") {
 		t.Errorf("no device: %v", err)
 	}
 	checkReleased(t, f)
 
 	f = newFake()
 	f.cc = [2]int{7, 0}
-	if _, err := newExecutor(f, executor.Options{}); !errors.Is(err, ErrNoDevice) || !strings.Contains(err.Error(), "Turing") {
+	if _, err := newExecutor(f, executor.Options{}); !errors.Is(err, executor.ErrUnavailable) || !strings.Contains(err.Error(), "no CUDA device") || !strings.Contains(err.Error(), "Turing") {
 		t.Errorf("Volta: %v", err)
 	}
 	checkReleased(t, f)
@@ -93,7 +93,8 @@ func TestNewFailures(t *testing.T) {
 	f.jitLog = "ptxas fatal   : Unresolved extern function 'x'"
 	_, err = newExecutor(f, executor.Options{})
 	var ce *Error
-	if !errors.As(err, &ce) || ce.Kind != ErrModule || ce.Log != f.jitLog || !strings.Contains(err.Error(), "Unresolved extern") ||
+	if !errors.As(err, &ce) || ce.Kind != executor.ErrDevice || ce.Log != f.jitLog || !strings.Contains(err.Error(), "Unresolved extern") ||
+		!strings.Contains(err.Error(), "the PTX module failed to load") ||
 		!strings.Contains(err.Error(), "CUDA_ERROR_INVALID_PTX") || !strings.Contains(err.Error(), "base_sm75.ptx") {
 		t.Errorf("JIT failure: %v", err)
 	}

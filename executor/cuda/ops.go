@@ -78,7 +78,7 @@ func (e *Executor) grid(n int64) uint32 {
 func (e *Executor) launch(k string, grid, block [3]uint32, args ...uint64) error {
 	f, ok := e.funcs[k]
 	if !ok {
-		return &Error{Kind: ErrArgument, Msg: "kernel " + k + " is not loaded on this device"}
+		return &Error{Kind: executor.ErrArgument, Msg: "kernel " + k + " is not loaded on this device"}
 	}
 	return e.drv.LaunchKernel(f, grid, block, 0, e.stream, args)
 }

@@ -143,7 +143,7 @@ type upTensor struct {
 //
 // The stored bytes are verified against the checksums their files name
 // as the readers read them (the loader's Part.ReadAt, under the model's
-// Policy.Verify): a damaged tensor fails the upload with ErrRead wrapping
+// Policy.Verify): a damaged tensor fails the upload with executor.ErrRead wrapping
 // the loader's *safetensors.ChecksumError (errors.Is(err,
 // ckpt.ErrChecksum)), which names the file, the tensor and its bytes, and
 // no model is returned; a tensor the policy refuses to read (VerifyAlways
@@ -622,7 +622,7 @@ func (u *uploader) one(c chunk, s *slot) error {
 		case errors.Is(err, ckpt.ErrChecksum):
 			// The loader's verification (Part.ReadAt, Item.Produce): the
 			// error names the file, the tensor and its bytes.
-			return &Error{Kind: ErrRead, Tensor: c.s.name, Err: err}
+			return &Error{Kind: executor.ErrRead, Tensor: c.s.name, Err: err}
 		case errors.As(err, &le) || u.ctx.Err() != nil:
 			return err
 		}
@@ -630,7 +630,7 @@ func (u *uploader) one(c chunk, s *slot) error {
 		if c.s.part != nil {
 			where = c.s.part.File
 		}
-		return &Error{Kind: ErrRead, Tensor: c.s.name, Msg: fmt.Sprintf("%s, bytes [%d, %d) of what the upload reads of it", where, c.off, c.off+c.n), Err: err}
+		return &Error{Kind: executor.ErrRead, Tensor: c.s.name, Msg: fmt.Sprintf("%s, bytes [%d, %d) of what the upload reads of it", where, c.off, c.off+c.n), Err: err}
 	}
 	if err := u.ctx.Err(); err != nil {
 		return err
@@ -716,7 +716,7 @@ func (u *uploader) convert(c chunk, stage devPtr, st cuStream) error {
 func (e *Executor) launchOn(k string, grid, block [3]uint32, st cuStream, args ...uint64) error {
 	f, ok := e.funcs[k]
 	if !ok {
-		return &Error{Kind: ErrArgument, Msg: "kernel " + k + " is not loaded on this device"}
+		return &Error{Kind: executor.ErrArgument, Msg: "kernel " + k + " is not loaded on this device"}
 	}
 	return e.drv.LaunchKernel(f, grid, block, 0, st, args)
 }
