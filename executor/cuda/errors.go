@@ -16,8 +16,9 @@ import (
 // device is there, executor.ErrDevice when a driver call failed (the
 // executor's ops wrap it in an *executor.Error of the op).
 type Error struct {
-	// Kind is the executor's condition: ErrUnavailable, ErrDevice,
-	// executor.ErrArgument, executor.ErrRead or executor.ErrClosed.
+	// Kind is the executor's condition: executor.ErrUnavailable,
+	// ErrDevice, ErrBudget (the device is out of memory), ErrArgument,
+	// ErrRead or ErrClosed.
 	Kind executor.ErrorKind
 	// Op is the executor operation ("upload", "linear", "dequantize", ...).
 	Op string
