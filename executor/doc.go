@@ -22,8 +22,8 @@
 // residual h + f(h) —, another elementwise op's after its input), so
 // that a NaN report names a layer. Buffers are immutable once made; every op
 // returns a new Buffer that the caller frees with Free. Passing a Buffer to
-// another executor, or using it after Free, is an error (ErrForeign,
-// ErrFreed), never a crash.
+// another executor, or using it after Free, is an error (ErrArgument,
+// ErrClosed), never a crash.
 //
 // A Weight is an uploaded tensor: its data as stored and, for a weight kept
 // quantized, its scale tensors and their layout (a quant.Weight: element

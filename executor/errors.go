@@ -3,14 +3,15 @@ package executor
 import (
 	"fmt"
 	"io/fs"
-	"strconv"
 
 	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/internal/errkind"
 )
 
 // ErrorKind classifies the errors of executors. Each kind is an error, so
-// callers test with errors.Is(err, executor.ErrUnavailable).
+// callers test with errors.Is(err, executor.ErrUnavailable). The kinds are
+// general; the message says which case it is (a shape, a dtype, a buffer
+// of another executor, out of device memory, …).
 type ErrorKind int
 
 // The kinds of Error.
@@ -18,25 +19,21 @@ const (
 	// ErrUnavailable: the executor cannot start here (no driver, no device,
 	// not built into the program). NewBest goes on to the next backend.
 	ErrUnavailable ErrorKind = iota + 1
-	// ErrShape: shapes that do not fit the op (Linear's K, Add's shapes,
-	// RMSNorm's D, a data length that is not the shape's).
-	ErrShape
-	// ErrDType: a dtype the op does not take (an integer activation, an
-	// output dtype other than F32/BF16/F16, an unsupported weight type).
-	ErrDType
-	// ErrArgument: any other invalid argument (a nil buffer, a negative or
-	// NaN eps, a Weight whose scales do not match its layout).
+	// ErrArgument: an argument the op does not take: shapes that do not
+	// fit (Linear's K, Add's shapes, RMSNorm's D, a data length that is
+	// not the shape's), a dtype it does not take (an integer activation,
+	// an output dtype other than F32/BF16/F16, an unsupported weight
+	// type), a nil buffer, a Buffer made by another executor, a negative
+	// or NaN eps, a Weight whose scales do not match its layout.
 	ErrArgument
-	// ErrForeign: a Buffer made by another executor.
-	ErrForeign
-	// ErrFreed: a Buffer used after Free (or freed twice).
-	ErrFreed
-	// ErrClosed: the executor was closed.
+	// ErrClosed: the executor or the model was closed, or a Buffer was
+	// used after Free (or freed twice). It also matches fs.ErrClosed.
 	ErrClosed
-	// ErrOutOfMemory: the device has not enough free memory.
-	ErrOutOfMemory
-	// ErrBudget: a whole model does not fit the device budget; refused
-	// before anything was allocated.
+	// ErrBudget: the memory did not suffice: a whole model does not fit
+	// the device budget (refused before anything was allocated), or the
+	// device has not enough free memory for an op's output (the message
+	// says out of memory). It also matches ckpt.ErrBudget, as the loader's
+	// refusal for the host's memory does.
 	ErrBudget
 	// ErrNotFound: no weight of that name in a Model.
 	ErrNotFound
@@ -51,25 +48,19 @@ const (
 	ErrRead
 )
 
-var kindNames = [...]string{"", "unavailable", "shape", "dtype", "argument", "foreign_buffer", "freed",
-	"closed", "out_of_memory", "budget", "not_found", "non_finite", "device", "read"}
-
-// Kinds returns every ErrorKind in declaration order.
-func Kinds() []ErrorKind {
-	k := make([]ErrorKind, 0, len(kindNames)-1)
-	for i := 1; i < len(kindNames); i++ {
-		k = append(k, ErrorKind(i))
-	}
-	return k
+var kindNames = [...]string{
+	ErrUnavailable: "unavailable",
+	ErrArgument:    "argument",
+	ErrClosed:      "closed",
+	ErrBudget:      "budget",
+	ErrNotFound:    "not_found",
+	ErrNonFinite:   "non_finite",
+	ErrDevice:      "device",
+	ErrRead:        "read",
 }
 
 // String returns the kind's stable snake_case name.
-func (k ErrorKind) String() string {
-	if k > 0 && int(k) < len(kindNames) {
-		return kindNames[k]
-	}
-	return "ErrorKind(" + strconv.Itoa(int(k)) + ")"
-}
+func (k ErrorKind) String() string { return errkind.Name(kindNames[:], k) }
 
 // Error makes a kind usable as an errors.Is target.
 func (k ErrorKind) Error() string { return "executor: " + k.String() }
@@ -91,9 +82,10 @@ func (e *Error) Error() string {
 		Add(e.Msg).Err(e.Err).String()
 }
 
-// Is reports whether target is e's kind. A refusal for the device's
-// budget also matches ckpt.ErrBudget, as the loader's refusal for the
-// host's does: one condition, whichever memory did not suffice.
+// Is reports whether target is e's kind. ErrBudget also matches
+// ckpt.ErrBudget, as the loader's refusal for the host's memory does: one
+// condition, whichever memory did not suffice; ErrClosed matches
+// fs.ErrClosed.
 func (e *Error) Is(target error) bool {
 	switch {
 	case e.Kind == ErrBudget && target == ckpt.ErrBudget,

@@ -141,7 +141,7 @@ type Executor interface {
 	// Download copies b's bytes into dst, which must be exactly b.Bytes()
 	// long.
 	Download(ctx context.Context, b Buffer, dst []byte) error
-	// Free releases b. Using b afterwards is an ErrFreed error.
+	// Free releases b. Using b afterwards is an ErrClosed error.
 	Free(b Buffer) error
 	// Close frees every buffer still allocated and releases the device.
 	Close() error

@@ -51,9 +51,9 @@ func (f *fakeEx) Close() error { return nil }
 
 func TestErrorKinds(t *testing.T) {
 	seen := map[string]bool{}
-	for _, k := range Kinds() {
+	for k := ErrorKind(1); int(k) < len(kindNames); k++ {
 		s := k.String()
-		if s == "" || strings.HasPrefix(s, "ErrorKind(") || seen[s] {
+		if s == "" || s == "unknown" || seen[s] {
 			t.Errorf("kind %d: name %q", int(k), s)
 		}
 		seen[s] = true
@@ -65,12 +65,12 @@ func TestErrorKinds(t *testing.T) {
 			t.Errorf("message %q", msg)
 		}
 	}
-	if ErrorKind(99).String() != "ErrorKind(99)" {
+	if ErrorKind(99).String() != "unknown" {
 		t.Error(ErrorKind(99).String())
 	}
 	nf := &NonFiniteError{Executor: "cpu", Op: OpAdd, Seq: 3, Tensor: "res", DType: "F16", NaN: 1, Inf: 2, Elements: 8}
 	var err error = nf
-	if !errors.Is(err, ErrNonFinite) || errors.Is(err, ErrShape) || !strings.Contains(err.Error(), `op 3 Add: tensor "res": 1 NaN and 2 Inf in 8 F16`) {
+	if !errors.Is(err, ErrNonFinite) || errors.Is(err, ErrArgument) || !strings.Contains(err.Error(), `op 3 Add: tensor "res": 1 NaN and 2 Inf in 8 F16`) {
 		t.Errorf("NonFiniteError: %v", err)
 	}
 }

@@ -274,7 +274,7 @@ func (r *fileRun) fail(rng *Range, err error) {
 	if rng != nil {
 		msg = fmt.Sprintf("reading bytes %d to %d: %v", rng.Begin, rng.End, err)
 	}
-	r.v.problem(newProblem(ErrIO, r.fc.display, "", rng, msg))
+	r.v.problem(newProblem(IO, r.fc.display, "", rng, msg))
 }
 
 // tensorRun is the check of one tensor read in parts (one per piece of
@@ -313,7 +313,7 @@ func (tr *tensorRun) finish(got uint32) {
 	b := r.fc.hdr.DataOffset + t.Begin
 	if got != tr.want {
 		e := &safetensors.ChecksumError{File: r.fc.display, Tensor: t.Name, Begin: b, End: b + t.ByteLen(), Want: tr.want, Got: got}
-		p := newProblem(ErrChecksumMismatch, r.fc.display, t.Name, &Range{e.Begin, e.End},
+		p := newProblem(ChecksumMismatch, r.fc.display, t.Name, &Range{e.Begin, e.End},
 			fmt.Sprintf("checksum mismatch in bytes %d to %d: the header says crc32c %s, the data have %s",
 				e.Begin, e.End, safetensors.FormatChecksum(e.Want), safetensors.FormatChecksum(e.Got)))
 		p.Err = e

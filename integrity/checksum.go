@@ -83,7 +83,7 @@ func Checksum(ctx context.Context, location string, opts ...Option) (*ChecksumRe
 		return cr, rep.Err()
 	}
 	if v.hub {
-		return cr, newProblem(ErrNotWritable, v.rel(v.root), "", nil,
+		return cr, newProblem(NotWritable, v.rel(v.root), "", nil,
 			"a Hugging Face hub cache snapshot: its blobs are named by the hash of their content, which adding checksums would change; write a copy (ckpt convert) instead")
 	}
 	var files []*fileCheck
@@ -124,12 +124,12 @@ func Checksum(ctx context.Context, location string, opts ...Option) (*ChecksumRe
 func (v *verifier) openSink() (sink.Sink, error) {
 	loc, ok := v.src.FS().(interface{ Location(string) string })
 	if v.cfg.withFS || !ok {
-		return nil, newProblem(ErrNotWritable, v.rel(v.root), "", nil,
+		return nil, newProblem(NotWritable, v.rel(v.root), "", nil,
 			"the checkpoint was given as a file system (WithFS): there is no location to write to")
 	}
 	snk, err := sink.Open(v.ctx, loc.Location(v.root))
 	if err != nil {
-		p := newProblem(ErrNotWritable, v.rel(v.root), "", nil, "cannot write there: "+err.Error())
+		p := newProblem(NotWritable, v.rel(v.root), "", nil, "cannot write there: "+err.Error())
 		p.Err = err
 		return nil, p
 	}
@@ -162,7 +162,7 @@ func sameLayout(h, verified *safetensors.Header) bool {
 // errChanged is the error of a file replaced between its verification and
 // its rewrite.
 func errChanged(fc *fileCheck) error {
-	return newProblem(ErrIO, fc.display, "", nil, "the file changed after it was verified: not rewritten")
+	return newProblem(IO, fc.display, "", nil, "the file changed after it was verified: not rewritten")
 }
 
 // rewriteLocal rewrites the local file fc with checksums, atomically.

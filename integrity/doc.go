@@ -15,10 +15,12 @@
 // missing shard, and a hub blob whose content does not hash to its name.
 //
 // Each Problem is one line naming the file (relative to the location), the
-// tensor and the byte range where they apply; its Kind is the target of
-// errors.Is, and the conditions other packages share are one value each
-// (a checksum mismatch matches safetensors.ErrChecksum, as ckpt.ErrChecksum
-// does, and unwraps to a *safetensors.ChecksumError).
+// tensor and the byte range where they apply, and its Kind classifies it
+// (the "kind" of `ckpt verify --json`). As an error it matches the
+// conditions other packages share, one value each: a checksum mismatch
+// matches safetensors.ErrChecksum, as ckpt.ErrChecksum does, and unwraps to
+// a *safetensors.ChecksumError; a symlink out of the folder matches
+// shard.ErrInsecurePath, a missing shard shard.ErrMissingShard.
 //
 // Checksum rewrites the files of a checkpoint that have no checksums with
 // them, each atomically, after a Verify that found nothing wrong: it never

@@ -7,110 +7,110 @@ import (
 
 	"github.com/ckpt-go/ckpt/internal/errkind"
 	"github.com/ckpt-go/ckpt/safetensors"
+	"github.com/ckpt-go/ckpt/shard"
 )
 
-// Kind classifies a Problem. It implements error, so that a kind is the
-// target of errors.Is:
-//
-//	if errors.Is(problem, integrity.ErrTruncated) { ... }
+// Kind classifies a Problem: what is wrong with the checkpoint, as the
+// "kind" of each problem in `ckpt verify --json` names it. It is a field
+// of the report, not an error condition: a caller reading a Report
+// compares Problem.Kind; a caller holding an error tests the conditions
+// that packages share (safetensors.ErrChecksum, shard.ErrInsecurePath, …),
+// which Problem.Is matches.
 type Kind int
 
 // The kinds of problem.
 const (
-	// ErrInvalidHeader: a safetensors file whose header does not parse
+	// InvalidHeader: a safetensors file whose header does not parse
 	// (a flipped bit in the header or its padding, a file cut inside its
 	// header, not a safetensors file): one problem naming the file.
-	ErrInvalidHeader Kind = iota + 1
-	// ErrTruncated: a file shorter than its header says.
-	ErrTruncated
-	// ErrTrailingBytes: a file longer than its header says.
-	ErrTrailingBytes
-	// ErrChecksumMismatch: a tensor whose stored bytes differ from the
+	InvalidHeader Kind = iota + 1
+	// Truncated: a file shorter than its header says.
+	Truncated
+	// TrailingBytes: a file longer than its header says.
+	TrailingBytes
+	// ChecksumMismatch: a tensor whose stored bytes differ from the
 	// checksum its file's header names (it also matches
 	// safetensors.ErrChecksum, and unwraps to a
 	// *safetensors.ChecksumError).
-	ErrChecksumMismatch
-	// ErrDamagedChecksums: the checksums in a header are damaged (see
+	ChecksumMismatch
+	// DamagedChecksums: the checksums in a header are damaged (see
 	// safetensors.Header.Checksums); it also matches
 	// safetensors.ErrChecksum.
-	ErrDamagedChecksums
-	// ErrNoChecksums: a file without checksums, when RequireChecksums was
+	DamagedChecksums
+	// NoChecksums: a file without checksums, when RequireChecksums was
 	// given.
-	ErrNoChecksums
-	// ErrInvalidIndex: a shard index that does not parse or validate.
-	ErrInvalidIndex
-	// ErrMissingShard: an index names a shard file that is not there.
-	ErrMissingShard
-	// ErrTensorMissingFromShard: a tensor the index names is not in the
+	NoChecksums
+	// InvalidIndex: a shard index that does not parse or validate.
+	InvalidIndex
+	// MissingShard: an index names a shard file that is not there.
+	MissingShard
+	// TensorMissingFromShard: a tensor the index names is not in the
 	// shard it names (in another one, or in none).
-	ErrTensorMissingFromShard
-	// ErrUnmappedTensor: a shard holds a tensor its index does not name
+	TensorMissingFromShard
+	// UnmappedTensor: a shard holds a tensor its index does not name
 	// (loaders ignore it).
-	ErrUnmappedTensor
-	// ErrDuplicateTensor: a tensor held by two shards of one index.
-	ErrDuplicateTensor
-	// ErrTotalSize: an index's metadata.total_size differs from the bytes
+	UnmappedTensor
+	// DuplicateTensor: a tensor held by two shards of one index.
+	DuplicateTensor
+	// TotalSizeMismatch: an index's metadata.total_size differs from the bytes
 	// of the tensors it names.
-	ErrTotalSize
-	// ErrBlobMismatch: a file of a Hugging Face hub cache snapshot whose
+	TotalSizeMismatch
+	// BlobMismatch: a file of a Hugging Face hub cache snapshot whose
 	// blob's content does not hash to the name the hub stored it under.
-	ErrBlobMismatch
-	// ErrInsecurePath: a file that is a symbolic link leading out of its
+	BlobMismatch
+	// InsecurePath: a file that is a symbolic link leading out of its
 	// folder, not followed without FollowSymlinks (the rule of
 	// shard.ErrInsecurePath), or an index naming a shard by a path.
-	ErrInsecurePath
-	// ErrNotRegular: a FIFO, device, socket or folder where a file is
+	InsecurePath
+	// NotRegular: a FIFO, device, socket or folder where a file is
 	// expected; refused without blocking (it also matches
 	// safetensors.ErrNotRegular).
-	ErrNotRegular
-	// ErrInvalidModelIndex: a pipeline's model_index.json that cannot be
+	NotRegular
+	// InvalidModelIndex: a pipeline's model_index.json that cannot be
 	// read.
-	ErrInvalidModelIndex
-	// ErrMissingComponent: a component model_index.json lists whose
+	InvalidModelIndex
+	// MissingComponent: a component model_index.json lists whose
 	// folder is missing or not a bare folder name.
-	ErrMissingComponent
-	// ErrNoWeights: a folder with no safetensors file or index to verify.
-	ErrNoWeights
-	// ErrIO: reading a file failed (or it changed size while it was
+	MissingComponent
+	// NoWeights: a folder with no safetensors file or index to verify.
+	NoWeights
+	// IO: reading a file failed (or it changed size while it was
 	// read).
-	ErrIO
-	// ErrNotWritable: Checksum cannot write the checkpoint there (a hub
+	IO
+	// NotWritable: Checksum cannot write the checkpoint there (a hub
 	// cache snapshot, a location without a sink, a file system given with
 	// WithFS).
-	ErrNotWritable
+	NotWritable
 
 	numKinds // keep last
 )
 
 var kindNames = [...]string{
-	ErrInvalidHeader:          "invalid_header",
-	ErrTruncated:              "truncated",
-	ErrTrailingBytes:          "trailing_bytes",
-	ErrChecksumMismatch:       "checksum_mismatch",
-	ErrDamagedChecksums:       "damaged_checksums",
-	ErrNoChecksums:            "no_checksums",
-	ErrInvalidIndex:           "invalid_index",
-	ErrMissingShard:           "missing_shard",
-	ErrTensorMissingFromShard: "tensor_missing_from_shard",
-	ErrUnmappedTensor:         "unmapped_tensor",
-	ErrDuplicateTensor:        "duplicate_tensor",
-	ErrTotalSize:              "total_size_mismatch",
-	ErrBlobMismatch:           "blob_hash_mismatch",
-	ErrInsecurePath:           "insecure_path",
-	ErrNotRegular:             "not_regular_file",
-	ErrInvalidModelIndex:      "invalid_model_index",
-	ErrMissingComponent:       "missing_component",
-	ErrNoWeights:              "no_weights",
-	ErrIO:                     "io",
-	ErrNotWritable:            "not_writable",
+	InvalidHeader:          "invalid_header",
+	Truncated:              "truncated",
+	TrailingBytes:          "trailing_bytes",
+	ChecksumMismatch:       "checksum_mismatch",
+	DamagedChecksums:       "damaged_checksums",
+	NoChecksums:            "no_checksums",
+	InvalidIndex:           "invalid_index",
+	MissingShard:           "missing_shard",
+	TensorMissingFromShard: "tensor_missing_from_shard",
+	UnmappedTensor:         "unmapped_tensor",
+	DuplicateTensor:        "duplicate_tensor",
+	TotalSizeMismatch:      "total_size_mismatch",
+	BlobMismatch:           "blob_hash_mismatch",
+	InsecurePath:           "insecure_path",
+	NotRegular:             "not_regular_file",
+	InvalidModelIndex:      "invalid_model_index",
+	MissingComponent:       "missing_component",
+	NoWeights:              "no_weights",
+	IO:                     "io",
+	NotWritable:            "not_writable",
 }
 
 // String returns the kind's snake_case name, e.g. "checksum_mismatch".
 // These names are stable; tools read them in JSON output.
 func (k Kind) String() string { return errkind.Name(kindNames[:], k) }
-
-// Error returns "integrity: " and the kind's name.
-func (k Kind) Error() string { return "integrity: " + k.String() }
 
 // MarshalText writes the kind's name.
 func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
@@ -126,9 +126,6 @@ func (k *Kind) UnmarshalText(b []byte) error {
 	return errors.New("integrity: unknown problem kind " + strconv.Quote(string(b)))
 }
 
-// Kinds returns every kind, in declaration order.
-func Kinds() []Kind { return errkind.All[Kind](kindNames[:]) }
-
 // Range is a byte range of a file: offsets Begin (included) to End
 // (excluded).
 type Range struct {
@@ -139,7 +136,8 @@ type Range struct {
 // Problem is one thing wrong with a checkpoint. It is an error: its
 // message is one line naming the file (relative to the location
 // verified, slash-separated), the tensor and the byte range where they
-// apply, and errors.Is matches its Kind.
+// apply, and errors.Is matches the condition other packages share that it
+// is, if any (see Is).
 type Problem struct {
 	Kind Kind `json:"kind"`
 	// File is the file concerned, relative to the location verified
@@ -161,18 +159,21 @@ type Problem struct {
 // Error returns the message.
 func (p *Problem) Error() string { return p.Message }
 
-// Is reports whether target is p's Kind, or a condition other packages
-// name that p is: safetensors.ErrChecksum for a checksum mismatch or
-// damaged checksums, safetensors.ErrNotRegular for ErrNotRegular.
+// Is reports whether target is the condition other packages name that p
+// is: safetensors.ErrChecksum for a checksum mismatch or damaged
+// checksums, safetensors.ErrNotRegular for NotRegular,
+// shard.ErrInsecurePath for InsecurePath, shard.ErrMissingShard for
+// MissingShard.
 func (p *Problem) Is(target error) bool {
-	if k, ok := target.(Kind); ok {
-		return k == p.Kind
-	}
 	switch p.Kind {
-	case ErrChecksumMismatch, ErrDamagedChecksums:
+	case ChecksumMismatch, DamagedChecksums:
 		return target == safetensors.ErrChecksum
-	case ErrNotRegular:
+	case NotRegular:
 		return target == safetensors.ErrNotRegular
+	case InsecurePath:
+		return target == shard.ErrInsecurePath
+	case MissingShard:
+		return target == shard.ErrMissingShard
 	}
 	return false
 }
@@ -196,9 +197,9 @@ func newProblem(kind Kind, file, tensor string, rng *Range, msg string) *Problem
 }
 
 // ProblemsError is the error of a checkpoint that has problems: Checksum
-// returns it when it refuses to write. errors.Is matches any of its
-// problems' kinds (and conditions: safetensors.ErrChecksum when one is a
-// checksum mismatch).
+// returns it when it refuses to write. errors.Is matches the conditions
+// any of its problems match (safetensors.ErrChecksum when one is a
+// checksum mismatch); errors.As finds the first *Problem.
 type ProblemsError struct {
 	Location string
 	Problems []*Problem

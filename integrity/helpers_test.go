@@ -3,6 +3,7 @@ package integrity_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -82,6 +83,17 @@ func wantProblems(t testing.TB, rep *integrity.Report, kinds []integrity.Kind, l
 			t.Errorf("problem %q does not start with its file %q", p.Message, p.File)
 		}
 	}
+}
+
+// hasKind reports whether err is a *Problem of kind k, or a
+// *ProblemsError holding one.
+func hasKind(err error, k integrity.Kind) bool {
+	var pe *integrity.ProblemsError
+	if errors.As(err, &pe) {
+		return slices.ContainsFunc(pe.Problems, func(p *integrity.Problem) bool { return p.Kind == k })
+	}
+	var p *integrity.Problem
+	return errors.As(err, &p) && p.Kind == k
 }
 
 // wantOK fails t unless the report has no problem.

@@ -13,16 +13,16 @@ import (
 // verdictKind is the problem kind Verify gives for a verdict of package
 // hostile (the kind of error the loaders give): "" for any kind.
 var verdictKind = map[string]integrity.Kind{
-	"not_regular_file":                    integrity.ErrNotRegular,
-	"invalid_argument: unsupported path":  integrity.ErrNotRegular, // a folder named like a file is opened as the file it should be
-	"insecure_path":                       integrity.ErrInsecurePath,
-	"invalid_index: index too large":      integrity.ErrInvalidIndex,
-	"invalid_layout: model index invalid": integrity.ErrInvalidModelIndex,
-	"invalid_header_length":               integrity.ErrTruncated,
-	"duplicate_key":                       integrity.ErrInvalidHeader,
-	"overflow":                            integrity.ErrInvalidHeader,
-	"invalid_json":                        integrity.ErrInvalidHeader,
-	"invalid_header":                      integrity.ErrInvalidHeader,
+	"not_regular_file":                    integrity.NotRegular,
+	"invalid_argument: unsupported path":  integrity.NotRegular, // a folder named like a file is opened as the file it should be
+	"insecure_path":                       integrity.InsecurePath,
+	"invalid_index: index too large":      integrity.InvalidIndex,
+	"invalid_layout: model index invalid": integrity.InvalidModelIndex,
+	"invalid_header_length":               integrity.Truncated,
+	"duplicate_key":                       integrity.InvalidHeader,
+	"overflow":                            integrity.InvalidHeader,
+	"invalid_json":                        integrity.InvalidHeader,
+	"invalid_header":                      integrity.InvalidHeader,
 }
 
 // TestHostile runs Verify and Checksum on every hostile folder of package
@@ -61,7 +61,7 @@ func TestHostile(t *testing.T) {
 						}
 					case want == hostile.OK:
 						for _, p := range rep.Problems {
-							if !strings.HasPrefix(c.Name, "hub cache") || p.Kind != integrity.ErrBlobMismatch {
+							if !strings.HasPrefix(c.Name, "hub cache") || p.Kind != integrity.BlobMismatch {
 								t.Errorf("%s: %v", what, p)
 							}
 						}
@@ -71,7 +71,7 @@ func TestHostile(t *testing.T) {
 						named := false
 						for _, p := range rep.Problems {
 							named = named || strings.Contains(p.Message, c.Culprit)
-							if strings.HasPrefix(c.Name, "hub cache") && p.Kind == integrity.ErrBlobMismatch {
+							if strings.HasPrefix(c.Name, "hub cache") && p.Kind == integrity.BlobMismatch {
 								continue
 							}
 							if k, ok := verdictKind[want]; ok && p.Kind != k {

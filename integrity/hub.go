@@ -103,6 +103,6 @@ func (b *blobCheck) problem(display string, sum []byte) *Problem {
 	if b.algo == algoGitSHA1 {
 		what = "git blob SHA-1"
 	}
-	return newProblem(ErrBlobMismatch, display, "", nil,
+	return newProblem(BlobMismatch, display, "", nil,
 		"the hub blob it links to is named "+b.want+", but its content's "+what+" is "+got+" (the blob was damaged or replaced)")
 }

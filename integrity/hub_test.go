@@ -5,7 +5,6 @@ import (
 	"crypto/sha1"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -80,7 +79,7 @@ func TestHubCache(t *testing.T) {
 	snap, blobs := hubSnapshot(t, src)
 
 	rep := verify(t, snap)
-	wantProblems(t, rep, []integrity.Kind{integrity.ErrInsecurePath, integrity.ErrInsecurePath, integrity.ErrInsecurePath},
+	wantProblems(t, rep, []integrity.Kind{integrity.InsecurePath, integrity.InsecurePath, integrity.InsecurePath},
 		shard1+`: a symbolic link that leads out of its folder: not followed (FollowSymlinks allows it)`,
 		shard2+`: a symbolic link that leads out of its folder: not followed (FollowSymlinks allows it)`,
 		index+`: a symbolic link that leads out of its folder: not followed (FollowSymlinks allows it)`)
@@ -134,7 +133,7 @@ func TestHubCache(t *testing.T) {
 	if !slices.Equal(messages(small), messages(rep)) || small.VerifiedTensors != 3 {
 		t.Errorf("read in 5-byte reads: %v, %d tensors verified", messages(small), small.VerifiedTensors)
 	}
-	wantProblems(t, rep, []integrity.Kind{integrity.ErrBlobMismatch, integrity.ErrBlobMismatch, integrity.ErrChecksumMismatch},
+	wantProblems(t, rep, []integrity.Kind{integrity.BlobMismatch, integrity.BlobMismatch, integrity.ChecksumMismatch},
 		`config.json: the hub blob it links to is named `+filepath.Base(blobs["config.json"])+`, but its content's git blob SHA-1 is `+hex.EncodeToString(h.Sum(nil))+` (the blob was damaged or replaced)`,
 		shard2+`: the hub blob it links to is named `+filepath.Base(blobs[shard2])+`, but its content's SHA-256 is `+hex.EncodeToString(sum[:])+` (the blob was damaged or replaced)`,
 		fmt.Sprintf(`%s: tensor "c": checksum mismatch in bytes %d to %d: the header says crc32c %s, the data have %s`,
@@ -142,7 +141,7 @@ func TestHubCache(t *testing.T) {
 
 	// Checksum does not rewrite blobs.
 	_, err = integrity.Checksum(context.Background(), filepath.Join(snap, shard1))
-	if !errors.Is(err, integrity.ErrNotWritable) {
-		t.Errorf("Checksum of a hub file: %v, want ErrNotWritable", err)
+	if !hasKind(err, integrity.NotWritable) {
+		t.Errorf("Checksum of a hub file: %v, want NotWritable", err)
 	}
 }

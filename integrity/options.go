@@ -45,14 +45,14 @@ func WithFS(fsys fs.FS) Option {
 // links that lead out of it: the project's one opt-in (see
 // shard.WithFollowSymlinks), which a Hugging Face hub cache snapshot needs
 // (snapshots/REV/FILE links to ../../blobs/HASH). Without it such a link is
-// an ErrInsecurePath problem and is not read. The location itself is
+// an InsecurePath problem and is not read. The location itself is
 // always followed: the caller named it.
 func FollowSymlinks() Option {
 	return func(c *config) { c.src = c.src.Following(true) }
 }
 
-// RequireChecksums makes a safetensors file without checksums an
-// ErrNoChecksums problem (as ckpt.VerifyAlways refuses to load one).
+// RequireChecksums makes a safetensors file without checksums a
+// NoChecksums problem (as ckpt.VerifyAlways refuses to load one).
 func RequireChecksums() Option {
 	return func(c *config) { c.require = true }
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/integrity"
 	"github.com/ckpt-go/ckpt/safetensors"
+	"github.com/ckpt-go/ckpt/shard"
 )
 
 const (
@@ -62,17 +63,17 @@ func TestStructure(t *testing.T) {
 		{"intact", func(*testing.T, string) {}, nil, []string{}},
 		{"a tensor the index names that no shard holds", func(t *testing.T, dir string) {
 			writeIndex(t, dir, with("x", shard1), 40)
-		}, []integrity.Kind{integrity.ErrTensorMissingFromShard}, []string{
+		}, []integrity.Kind{integrity.TensorMissingFromShard}, []string{
 			`model.safetensors.index.json: tensor "x": the index maps it to model-00001-of-00002.safetensors, whose header does not have it; no shard of the index holds it`,
 		}},
 		{"the index names the wrong shard", func(t *testing.T, dir string) {
 			writeIndex(t, dir, with("b", shard1), 40)
-		}, []integrity.Kind{integrity.ErrTensorMissingFromShard}, []string{
+		}, []integrity.Kind{integrity.TensorMissingFromShard}, []string{
 			`model.safetensors.index.json: tensor "b": the index maps it to model-00001-of-00002.safetensors, whose header does not have it; it is in model-00002-of-00002.safetensors (the index names the wrong shard)`,
 		}},
 		{"a shard holding a tensor the index does not name", func(t *testing.T, dir string) {
 			writeIndex(t, dir, with("c", ""), 40)
-		}, []integrity.Kind{integrity.ErrUnmappedTensor, integrity.ErrTotalSize}, []string{
+		}, []integrity.Kind{integrity.UnmappedTensor, integrity.TotalSizeMismatch}, []string{
 			`model-00002-of-00002.safetensors: tensor "c": held by the shard, but the index model.safetensors.index.json does not name it`,
 			`model.safetensors.index.json: metadata.total_size is 40, but the tensors the index names hold 32 bytes`,
 		}},
@@ -80,50 +81,50 @@ func TestStructure(t *testing.T) {
 			if err := ckpttest.WriteFile(filepath.Join(dir, shard2), ckpttest.Tensors(t, "a:F32[4] b:F32[4] c:BF16[2,2]"), nil); err != nil {
 				t.Fatal(err)
 			}
-		}, []integrity.Kind{integrity.ErrDuplicateTensor}, []string{
+		}, []integrity.Kind{integrity.DuplicateTensor}, []string{
 			`model-00002-of-00002.safetensors: tensor "a": also held by model-00001-of-00002.safetensors, the shard the index model.safetensors.index.json maps it to`,
 		}},
 		{"total_size against the tensors' bytes", func(t *testing.T, dir string) {
 			writeIndex(t, dir, weightMap, 4096)
-		}, []integrity.Kind{integrity.ErrTotalSize}, []string{
+		}, []integrity.Kind{integrity.TotalSizeMismatch}, []string{
 			`model.safetensors.index.json: metadata.total_size is 4096, but the tensors the index names hold 40 bytes`,
 		}},
 		{"a shard file that is missing", func(t *testing.T, dir string) {
 			if err := os.Remove(filepath.Join(dir, shard2)); err != nil {
 				t.Fatal(err)
 			}
-		}, []integrity.Kind{integrity.ErrMissingShard}, []string{
+		}, []integrity.Kind{integrity.MissingShard}, []string{
 			`model.safetensors.index.json: names shard model-00002-of-00002.safetensors, which is missing`,
 		}},
 		{"a truncated shard", func(t *testing.T, dir string) {
 			truncate(t, filepath.Join(dir, shard2), -3)
-		}, []integrity.Kind{integrity.ErrTruncated}, []string{
+		}, []integrity.Kind{integrity.Truncated}, []string{
 			`model-00002-of-00002.safetensors: tensor "c": truncated: the file ends at byte 149, inside the tensor's bytes 144 to 152 (the header needs 152 bytes)`,
 		}},
 		{"a shard cut before its last tensors", func(t *testing.T, dir string) {
 			truncate(t, filepath.Join(dir, shard2), 133)
-		}, []integrity.Kind{integrity.ErrTruncated, integrity.ErrTruncated}, []string{
+		}, []integrity.Kind{integrity.Truncated, integrity.Truncated}, []string{
 			`model-00002-of-00002.safetensors: tensor "b": truncated: the file ends at byte 133, inside the tensor's bytes 128 to 144 (the header needs 152 bytes)`,
 			`model-00002-of-00002.safetensors: tensor "c": truncated: the file ends at byte 133, before the tensor's bytes 144 to 152 (the header needs 152 bytes)`,
 		}},
 		{"a shard cut inside its header", func(t *testing.T, dir string) {
 			truncate(t, filepath.Join(dir, shard2), 50)
-		}, []integrity.Kind{integrity.ErrTruncated}, []string{
+		}, []integrity.Kind{integrity.Truncated}, []string{
 			`model-00002-of-00002.safetensors: truncated: 50 bytes, but the header length field says the header alone ends at byte 128`,
 		}},
 		{"a shard cut inside its length field", func(t *testing.T, dir string) {
 			truncate(t, filepath.Join(dir, shard2), 5)
-		}, []integrity.Kind{integrity.ErrTruncated}, []string{
+		}, []integrity.Kind{integrity.Truncated}, []string{
 			`model-00002-of-00002.safetensors: truncated: 5 bytes, shorter than the 8-byte header length`,
 		}},
 		{"trailing bytes", func(t *testing.T, dir string) {
 			appendBytes(t, filepath.Join(dir, shard1), []byte("extra"))
-		}, []integrity.Kind{integrity.ErrTrailingBytes}, []string{
+		}, []integrity.Kind{integrity.TrailingBytes}, []string{
 			`model-00001-of-00002.safetensors: 5 trailing bytes: the data end at byte 80, the file at 85`,
 		}},
 		{"a header that does not parse", func(t *testing.T, dir string) {
 			flip(t, filepath.Join(dir, shard1), 8) // '{' -> 'z'
-		}, []integrity.Kind{integrity.ErrInvalidHeader}, []string{
+		}, []integrity.Kind{integrity.InvalidHeader}, []string{
 			`model-00001-of-00002.safetensors: invalid header: unexpected character 'z' at byte 0`,
 		}},
 		{"a flipped bit in the header's padding", func(t *testing.T, dir string) {
@@ -136,19 +137,19 @@ func TestStructure(t *testing.T) {
 				t.Fatalf("no padding: %q", raw[:h.DataOffset])
 			}
 			flip(t, path, h.DataOffset-1) // the last space of the padding: '!'
-		}, []integrity.Kind{integrity.ErrInvalidHeader}, []string{
+		}, []integrity.Kind{integrity.InvalidHeader}, []string{
 			`model-00001-of-00002.safetensors: invalid header: trailing characters after the header object at byte 55`,
 		}},
 		{"an index that does not parse", func(t *testing.T, dir string) {
 			if err := os.WriteFile(filepath.Join(dir, index), []byte(`{"weight_map": {"a": 1}}`), 0o644); err != nil {
 				t.Fatal(err)
 			}
-		}, []integrity.Kind{integrity.ErrInvalidIndex}, []string{
+		}, []integrity.Kind{integrity.InvalidIndex}, []string{
 			`model.safetensors.index.json: invalid index: invalid_index: tensor "a": invalid weight_map: shard is the number 1, not a string`,
 		}},
 		{"an index naming a shard outside the folder", func(t *testing.T, dir string) {
 			writeIndex(t, dir, with("a", "../"+shard1), 40)
-		}, []integrity.Kind{integrity.ErrInsecurePath}, []string{
+		}, []integrity.Kind{integrity.InsecurePath}, []string{
 			`model.safetensors.index.json: invalid index: insecure_path: shard "../model-00001-of-00002.safetensors": tensor "a": shard name is a path, not a bare file name`,
 		}},
 	} {
@@ -160,8 +161,14 @@ func TestStructure(t *testing.T) {
 				wantProblems(t, rep, c.kinds, c.lines...)
 				if !rep.OK() {
 					err := rep.Err()
-					if !errors.Is(err, c.kinds[0]) || errors.Is(err, safetensors.ErrChecksum) {
-						t.Errorf("Err() = %v: does not match %v, or matches ErrChecksum", err, c.kinds[0])
+					if !hasKind(err, c.kinds[0]) || errors.Is(err, safetensors.ErrChecksum) {
+						t.Errorf("Err() = %v: holds no %v problem, or matches ErrChecksum", err, c.kinds[0])
+					}
+					// The conditions shared with the loaders' packages.
+					for k, cond := range map[integrity.Kind]error{integrity.InsecurePath: shard.ErrInsecurePath, integrity.MissingShard: shard.ErrMissingShard} {
+						if hasKind(err, k) != errors.Is(err, cond) {
+							t.Errorf("Err() = %v: errors.Is(%v) is %v", err, cond, errors.Is(err, cond))
+						}
 					}
 				}
 			}
@@ -219,7 +226,7 @@ func TestChecksumMismatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	sums, _ := h.Checksums()
-	wantProblems(t, rep, []integrity.Kind{integrity.ErrChecksumMismatch, integrity.ErrChecksumMismatch},
+	wantProblems(t, rep, []integrity.Kind{integrity.ChecksumMismatch, integrity.ChecksumMismatch},
 		`model.safetensors: tensor "a": checksum mismatch in bytes `+itoa(ab)+` to `+itoa(ae)+`: the header says crc32c `+safetensors.FormatChecksum(sums["a"])+`, the data have `+crcOf(t, path, ab, ae),
 		`model.safetensors: tensor "b": checksum mismatch in bytes `+itoa(bb)+` to `+itoa(be)+`: the header says crc32c `+safetensors.FormatChecksum(sums["b"])+`, the data have `+crcOf(t, path, bb, be),
 	)
@@ -232,7 +239,7 @@ func TestChecksumMismatch(t *testing.T) {
 	if rep.VerifiedTensors != 4 {
 		t.Errorf("verified %d tensors, want 4", rep.VerifiedTensors)
 	}
-	if err := rep.Err(); !errors.Is(err, safetensors.ErrChecksum) || !errors.Is(err, integrity.ErrChecksumMismatch) {
+	if err := rep.Err(); !errors.Is(err, safetensors.ErrChecksum) || !hasKind(err, integrity.ChecksumMismatch) {
 		t.Errorf("Err() = %v, want ErrChecksum", err)
 	}
 }
@@ -274,7 +281,7 @@ func TestLargeTensorPieces(t *testing.T) {
 		flip(t, path, b+off)
 		for _, p := range pieces {
 			rep := verify(t, path, integrity.WithWorkers(2), p)
-			if len(rep.Problems) != 1 || rep.Problems[0].Tensor != "big" || rep.Problems[0].Kind != integrity.ErrChecksumMismatch {
+			if len(rep.Problems) != 1 || rep.Problems[0].Tensor != "big" || rep.Problems[0].Kind != integrity.ChecksumMismatch {
 				t.Errorf("flip at %d: %v", off, messages(rep))
 			}
 		}
@@ -303,7 +310,7 @@ func TestDamagedChecksums(t *testing.T) {
 			t.Fatal(err)
 		}
 		rep := verify(t, path)
-		wantProblems(t, rep, []integrity.Kind{integrity.ErrDamagedChecksums}, c.line)
+		wantProblems(t, rep, []integrity.Kind{integrity.DamagedChecksums}, c.line)
 		if !errors.Is(rep.Problems[0], safetensors.ErrChecksum) {
 			t.Errorf("%v does not match safetensors.ErrChecksum", rep.Problems[0])
 		}
@@ -326,7 +333,7 @@ func TestWithoutChecksums(t *testing.T) {
 		t.Errorf("summary %q, want %q", got, want)
 	}
 	rep = verify(t, dir, integrity.RequireChecksums())
-	wantProblems(t, rep, []integrity.Kind{integrity.ErrNoChecksums, integrity.ErrNoChecksums},
+	wantProblems(t, rep, []integrity.Kind{integrity.NoChecksums, integrity.NoChecksums},
 		`model-00001-of-00002.safetensors: no checksums for its 1 tensor`,
 		`model-00002-of-00002.safetensors: no checksums for its 2 tensors`)
 }
@@ -346,7 +353,7 @@ func TestFolders(t *testing.T) {
 		t.Errorf("files %+v, %d tensors", rep.Files, rep.Tensors)
 	}
 	truncate(t, filepath.Join(dir, "model-00002-of-00002.bf16.safetensors"), -1)
-	wantProblems(t, verify(t, dir), []integrity.Kind{integrity.ErrTruncated},
+	wantProblems(t, verify(t, dir), []integrity.Kind{integrity.Truncated},
 		`model-00002-of-00002.bf16.safetensors: tensor "b": truncated: the file ends at byte 71, inside the tensor's bytes 64 to 72 (the header needs 72 bytes)`)
 
 	// A shard no index names is verified on its own, with a note.
@@ -361,7 +368,7 @@ func TestFolders(t *testing.T) {
 
 	// A folder without weights.
 	empty := t.TempDir()
-	wantProblems(t, verify(t, empty), []integrity.Kind{integrity.ErrNoWeights}, `.: no safetensors file or index to verify`)
+	wantProblems(t, verify(t, empty), []integrity.Kind{integrity.NoWeights}, `.: no safetensors file or index to verify`)
 
 	// A pipeline: components of every variant, checked; a missing one.
 	root := ckpttest.NewPipeline(t, ckpttest.Pipeline{Components: []ckpttest.Component{
@@ -381,13 +388,13 @@ func TestFolders(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(root, "text_encoder")); err != nil {
 		t.Fatal(err)
 	}
-	wantProblems(t, verify(t, root), []integrity.Kind{integrity.ErrMissingComponent, integrity.ErrInvalidHeader},
+	wantProblems(t, verify(t, root), []integrity.Kind{integrity.MissingComponent, integrity.InvalidHeader},
 		`text_encoder: listed in model_index.json but there is no such folder`,
 		`unet/diffusion_pytorch_model.fp16.safetensors: invalid header: unexpected character 'z' at byte 0`)
 	if err := os.WriteFile(filepath.Join(root, "model_index.json"), []byte("[1"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	wantProblems(t, verify(t, root), []integrity.Kind{integrity.ErrInvalidModelIndex},
+	wantProblems(t, verify(t, root), []integrity.Kind{integrity.InvalidModelIndex},
 		`model_index.json: cannot list the components: model index invalid: unexpected end of JSON input`)
 }
 
@@ -431,7 +438,7 @@ func TestTruncatedWithChecksums(t *testing.T) {
 	truncate(t, path, b+5)
 	for _, ps := range [][2]int64{{1 << 20, 1 << 20}, {16, 3}} {
 		rep := verify(t, path, integrity.WithPieces(ps[0], ps[1]))
-		wantProblems(t, rep, []integrity.Kind{integrity.ErrTruncated, integrity.ErrTruncated},
+		wantProblems(t, rep, []integrity.Kind{integrity.Truncated, integrity.Truncated},
 			fmt.Sprintf(`model.safetensors: tensor "b": truncated: the file ends at byte %d, inside the tensor's bytes %d to %d (the header needs %d bytes)`, b+5, b, e, e+40),
 			fmt.Sprintf(`model.safetensors: tensor "c": truncated: the file ends at byte %d, before the tensor's bytes %d to %d (the header needs %d bytes)`, b+5, e, e+40, e+40))
 		if rep.VerifiedTensors != 1 || rep.VerifiedBytes != 40 {

@@ -49,7 +49,7 @@ import (
 // Problems go into the Report; the error is for what prevented the check
 // itself: a location that cannot be opened or listed, a canceled ctx.
 // Nothing is ever written, and no file is opened in a way that blocks (a
-// FIFO or a device is refused as ErrNotRegular before it is read).
+// FIFO or a device is refused as NotRegular before it is read).
 func Verify(ctx context.Context, location string, opts ...Option) (*Report, error) {
 	cfg := buildConfig(opts)
 	v, name, err := newVerifier(ctx, location, cfg)
@@ -194,7 +194,7 @@ func (v *verifier) folderOrPipeline(dir string) error {
 			return err
 		}
 		if v.found == 0 {
-			v.problem(newProblem(ErrNoWeights, v.rel(dir), "", nil, "no safetensors file or index to verify"))
+			v.problem(newProblem(NoWeights, v.rel(dir), "", nil, "no safetensors file or index to verify"))
 		}
 		return v.ctx.Err()
 	}
@@ -216,13 +216,13 @@ func (v *verifier) folderOrPipeline(dir string) error {
 		}
 		comp := v.src.Join(dir, n)
 		if n == "" || n == "." || n == ".." || strings.ContainsAny(n, `/\:`) || strings.ContainsFunc(n, func(r rune) bool { return r < 0x20 }) {
-			v.problem(newProblem(ErrMissingComponent, v.rel(mi), "", nil,
+			v.problem(newProblem(MissingComponent, v.rel(mi), "", nil,
 				fmt.Sprintf("component %s is not a bare folder name", strconv.Quote(n))))
 			continue
 		}
 		st, err := v.src.Stat(comp)
 		if err != nil || !st.IsDir() {
-			v.problem(newProblem(ErrMissingComponent, v.rel(comp), "", nil, "listed in "+variant.ModelIndex+" but there is no such folder"))
+			v.problem(newProblem(MissingComponent, v.rel(comp), "", nil, "listed in "+variant.ModelIndex+" but there is no such folder"))
 			continue
 		}
 		if _, ok := v.resolve(comp, false); !ok {
@@ -233,14 +233,14 @@ func (v *verifier) folderOrPipeline(dir string) error {
 		}
 	}
 	if v.found == 0 {
-		v.problem(newProblem(ErrNoWeights, v.rel(dir), "", nil, "no safetensors file or index to verify in the pipeline"))
+		v.problem(newProblem(NoWeights, v.rel(dir), "", nil, "no safetensors file or index to verify in the pipeline"))
 	}
 	return v.ctx.Err()
 }
 
 // modelIndexProblem reports why model_index.json could not be read.
 func (v *verifier) modelIndexProblem(mi string, err error) {
-	kind, msg := ErrInvalidModelIndex, err.Error()
+	kind, msg := InvalidModelIndex, err.Error()
 	var ve *variant.Error
 	if errors.As(err, &ve) {
 		msg = ve.Msg
@@ -254,9 +254,9 @@ func (v *verifier) modelIndexProblem(mi string, err error) {
 		}
 		switch ve.Kind {
 		case variant.ErrInsecurePath:
-			kind, msg = ErrInsecurePath, insecureMsg
+			kind, msg = InsecurePath, insecureMsg
 		case variant.ErrNotRegular:
-			kind = ErrNotRegular
+			kind = NotRegular
 		default:
 			msg = "cannot list the components: " + msg
 		}
@@ -264,7 +264,7 @@ func (v *verifier) modelIndexProblem(mi string, err error) {
 	v.problem(newProblem(kind, v.rel(mi), "", nil, msg))
 }
 
-// insecureMsg is the message of an ErrInsecurePath problem.
+// insecureMsg is the message of an InsecurePath problem.
 const insecureMsg = "a symbolic link that leads out of its folder: not followed (FollowSymlinks allows it)"
 
 // isIndexName reports a shard index's name: the set naming rules'
@@ -287,7 +287,7 @@ func (v *verifier) folder(dir string, root bool) error {
 		if root {
 			return &fs.PathError{Op: "verify", Path: v.location, Err: err}
 		}
-		v.problem(newProblem(ErrIO, v.rel(dir), "", nil, "cannot list the folder: "+err.Error()))
+		v.problem(newProblem(IO, v.rel(dir), "", nil, "cannot list the folder: "+err.Error()))
 		return nil
 	}
 	var singles []string
@@ -320,7 +320,7 @@ func (v *verifier) folder(dir string, root bool) error {
 		}
 		fc, _ := v.locate(p, false)
 		if fc.missing != "" {
-			v.problem(newProblem(ErrIO, fc.display, "", nil, fc.missing))
+			v.problem(newProblem(IO, fc.display, "", nil, fc.missing))
 		}
 		if sn, ok := setname.ParseVisible(v.src.Base(p)); ok && sn.IsShard() {
 			v.note("%s: named like a shard, but no index in its folder names it: verified as a file of its own", fc.display)
@@ -336,7 +336,7 @@ func (v *verifier) folder(dir string, root bool) error {
 
 // resolve applies the symlink rule to name, a file or folder inside its
 // folder (unless direct: the location itself, followed wherever it
-// leads): it returns the name to open, or reports an ErrInsecurePath
+// leads): it returns the name to open, or reports an InsecurePath
 // problem and returns false. A name that does not exist, or a dangling
 // link, returns ("", true): the open then reports it.
 func (v *verifier) resolve(name string, direct bool) (string, bool) {
@@ -354,7 +354,7 @@ func (v *verifier) resolve(name string, direct bool) (string, bool) {
 		return "", true
 	}
 	if !inside && !v.src.Follow() {
-		v.problem(newProblem(ErrInsecurePath, v.rel(name), "", nil, insecureMsg))
+		v.problem(newProblem(InsecurePath, v.rel(name), "", nil, insecureMsg))
 		return "", false
 	}
 	return real, true
@@ -506,10 +506,10 @@ func (v *verifier) openRegular(name string) (fs.File, int64, error) {
 func (v *verifier) openProblem(display string, err error) {
 	var nr *safeopen.NotRegularError
 	if errors.As(err, &nr) {
-		v.problem(newProblem(ErrNotRegular, display, "", nil, safeopen.Describe(nr.Mode)+", not a regular file"))
+		v.problem(newProblem(NotRegular, display, "", nil, safeopen.Describe(nr.Mode)+", not a regular file"))
 		return
 	}
-	v.problem(newProblem(ErrIO, display, "", nil, "cannot open: "+err.Error()))
+	v.problem(newProblem(IO, display, "", nil, "cannot open: "+err.Error()))
 }
 
 // readHeader opens fc, reads and parses its header, and checks the file's
@@ -550,11 +550,11 @@ func (v *verifier) readHeader(fc *fileCheck) {
 			if b >= size {
 				where = "before"
 			}
-			v.problem(newProblem(ErrTruncated, fc.display, t.Name, &Range{b, e},
+			v.problem(newProblem(Truncated, fc.display, t.Name, &Range{b, e},
 				fmt.Sprintf("truncated: the file ends at byte %d, %s the tensor's bytes %d to %d (the header needs %d bytes)", size, where, b, e, end)))
 		}
 	case size > end:
-		v.problem(newProblem(ErrTrailingBytes, fc.display, "", &Range{end, size},
+		v.problem(newProblem(TrailingBytes, fc.display, "", &Range{end, size},
 			fmt.Sprintf("%d trailing bytes: the data end at byte %d, the file at %d", size-end, end, size)))
 	}
 	sums, err := hdr.Checksums()
@@ -571,10 +571,10 @@ func (v *verifier) readHeader(fc *fileCheck) {
 		if errors.As(err, &se) {
 			msg = se.Msg
 		}
-		v.problem(newProblem(ErrDamagedChecksums, fc.display, "", nil, msg))
+		v.problem(newProblem(DamagedChecksums, fc.display, "", nil, msg))
 	case sums == nil:
 		if v.cfg.require && len(hdr.Tensors) > 0 {
-			v.problem(newProblem(ErrNoChecksums, fc.display, "", nil,
+			v.problem(newProblem(NoChecksums, fc.display, "", nil,
 				fmt.Sprintf("no checksums for its %d %s", len(hdr.Tensors), plural(len(hdr.Tensors), "tensor", "tensors"))))
 		}
 	default:
@@ -602,29 +602,29 @@ func (v *verifier) fileReport(fc *fileCheck) {
 // truncated file still names its tensors.
 func parseHeader(display string, ra io.ReaderAt, size int64) (*safetensors.Header, *Problem) {
 	if size < 8 {
-		return nil, newProblem(ErrTruncated, display, "", &Range{size, 8},
+		return nil, newProblem(Truncated, display, "", &Range{size, 8},
 			fmt.Sprintf("truncated: %d bytes, shorter than the 8-byte header length", size))
 	}
 	var lenBuf [8]byte
 	if _, err := ra.ReadAt(lenBuf[:], 0); err != nil {
-		return nil, newProblem(ErrIO, display, "", nil, "reading the header length: "+err.Error())
+		return nil, newProblem(IO, display, "", nil, "reading the header length: "+err.Error())
 	}
 	n := binary.LittleEndian.Uint64(lenBuf[:])
 	if n > safetensors.MaxHeaderSize {
-		return nil, newProblem(ErrInvalidHeader, display, "", nil,
+		return nil, newProblem(InvalidHeader, display, "", nil,
 			fmt.Sprintf("invalid header: the header length field says %d bytes, more than the %d allowed", n, safetensors.MaxHeaderSize))
 	}
 	if int64(n)+8 > size {
-		return nil, newProblem(ErrTruncated, display, "", &Range{size, 8 + int64(n)},
+		return nil, newProblem(Truncated, display, "", &Range{size, 8 + int64(n)},
 			fmt.Sprintf("truncated: %d bytes, but the header length field says the header alone ends at byte %d", size, 8+n))
 	}
 	raw := make([]byte, n)
 	if _, err := ra.ReadAt(raw, 8); err != nil && !(err == io.EOF && int64(n)+8 == size) {
-		return nil, newProblem(ErrIO, display, "", nil, "reading the header: "+err.Error())
+		return nil, newProblem(IO, display, "", nil, "reading the header: "+err.Error())
 	}
 	h, err := safetensors.ParseHeader(raw, -1)
 	if err != nil {
-		return nil, newProblem(ErrInvalidHeader, display, "", nil, "invalid header: "+strings.TrimPrefix(err.Error(), "safetensors: "))
+		return nil, newProblem(InvalidHeader, display, "", nil, "invalid header: "+strings.TrimPrefix(err.Error(), "safetensors: "))
 	}
 	return h, nil
 }
@@ -708,14 +708,14 @@ func (v *verifier) index(name string, direct bool) {
 		return
 	}
 	if real == "" {
-		v.problem(newProblem(ErrIO, display, "", nil, v.unresolved(name)))
+		v.problem(newProblem(IO, display, "", nil, v.unresolved(name)))
 		return
 	}
 	data, err := v.src.ReadFile(real, shard.MaxIndexSize)
 	if err != nil {
 		var tl *safeopen.TooLargeError
 		if errors.As(err, &tl) {
-			v.problem(newProblem(ErrInvalidIndex, display, "", nil,
+			v.problem(newProblem(InvalidIndex, display, "", nil,
 				fmt.Sprintf("invalid index: %d bytes, more than the %d an index may have", tl.Size, shard.MaxIndexSize)))
 			return
 		}
@@ -725,9 +725,9 @@ func (v *verifier) index(name string, direct bool) {
 	v.other(name, real, "index")
 	ix, err := shard.ParseIndex(data)
 	if err != nil {
-		kind := ErrInvalidIndex
+		kind := InvalidIndex
 		if errors.Is(err, shard.ErrInsecurePath) {
-			kind = ErrInsecurePath
+			kind = InsecurePath
 		}
 		v.problem(newProblem(kind, display, "", nil, "invalid index: "+strings.TrimPrefix(err.Error(), "shard: ")))
 		return
@@ -753,10 +753,10 @@ func (v *verifier) index(name string, direct bool) {
 		switch {
 		case fc.missing == "missing":
 			complete = false
-			v.problem(newProblem(ErrMissingShard, display, "", nil, "names shard "+s+", which is missing"))
+			v.problem(newProblem(MissingShard, display, "", nil, "names shard "+s+", which is missing"))
 		case fc.missing != "":
 			complete = false
-			v.problem(newProblem(ErrMissingShard, display, "", nil, "names shard "+s+", which is "+fc.missing))
+			v.problem(newProblem(MissingShard, display, "", nil, "names shard "+s+", which is "+fc.missing))
 		case fc.hdr == nil:
 			complete = false
 		}
@@ -787,7 +787,7 @@ func (v *verifier) index(name string, direct bool) {
 		if len(others) > 0 {
 			msg = "the index maps it to " + s + ", whose header does not have it; it is in " + strings.Join(others, " and ") + " (the index names the wrong shard)"
 		}
-		v.problem(newProblem(ErrTensorMissingFromShard, display, t, nil, msg))
+		v.problem(newProblem(TensorMissingFromShard, display, t, nil, msg))
 	}
 
 	// Every tensor of a shard must be named by the index, for that shard.
@@ -800,10 +800,10 @@ func (v *verifier) index(name string, direct bool) {
 			named, ok := ix.WeightMap[t.Name]
 			switch {
 			case !ok:
-				v.problem(newProblem(ErrUnmappedTensor, fc.display, t.Name, nil,
+				v.problem(newProblem(UnmappedTensor, fc.display, t.Name, nil,
 					"held by the shard, but the index "+v.src.Base(name)+" does not name it"))
 			case named != s && holds(files[named], t.Name):
-				v.problem(newProblem(ErrDuplicateTensor, fc.display, t.Name, nil,
+				v.problem(newProblem(DuplicateTensor, fc.display, t.Name, nil,
 					"also held by "+named+", the shard the index "+v.src.Base(name)+" maps it to"))
 			}
 		}
@@ -812,7 +812,7 @@ func (v *verifier) index(name string, direct bool) {
 	// metadata.total_size: the bytes of the tensors the index names.
 	if n, ok := ix.Metadata["total_size"].(json.Number); ok && complete {
 		if want, err := n.Int64(); err == nil && want == ix.TotalSize && want != total {
-			v.problem(newProblem(ErrTotalSize, display, "", nil,
+			v.problem(newProblem(TotalSizeMismatch, display, "", nil,
 				fmt.Sprintf("metadata.total_size is %d, but the tensors the index names hold %d bytes", want, total)))
 		}
 	}

@@ -50,13 +50,14 @@ type Cache struct {
 }
 
 // NewCache returns a cache in dir (created if needed) holding at most
-// maxBytes. Errors are of kind ErrCache.
+// maxBytes. A size bound that is not positive is an ErrInvalid error; a
+// folder that cannot be created an ErrUnavailable one.
 func NewCache(dir string, maxBytes int64) (*Cache, error) {
 	if maxBytes <= 0 {
-		return nil, &Error{Kind: ErrCache, Location: dir, Msg: fmt.Sprintf("size bound %d: must be positive", maxBytes)}
+		return nil, &Error{Kind: ErrInvalid, Location: dir, Msg: fmt.Sprintf("cache size bound %d: must be positive", maxBytes)}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, &Error{Kind: ErrCache, Location: dir, Err: err}
+		return nil, &Error{Kind: ErrUnavailable, Location: dir, Msg: "the cache cannot be used", Err: err}
 	}
 	return &Cache{dir: dir, max: maxBytes}, nil
 }
@@ -86,7 +87,7 @@ func (c *Cache) Stats() CacheStats {
 func (c *Cache) fail(err error) {
 	c.errs.Add(1)
 	c.errMu.Lock()
-	c.lastErr = &Error{Kind: ErrCache, Location: c.dir, Err: err}
+	c.lastErr = &Error{Kind: ErrUnavailable, Location: c.dir, Msg: "the cache cannot be used", Err: err}
 	c.errMu.Unlock()
 }
 

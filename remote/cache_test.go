@@ -123,7 +123,7 @@ func TestCacheBounded(t *testing.T) {
 	if total > bound || cache.Stats().Evicted == 0 || len(temps) != 0 {
 		t.Errorf("total %d bound %d, %+v, temps %v", total, bound, cache.Stats(), temps)
 	}
-	if _, err := remote.NewCache(cdir, 0); !errors.Is(err, remote.ErrCache) {
+	if _, err := remote.NewCache(cdir, 0); !errors.Is(err, remote.ErrInvalid) || !strings.Contains(err.Error(), "cache size bound 0: must be positive") {
 		t.Errorf("zero bound: %v", err)
 	}
 }
@@ -185,7 +185,7 @@ func TestCacheFailureIsNotFatal(t *testing.T) {
 	os.RemoveAll(cdir)
 	os.WriteFile(cdir, []byte("not a folder"), 0o644)
 	sameTensors(t, "broken cache", load(t, open(t, "m", ckpt.WithFS(remote.NewS3FS(s.Client(), bucket, remote.WithCache(cache))))), load(t, open(t, dir)))
-	if st := cache.Stats(); st.Errors == 0 || !errors.Is(st.Last, remote.ErrCache) {
+	if st := cache.Stats(); st.Errors == 0 || !errors.Is(st.Last, remote.ErrUnavailable) || !strings.Contains(st.Last.Error(), "the cache cannot be used") {
 		t.Errorf("%+v", st)
 	}
 }

@@ -110,7 +110,7 @@
 //
 // Plain HTTP cannot list folders: https:// locations name a safetensors
 // file or an index, whose shards are found beside it, and the server must
-// support Range requests (ErrNoRange otherwise).
+// support Range requests (ErrRequest otherwise).
 //
 // # Writing
 //

@@ -11,16 +11,33 @@ import (
 
 // ErrorKind classifies the failures of this package. Each kind is an error,
 // so callers can test with errors.Is(err, remote.ErrChanged), also through
-// the loader's *ckpt.Error and the lower packages' errors that wrap it.
+// the loader's *ckpt.Error and the lower packages' errors that wrap it. The
+// kinds are general; the message (and Status, the HTTP status) says which
+// case it is.
 type ErrorKind int
 
 // The kinds of Error. Their String forms (snake_case) are stable.
 const (
-	// ErrLocation: a location is malformed or of an unsupported scheme.
-	ErrLocation ErrorKind = iota + 1
-	// ErrNoClient: no S3 client was configured for s3:// locations (see
-	// SetS3Client).
-	ErrNoClient
+	// ErrInvalid: what the caller asked cannot be used: a location that is
+	// malformed or of an unsupported scheme, s3:// without an S3 client
+	// (see SetS3Client), a folder of a source that cannot list one (plain
+	// HTTP: name a file or an index instead), a cache's size bound that is
+	// not positive. Errors of this kind also match fs.ErrInvalid.
+	ErrInvalid ErrorKind = iota + 1
+	// ErrRequest: a request that was refused or cannot be made: the server
+	// refused the credentials (HTTP 401, 403) or the request (another 4xx,
+	// a range past the object's end), ignores Range requests (it answered
+	// 200 with the whole file to a ranged GET, so the file cannot be read
+	// in parts: serve it with range support), answered with a malformed
+	// range or without an ETag; or the caller's read or write cannot be
+	// made (outside the object, after Close).
+	ErrRequest
+	// ErrUnavailable: a request kept failing with throttling, server
+	// errors, timeouts, broken connections or responses that ended before
+	// the bytes they announced, until its retries ran out; or the local
+	// read-through cache could not be used (its folder cannot be created
+	// or locked).
+	ErrUnavailable
 	// ErrNotFound: no object or file at that location. Errors of this kind
 	// also match fs.ErrNotExist.
 	ErrNotFound
@@ -29,27 +46,6 @@ const (
 	// differs, or the server refused the version pinned with If-Match. No
 	// byte of the new version is handed out.
 	ErrChanged
-	// ErrNoRange: an HTTP server ignores Range requests (it answered 200
-	// with the whole file to a ranged GET), so the file cannot be read in
-	// parts; the location must be served by a server with range support.
-	ErrNoRange
-	// ErrTruncated: a response ended before the bytes it announced, or a
-	// read reaches past the object's end.
-	ErrTruncated
-	// ErrUnavailable: a request kept failing with throttling, server
-	// errors, timeouts or broken connections until its retries ran out.
-	ErrUnavailable
-	// ErrDenied: the server refused the credentials (401, 403).
-	ErrDenied
-	// ErrRequest: the server rejected a request for another reason (a 4xx
-	// status).
-	ErrRequest
-	// ErrNoListing: a folder was asked of a source that cannot list one
-	// (plain HTTP): name a file or an index instead.
-	ErrNoListing
-	// ErrCache: the local read-through cache could not be used (its folder
-	// cannot be created or locked).
-	ErrCache
 	// ErrExists: an exclusive write (If-None-Match: *) found an object of
 	// that name, written by someone else meanwhile, or a conditional
 	// replacement (If-Match, S3Sink.CreateReplacing) found the object
@@ -67,26 +63,17 @@ const (
 )
 
 var kindNames = [...]string{
-	ErrLocation:    "location",
-	ErrNoClient:    "no_client",
+	ErrInvalid:     "invalid",
+	ErrRequest:     "request",
+	ErrUnavailable: "unavailable",
 	ErrNotFound:    "not_found",
 	ErrChanged:     "changed",
-	ErrNoRange:     "no_range",
-	ErrTruncated:   "truncated",
-	ErrUnavailable: "unavailable",
-	ErrDenied:      "denied",
-	ErrRequest:     "request",
-	ErrNoListing:   "no_listing",
-	ErrCache:       "cache",
 	ErrExists:      "exists",
 	ErrChecksum:    "checksum",
 }
 
 // String returns the kind's snake_case name.
 func (k ErrorKind) String() string { return errkind.Name(kindNames[:], k) }
-
-// Kinds returns every ErrorKind in declaration order.
-func Kinds() []ErrorKind { return errkind.All[ErrorKind](kindNames[:]) }
 
 // Error makes a kind usable as an errors.Is target.
 func (k ErrorKind) Error() string { return "remote: " + k.String() }
@@ -140,15 +127,15 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-// Is reports whether target is e's kind; ErrNotFound also matches
-// fs.ErrNotExist, ErrExists fs.ErrExist, and ErrChecksum
-// safetensors.ErrChecksum.
+// Is reports whether target is e's kind; ErrInvalid also matches
+// fs.ErrInvalid, ErrNotFound fs.ErrNotExist, ErrExists fs.ErrExist, and
+// ErrChecksum safetensors.ErrChecksum.
 func (e *Error) Is(target error) bool {
 	if k, ok := target.(ErrorKind); ok {
 		return k == e.Kind
 	}
-	return e.Kind == ErrNotFound && target == errNotExist || e.Kind == ErrExists && target == fs.ErrExist ||
-		e.Kind == ErrChecksum && target == safetensors.ErrChecksum
+	return e.Kind == ErrInvalid && target == fs.ErrInvalid || e.Kind == ErrNotFound && target == errNotExist ||
+		e.Kind == ErrExists && target == fs.ErrExist || e.Kind == ErrChecksum && target == safetensors.ErrChecksum
 }
 
 // Unwrap returns the cause.

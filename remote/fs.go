@@ -40,7 +40,7 @@ var errNotExist = fs.ErrNotExist
 //
 // Opened files implement io.ReaderAt (ranged GETs, retried, each bounded by
 // the request timeout) and io.Reader. Folders are listed with
-// ListObjectsV2 (S3); plain HTTP cannot list folders (ErrNoListing): name
+// ListObjectsV2 (S3); plain HTTP cannot list folders (ErrInvalid): name
 // a file or an index there. An FS is safe for concurrent use.
 type FS struct {
 	be   backend
@@ -67,7 +67,7 @@ type backend interface {
 	// head describes name without reading it.
 	head(ctx context.Context, name string) (version, error)
 	// list lists the folder dir ("." for the root), calling page before
-	// each request; ErrNoListing when the backend cannot.
+	// each request; ErrInvalid when the backend cannot.
 	list(ctx context.Context, dir string, page func()) ([]dirEntry, error)
 	// checksum returns the CRC-32C the store holds of name's version pin
 	// (nil when it holds none), making at most conc requests at once and
@@ -272,7 +272,7 @@ func (f *FS) listing(ctx context.Context, dir string) ([]dirEntry, error) {
 		return es, nil
 	}
 	if !f.be.canList() {
-		return nil, &Error{Kind: ErrNoListing, Location: f.be.where(dir),
+		return nil, &Error{Kind: ErrInvalid, Location: f.be.where(dir),
 			Msg: "folders cannot be listed over plain HTTP: name a safetensors file or an index (.safetensors.index.json)"}
 	}
 	var got []dirEntry
@@ -378,7 +378,7 @@ func (f *FS) openObject(ctx context.Context, o *object) error {
 		body, r, err := f.be.get(ctx, o.name, 0, want, pin)
 		if err != nil {
 			var re *Error
-			if errors.As(err, &re) && re.Kind == ErrTruncated && re.Status == 416 {
+			if errors.As(err, &re) && re.Kind == ErrRequest && re.Status == 416 {
 				// An empty object has no byte 0: describe it instead.
 				f.stats.heads.Add(1)
 				v, herr := f.be.head(ctx, o.name)
@@ -395,7 +395,7 @@ func (f *FS) openObject(ctx context.Context, o *object) error {
 		}
 		defer body.Close()
 		if r.whole && r.size > want {
-			return &Error{Kind: ErrNoRange, Status: 200,
+			return &Error{Kind: ErrRequest, Status: 200,
 				Msg: "the server ignores Range requests and sent the whole file; serve it with range support"}
 		}
 		if r.first != 0 || r.n != min(want, r.size) {
@@ -482,7 +482,7 @@ func (f *FS) ReadRanges(ctx context.Context, name string, spans []source.Span) e
 	}
 	for i, s := range spans {
 		if s.Off < 0 || s.Off+int64(len(s.Dst)) > o.size || (i > 0 && s.Off < spans[i-1].Off+int64(len(spans[i-1].Dst))) {
-			return &Error{Kind: ErrTruncated, Location: f.be.where(name), Range: rangeString(s.Off, int64(len(s.Dst))),
+			return &Error{Kind: ErrRequest, Location: f.be.where(name), Range: rangeString(s.Off, int64(len(s.Dst))),
 				Msg: "span outside the object or overlapping the previous one"}
 		}
 	}
@@ -579,7 +579,7 @@ func (f *FS) fetchInto(ctx context.Context, o *object, spans []source.Span, t *t
 			return err
 		}
 		if r.whole && !(pos == 0 && end == o.size) {
-			return &Error{Kind: ErrNoRange, Status: 200,
+			return &Error{Kind: ErrRequest, Status: 200,
 				Msg: "the server ignores Range requests and sent the whole file; serve it with range support"}
 		}
 		if r.first != pos || r.n != end-pos {
@@ -698,7 +698,7 @@ func (f *FS) skipBuf() *[]byte {
 // the connection broke (both retried).
 func bodyErr(err error) error {
 	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-		return &Error{Kind: ErrTruncated, Msg: "the response ended early", Err: err, retry: true}
+		return &Error{Kind: ErrUnavailable, Msg: "the response ended early", Err: err, retry: true}
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err

@@ -18,17 +18,17 @@ import (
 // client of this package's, http.DefaultTransport's settings keeping up
 // to 64 idle connections per host for parallel ranged reads). The server must answer ranged GETs (206 Partial
 // Content): a file larger than the first read that comes back whole (200)
-// fails with ErrNoRange. Versions are pinned with If-Match on a strong
+// fails with ErrRequest. Versions are pinned with If-Match on a strong
 // ETag, or else with If-Unmodified-Since on Last-Modified, and every
 // response's validators are compared with the pinned ones; a server that
 // sends neither leaves only the file's size to compare (and such files
 // are not cached). Folders cannot
-// be listed (ErrNoListing): HTTP sources take files and indexes, whose
+// be listed (ErrInvalid): HTTP sources take files and indexes, whose
 // shards are found beside them.
 func NewHTTPFS(client *http.Client, base string, opts ...Option) (*FS, error) {
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		return nil, &Error{Kind: ErrLocation, Location: base, Msg: "not an http(s)://HOST[/PATH] URL without query, fragment or credentials"}
+		return nil, &Error{Kind: ErrInvalid, Location: base, Msg: "not an http(s)://HOST[/PATH] URL without query, fragment or credentials"}
 	}
 	if client == nil {
 		client = defaultHTTPClient()
@@ -77,7 +77,7 @@ func (b *httpBackend) where(name string) string {
 func (b *httpBackend) canList() bool { return false }
 
 func (b *httpBackend) list(context.Context, string, func()) ([]dirEntry, error) {
-	return nil, &Error{Kind: ErrNoListing}
+	return nil, &Error{Kind: ErrInvalid, Msg: "plain HTTP cannot list a folder: name a file (.safetensors) or an index (.json)"}
 }
 
 // checksum: plain HTTP servers state no checksum of a file's bytes.
@@ -88,7 +88,7 @@ func (b *httpBackend) checksum(context.Context, string, version, int, func()) (*
 func (b *httpBackend) request(ctx context.Context, method, name string) (*http.Request, error) {
 	req, err := http.NewRequestWithContext(ctx, method, b.url(name), nil)
 	if err != nil {
-		return nil, &Error{Kind: ErrLocation, Err: err}
+		return nil, &Error{Kind: ErrInvalid, Msg: "invalid location", Err: err}
 	}
 	req.Header.Set("Accept-Encoding", "identity")
 	return req, nil
@@ -131,7 +131,7 @@ func (b *httpBackend) get(ctx context.Context, name string, off, n int64, pin *v
 		// was asked for (the caller checks); its length must be known.
 		if resp.ContentLength < 0 {
 			resp.Body.Close()
-			return nil, response{}, &Error{Kind: ErrNoRange, Status: resp.StatusCode,
+			return nil, response{}, &Error{Kind: ErrRequest, Status: resp.StatusCode,
 				Msg: "the server ignores Range requests and does not say the file's length; serve it with range support"}
 		}
 		r.first, r.n, r.size, r.whole = 0, resp.ContentLength, resp.ContentLength, true

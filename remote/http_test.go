@@ -107,7 +107,7 @@ func TestHTTPLoadsLikeLocal(t *testing.T) {
 		want := load(t, open(t, filepath.Join(dir, "model-00002-of-00003.safetensors")))
 		sameTensors(t, "https single file", single, want)
 		_, err := ckpt.Open(srv.URL + "/org/m")
-		if !errors.Is(err, remote.ErrNoListing) {
+		if !errors.Is(err, remote.ErrInvalid) || !strings.Contains(err.Error(), "not folders, which plain HTTP cannot list") {
 			t.Errorf("folder: %v", err)
 		}
 		_, err = ckpt.Open(srv.URL + "/org/missing.safetensors")
@@ -138,12 +138,12 @@ func TestHTTPLoadsLikeLocal(t *testing.T) {
 		t.Errorf("open made %+v", st)
 	}
 	sameTensors(t, "NewHTTPFS", load(t, m), load(t, open(t, dir)))
-	if _, err := remote.NewHTTPFS(nil, "ftp://x"); !errors.Is(err, remote.ErrLocation) {
+	if _, err := remote.NewHTTPFS(nil, "ftp://x"); !errors.Is(err, remote.ErrInvalid) || !strings.Contains(err.Error(), "ftp://x: not an http(s)://HOST[/PATH] URL") {
 		t.Errorf("ftp: %v", err)
 	}
 }
 
-// A server that ignores Range requests is refused with ErrNoRange as soon
+// A server that ignores Range requests is refused with ErrRequest as soon
 // as a file larger than the first read comes back whole; a small file (a
 // config, an index) read whole is fine.
 func TestHTTPWithoutRangeSupport(t *testing.T) {
@@ -155,7 +155,7 @@ func TestHTTPWithoutRangeSupport(t *testing.T) {
 	defer srv.Close()
 	_, err := ckpt.Open(srv.URL + "/big.safetensors")
 	var re *remote.Error
-	if !errors.Is(err, remote.ErrNoRange) || !errors.As(err, &re) || re.Status != 200 || !strings.Contains(err.Error(), "range") {
+	if !errors.Is(err, remote.ErrRequest) || !errors.As(err, &re) || re.Status != 200 || !strings.Contains(err.Error(), "the server ignores Range requests") {
 		t.Fatalf("big file: %v", err)
 	}
 	fsys, _ := remote.NewHTTPFS(nil, srv.URL)
@@ -196,7 +196,7 @@ func TestHTTPQueryKeptForItsFile(t *testing.T) {
 	srv := httptest.NewServer(fsrv)
 	defer srv.Close()
 	sameTensors(t, "presigned", load(t, open(t, srv.URL+"/model.safetensors?X-Sig=abc")), load(t, open(t, f)))
-	if _, err := ckpt.Open(srv.URL + "/model.safetensors"); !errors.Is(err, remote.ErrDenied) {
+	if _, err := ckpt.Open(srv.URL + "/model.safetensors"); !errors.Is(err, remote.ErrRequest) || !strings.Contains(err.Error(), "access denied: HTTP 403") {
 		t.Errorf("unsigned: %v", err)
 	}
 }

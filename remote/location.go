@@ -28,11 +28,11 @@ type Location struct {
 
 // ParseLocation parses s3://BUCKET[/KEY] or http(s)://HOST[/PATH]. Keys and
 // paths are cleaned: "." and ".." elements and empty elements are refused
-// (ErrLocation), since they would name another object than they seem to.
+// (ErrInvalid), since they would name another object than they seem to.
 // A trailing slash is dropped.
 func ParseLocation(s string) (Location, error) {
 	bad := func(msg string) (Location, error) {
-		return Location{}, &Error{Kind: ErrLocation, Location: s, Msg: msg}
+		return Location{}, &Error{Kind: ErrInvalid, Location: s, Msg: msg}
 	}
 	scheme, rest, ok := strings.Cut(s, "://")
 	if !ok {

@@ -29,7 +29,9 @@ func TestParseLocation(t *testing.T) {
 	}
 	for _, bad := range []string{"", "bucket/key", "s3://", "s3://ab", "s3://UPPER CASE", "s3://b/../x", "s3://bkt//x", "s3://bkt/./x",
 		"s3://bkt/x?y", "ftp://host/x", "https:///x", "https://user:pw@host/x", "https://host/x#frag", "https://host/a/../b"} {
-		if _, err := ParseLocation(bad); !errors.Is(err, ErrLocation) {
+		// The location refused, named: not another invalid request.
+		var re *Error
+		if _, err := ParseLocation(bad); !errors.Is(err, ErrInvalid) || !errors.As(err, &re) || re.Location != bad || re.Msg == "" {
 			t.Errorf("ParseLocation(%q): %v", bad, err)
 		}
 	}
@@ -54,7 +56,7 @@ func FuzzParseLocation(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		l, err := ParseLocation(s)
 		if err != nil {
-			if !errors.Is(err, ErrLocation) {
+			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("error of another kind: %v", err)
 			}
 			return
@@ -97,7 +99,7 @@ func FuzzParseContentRange(f *testing.F) {
 
 func TestErrorKinds(t *testing.T) {
 	names := map[string]bool{}
-	for _, k := range Kinds() {
+	for k := ErrorKind(1); int(k) < len(kindNames); k++ {
 		n := k.String()
 		if n == "unknown" || names[n] || strings.ToLower(n) != n {
 			t.Errorf("kind %d: %q", k, n)

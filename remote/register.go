@@ -27,7 +27,7 @@ var defaults struct {
 
 // SetS3Client sets the client that s3:// locations given to ckpt.Open (and
 // to the other users of source.Open) are read with. Until it is set,
-// they fail with ErrNoClient: this package never builds one itself (the
+// they fail with ErrInvalid: this package never builds one itself (the
 // ckpt command builds one from the standard AWS environment, shared
 // config files and instance roles; see NewS3Client). nil unsets it.
 func SetS3Client(c *s3.Client) {
@@ -67,7 +67,7 @@ func openS3(_ context.Context, location string) (fs.FS, string, error) {
 	}
 	client, _, opts := current()
 	if client == nil {
-		return nil, "", &Error{Kind: ErrNoClient, Location: location,
+		return nil, "", &Error{Kind: ErrInvalid, Location: location,
 			Msg: "no S3 client: call remote.SetS3Client (the ckpt command builds one from the AWS environment)"}
 	}
 	return NewS3FS(client, loc.Bucket, opts...), nameOf(loc), nil
@@ -87,7 +87,7 @@ func openHTTP(_ context.Context, location string) (fs.FS, string, error) {
 	}
 	name := nameOf(loc)
 	if !strings.HasSuffix(name, ".safetensors") && !strings.HasSuffix(name, ".json") {
-		return nil, "", &Error{Kind: ErrNoListing, Location: location,
+		return nil, "", &Error{Kind: ErrInvalid, Location: location,
 			Msg: "http(s) sources take files (.safetensors) and indexes (.json), not folders, which plain HTTP cannot list"}
 	}
 	fsys.be.(*httpBackend).withQuery(name, loc.RawQuery)

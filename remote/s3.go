@@ -226,9 +226,9 @@ func classify(status int, code string, err error) *Error {
 	case status == 412 || code == "PreconditionFailed":
 		e.Kind, e.Msg = ErrChanged, "the object was replaced since it was opened (If-Match failed)"
 	case status == 416 || code == "InvalidRange":
-		e.Kind, e.Msg = ErrTruncated, "range not satisfiable: the object is shorter than asked"
+		e.Kind, e.Msg = ErrRequest, "range not satisfiable: the object is shorter than asked"
 	case status == 401 || status == 403:
-		e.Kind = ErrDenied
+		e.Kind, e.Msg = ErrRequest, "access denied"
 	case status == 429 || status >= 500 || code == "SlowDown" || code == "Throttling" || code == "RequestTimeout" || code == "InternalError":
 		e.Kind, e.retry = ErrUnavailable, true
 	default:
@@ -283,7 +283,7 @@ func (b *s3Backend) checksum(ctx context.Context, name string, pin version, conc
 	if err != nil {
 		e := s3Err(err)
 		var re *Error
-		if errors.As(e, &re) && (re.Kind == ErrDenied || re.Kind == ErrRequest) {
+		if errors.As(e, &re) && re.Kind == ErrRequest {
 			// A store (or a policy) that does not answer this: the
 			// object reads as before, unverified.
 			return nil, nil

@@ -33,11 +33,11 @@ func openS3Sink(_ context.Context, location string) (sink.Sink, error) {
 		return nil, err
 	}
 	if loc.Scheme != "s3" {
-		return nil, &Error{Kind: ErrLocation, Location: location, Msg: "not an s3:// location"}
+		return nil, &Error{Kind: ErrInvalid, Location: location, Msg: "not an s3:// location"}
 	}
 	client, _, opts := current()
 	if client == nil {
-		return nil, &Error{Kind: ErrNoClient, Location: location,
+		return nil, &Error{Kind: ErrInvalid, Location: location,
 			Msg: "no S3 client: call remote.SetS3Client (the ckpt command builds one from the AWS environment)"}
 	}
 	sinkDefaults.RLock()
@@ -176,7 +176,7 @@ func (s *S3Sink) FS() fs.FS {
 // Remove deletes the object name (a missing object is not an error).
 func (s *S3Sink) Remove(ctx context.Context, name string) error {
 	if !fs.ValidPath(name) || name == "." {
-		return &Error{Kind: ErrLocation, Location: s.Location(name), Msg: "not a file name"}
+		return &Error{Kind: ErrInvalid, Location: s.Location(name), Msg: "not a file name"}
 	}
 	_, err := s.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(s.objectKey(name))})
 	if err != nil {
@@ -198,7 +198,7 @@ func (s *S3Sink) AbortUploads(ctx context.Context, dir string) (int, error) {
 	prefix := s.key
 	if dir != "" && dir != "." {
 		if !fs.ValidPath(dir) {
-			return 0, &Error{Kind: ErrLocation, Location: s.Location(dir), Msg: "not a folder name"}
+			return 0, &Error{Kind: ErrInvalid, Location: s.Location(dir), Msg: "not a folder name"}
 		}
 		prefix = s.objectKey(dir)
 	}
@@ -235,7 +235,7 @@ func (s *S3Sink) Create(ctx context.Context, name string, exclusive bool) (sink.
 // now; a missing object is an *Error of kind ErrNotFound (fs.ErrNotExist).
 func (s *S3Sink) Version(ctx context.Context, name string) (string, error) {
 	if !fs.ValidPath(name) || name == "." {
-		return "", &Error{Kind: ErrLocation, Location: s.Location(name), Msg: "not a file name"}
+		return "", &Error{Kind: ErrInvalid, Location: s.Location(name), Msg: "not a file name"}
 	}
 	out, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(s.objectKey(name))})
 	if err != nil {
@@ -263,7 +263,7 @@ func (s *S3Sink) CreateReplacing(ctx context.Context, name, version string) (sin
 
 func (s *S3Sink) create(ctx context.Context, name string, exclusive bool, ifMatch string) (sink.File, error) {
 	if !fs.ValidPath(name) || name == "." {
-		return nil, &Error{Kind: ErrLocation, Location: s.Location(name), Msg: "not a file name"}
+		return nil, &Error{Kind: ErrInvalid, Location: s.Location(name), Msg: "not a file name"}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -381,7 +381,7 @@ func TestS3SinkAbortUploads(t *testing.T) {
 	if got := left(); len(got) != 1 || got[0] != "other/w.safetensors" {
 		t.Fatalf("left after the sink's root: %v", got)
 	}
-	if _, err := sink.AbortUploads(ctx, "../other"); !errors.Is(err, remote.ErrLocation) {
+	if _, err := sink.AbortUploads(ctx, "../other"); !errors.Is(err, remote.ErrInvalid) || !strings.Contains(err.Error(), "not a folder name") {
 		t.Errorf("AbortUploads(../other): %v", err)
 	}
 }

@@ -114,7 +114,7 @@ type verifyOutput struct {
 func printProblems(w io.Writer, ps []*integrity.Problem) {
 	for _, p := range ps {
 		hint := ""
-		if p.Kind == integrity.ErrInsecurePath {
+		if p.Kind == integrity.InsecurePath {
 			hint = followHint
 		}
 		fmt.Fprintf(w, "%s%s\n", p.Message, hint)

@@ -19,11 +19,11 @@ import (
 // to fill in.
 
 // Elements returns the number of elements of shape, refusing negative
-// dimensions and products that overflow int64 (executor.ErrShape).
+// dimensions and products that overflow int64 (executor.ErrArgument).
 func Elements(shape []int64) (int64, error) {
 	n, err := shapes.Elements(shape)
 	if err != nil {
-		return 0, &executor.Error{Kind: executor.ErrShape, Msg: err.Error()}
+		return 0, &executor.Error{Kind: executor.ErrArgument, Msg: err.Error()}
 	}
 	return n, nil
 }
@@ -32,7 +32,7 @@ func Elements(shape []int64) (int64, error) {
 // byte length is len(data).
 func CheckHost(data []byte, dt dtype.DType, shape []int64, name string) error {
 	if !dt.Valid() || dt == dtype.Invalid {
-		return &executor.Error{Kind: executor.ErrDType, Op: executor.OpFromHost, Tensor: name, Msg: fmt.Sprintf("invalid dtype %v", dt)}
+		return &executor.Error{Kind: executor.ErrArgument, Op: executor.OpFromHost, Tensor: name, Msg: fmt.Sprintf("invalid dtype %v", dt)}
 	}
 	n, err := Elements(shape)
 	if err != nil {
@@ -42,7 +42,7 @@ func CheckHost(data []byte, dt dtype.DType, shape []int64, name string) error {
 	}
 	nb, err := dt.ByteLen(n)
 	if err != nil || nb != int64(len(data)) {
-		return &executor.Error{Kind: executor.ErrShape, Op: executor.OpFromHost, Tensor: name,
+		return &executor.Error{Kind: executor.ErrArgument, Op: executor.OpFromHost, Tensor: name,
 			Msg: fmt.Sprintf("%d bytes for %d %s elements %v (want %d)", len(data), n, dt, shape, nb), Err: err}
 	}
 	return nil
@@ -97,7 +97,7 @@ func CheckActivation(op string, x executor.Buffer) error {
 		return &executor.Error{Kind: executor.ErrArgument, Op: op, Msg: "nil buffer"}
 	}
 	if !executor.IsActivation(x.DType()) {
-		return &executor.Error{Kind: executor.ErrDType, Op: op, Tensor: x.Name(), Msg: fmt.Sprintf("activation dtype %s (want F32, BF16 or F16)", x.DType())}
+		return &executor.Error{Kind: executor.ErrArgument, Op: op, Tensor: x.Name(), Msg: fmt.Sprintf("activation dtype %s (want F32, BF16 or F16)", x.DType())}
 	}
 	return nil
 }
@@ -116,22 +116,22 @@ func LinearDims(x executor.Buffer, w *executor.Weight, bias executor.Buffer, out
 		return 0, 0, 0, nil, err
 	}
 	if !executor.IsActivation(out) {
-		return fail(executor.ErrDType, w.Name(), fmt.Sprintf("output dtype %s (want F32, BF16 or F16)", out))
+		return fail(executor.ErrArgument, w.Name(), fmt.Sprintf("output dtype %s (want F32, BF16 or F16)", out))
 	}
 	if el := w.DType(); !executor.IsLinearWeight(el) {
-		return fail(executor.ErrDType, w.Name(), fmt.Sprintf("weight element type %s (want F32, BF16, F16, F8_E4M3 or F8_E5M2)", el))
+		return fail(executor.ErrArgument, w.Name(), fmt.Sprintf("weight element type %s (want F32, BF16, F16, F8_E4M3 or F8_E5M2)", el))
 	}
 	ws := w.Shape()
 	if len(ws) != 2 {
-		return fail(executor.ErrShape, w.Name(), fmt.Sprintf("weight shape %v is not [N, K]", ws))
+		return fail(executor.ErrArgument, w.Name(), fmt.Sprintf("weight shape %v is not [N, K]", ws))
 	}
 	xs := x.Shape()
 	if len(xs) == 0 {
-		return fail(executor.ErrShape, x.Name(), "activation is a scalar, want [..., K]")
+		return fail(executor.ErrArgument, x.Name(), "activation is a scalar, want [..., K]")
 	}
 	n, k = ws[0], ws[1]
 	if xs[len(xs)-1] != k {
-		return fail(executor.ErrShape, w.Name(), fmt.Sprintf("activation %v has K=%d, weight %v has K=%d", xs, xs[len(xs)-1], ws, k))
+		return fail(executor.ErrArgument, w.Name(), fmt.Sprintf("activation %v has K=%d, weight %v has K=%d", xs, xs[len(xs)-1], ws, k))
 	}
 	if m, err = Elements(xs[:len(xs)-1]); err != nil {
 		return 0, 0, 0, nil, err
@@ -141,7 +141,7 @@ func LinearDims(x executor.Buffer, w *executor.Weight, bias executor.Buffer, out
 			return 0, 0, 0, nil, err
 		}
 		if bs := bias.Shape(); len(bs) != 1 || bs[0] != n {
-			return fail(executor.ErrShape, bias.Name(), fmt.Sprintf("bias shape %v, want [%d]", bs, n))
+			return fail(executor.ErrArgument, bias.Name(), fmt.Sprintf("bias shape %v, want [%d]", bs, n))
 		}
 	}
 	outShape = append(slices.Clone(xs[:len(xs)-1]), n)
@@ -160,7 +160,7 @@ func CheckSameShape(op string, a, b executor.Buffer) error {
 		return err
 	}
 	if !slices.Equal(a.Shape(), b.Shape()) {
-		return &executor.Error{Kind: executor.ErrShape, Op: op, Tensor: a.Name(), Msg: fmt.Sprintf("shapes %v and %v differ", a.Shape(), b.Shape())}
+		return &executor.Error{Kind: executor.ErrArgument, Op: op, Tensor: a.Name(), Msg: fmt.Sprintf("shapes %v and %v differ", a.Shape(), b.Shape())}
 	}
 	return nil
 }
@@ -173,7 +173,7 @@ func RMSNormDims(x, w executor.Buffer, eps float32) (rows, d int64, err error) {
 	}
 	xs := x.Shape()
 	if len(xs) == 0 || xs[len(xs)-1] == 0 {
-		return 0, 0, &executor.Error{Kind: executor.ErrShape, Op: executor.OpRMSNorm, Tensor: x.Name(), Msg: fmt.Sprintf("shape %v has no last dimension to normalize", xs)}
+		return 0, 0, &executor.Error{Kind: executor.ErrArgument, Op: executor.OpRMSNorm, Tensor: x.Name(), Msg: fmt.Sprintf("shape %v has no last dimension to normalize", xs)}
 	}
 	if !(eps >= 0) || math.IsInf(float64(eps), 0) {
 		return 0, 0, &executor.Error{Kind: executor.ErrArgument, Op: executor.OpRMSNorm, Tensor: x.Name(), Msg: fmt.Sprintf("eps %v (want finite and ≥ 0)", eps)}
@@ -184,7 +184,7 @@ func RMSNormDims(x, w executor.Buffer, eps float32) (rows, d int64, err error) {
 			return 0, 0, err
 		}
 		if ws := w.Shape(); len(ws) != 1 || ws[0] != d {
-			return 0, 0, &executor.Error{Kind: executor.ErrShape, Op: executor.OpRMSNorm, Tensor: w.Name(), Msg: fmt.Sprintf("weight shape %v, want [%d]", ws, d)}
+			return 0, 0, &executor.Error{Kind: executor.ErrArgument, Op: executor.OpRMSNorm, Tensor: w.Name(), Msg: fmt.Sprintf("weight shape %v, want [%d]", ws, d)}
 		}
 	}
 	rows, err = Elements(xs[:len(xs)-1])

@@ -29,7 +29,6 @@ import (
 	"github.com/ckpt-go/ckpt/executor"
 	"github.com/ckpt-go/ckpt/executor/backend"
 	"github.com/ckpt-go/ckpt/internal/sysmem"
-	"github.com/ckpt-go/ckpt/quant"
 )
 
 // Name is the backend's name.
@@ -135,7 +134,7 @@ func (e *Executor) own(op string, b executor.Buffer) (*buffer, []byte, error) {
 	}
 	cb, ok := b.(*buffer)
 	if !ok || cb.ex != e {
-		return nil, nil, errorf(executor.ErrForeign, op, b.Name(), "buffer of another executor (%T)", b)
+		return nil, nil, errorf(executor.ErrArgument, op, b.Name(), "buffer of another executor (%T)", b)
 	}
 	e.mu.Lock()
 	closed := e.closed
@@ -145,7 +144,7 @@ func (e *Executor) own(op string, b executor.Buffer) (*buffer, []byte, error) {
 	}
 	d := cb.bytes()
 	if cb.freed.Load() {
-		return nil, nil, errorf(executor.ErrFreed, op, b.Name(), "buffer used after Free")
+		return nil, nil, errorf(executor.ErrClosed, op, b.Name(), "buffer used after Free")
 	}
 	return cb, d, nil
 }
@@ -164,12 +163,12 @@ func (e *Executor) start(ctx context.Context, op string) error {
 	return nil
 }
 
-// alloc returns n zeroed bytes for an op's output, refusing (ErrOutOfMemory)
-// a large output that is more than the memory available.
+// alloc returns n zeroed bytes for an op's output, refusing a large output
+// that is more than the memory available (ErrBudget, out of memory).
 func alloc(op, name string, n int64) ([]byte, error) {
 	if n > 64<<20 {
 		if _, avail := memInfo(); avail > 0 && n > avail {
-			return nil, errorf(executor.ErrOutOfMemory, op, name, "output of %s, %s available", sysmem.FormatSize(n), sysmem.FormatSize(avail))
+			return nil, errorf(executor.ErrBudget, op, name, "out of memory: output of %s, %s available", sysmem.FormatSize(n), sysmem.FormatSize(avail))
 		}
 	}
 	return make([]byte, n), nil
@@ -384,7 +383,7 @@ func (e *Executor) Free(b executor.Buffer) error {
 	cb.mu.Lock()
 	if cb.freed.Swap(true) {
 		cb.mu.Unlock()
-		return errorf(executor.ErrFreed, executor.OpFree, cb.name, "buffer freed twice")
+		return errorf(executor.ErrClosed, executor.OpFree, cb.name, "buffer freed twice")
 	}
 	cb.data, cb.linear = nil, nil
 	cb.mu.Unlock()
@@ -427,12 +426,8 @@ func (e *Executor) Live() (buffers int, bytes int64) {
 
 // quantErr turns an error of package quant or dtype into an executor error.
 func quantErr(op, name string, err error) error {
-	kind := executor.ErrArgument
-	switch {
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return canceledCtx(op, name, nil, err)
-	case errors.Is(err, quant.ErrTarget), errors.Is(err, dtype.ErrUnsupported), errors.Is(err, dtype.ErrUnknown):
-		kind = executor.ErrDType
 	}
-	return &executor.Error{Kind: kind, Executor: Name, Op: op, Tensor: name, Err: err}
+	return &executor.Error{Kind: executor.ErrArgument, Executor: Name, Op: op, Tensor: name, Err: err}
 }

@@ -27,7 +27,7 @@ func (e *Executor) Dequantize(ctx context.Context, w *executor.Weight, to dtype.
 		return nil, fail(err)
 	}
 	if !to.IsFloat() {
-		return nil, errorf(executor.ErrDType, op, w.Name(), "target %s is not a float dtype", to)
+		return nil, errorf(executor.ErrArgument, op, w.Name(), "target %s is not a float dtype", to)
 	}
 	data, scales, err := e.weightBytes(op, w)
 	if err != nil {
@@ -39,7 +39,7 @@ func (e *Executor) Dequantize(ctx context.Context, w *executor.Weight, to dtype.
 	}
 	nb, err := to.ByteLen(n)
 	if err != nil {
-		return nil, errorf(executor.ErrShape, op, w.Name(), "%d %s elements: %v", n, to, err)
+		return nil, errorf(executor.ErrArgument, op, w.Name(), "byte size of %d %s elements: %v", n, to, err)
 	}
 	dst, err := alloc(op, w.Name(), nb)
 	if err != nil {
@@ -101,7 +101,7 @@ func (e *Executor) weightF32(ctx context.Context, op string, w *executor.Weight)
 		return nil, quantErr(op, w.Name(), err)
 	}
 	if db.freed.Load() {
-		return nil, errorf(executor.ErrFreed, op, w.Name(), "weight freed during the op")
+		return nil, errorf(executor.ErrClosed, op, w.Name(), "weight freed during the op")
 	}
 	db.linear = &f32Cache{q: w.Quant, scales: slices.Clone(w.Scales), vals: vals}
 	return vals, nil

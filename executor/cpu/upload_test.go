@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/ckpt-go/ckpt"
@@ -142,7 +143,7 @@ func TestUploadModel(t *testing.T) {
 	if n, _ := e.Live(); n != 1 { // the BF16 output above
 		t.Errorf("%d buffers live after Close", n)
 	}
-	if _, err := e.Dequantize(ctx, w, dtype.BF16); !errors.Is(err, executor.ErrFreed) {
+	if _, err := e.Dequantize(ctx, w, dtype.BF16); !errors.Is(err, executor.ErrClosed) || !strings.Contains(err.Error(), "buffer used after Free") {
 		t.Errorf("weight of a closed model: %v", err)
 	}
 	// A device budget below the resident bytes refuses before reading.

@@ -77,26 +77,19 @@ var _ executor.Executor = (*Executor)(nil)
 
 // New starts the CUDA executor on device executor.WithDevice (0 by
 // default). Without a driver or a device it returns an error matching
-// executor.ErrUnavailable that says why (and wraps a *Error matching
-// ErrNoDriver or ErrNoDevice); it never panics.
+// executor.ErrUnavailable that says why: no CUDA driver or no CUDA device,
+// wrapping the *Error that names what is missing; it never panics.
 func New(opts ...executor.Option) (*Executor, error) {
 	o := executor.Apply(opts...)
 	d, err := openLibcuda()
 	if err != nil {
-		return nil, unavailable(err)
+		return nil, unavailable("no CUDA driver", err)
 	}
 	return newExecutor(d, o)
 }
 
 // unavailable wraps why the executor cannot start.
-func unavailable(err error) error {
-	msg := "CUDA driver error"
-	switch {
-	case errors.Is(err, ErrNoDriver):
-		msg = "no CUDA driver"
-	case errors.Is(err, ErrNoDevice):
-		msg = "no CUDA device"
-	}
+func unavailable(msg string, err error) error {
 	return &executor.Error{Kind: executor.ErrUnavailable, Executor: Name, Msg: msg, Err: err}
 }
 
@@ -121,10 +114,10 @@ func newExecutor(d driver, o executor.Options) (*Executor, error) {
 			return err
 		}
 		if n == 0 {
-			return &Error{Kind: ErrNoDevice, Msg: "the driver reports no CUDA device"}
+			return &Error{Kind: executor.ErrUnavailable, Msg: "the driver reports no CUDA device"}
 		}
 		if o.Device >= n {
-			return &Error{Kind: ErrNoDevice, Msg: fmt.Sprintf("device %d asked for; the driver reports %d", o.Device, n)}
+			return &Error{Kind: executor.ErrUnavailable, Msg: fmt.Sprintf("device %d asked for; the driver reports %d", o.Device, n)}
 		}
 		if e.dev, err = d.DeviceGet(o.Device); err != nil {
 			return err
@@ -157,7 +150,7 @@ func newExecutor(d driver, o executor.Options) (*Executor, error) {
 		}
 		mods, err := modulesFor(e.cc, e.drvVer)
 		if err != nil {
-			return &Error{Kind: ErrNoDevice, Msg: name + ": " + err.Error()}
+			return &Error{Kind: executor.ErrUnavailable, Msg: name + ": " + err.Error()}
 		}
 		if e.ctx, err = d.PrimaryCtxRetain(e.dev); err != nil {
 			return err
@@ -212,10 +205,10 @@ func newExecutor(d driver, o executor.Options) (*Executor, error) {
 	if err != nil {
 		e.release(retained)
 		var ce *Error
-		if errors.As(err, &ce) && (ce.Kind == ErrNoDevice || ce.Kind == ErrNoDriver || ce.Code == cudaErrorNoDevice) {
-			return nil, unavailable(err)
+		if errors.As(err, &ce) && ce.Kind == executor.ErrUnavailable {
+			return nil, unavailable("no CUDA device", err)
 		}
-		return nil, &executor.Error{Kind: executor.ErrUnavailable, Executor: Name, Msg: "CUDA driver error", Err: err}
+		return nil, unavailable("CUDA driver error", err)
 	}
 	e.linear.Store("auto")
 	return e, nil
@@ -493,16 +486,7 @@ func (e *Executor) devErr(op, tensor string, err error) error {
 	kind := executor.ErrDevice
 	var ce *Error
 	if errors.As(err, &ce) {
-		switch {
-		case ce.Code == cudaErrorOutOfMemory:
-			kind = executor.ErrOutOfMemory
-		case ce.Kind == ErrClosed:
-			kind = executor.ErrClosed
-		case ce.Kind == ErrArgument:
-			kind = executor.ErrArgument
-		case ce.Kind == ErrRead:
-			kind = executor.ErrRead
-		}
+		kind = ce.Kind
 	}
 	return &executor.Error{Kind: kind, Executor: Name, Op: op, Tensor: tensor, Err: err}
 }
@@ -552,10 +536,10 @@ func (e *Executor) own(op string, b executor.Buffer) (*buffer, error) {
 	}
 	cb, ok := b.(*buffer)
 	if !ok || cb.ex != e {
-		return nil, errorf(executor.ErrForeign, op, b.Name(), "buffer of another executor (%T)", b)
+		return nil, errorf(executor.ErrArgument, op, b.Name(), "buffer of another executor (%T)", b)
 	}
 	if cb.freed.Load() {
-		return nil, errorf(executor.ErrFreed, op, cb.name, "buffer used after Free")
+		return nil, errorf(executor.ErrClosed, op, cb.name, "buffer used after Free")
 	}
 	return cb, nil
 }
@@ -568,7 +552,7 @@ func (e *Executor) newBuffer(op string, dt dtype.DType, shape []int64, name stri
 	}
 	size, err := dt.ByteLen(n)
 	if err != nil {
-		return nil, errorf(executor.ErrShape, op, name, "%d %s elements: %v", n, dt, err)
+		return nil, errorf(executor.ErrArgument, op, name, "byte size of %d %s elements: %v", n, dt, err)
 	}
 	b := &buffer{ex: e, dt: dt, shape: slices.Clone(shape), name: name, size: size}
 	if size > 0 {
@@ -599,7 +583,7 @@ func (e *Executor) Free(b executor.Buffer) error {
 		return err
 	}
 	if cb.freed.Swap(true) {
-		return errorf(executor.ErrFreed, executor.OpFree, cb.name, "buffer freed twice")
+		return errorf(executor.ErrClosed, executor.OpFree, cb.name, "buffer freed twice")
 	}
 	e.mu.Lock()
 	if _, ok := e.live[cb]; !ok { // Close got there first

@@ -7,17 +7,18 @@
 // libcuda.so.1 is loaded at run time with github.com/ebitengine/purego from
 // the dynamic loader's normal search path (never from a CUDA toolkit's
 // compat/ folder), so the package builds with CGO_ENABLED=0 and a program
-// that imports it runs everywhere: without a driver, New returns an error
-// matching ErrNoDriver (no device: ErrNoDevice) and programs fall back to
-// the CPU executor. Entry points are resolved as CUDA 12.0's cuda.h
+// that imports it runs everywhere: without a driver or a device, New
+// returns an error matching executor.ErrUnavailable that says which, and
+// programs fall back to the CPU executor. Entry points are resolved as CUDA 12.0's cuda.h
 // resolves them (cuMemAlloc_v2, cuMemcpyHtoDAsync_v2, ...: a plain
 // dlsym("cuMemAlloc") is the CUDA 2.0 entry point with 32-bit sizes).
 // Every driver call runs on one goroutine locked to one OS thread, on
 // which the device's primary context is current (contexts are per OS
 // thread, goroutines migrate); every result code is checked and turned
 // into an *Error naming the call and the driver's name for the code
-// (cuGetErrorName); a module that fails to load returns the JIT's error
-// log (ErrModule). Asynchronous copies only ever read or write page-locked
+// (cuGetErrorName), whose Kind is the executor's condition (ErrDevice,
+// ErrBudget for out of memory); a module that fails to load returns the
+// JIT's error log. Asynchronous copies only ever read or write page-locked
 // memory from cuMemHostAlloc, never Go memory. The binding sits behind a
 // small interface (driver) so that everything above it is tested with a
 // fake driver that counts allocations.

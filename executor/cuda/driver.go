@@ -47,9 +47,9 @@ const (
 // executor calls every method on its one locked driver thread (see
 // thread.go), with the device's primary context current there.
 //
-// Every error is a *Error of kind ErrDriver naming the entry point and the
-// driver's name for the result code (ErrModule for a module that fails to
-// load, with the JIT log).
+// Every error is a *Error naming the entry point and the driver's name for
+// the result code (see driverError for its kind; a module that fails to
+// load carries the JIT log).
 type driver interface {
 	// Init is cuInit(0).
 	Init() error
@@ -110,8 +110,7 @@ type driver interface {
 	// EventDestroy is cuEventDestroy_v2.
 	EventDestroy(e cuEvent) error
 	// ModuleLoadData is cuModuleLoadDataEx with the JIT's error and info
-	// log buffers; on failure the error (kind ErrModule) carries the
-	// error log.
+	// log buffers; on failure the error carries the error log.
 	ModuleLoadData(image []byte) (cuModule, error)
 	// ModuleUnload is cuModuleUnload.
 	ModuleUnload(m cuModule) error

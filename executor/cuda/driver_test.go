@@ -2,10 +2,14 @@ package cuda
 
 import (
 	"errors"
+	"io/fs"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/ckpt-go/ckpt"
+	"github.com/ckpt-go/ckpt/executor"
 )
 
 // TestSymbolsAsCudaH checks the entry-point table against the defines of
@@ -35,17 +39,17 @@ func TestSymbolsAsCudaH(t *testing.T) {
 }
 
 // TestOpenWithoutDriver runs where no libcuda.so.1 is installed (as on
-// this project's CI): opening the driver fails with ErrNoDriver, no panic.
+// this project's CI): opening the driver fails with executor.ErrUnavailable, no panic.
 func TestOpenWithoutDriver(t *testing.T) {
 	d, err := openLibcuda()
 	if err == nil {
 		d.Close()
 		t.Skip("a CUDA driver is installed here")
 	}
-	if !errors.Is(err, ErrNoDriver) {
-		t.Fatalf("error %v, want ErrNoDriver", err)
+	if !errors.Is(err, executor.ErrUnavailable) {
+		t.Fatalf("error %v, want executor.ErrUnavailable", err)
 	}
-	if !strings.Contains(err.Error(), "libcuda.so.1") && runtime.GOOS == "linux" {
+	if !strings.Contains(err.Error(), "cannot load libcuda.so.1") && runtime.GOOS == "linux" {
 		t.Errorf("error %q does not name libcuda.so.1", err)
 	}
 }
@@ -91,23 +95,30 @@ func TestThreadPanicAndClose(t *testing.T) {
 	}
 	th.close()
 	th.close()
-	if err := th.do(func() error { return nil }); !errors.Is(err, ErrClosed) {
+	if err := th.do(func() error { return nil }); !errors.Is(err, executor.ErrClosed) {
 		t.Errorf("after close: %v", err)
 	}
 }
 
 func TestErrorMessage(t *testing.T) {
-	e := &Error{Kind: ErrModule, Op: "load kernels", Call: "cuModuleLoadDataEx", Code: 218, Name: "CUDA_ERROR_INVALID_PTX", Log: "ptxas fatal: bad\n"}
-	want := "cuda: module: load kernels: cuModuleLoadDataEx returned CUDA_ERROR_INVALID_PTX (218)\nJIT log:\nptxas fatal: bad"
+	e := &Error{Kind: executor.ErrDevice, Op: "load kernels", Call: "cuModuleLoadDataEx", Code: 218, Name: "CUDA_ERROR_INVALID_PTX",
+		Msg: "the PTX module failed to load", Log: "ptxas fatal: bad\n"}
+	want := "cuda: device: load kernels: cuModuleLoadDataEx returned CUDA_ERROR_INVALID_PTX (218): the PTX module failed to load\nJIT log:\nptxas fatal: bad"
 	if e.Error() != want {
 		t.Errorf("got %q\nwant %q", e.Error(), want)
 	}
-	if !errors.Is(e, ErrModule) || errors.Is(e, ErrDriver) {
+	if !errors.Is(e, executor.ErrDevice) || errors.Is(e, executor.ErrArgument) {
 		t.Error("Is")
 	}
-	for _, k := range Kinds() {
-		if k.String() == "unknown" {
-			t.Errorf("kind %d has no name", k)
+	// A driver call's kind follows its result code; the shared conditions
+	// match as for the executor's errors.
+	for code, kind := range map[int]executor.ErrorKind{cudaErrorOutOfMemory: executor.ErrBudget, cudaErrorNoDevice: executor.ErrUnavailable,
+		cudaErrorInvalidDevice: executor.ErrUnavailable, 700: executor.ErrDevice} {
+		if e := driverError("cuX", code, "N"); e.Kind != kind || !errors.Is(e, kind) || !strings.Contains(e.Error(), "cuX returned N") {
+			t.Errorf("code %d: %v, want %v", code, e, kind)
 		}
+	}
+	if !errors.Is(driverError("cuMemAlloc_v2", cudaErrorOutOfMemory, "CUDA_ERROR_OUT_OF_MEMORY"), ckpt.ErrBudget) || !errors.Is(&Error{Kind: executor.ErrClosed}, fs.ErrClosed) {
+		t.Error("shared conditions")
 	}
 }

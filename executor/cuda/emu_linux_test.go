@@ -232,7 +232,7 @@ func TestEmulatedModuleErrors(t *testing.T) {
 		} {
 			_, err := d.ModuleLoadData([]byte(tc.src))
 			var ce *Error
-			if !errors.As(err, &ce) || ce.Kind != ErrModule || !strings.Contains(err.Error(), tc.code) || !strings.Contains(ce.Log, tc.log) {
+			if !errors.As(err, &ce) || ce.Kind != executor.ErrDevice || !strings.Contains(err.Error(), "the PTX module failed to load") || !strings.Contains(err.Error(), tc.code) || !strings.Contains(ce.Log, tc.log) {
 				t.Errorf("load: %v (log %q), want %s with %q in the log", err, logOf(err), tc.code, tc.log)
 			}
 		}
@@ -262,8 +262,8 @@ func TestEmulatedDevicePlanRefuses(t *testing.T) {
 	defer e.Free(x)
 	if _, err := e.FromHost(ctx, make([]byte, 48<<20), dtype.F32, []int64{12 << 20}, "second"); err == nil {
 		t.Fatal("a second 48 MiB buffer on a 64 MiB device: no error")
-	} else if !errors.Is(err, executor.ErrOutOfMemory) {
-		t.Errorf("second buffer: %v, want ErrOutOfMemory", err)
+	} else if !errors.Is(err, executor.ErrBudget) || !strings.Contains(err.Error(), "OUT_OF_MEMORY") {
+		t.Errorf("second buffer: %v, want ErrBudget, out of memory", err)
 	}
 }
 

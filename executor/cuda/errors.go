@@ -1,73 +1,25 @@
 package cuda
 
 import (
-	"io/fs"
 	"strconv"
 	"strings"
 
+	"github.com/ckpt-go/ckpt/executor"
 	"github.com/ckpt-go/ckpt/internal/errkind"
 )
 
-// ErrorKind classifies the CUDA executor's errors. Each kind is an error,
-// so callers test with errors.Is(err, cuda.ErrNoDriver).
-type ErrorKind int
-
-// The kinds of Error.
-const (
-	// ErrNoDriver: libcuda.so.1 could not be loaded, or lacks an entry
-	// point this package needs (the driver is too old). Programs fall back
-	// to the CPU executor.
-	ErrNoDriver ErrorKind = iota + 1
-	// ErrNoDevice: the driver loaded but reports no CUDA device (or not the
-	// ordinal asked for).
-	ErrNoDevice
-	// ErrDriver: a driver call returned an error code; Error.Call and
-	// Error.Code name it (Error.Name is the driver's name for it, from
-	// cuGetErrorName).
-	ErrDriver
-	// ErrModule: a PTX module failed to load; Error.Log holds the JIT's
-	// error log.
-	ErrModule
-	// ErrDeviceMemory: the device memory plan does not fit the free device
-	// memory; nothing was allocated.
-	ErrDeviceMemory
-	// ErrArgument: an argument is invalid (a dtype or shape the operation
-	// does not take, a buffer of another executor, a wrong length).
-	ErrArgument
-	// ErrUnsupported: the operation is valid but this executor does not
-	// implement it (a quantization layout, a dtype).
-	ErrUnsupported
-	// ErrRead: reading tensor bytes from a file failed.
-	ErrRead
-	// ErrClosed: the executor or the buffer was already closed or freed.
-	ErrClosed
-)
-
-var kindNames = [...]string{
-	ErrNoDriver:     "no_driver",
-	ErrNoDevice:     "no_device",
-	ErrDriver:       "driver",
-	ErrModule:       "module",
-	ErrDeviceMemory: "device_memory",
-	ErrArgument:     "argument",
-	ErrUnsupported:  "unsupported",
-	ErrRead:         "read",
-	ErrClosed:       "closed",
-}
-
-// String returns the kind's snake_case name.
-func (k ErrorKind) String() string { return errkind.Name(kindNames[:], k) }
-
-// Kinds returns every ErrorKind in declaration order.
-func Kinds() []ErrorKind { return errkind.All[ErrorKind](kindNames[:]) }
-
-// Error makes a kind usable as an errors.Is target.
-func (k ErrorKind) Error() string { return "cuda: " + k.String() }
-
-// Error is the CUDA executor's error type. It names what it concerns: the
-// operation, the driver call and its result code, the tensor.
+// Error is the CUDA executor's error from the driver's side: it names the
+// driver call and its result code, the JIT log of a module that failed to
+// load, the tensor. Its Kind is the executor's condition it is, so callers
+// test one set of conditions whichever backend failed:
+// errors.Is(err, executor.ErrUnavailable) when no driver or no usable
+// device is there, executor.ErrDevice when a driver call failed (the
+// executor's ops wrap it in an *executor.Error of the op).
 type Error struct {
-	Kind ErrorKind
+	// Kind is the executor's condition: executor.ErrUnavailable,
+	// ErrDevice, ErrBudget (the device is out of memory), ErrArgument,
+	// ErrRead or ErrClosed.
+	Kind executor.ErrorKind
 	// Op is the executor operation ("upload", "linear", "dequantize", ...).
 	Op string
 	// Call is the driver entry point that failed ("cuMemAlloc_v2").
@@ -100,16 +52,9 @@ func (e *Error) Error() string {
 	return s
 }
 
-// Is reports whether target is e's kind.
-//
-// An ErrClosed error also matches fs.ErrClosed, the condition every
-// package's closed errors share.
-func (e *Error) Is(target error) bool {
-	if k, ok := target.(ErrorKind); ok {
-		return k == e.Kind
-	}
-	return e.Kind == ErrClosed && target == fs.ErrClosed
-}
+// Is reports whether target is the condition e's Kind is, as for an
+// *executor.Error of that kind (executor.ErrClosed also matches fs.ErrClosed).
+func (e *Error) Is(target error) bool { return (&executor.Error{Kind: e.Kind}).Is(target) }
 
 // Unwrap returns the underlying error.
 func (e *Error) Unwrap() error { return e.Err }
@@ -125,8 +70,22 @@ const (
 	cudaErrorNotReady      = 600
 )
 
+// driverError is the error of a driver call that returned code (named
+// name by the driver): its kind is ErrUnavailable for no device,
+// ErrBudget for out of memory, ErrDevice otherwise.
+func driverError(call string, code int, name string) *Error {
+	kind := executor.ErrDevice
+	switch code {
+	case cudaErrorNoDevice, cudaErrorInvalidDevice:
+		kind = executor.ErrUnavailable
+	case cudaErrorOutOfMemory:
+		kind = executor.ErrBudget
+	}
+	return &Error{Kind: kind, Call: call, Code: code, Name: name}
+}
+
 // withOp fills in e.Op (and e.Tensor) on a *Error that has none and
-// returns it; other errors are wrapped as kind.
+// returns it; other errors are wrapped as a driver failure.
 func withOp(err error, op, tensor string) error {
 	if err == nil {
 		return nil
@@ -140,5 +99,5 @@ func withOp(err error, op, tensor string) error {
 		}
 		return e
 	}
-	return &Error{Kind: ErrDriver, Op: op, Tensor: tensor, Err: err}
+	return &Error{Kind: executor.ErrDevice, Op: op, Tensor: tensor, Err: err}
 }

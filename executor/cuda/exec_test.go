@@ -76,14 +76,14 @@ func TestNewFailures(t *testing.T) {
 	f := newFake()
 	f.devices = 0
 	_, err := newExecutor(f, executor.Options{})
-	if !errors.Is(err, executor.ErrUnavailable) || !errors.Is(err, ErrNoDevice) || !strings.Contains(err.Error(), "no CUDA device") {
+	if !errors.Is(err, executor.ErrUnavailable) || !strings.Contains(err.Error(), "no CUDA device: cuda: unavailable: the driver reports no CUDA device") {
 		t.Errorf("no device: %v", err)
 	}
 	checkReleased(t, f)
 
 	f = newFake()
 	f.cc = [2]int{7, 0}
-	if _, err := newExecutor(f, executor.Options{}); !errors.Is(err, ErrNoDevice) || !strings.Contains(err.Error(), "Turing") {
+	if _, err := newExecutor(f, executor.Options{}); !errors.Is(err, executor.ErrUnavailable) || !strings.Contains(err.Error(), "no CUDA device") || !strings.Contains(err.Error(), "Turing") {
 		t.Errorf("Volta: %v", err)
 	}
 	checkReleased(t, f)
@@ -93,7 +93,8 @@ func TestNewFailures(t *testing.T) {
 	f.jitLog = "ptxas fatal   : Unresolved extern function 'x'"
 	_, err = newExecutor(f, executor.Options{})
 	var ce *Error
-	if !errors.As(err, &ce) || ce.Kind != ErrModule || ce.Log != f.jitLog || !strings.Contains(err.Error(), "Unresolved extern") ||
+	if !errors.As(err, &ce) || ce.Kind != executor.ErrDevice || ce.Log != f.jitLog || !strings.Contains(err.Error(), "Unresolved extern") ||
+		!strings.Contains(err.Error(), "the PTX module failed to load") ||
 		!strings.Contains(err.Error(), "CUDA_ERROR_INVALID_PTX") || !strings.Contains(err.Error(), "base_sm75.ptx") {
 		t.Errorf("JIT failure: %v", err)
 	}
@@ -146,10 +147,10 @@ func TestHostRoundTrip(t *testing.T) {
 	if err := e.Free(b); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Free(b); !errors.Is(err, executor.ErrFreed) {
+	if err := e.Free(b); !errors.Is(err, executor.ErrClosed) || !strings.Contains(err.Error(), `Free: tensor "x": buffer used after Free`) {
 		t.Errorf("double free: %v", err)
 	}
-	if err := e.Download(ctx, b, got); !errors.Is(err, executor.ErrFreed) {
+	if err := e.Download(ctx, b, got); !errors.Is(err, executor.ErrClosed) || !strings.Contains(err.Error(), "buffer used after Free") {
 		t.Errorf("after free: %v", err)
 	}
 	if n, _ := e.Live(); n != 0 {
@@ -203,15 +204,15 @@ func TestOpsOnFake(t *testing.T) {
 		t.Errorf("tiled launch %+v", l)
 	}
 	// Foreign and wrong arguments.
-	if _, err := e.GELU(ctx, w); !errors.Is(err, executor.ErrDType) {
+	if _, err := e.GELU(ctx, w); !errors.Is(err, executor.ErrArgument) || !strings.Contains(err.Error(), "activation dtype F8_E4M3") {
 		t.Errorf("GELU of FP8: %v", err)
 	}
 	other := fakeEx(t, newFake())
 	ob, _ := other.FromHost(ctx, make([]byte, 96), dtype.BF16, []int64{6, 8}, "o")
-	if _, err := e.Add(ctx, x, ob); !errors.Is(err, executor.ErrForeign) {
+	if _, err := e.Add(ctx, x, ob); !errors.Is(err, executor.ErrArgument) || !strings.Contains(err.Error(), "buffer of another executor") {
 		t.Errorf("foreign: %v", err)
 	}
-	// An output that cannot be allocated: ErrOutOfMemory, nothing leaks
+	// An output that cannot be allocated: ErrBudget, out of memory, nothing leaks
 	// (the freed outputs above wait in the executor's cache: release them
 	// so that the next output needs cuMemAlloc).
 	if err := e.ReleaseCached(); err != nil {
@@ -219,7 +220,7 @@ func TestOpsOnFake(t *testing.T) {
 	}
 	live := f.liveDevice()
 	f.fail["MemAlloc"] = 1
-	if _, err := e.SiLU(ctx, x); !errors.Is(err, executor.ErrOutOfMemory) || !strings.Contains(err.Error(), "CUDA_ERROR_OUT_OF_MEMORY") {
+	if _, err := e.SiLU(ctx, x); !errors.Is(err, executor.ErrBudget) || !strings.Contains(err.Error(), "CUDA_ERROR_OUT_OF_MEMORY") {
 		t.Errorf("OOM: %v", err)
 	}
 	f.fail["LaunchKernel"] = 1
@@ -433,16 +434,17 @@ func TestUploadModelFailuresFreeEverything(t *testing.T) {
 		set  func(f *fakeDriver)
 		ctx  func() (context.Context, func(ckpt.Progress))
 		kind error
+		msg  string
 	}{
-		{"copy fails", func(f *fakeDriver) { f.fail["MemcpyHtoDAsync"] = 3 }, nil, executor.ErrDevice},
-		{"kernel fails", func(f *fakeDriver) { f.fail["LaunchKernel"] = 2 }, nil, executor.ErrDevice},
-		{"arena allocation fails", func(f *fakeDriver) { f.fail["MemAlloc"] = 1 }, nil, executor.ErrOutOfMemory},
-		{"pinned allocation fails", func(f *fakeDriver) { f.fail["MemHostAlloc"] = 5 }, nil, executor.ErrOutOfMemory},
+		{"copy fails", func(f *fakeDriver) { f.fail["MemcpyHtoDAsync"] = 3 }, nil, executor.ErrDevice, "MemcpyHtoDAsync returned"},
+		{"kernel fails", func(f *fakeDriver) { f.fail["LaunchKernel"] = 2 }, nil, executor.ErrDevice, "LaunchKernel returned"},
+		{"arena allocation fails", func(f *fakeDriver) { f.fail["MemAlloc"] = 1 }, nil, executor.ErrBudget, "MemAlloc returned CUDA_ERROR_OUT_OF_MEMORY"},
+		{"pinned allocation fails", func(f *fakeDriver) { f.fail["MemHostAlloc"] = 5 }, nil, executor.ErrBudget, "MemHostAlloc returned CUDA_ERROR_OUT_OF_MEMORY"},
 		{"canceled", nil, func() (context.Context, func(ckpt.Progress)) {
 			c, cancel := context.WithCancel(context.Background())
 			return c, func(ckpt.Progress) { cancel() }
-		}, context.Canceled},
-		{"does not fit", func(f *fakeDriver) { f.freeMem = 260 << 20 }, nil, executor.ErrBudget},
+		}, context.Canceled, "canceled"},
+		{"does not fit", func(f *fakeDriver) { f.freeMem = 260 << 20 }, nil, executor.ErrBudget, "on the device"},
 	} {
 		f := newFake()
 		e := fakeEx(t, f)
@@ -455,18 +457,18 @@ func TestUploadModelFailuresFreeEverything(t *testing.T) {
 			cx, prog = c.ctx()
 		}
 		_, err := e.UploadModel(cx, m, executor.WithStaging(1<<20), executor.WithProgress(prog))
-		if !errors.Is(err, c.kind) {
-			t.Errorf("%s: %v, want %v", c.name, err, c.kind)
+		if !errors.Is(err, c.kind) || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("%s: %v, want %v saying %q", c.name, err, c.kind, c.msg)
 		}
 		if f.liveDevice() != dev || f.liveHost() != host {
 			t.Errorf("%s: %d device and %d pinned allocations live, want %d and %d", c.name, f.liveDevice(), f.liveHost(), dev, host)
 		}
-		if c.kind == executor.ErrBudget {
+		if c.kind == executor.ErrBudget && !errors.Is(err, ckpt.ErrBudget) {
+			t.Errorf("%s: the device's memory did not suffice, but the error does not match ckpt.ErrBudget: %v", c.name, err)
+		}
+		if c.name == "does not fit" {
 			if n := f.calls["MemAlloc"] + f.calls["MemHostAlloc"]; n != allocs {
 				t.Errorf("refused after %d allocations", n-allocs)
-			}
-			if !strings.Contains(err.Error(), "on the device") {
-				t.Errorf("budget message: %v", err)
 			}
 			if !errors.Is(err, ckpt.ErrBudget) {
 				t.Errorf("a refusal for the device's budget does not match ckpt.ErrBudget: %v", err)

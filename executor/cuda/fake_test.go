@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/executor"
 )
 
 // fakeDriver is a driver for tests: device memory is Go memory (copies
@@ -65,7 +66,7 @@ func (f *fakeDriver) call(name string) error {
 			if name == "MemAlloc" || name == "MemHostAlloc" {
 				code = cudaErrorOutOfMemory
 			}
-			return &Error{Kind: ErrDriver, Call: name, Code: code, Name: fakeErrName(code)}
+			return driverError(name, code, fakeErrName(code))
 		}
 		f.fail[name] = n - 1
 	}
@@ -174,7 +175,7 @@ func (f *fakeDriver) MemFree(p devPtr) error {
 	u, err := f.lock("MemFree")
 	defer u()
 	if _, ok := f.dev[p]; !ok {
-		return &Error{Kind: ErrDriver, Call: "MemFree", Code: 1, Name: "CUDA_ERROR_INVALID_VALUE", Msg: fmt.Sprintf("%#x not allocated", p)}
+		return &Error{Kind: executor.ErrDevice, Call: "MemFree", Code: 1, Name: "CUDA_ERROR_INVALID_VALUE", Msg: fmt.Sprintf("%#x not allocated", p)}
 	}
 	delete(f.dev, p)
 	return err
@@ -194,7 +195,7 @@ func (f *fakeDriver) MemFreeHost(h hostMem) error {
 	u, err := f.lock("MemFreeHost")
 	defer u()
 	if _, ok := f.host[h.p]; !ok {
-		return &Error{Kind: ErrDriver, Call: "MemFreeHost", Code: 1, Name: "CUDA_ERROR_INVALID_VALUE"}
+		return &Error{Kind: executor.ErrDevice, Call: "MemFreeHost", Code: 1, Name: "CUDA_ERROR_INVALID_VALUE"}
 	}
 	delete(f.host, h.p)
 	return err
@@ -207,7 +208,7 @@ func (f *fakeDriver) mem(p devPtr, n int64) ([]byte, error) {
 			return b[p-base : int64(p-base)+n], nil
 		}
 	}
-	return nil, &Error{Kind: ErrDriver, Call: "memory", Code: 700, Name: "CUDA_ERROR_ILLEGAL_ADDRESS", Msg: fmt.Sprintf("%#x+%d", p, n)}
+	return nil, &Error{Kind: executor.ErrDevice, Call: "memory", Code: 700, Name: "CUDA_ERROR_ILLEGAL_ADDRESS", Msg: fmt.Sprintf("%#x+%d", p, n)}
 }
 
 // pinned checks that h is memory of MemHostAlloc: the fake refuses any
@@ -215,7 +216,7 @@ func (f *fakeDriver) mem(p devPtr, n int64) ([]byte, error) {
 func (f *fakeDriver) pinned(h hostMem, off, n int64) ([]byte, error) {
 	b, ok := f.host[h.p]
 	if !ok || off < 0 || off+n > int64(len(b)) {
-		return nil, &Error{Kind: ErrDriver, Call: "async copy", Code: 1, Name: "CUDA_ERROR_INVALID_VALUE", Msg: "host memory not from MemHostAlloc"}
+		return nil, &Error{Kind: executor.ErrDevice, Call: "async copy", Code: 1, Name: "CUDA_ERROR_INVALID_VALUE", Msg: "host memory not from MemHostAlloc"}
 	}
 	return b[off : off+n], nil
 }
@@ -330,12 +331,12 @@ func (f *fakeDriver) ModuleLoadData(image []byte) (cuModule, error) {
 	defer u()
 	if err != nil {
 		e := err.(*Error)
-		e.Kind, e.Code, e.Name, e.Log = ErrModule, cudaErrorInvalidPTX, fakeErrName(cudaErrorInvalidPTX), f.jitLog
+		e.Kind, e.Code, e.Name, e.Msg, e.Log = executor.ErrDevice, cudaErrorInvalidPTX, fakeErrName(cudaErrorInvalidPTX), "the PTX module failed to load", f.jitLog
 		return 0, e
 	}
 	_, target, perr := ptxHeader(string(image))
 	if perr != nil {
-		return 0, &Error{Kind: ErrModule, Call: "ModuleLoadData", Code: cudaErrorInvalidPTX, Log: perr.Error()}
+		return 0, &Error{Kind: executor.ErrDevice, Call: "ModuleLoadData", Code: cudaErrorInvalidPTX, Msg: "the PTX module failed to load", Log: perr.Error()}
 	}
 	f.modules = append(f.modules, target)
 	return cuModule(len(f.modules)), nil

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/ckpt-go/ckpt/executor"
 	"github.com/ebitengine/purego"
 )
 
@@ -134,13 +135,14 @@ var (
 )
 
 // openLibcuda loads libcuda.so.1 and resolves every entry point. It fails
-// with ErrNoDriver when the library is not found or lacks an entry point.
+// with executor.ErrUnavailable when the library is not found or lacks an
+// entry point.
 func openLibcuda() (driver, error) {
 	dlOnce.Do(func() {
 		dlLib, dlErr = purego.Dlopen(libName, rtldNow|rtldGlobal)
 	})
 	if dlErr != nil {
-		return nil, &Error{Kind: ErrNoDriver, Msg: "cannot load " + libName, Err: dlErr}
+		return nil, &Error{Kind: executor.ErrUnavailable, Msg: "cannot load " + libName, Err: dlErr}
 	}
 	return bindLibcuda(dlLib, loadedPath(libName), libName)
 }
@@ -176,7 +178,7 @@ func bindLibcuda(lib uintptr, path, name string) (*libcuda, error) {
 		sym := symbols[b.api]
 		p, err := purego.Dlsym(lib, sym)
 		if err != nil || p == 0 {
-			return nil, &Error{Kind: ErrNoDriver, Call: sym, Msg: name + " lacks this entry point (a driver older than CUDA 12.0?)", Err: err}
+			return nil, &Error{Kind: executor.ErrUnavailable, Call: sym, Msg: name + " lacks this entry point (a driver older than CUDA 12.0?)", Err: err}
 		}
 		purego.RegisterFunc(b.fn, p)
 	}
@@ -207,12 +209,7 @@ func (l *libcuda) check(call string, r int32) error {
 	if r == cudaSuccess {
 		return nil
 	}
-	e := &Error{Kind: ErrDriver, Call: call, Code: int(r), Name: l.errorName(r)}
-	switch r {
-	case cudaErrorNoDevice, cudaErrorInvalidDevice:
-		e.Kind = ErrNoDevice
-	}
-	return e
+	return driverError(call, int(r), l.errorName(r))
 }
 
 // errorName returns cuGetErrorName's name for a code ("" when the driver
@@ -323,7 +320,7 @@ func (l *libcuda) MemFreeHost(h hostMem) error {
 // hostRange checks that [off, off+n) lies in h and returns its address.
 func hostRange(call string, h hostMem, off, n int64) (unsafe.Pointer, error) {
 	if h.p == nil || off < 0 || n < 0 || off > h.n || n > h.n-off {
-		return nil, &Error{Kind: ErrArgument, Call: call, Msg: "host range " + strconv.FormatInt(off, 10) + "+" +
+		return nil, &Error{Kind: executor.ErrArgument, Call: call, Msg: "host range " + strconv.FormatInt(off, 10) + "+" +
 			strconv.FormatInt(n, 10) + " outside a pinned buffer of " + strconv.FormatInt(h.n, 10) + " bytes"}
 	}
 	return unsafe.Add(h.p, off), nil
@@ -432,7 +429,7 @@ func (l *libcuda) ModuleLoadData(image []byte) (cuModule, error) {
 	r := l.cuModuleLoadDataEx(&m, unsafe.Pointer(&img[0]), 5, unsafe.Pointer(&opts[0]), unsafe.Pointer(&vals[0]))
 	if err := l.check("cuModuleLoadDataEx", r); err != nil {
 		e := err.(*Error)
-		e.Kind = ErrModule
+		e.Msg = "the PTX module failed to load"
 		e.Log = cString(errLog, jitLogBytes)
 		if info := cString(infoLog, jitLogBytes); info != "" {
 			e.Log = strings.TrimRight(e.Log, "\n") + "\n" + info
@@ -458,7 +455,7 @@ func (l *libcuda) ModuleGetFunction(m cuModule, name string) (cuFunction, error)
 
 func (l *libcuda) LaunchKernel(f cuFunction, grid, block [3]uint32, sharedBytes uint32, s cuStream, args []uint64) error {
 	if len(args) > maxKernelArgs {
-		return &Error{Kind: ErrArgument, Call: "cuLaunchKernel", Msg: strconv.Itoa(len(args)) + " kernel parameters, at most " + strconv.Itoa(maxKernelArgs)}
+		return &Error{Kind: executor.ErrArgument, Call: "cuLaunchKernel", Msg: strconv.Itoa(len(args)) + " kernel parameters, at most " + strconv.Itoa(maxKernelArgs)}
 	}
 	if err := l.ensureScratch(); err != nil {
 		return err

@@ -2,7 +2,11 @@
 
 package cuda
 
-import "runtime"
+import (
+	"runtime"
+
+	"github.com/ckpt-go/ckpt/executor"
+)
 
 // libName is the driver library on Linux; other systems are not supported.
 const libName = "libcuda.so.1"
@@ -12,5 +16,5 @@ var symbols = map[string]string{}
 
 // openLibcuda reports that the CUDA executor does not run on this system.
 func openLibcuda() (driver, error) {
-	return nil, &Error{Kind: ErrNoDriver, Msg: "the CUDA executor runs on Linux (amd64, arm64); not on " + runtime.GOOS + "/" + runtime.GOARCH}
+	return nil, &Error{Kind: executor.ErrUnavailable, Msg: "the CUDA executor runs on Linux (amd64, arm64); not on " + runtime.GOOS + "/" + runtime.GOARCH}
 }

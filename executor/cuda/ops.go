@@ -78,7 +78,7 @@ func (e *Executor) grid(n int64) uint32 {
 func (e *Executor) launch(k string, grid, block [3]uint32, args ...uint64) error {
 	f, ok := e.funcs[k]
 	if !ok {
-		return &Error{Kind: ErrArgument, Msg: "kernel " + k + " is not loaded on this device"}
+		return &Error{Kind: executor.ErrArgument, Msg: "kernel " + k + " is not loaded on this device"}
 	}
 	return e.drv.LaunchKernel(f, grid, block, 0, e.stream, args)
 }
@@ -292,7 +292,7 @@ func (e *Executor) Dequantize(ctx context.Context, w *executor.Weight, to dtype.
 	}
 	tc, ok := kernelDType(to)
 	if !ok {
-		return nil, errorf(executor.ErrDType, op, w.Name(), "target %s (the CUDA executor dequantizes to F32, BF16 or F16)", to)
+		return nil, errorf(executor.ErrArgument, op, w.Name(), "target %s (the CUDA executor dequantizes to F32, BF16 or F16)", to)
 	}
 	db, err := e.own(op, w.Data)
 	if err != nil {
@@ -340,7 +340,7 @@ func (e *Executor) convertSource(op, name string, d dtype.DType) (sdt, tab uint6
 	if d == dtype.F8_E4M3 || d == dtype.F8_E5M2 || d == dtype.F8_E4M3FNUZ || d == dtype.F8_E5M2FNUZ {
 		return ckTab, e.qtab(d), nil
 	}
-	return 0, 0, errorf(executor.ErrDType, op, name, "the CUDA executor converts F32, BF16, F16 and FP8 on the device, not %s", d)
+	return 0, 0, errorf(executor.ErrArgument, op, name, "the CUDA executor converts F32, BF16, F16 and FP8 on the device, not %s", d)
 }
 
 // Linear returns y = x·Wᵀ + b in dtype out, summed in F32: on tensor
@@ -441,7 +441,7 @@ func (e *Executor) Linear(ctx context.Context, x executor.Buffer, w *executor.We
 	}
 	if err != nil {
 		_ = e.Free(y)
-		return nil, errorf(executor.ErrShape, op, w.Name(), "Linear of %d×%d by %d×%d: %v", m, k, n, k, err)
+		return nil, errorf(executor.ErrArgument, op, w.Name(), "Linear of %d×%d by %d×%d: %v", m, k, n, k, err)
 	}
 	return e.finish(op, y, e.exec(func() error {
 		if err := e.launch(kernel, grid, [3]uint32{256, 1, 1}, args...); err != nil {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+
+	"github.com/ckpt-go/ckpt/executor"
 )
 
 // thread runs functions on one goroutine locked to one OS thread. A CUDA
@@ -36,7 +38,7 @@ func (t *thread) loop() {
 }
 
 // errStopped is returned by do after stop.
-var errStopped = &Error{Kind: ErrClosed, Msg: "the executor's driver thread has stopped"}
+var errStopped = &Error{Kind: executor.ErrClosed, Msg: "the executor's driver thread has stopped"}
 
 // do runs f on the thread and returns its error. A panic in f is returned
 // as an error rather than killing the thread (and hanging every later
@@ -51,7 +53,7 @@ func (t *thread) do(f func() error) error {
 	t.calls <- func() {
 		defer func() {
 			if r := recover(); r != nil {
-				res <- &Error{Kind: ErrDriver, Msg: fmt.Sprint("panic on the driver thread: ", r)}
+				res <- &Error{Kind: executor.ErrDevice, Msg: fmt.Sprint("panic on the driver thread: ", r)}
 			}
 		}()
 		res <- f()
@@ -61,7 +63,7 @@ func (t *thread) do(f func() error) error {
 }
 
 // close stops the thread after the calls already submitted and waits for
-// it to end. Later calls of do return an ErrClosed error.
+// it to end. Later calls of do return an executor.ErrClosed error.
 func (t *thread) close() {
 	t.once.Do(func() {
 		t.mu.Lock()

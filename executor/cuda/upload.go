@@ -144,7 +144,7 @@ type upTensor struct {
 //
 // The stored bytes are verified against the checksums their files name
 // as the readers read them (the loader's Part.ReadAt, under the model's
-// Policy.Verify): a damaged tensor fails the upload with ErrRead wrapping
+// Policy.Verify): a damaged tensor fails the upload with executor.ErrRead wrapping
 // the loader's *safetensors.ChecksumError (errors.Is(err,
 // ckpt.ErrChecksum)), which names the file, the tensor and its bytes, and
 // no model is returned; a tensor the policy refuses to read (VerifyAlways
@@ -414,10 +414,10 @@ func uploadList(ctx context.Context, m *ckpt.Model) ([]upTensor, error) {
 		case ckpt.ActionConvert:
 			t.data = src(&it.Data, upConvert)
 			if _, ok := kernelDType(t.out); !ok {
-				return nil, errorf(executor.ErrDType, op, key, "the policy converts it to %s; the CUDA executor converts to F32, BF16 or F16 on the device", t.out)
+				return nil, errorf(executor.ErrArgument, op, key, "the policy converts it to %s; the CUDA executor converts to F32, BF16 or F16 on the device", t.out)
 			}
 			if !convertible(t.data.dt) {
-				return nil, errorf(executor.ErrDType, op, key, "the policy converts it from %s; the CUDA executor converts F32, BF16, F16 and FP8 on the device", t.data.dt)
+				return nil, errorf(executor.ErrArgument, op, key, "the policy converts it from %s; the CUDA executor converts F32, BF16, F16 and FP8 on the device", t.data.dt)
 			}
 		case ckpt.ActionQuantized:
 			t.q = it.Quant
@@ -434,7 +434,7 @@ func uploadList(ctx context.Context, m *ckpt.Model) ([]upTensor, error) {
 				break
 			}
 			if _, ok := kernelDType(t.out); !ok {
-				return nil, errorf(executor.ErrDType, op, key, "the policy dequantizes it to %s; the CUDA executor dequantizes to F32, BF16 or F16", t.out)
+				return nil, errorf(executor.ErrArgument, op, key, "the policy dequantizes it to %s; the CUDA executor dequantizes to F32, BF16 or F16", t.out)
 			}
 			t.q = it.Quant
 			if t.plan, err = planDequant(t.q); err != nil {
@@ -623,7 +623,7 @@ func (u *uploader) one(c chunk, s *slot) error {
 		case errors.Is(err, ckpt.ErrChecksum):
 			// The loader's verification (Part.ReadAt, Item.Produce): the
 			// error names the file, the tensor and its bytes.
-			return &Error{Kind: ErrRead, Tensor: c.s.name, Err: err}
+			return &Error{Kind: executor.ErrRead, Tensor: c.s.name, Err: err}
 		case errors.As(err, &le) || u.ctx.Err() != nil:
 			return err
 		}
@@ -631,7 +631,7 @@ func (u *uploader) one(c chunk, s *slot) error {
 		if c.s.part != nil {
 			where = c.s.part.File
 		}
-		return &Error{Kind: ErrRead, Tensor: c.s.name, Msg: fmt.Sprintf("%s, bytes [%d, %d) of what the upload reads of it", where, c.off, c.off+c.n), Err: err}
+		return &Error{Kind: executor.ErrRead, Tensor: c.s.name, Msg: fmt.Sprintf("%s, bytes [%d, %d) of what the upload reads of it", where, c.off, c.off+c.n), Err: err}
 	}
 	if err := u.ctx.Err(); err != nil {
 		return err
@@ -717,7 +717,7 @@ func (u *uploader) convert(c chunk, stage devPtr, st cuStream) error {
 func (e *Executor) launchOn(k string, grid, block [3]uint32, st cuStream, args ...uint64) error {
 	f, ok := e.funcs[k]
 	if !ok {
-		return &Error{Kind: ErrArgument, Msg: "kernel " + k + " is not loaded on this device"}
+		return &Error{Kind: executor.ErrArgument, Msg: "kernel " + k + " is not loaded on this device"}
 	}
 	return e.drv.LaunchKernel(f, grid, block, 0, st, args)
 }
