@@ -82,8 +82,8 @@
 // low-precision weights split on their scale blocks, their scales sliced
 // with their data (kept quantized) or applied to the rows read
 // (dequantized, where a dimension-0 part may start inside a block);
-// anything else that cannot be split is ErrSplit at Open, naming the
-// tensor.
+// anything else that cannot be split is ErrOption at Open, naming the
+// tensor ("split: ...").
 //
 // # Reading
 //

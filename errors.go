@@ -2,74 +2,64 @@ package ckpt
 
 import (
 	"io/fs"
-	"strconv"
 
 	"github.com/ckpt-go/ckpt/internal/errkind"
 )
 
 // ErrorKind classifies the loader's errors. Each kind is an error, so
-// callers can test with errors.Is(err, ckpt.ErrBudget). Errors from the
-// lower packages (variant, shard, safetensors, dtype, quant) are wrapped and
-// keep their own kinds: errors.Is(err, variant.ErrVariantNotFound) works
-// through a *ckpt.Error.
+// callers can test with errors.Is(err, ckpt.ErrBudget). The kinds are
+// general; the message names the case ("split", "buffer", "config", ...).
+// Errors from the lower packages (variant, shard, safetensors, dtype, quant)
+// are wrapped and keep their own kinds: errors.Is(err,
+// variant.ErrVariantNotFound) works through a *ckpt.Error.
 type ErrorKind int
 
 // The kinds of Error.
 const (
-	// ErrPattern: a rule's pattern is malformed.
-	ErrPattern ErrorKind = iota + 1
+	// ErrOption: an option or argument the caller gave cannot be used: an
+	// invalid option (negative workers, a staging size under 1 MiB, a
+	// malformed variant name, a component rule naming no component of the
+	// model, ...); a malformed rule pattern (the message names the
+	// pattern); a tensor that cannot be split as the rank option asks
+	// ("split": sub-byte elements whose part would not start and end on
+	// whole bytes, a quantized weight whose part would not fall on its
+	// scale's blocks); a caller's buffer of the wrong size ("buffer"); a
+	// bare tensor name that exists in several components of a pipeline
+	// ("ambiguous": name it as COMPONENT/NAME).
+	ErrOption ErrorKind = iota + 1
 	// ErrTarget: a dtype target is unknown or cannot be applied (for
 	// example C64 to a real type, or a non-float target for a quantized
 	// weight).
 	ErrTarget
-	// ErrOption: an option is invalid (negative workers or budget, a
-	// component rule naming no component of the model, ...).
-	ErrOption
-	// ErrResolve: the path could not be resolved into files (the wrapped
-	// error is a *variant.Error or *shard.Error).
-	ErrResolve
-	// ErrConfig: a config file (config.json, hf_quant_config.json) could not
-	// be read or is not a JSON object.
-	ErrConfig
-	// ErrQuant: a scaled low-precision layout is malformed (the wrapped
+	// ErrResolve: the path could not be resolved into a checkpoint the
+	// loader understands: its files (the wrapped error is a *variant.Error,
+	// a *shard.Error or the source's), a config file, config.json or
+	// hf_quant_config.json, that cannot be read or is not a JSON object
+	// ("config"), or a malformed scaled low-precision layout (the wrapped
 	// error is a *quant.Error naming the tensor).
-	ErrQuant
+	ErrResolve
 	// ErrBudget: the plan does not fit the memory budget; nothing was
-	// allocated. The error is a *BudgetError with the plan.
+	// allocated. The error is a *BudgetError with the plan. An executor's
+	// refusal for the device's memory also matches it.
 	ErrBudget
 	// ErrNotFound: no tensor or component of that name.
 	ErrNotFound
-	// ErrAmbiguous: a bare tensor name exists in several components of a
-	// pipeline; name it as COMPONENT/NAME.
-	ErrAmbiguous
-	// ErrBuffer: a caller's buffer has the wrong size.
-	ErrBuffer
 	// ErrRead: reading or converting tensor data failed (the wrapped error
 	// says why: I/O, a truncated file, a conversion error).
 	ErrRead
-	// ErrClosed: the model or the loaded weights were closed.
+	// ErrClosed: the model or the loaded weights were closed. It also
+	// matches fs.ErrClosed.
 	ErrClosed
-	// ErrSplit: a tensor cannot be split as the rank option asks (see
-	// WithRank): sub-byte elements whose part would not start and end on
-	// whole bytes, or a quantized weight whose part would not fall on its
-	// scale's blocks.
-	ErrSplit
 )
 
 var kindNames = [...]string{
-	ErrPattern:   "pattern",
-	ErrTarget:    "target",
-	ErrOption:    "option",
-	ErrResolve:   "resolve",
-	ErrConfig:    "config",
-	ErrQuant:     "quant",
-	ErrBudget:    "budget",
-	ErrNotFound:  "not_found",
-	ErrAmbiguous: "ambiguous",
-	ErrBuffer:    "buffer",
-	ErrRead:      "read",
-	ErrClosed:    "closed",
-	ErrSplit:     "split",
+	ErrOption:   "option",
+	ErrTarget:   "target",
+	ErrResolve:  "resolve",
+	ErrBudget:   "budget",
+	ErrNotFound: "not_found",
+	ErrRead:     "read",
+	ErrClosed:   "closed",
 }
 
 // String returns the kind's snake_case name.
@@ -90,13 +80,11 @@ type Error struct {
 	Err       error // the underlying error
 }
 
-// Error formats the kind, what it concerns and the cause.
+// Error formats the kind, what it concerns and the cause:
+// `ckpt: KIND: PATH: component "C": tensor "T": pattern "P": MSG: CAUSE`.
 func (e *Error) Error() string {
-	m := errkind.NewMessage("ckpt").Add(e.Kind.String()).Add(e.Path).Quote("component", e.Component).Quote("tensor", e.Tensor)
-	if e.Pattern != "" || e.Kind == ErrPattern {
-		m.Add("pattern " + strconv.Quote(e.Pattern))
-	}
-	return m.Add(e.Msg).Err(e.Err).String()
+	return errkind.NewMessage("ckpt").Add(e.Kind.String()).Add(e.Path).Quote("component", e.Component).Quote("tensor", e.Tensor).
+		Quote("pattern", e.Pattern).Add(e.Msg).Err(e.Err).String()
 }
 
 // Is reports whether target is e's kind.

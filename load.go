@@ -289,8 +289,8 @@ func (m *Model) loadEntry(ctx context.Context, c *modelComponent, e *entry, dst 
 		return nil, err
 	}
 	if dst != nil && int64(len(dst)) != e.outBytes {
-		return nil, &Error{Kind: ErrBuffer, Component: c.name, Tensor: e.name,
-			Msg: fmt.Sprintf("buffer is %d bytes; the tensor loads as %s %v = %d bytes", len(dst), e.out, e.shape, e.outBytes)}
+		return nil, &Error{Kind: ErrOption, Component: c.name, Tensor: e.name,
+			Msg: fmt.Sprintf("buffer: %d bytes; the tensor loads as %s %v = %d bytes", len(dst), e.out, e.shape, e.outBytes)}
 	}
 	if err := m.checkVerify(c, e); err != nil {
 		return nil, err

@@ -103,9 +103,8 @@ const maxConfigSize = 16 << 20
 //
 // Open applies the policy to every tensor (see Plan) and detects scaled
 // low-precision layouts from tensor names and configs (package quant).
-// Errors: *Error of kind ErrResolve (wrapping the variant, shard or
-// source error),
-// ErrConfig, ErrQuant, ErrTarget or ErrOption.
+// Errors: *Error of kind ErrResolve (wrapping the variant, shard, source
+// or quant error, or naming the config file), ErrTarget or ErrOption.
 func Open(path string, opts ...Option) (*Model, error) {
 	m := &Model{path: path, cfg: config{staging: defaultStaging}}
 	for _, o := range opts {
@@ -241,10 +240,10 @@ func (m *Model) setup(c *modelComponent) error {
 	}}
 	var err error
 	if src.ConfigJSON, err = m.readConfig(m.src.Join(c.dir, "config.json")); err != nil {
-		return &Error{Kind: ErrConfig, Component: c.name, Err: err}
+		return &Error{Kind: ErrResolve, Component: c.name, Msg: "config", Err: err}
 	}
 	if src.HFQuantConfig, err = m.readConfig(m.src.Join(c.dir, "hf_quant_config.json")); err != nil {
-		return &Error{Kind: ErrConfig, Component: c.name, Err: err}
+		return &Error{Kind: ErrResolve, Component: c.name, Msg: "config", Err: err}
 	}
 	n := c.ck.Len()
 	stored := make([]quant.Stored, n)
@@ -254,7 +253,7 @@ func (m *Model) setup(c *modelComponent) error {
 	}
 	c.scheme, err = quant.Detect(stored, src)
 	if err != nil {
-		return &Error{Kind: ErrQuant, Component: c.name, Err: err}
+		return &Error{Kind: ErrResolve, Component: c.name, Err: err}
 	}
 	// plain reports whether the stored tensor name is an entry of its own:
 	// not consumed by a quantized weight, or a scale kept as a tensor.
@@ -313,7 +312,7 @@ func (m *Model) setup(c *modelComponent) error {
 		// A logical name may be its own data tensor's (consumed), not that
 		// of another entry.
 		if c.weights[w.Name] != nil || c.ck.Has(w.Name) && plain(w.Name) {
-			return &Error{Kind: ErrQuant, Component: c.name, Tensor: w.Name, Msg: "a dequantized weight's name is also a stored tensor"}
+			return &Error{Kind: ErrResolve, Component: c.name, Tensor: w.Name, Msg: "quant: a dequantized weight's name is also a stored tensor"}
 		}
 		at, fi, begin := -1, 0, int64(0)
 		if i := dataAt[w.Data.Name]; i >= 0 {
@@ -503,7 +502,7 @@ func (m *Model) lookup(name string) (*modelComponent, *entry, error) {
 	case 1:
 		return fc, fe, nil
 	}
-	return nil, nil, &Error{Kind: ErrAmbiguous, Path: m.path, Tensor: name, Msg: "in components " + strings.Join(in, ", ") + "; name it as COMPONENT/NAME"}
+	return nil, nil, &Error{Kind: ErrOption, Path: m.path, Tensor: name, Msg: "ambiguous: in components " + strings.Join(in, ", ") + "; name it as COMPONENT/NAME"}
 }
 
 // entry returns the component's logical tensor called name, nil if none: a

@@ -32,20 +32,20 @@ type Pattern struct {
 // leading or trailing dot) and malformed character classes are errors.
 func ParsePattern(s string) (Pattern, error) {
 	if s == "" {
-		return Pattern{}, &Error{Kind: ErrPattern, Pattern: s, Msg: "empty pattern"}
+		return Pattern{}, &Error{Kind: ErrOption, Pattern: s, Msg: "empty pattern"}
 	}
 	parts := strings.Split(s, ".")
 	for _, p := range parts {
 		if p == "" {
-			return Pattern{}, &Error{Kind: ErrPattern, Pattern: s, Msg: "empty part (two dots in a row, or a dot at an end)"}
+			return Pattern{}, &Error{Kind: ErrOption, Pattern: s, Msg: "empty part (two dots in a row, or a dot at an end)"}
 		}
 		if p != "*" && p != "**" && hasMeta(p) {
 			if _, err := path.Match(p, ""); err != nil {
-				return Pattern{}, &Error{Kind: ErrPattern, Pattern: s, Msg: fmt.Sprintf("part %q: %v", p, err)}
+				return Pattern{}, &Error{Kind: ErrOption, Pattern: s, Msg: fmt.Sprintf("part %q: %v", p, err)}
 			}
 		}
 		if strings.Contains(p, "**") && p != "**" {
-			return Pattern{}, &Error{Kind: ErrPattern, Pattern: s, Msg: fmt.Sprintf("part %q: ** must stand alone between dots", p)}
+			return Pattern{}, &Error{Kind: ErrOption, Pattern: s, Msg: fmt.Sprintf("part %q: ** must stand alone between dots", p)}
 		}
 	}
 	if len(parts) == 1 && !hasMeta(parts[0]) {

@@ -2,6 +2,7 @@ package ckpt
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -68,8 +69,8 @@ func TestPatternMatch(t *testing.T) {
 func TestPatternErrors(t *testing.T) {
 	for _, s := range []string{"", ".", "a..b", ".a", "a.", "a.[x", "a.x**.b", "a.***"} {
 		_, err := ParsePattern(s)
-		if !errors.Is(err, ErrPattern) {
-			t.Errorf("ParsePattern(%q) = %v, want ErrPattern", s, err)
+		if !errors.Is(err, ErrOption) || !strings.Contains(err.Error(), "pattern") {
+			t.Errorf("ParsePattern(%q) = %v, want ErrOption naming the pattern", s, err)
 			continue
 		}
 		var e *Error
@@ -99,8 +100,8 @@ func FuzzPattern(f *testing.F) {
 		}
 		p, err := ParsePattern(pat)
 		if err != nil {
-			if !errors.Is(err, ErrPattern) {
-				t.Fatalf("error %v is not ErrPattern", err)
+			if !errors.Is(err, ErrOption) || !strings.Contains(err.Error(), "pattern") {
+				t.Fatalf("error %v is not ErrOption naming the pattern", err)
 			}
 			return
 		}

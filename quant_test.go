@@ -137,7 +137,7 @@ func TestLoadMalformedScale(t *testing.T) {
 	dir, _, _ := deepseekFolder(t, []int64{2, 2}) // needs [2, 3]
 	_, err := Open(dir, WithDType(To(dtype.BF16)))
 	var qe *quant.Error
-	if !errors.Is(err, ErrQuant) || !errors.Is(err, quant.ErrInvalidLayout) || !strings.Contains(err.Error(), ": scale shape: ") || !errors.As(err, &qe) || qe.Tensor != "proj.weight_scale_inv" {
+	if !errors.Is(err, ErrResolve) || !errors.Is(err, quant.ErrInvalidLayout) || !strings.Contains(err.Error(), ": quant: invalid_layout: ") || !strings.Contains(err.Error(), ": scale shape: ") || !errors.As(err, &qe) || qe.Tensor != "proj.weight_scale_inv" {
 		t.Fatalf("Open = %v", err)
 	}
 	if !strings.Contains(err.Error(), "proj.weight_scale_inv") {

@@ -83,8 +83,8 @@ type rankConfig struct {
 // dimension-0 part that starts inside a scale block reads that block's
 // scale row); every other split of a quantized weight — and any split of
 // a weight kept quantized, whose scales are returned sliced with its data
-// — must fall on the scale's block boundaries, or Open fails with ErrSplit
-// naming the tensor. A split of sub-byte elements (F4, F6) must start and
+// — must fall on the scale's block boundaries, or Open fails with ErrOption
+// naming the tensor ("split: ..."). A split of sub-byte elements (F4, F6) must start and
 // end on whole bytes. A Dim beyond a matched tensor's dimensions is
 // ErrOption naming the tensor.
 func WithRank(rank, world int, splits ...Split) Option {
@@ -285,8 +285,8 @@ func (e *entry) split(s Split, rule string, rank, world int) error {
 	if e.q == nil {
 		r, err := safetensors.SliceRanges(e.stored, e.shape, s.Dim, start, stop)
 		if err != nil {
-			return &Error{Kind: ErrSplit, Tensor: e.name, Pattern: s.Pattern.String(),
-				Msg: fmt.Sprintf("rank %d's part, %s, of %s elements does not start and end on whole bytes", rank, sl.info.String(), e.stored)}
+			return &Error{Kind: ErrOption, Tensor: e.name, Pattern: s.Pattern.String(),
+				Msg: fmt.Sprintf("split: rank %d's part, %s, of %s elements does not start and end on whole bytes", rank, sl.info.String(), e.stored)}
 		}
 		sl.data = strided{first: r.Offset, n: r.Length, count: r.Count, stride: r.Stride}.norm()
 		bits := int64(e.stored.Bits())
@@ -376,7 +376,7 @@ func ceilDiv(n, b int64) int64 { return (n + b - 1) / b }
 // they use.
 func sliceQuant(w *quant.Weight, dim int, start, stop int64) (*qslice, error) {
 	fail := func(format string, a ...any) error {
-		return &Error{Kind: ErrSplit, Tensor: w.Name, Msg: fmt.Sprintf(format, a...)}
+		return &Error{Kind: ErrOption, Tensor: w.Name, Msg: "split: " + fmt.Sprintf(format, a...)}
 	}
 	L := w.Shape
 	nd := len(L)
@@ -539,7 +539,7 @@ func (e *entry) resolveSlice(strategy readStrategy) error {
 		return nil
 	}
 	fail := func(format string, a ...any) error {
-		return &Error{Kind: ErrSplit, Tensor: e.name, Msg: fmt.Sprintf(format, a...)}
+		return &Error{Kind: ErrOption, Tensor: e.name, Msg: "split: " + fmt.Sprintf(format, a...)}
 	}
 	switch e.act {
 	case actView:

@@ -405,7 +405,7 @@ func TestRankLoadTensorAndInto(t *testing.T) {
 	if _, err := m.loadInto(context.Background(), "w", buf); err != nil || !bytes.Equal(buf, tt.Bytes()) {
 		t.Fatalf("loadInto: %v", err)
 	}
-	if _, err := m.loadInto(context.Background(), "w", make([]byte, 120)); !errors.Is(err, ErrBuffer) {
+	if _, err := m.loadInto(context.Background(), "w", make([]byte, 120)); !errors.Is(err, ErrOption) || !strings.Contains(err.Error(), "buffer: 120 bytes") {
 		t.Errorf("a whole tensor's buffer: %v", err)
 	}
 }
@@ -416,19 +416,20 @@ func TestRankOptionErrors(t *testing.T) {
 		opt    Option
 		kind   ErrorKind
 		tensor string
+		msg    string // the case the message names
 	}{
-		{WithRank(0, 0), ErrOption, ""},
-		{WithRank(2, 2), ErrOption, ""},
-		{WithRank(-1, 2), ErrOption, ""},
-		{WithRank(0, 2, Split{Pattern: MustParsePattern("**.bias"), Dim: 1}), ErrOption, "a.bias"},
-		{WithRank(0, 2, Split{Pattern: MustParsePattern("x"), Dim: -1}), ErrOption, ""},
-		{WithRank(0, 2, Split{Component: "nope", Pattern: MustParsePattern("x"), Dim: 0}), ErrOption, ""},
-		{WithRank(2, 4, Split{Pattern: MustParsePattern("p"), Dim: 1}), ErrSplit, "p"}, // columns [4:5) of F4: half a byte
+		{WithRank(0, 0), ErrOption, "", "world 0 < 1"},
+		{WithRank(2, 2), ErrOption, "", "rank 2 is not in [0, 2)"},
+		{WithRank(-1, 2), ErrOption, "", "rank -1 is not in [0, 2)"},
+		{WithRank(0, 2, Split{Pattern: MustParsePattern("**.bias"), Dim: 1}), ErrOption, "a.bias", "split dimension 1 is beyond"},
+		{WithRank(0, 2, Split{Pattern: MustParsePattern("x"), Dim: -1}), ErrOption, "", "split dimension -1 < 0"},
+		{WithRank(0, 2, Split{Component: "nope", Pattern: MustParsePattern("x"), Dim: 0}), ErrOption, "", "split names no component"},
+		{WithRank(2, 4, Split{Pattern: MustParsePattern("p"), Dim: 1}), ErrOption, "p", "split: rank 2's part"}, // columns [4:5) of F4: half a byte
 	} {
 		_, err := Open(path, c.opt)
 		var le *Error
-		if !errors.Is(err, c.kind) || !errors.As(err, &le) || le.Tensor != c.tensor {
-			t.Errorf("Open = %v, want %v naming tensor %q", err, c.kind, c.tensor)
+		if !errors.Is(err, c.kind) || !strings.Contains(err.Error(), c.msg) || !errors.As(err, &le) || le.Tensor != c.tensor {
+			t.Errorf("Open = %v, want %v naming tensor %q and %q", err, c.kind, c.tensor, c.msg)
 		}
 	}
 	// An F4 split on whole bytes is fine.
@@ -483,7 +484,7 @@ func rankParts(t *testing.T, path, name string, dim, world int, opts ...Option) 
 // A dequantized quantized weight split along dimension 0 equals the rows
 // of the whole dequantization, also where the parts start inside a scale
 // block (130 rows in 2 or 3 parts, blocks of 128); kept quantized it needs
-// block boundaries (ErrSplit otherwise) and then its data and scales, as
+// block boundaries (ErrOption, "split: ...", otherwise) and then its data and scales, as
 // returned, dequantize to the same rows. Along dimension 1 (columns) on
 // block boundaries the same holds.
 func TestRankQuantizedParts(t *testing.T) {
@@ -505,14 +506,14 @@ func TestRankQuantizedParts(t *testing.T) {
 		split := Split{Pattern: MustParsePattern("w.weight"), Dim: c.dim}
 		if !c.deqOK {
 			for _, tg := range []Target{To(dtype.F32), AsStored} {
-				if _, err := Open(dir, WithDType(tg), WithRank(0, c.world, split)); !errors.Is(err, ErrSplit) || !strings.Contains(err.Error(), "w.weight") {
+				if _, err := Open(dir, WithDType(tg), WithRank(0, c.world, split)); !errors.Is(err, ErrOption) || !strings.Contains(err.Error(), "split: ") || !strings.Contains(err.Error(), "w.weight") {
 					t.Errorf("%s %s: %v", name, tg, err)
 				}
 			}
 			continue
 		}
 		if !c.keepOK {
-			if _, err := Open(dir, WithRank(1, c.world, split)); !errors.Is(err, ErrSplit) || !strings.Contains(err.Error(), "block") {
+			if _, err := Open(dir, WithRank(1, c.world, split)); !errors.Is(err, ErrOption) || !strings.Contains(err.Error(), "split: ") || !strings.Contains(err.Error(), "block") {
 				t.Errorf("%s kept quantized: %v", name, err)
 			}
 		}
@@ -634,10 +635,10 @@ func TestRankMXFP4Parts(t *testing.T) {
 		}
 	}
 	// Half a column block is refused, and so is half a byte.
-	if _, err := Open(path, WithDType(To(dtype.F32)), WithRank(0, 3, Split{Pattern: MustParsePattern("experts.down_proj"), Dim: 2})); !errors.Is(err, ErrSplit) {
+	if _, err := Open(path, WithDType(To(dtype.F32)), WithRank(0, 3, Split{Pattern: MustParsePattern("experts.down_proj"), Dim: 2})); !errors.Is(err, ErrOption) || !strings.Contains(err.Error(), "split: ") {
 		t.Errorf("43-column parts: %v", err)
 	}
-	if _, err := Open(path, WithDType(To(dtype.F32)), WithRank(0, 8, Split{Pattern: MustParsePattern("experts.down_proj"), Dim: 2})); !errors.Is(err, ErrSplit) {
+	if _, err := Open(path, WithDType(To(dtype.F32)), WithRank(0, 8, Split{Pattern: MustParsePattern("experts.down_proj"), Dim: 2})); !errors.Is(err, ErrOption) || !strings.Contains(err.Error(), "split: ") {
 		t.Errorf("16-column parts of 32-column blocks: %v", err)
 	}
 }

@@ -9,12 +9,11 @@ import (
 	"testing"
 
 	"github.com/ckpt-go/ckpt/dtype"
-	"github.com/ckpt-go/ckpt/internal/errkind"
 	"github.com/ckpt-go/ckpt/internal/testutil"
 )
 
 func TestKinds(t *testing.T) {
-	testutil.CheckKinds(t, errkind.All[ErrorKind](kindNames[:]), func(k ErrorKind) error { return &Error{Kind: k} })
+	testutil.CheckKinds(t, testutil.Kinds[ErrorKind](kindNames[:]), func(k ErrorKind) error { return &Error{Kind: k} })
 }
 
 // failure is what a test expects of an error: its kind and the check its

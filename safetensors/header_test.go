@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/ckpt-go/ckpt/dtype"
-	"github.com/ckpt-go/ckpt/internal/errkind"
+	"github.com/ckpt-go/ckpt/internal/testutil"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 )
@@ -225,11 +225,11 @@ func TestErrorFormatting(t *testing.T) {
 	if !errors.Is(e, ErrTensorNotFound) || errors.Is(e, ErrClosed) {
 		t.Error("Is mismatch")
 	}
-	if ks := errkind.All[ErrorKind](kindNames[:]); len(ks) != int(numKinds)-1 || ks[0] != ErrHeaderTooSmall || ks[len(ks)-1] != ErrChecksum {
+	if ks := testutil.Kinds[ErrorKind](kindNames[:]); len(ks) != int(numKinds)-1 || ks[0] != ErrHeaderTooSmall || ks[len(ks)-1] != ErrChecksum {
 		t.Fatalf("kinds %v, want every kind from header_too_small to checksum", ks)
 	}
 	seen := map[string]bool{}
-	for _, k := range errkind.All[ErrorKind](kindNames[:]) {
+	for _, k := range testutil.Kinds[ErrorKind](kindNames[:]) {
 		s := k.String()
 		if s == "" || strings.ContainsAny(s, " -") || seen[s] {
 			t.Errorf("bad kind name %q", s)

@@ -5,12 +5,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ckpt-go/ckpt/internal/errkind"
 	"github.com/ckpt-go/ckpt/internal/testutil"
 )
 
 func TestKindNames(t *testing.T) {
-	ks := errkind.All[ErrorKind](kindNames[:])
+	ks := testutil.Kinds[ErrorKind](kindNames[:])
 	testutil.CheckKinds(t, ks, func(k ErrorKind) error { return &Error{Kind: k, Path: "p"} })
 	if ErrorKind(0).String() != "unknown" || ErrorKind(999).String() != "unknown" {
 		t.Error("out-of-range kinds")

@@ -6,12 +6,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ckpt-go/ckpt/internal/errkind"
 	"github.com/ckpt-go/ckpt/internal/testutil"
 )
 
 func TestErrorKinds(t *testing.T) {
-	testutil.CheckKinds(t, errkind.All[ErrorKind](kindNames[:]), func(k ErrorKind) error { return &Error{Kind: k} })
+	testutil.CheckKinds(t, testutil.Kinds[ErrorKind](kindNames[:]), func(k ErrorKind) error { return &Error{Kind: k} })
 }
 
 func TestErrorFormat(t *testing.T) {

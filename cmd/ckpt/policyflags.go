@@ -176,11 +176,12 @@ func (f *splitFlags) Set(s string) error {
 }
 
 // openModel opens path with the options; an option the model rejects (a
-// component it does not have, a malformed variant name) is a usage error.
+// component it does not have, a malformed variant name or pattern, a split
+// the tensors do not allow) is a usage error.
 func openModel(path string, opts []ckpt.Option) (*ckpt.Model, error) {
 	m, err := ckpt.Open(path, opts...)
 	if err != nil {
-		if errors.Is(err, ckpt.ErrOption) || errors.Is(err, ckpt.ErrPattern) || errors.Is(err, ckpt.ErrSplit) {
+		if errors.Is(err, ckpt.ErrOption) {
 			return nil, usageError{msg: err.Error()}
 		}
 		return nil, err

@@ -11,12 +11,3 @@ func Name[K ~int](names []string, k K) string {
 	}
 	return "unknown"
 }
-
-// All returns every kind of the table, 1 to len(names)-1, in order.
-func All[K ~int](names []string) []K {
-	out := make([]K, 0, max(len(names)-1, 0))
-	for k := K(1); int(k) < len(names); k++ {
-		out = append(out, k)
-	}
-	return out
-}

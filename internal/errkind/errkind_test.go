@@ -2,7 +2,6 @@ package errkind
 
 import (
 	"errors"
-	"slices"
 	"testing"
 )
 
@@ -15,15 +14,6 @@ func TestName(t *testing.T) {
 		if got := Name(names, k); got != want {
 			t.Errorf("Name(%d) = %q, want %q", k, got, want)
 		}
-	}
-}
-
-func TestAll(t *testing.T) {
-	if got := All[kind](names); !slices.Equal(got, []kind{1, 2}) {
-		t.Errorf("All = %v", got)
-	}
-	if got := All[kind](nil); len(got) != 0 {
-		t.Errorf("All(nil) = %v", got)
 	}
 }
 

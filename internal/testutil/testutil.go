@@ -46,6 +46,16 @@ func WriteSyntheticShards(t testing.TB, dir string, names []string, weightMap ma
 	}
 }
 
+// Kinds returns every kind of a package's name table (indexed by kind,
+// from 1): 1 to len(names)-1, in order.
+func Kinds[K ~int](names []string) []K {
+	out := make([]K, 0, max(len(names)-1, 0))
+	for k := K(1); int(k) < len(names); k++ {
+		out = append(out, k)
+	}
+	return out
+}
+
 var snakeCase = regexp.MustCompile(`^[a-z]+(_[a-z]+)*$`)
 
 // CheckKinds checks the error-kind type of a ckpt package: there is at least
