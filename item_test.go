@@ -49,7 +49,7 @@ func TestItemsAgreeWithLoad(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if it.DType != tt.DType || !slices.Equal(it.Shape, tt.Shape) || it.Action.String() != tt.Action() && tt.Action() != "read" {
+					if it.DType != tt.DType || !slices.Equal(it.Shape, tt.Shape) || it.Action != tt.Action() && tt.Action() != ActionRead {
 						t.Errorf("%s: item %s %v %v, loaded %s %v %s", it.Key, it.DType, it.Shape, it.Action, tt.DType, tt.Shape, tt.Action())
 					}
 					if (it.Split == nil) != (tt.Split == nil) {

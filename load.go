@@ -55,8 +55,9 @@ type Tensor struct {
 	q    *quant.Weight // the layout of a weight kept quantized (see QuantWeight)
 }
 
-// Location says where a loaded tensor's bytes live, so that an executor
-// can read them straight from the file later.
+// Location says where a loaded tensor's bytes live: memory of the load or a
+// view of the file's mapping, and which stored bytes of which file they
+// come from.
 type Location struct {
 	// Owned is true when Bytes is memory of the load (converted,
 	// dequantized or read with pread); false for a zero-copy view of the
@@ -74,9 +75,10 @@ type Location struct {
 // reused).
 func (t *Tensor) Bytes() []byte { return t.data }
 
-// Action says how the tensor was produced: "view", "read", "convert",
-// "dequantize" or "quantized".
-func (t *Tensor) Action() string { return t.act.String() }
+// Action says how the tensor was produced (ActionView, ActionRead,
+// ActionConvert, ActionDequantize or ActionQuantized, as Item.Action
+// said; its String is the word plans use).
+func (t *Tensor) Action() Action { return t.act }
 
 // NumElements returns the number of elements.
 func (t *Tensor) NumElements() int64 { return numElements(t.Shape) }

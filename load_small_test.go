@@ -54,7 +54,7 @@ func TestSmallTensorsInBatches(t *testing.T) {
 			if !bytes.Equal(got.Bytes(), one.Bytes()) || got.Stats != one.Stats || got.Action() != one.Action() {
 				t.Fatalf("%d shards: %s: loaded %s with %+v, alone %s with %+v", shards, name, got.Action(), got.Stats, one.Action(), one.Stats)
 			}
-			if got.Action() == "convert" && !bytes.Equal(got.Bytes(), want(t, got.Name, got.Stored, got.Shape, dtype.F8_E4M3)) {
+			if got.Action() == ActionConvert && !bytes.Equal(got.Bytes(), want(t, got.Name, got.Stored, got.Shape, dtype.F8_E4M3)) {
 				t.Fatalf("%s: wrong bytes", name)
 			}
 			total.Add(got.Stats)

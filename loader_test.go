@@ -65,7 +65,7 @@ func TestLoadSingleFileAsStoredIsZeroCopy(t *testing.T) {
 		t.Fatalf("Len = %d", w.Len())
 	}
 	for name, tt := range w.All() {
-		if tt.Location.Owned || tt.Action() != "view" {
+		if tt.Location.Owned || tt.Action() != ActionView {
 			t.Errorf("%s: owned=%v action=%s, want a view", name, tt.Location.Owned, tt.Action())
 		}
 		if tt.DType != tt.Stored {
@@ -168,7 +168,7 @@ func TestPipelinePerComponentPolicy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if tt.DType != dt || tt.Action() != act || !strings.Contains(tt.Decision.Rule, rule) {
+		if tt.DType != dt || tt.Action().String() != act || !strings.Contains(tt.Decision.Rule, rule) {
 			t.Errorf("%s: %s %s by %q, want %s %s by …%s…", name, tt.DType, tt.Action(), tt.Decision.Rule, dt, act, rule)
 		}
 		if !bytes.Equal(tt.Bytes(), want(t, tt.Name, tt.Stored, tt.Shape, dt)) {

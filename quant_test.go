@@ -89,7 +89,7 @@ func TestLoadDeepSeekBlockFP8(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if tt.DType != to || tt.Action() != "dequantize" || tt.Layout != "deepseek-fp8-block" || tt.Stored != dtype.F8_E4M3 {
+		if tt.DType != to || tt.Action() != ActionDequantize || tt.Layout != "deepseek-fp8-block" || tt.Stored != dtype.F8_E4M3 {
 			t.Fatalf("%s: %s %s %s stored %s", to, tt.DType, tt.Action(), tt.Layout, tt.Stored)
 		}
 		wantB := make([]byte, len(tt.Bytes()))
@@ -104,7 +104,7 @@ func TestLoadDeepSeekBlockFP8(t *testing.T) {
 	m := mustOpen(t, dir)
 	w := mustLoad(t, m)
 	tt, _ := w.Tensor("proj.weight")
-	if tt.Action() != "quantized" || tt.DType != dtype.F8_E4M3 || tt.Location.Owned || len(tt.Scales) != 1 ||
+	if tt.Action() != ActionQuantized || tt.DType != dtype.F8_E4M3 || tt.Location.Owned || len(tt.Scales) != 1 ||
 		tt.Scales[0].Role != "scale_inv" || tt.Scales[0].Name != "proj.weight_scale_inv" || !bytes.Equal(tt.Bytes(), codes) {
 		t.Fatalf("kept quantized: %s %s owned=%v scales=%d", tt.Action(), tt.DType, tt.Location.Owned, len(tt.Scales))
 	}
@@ -116,7 +116,7 @@ func TestLoadDeepSeekBlockFP8(t *testing.T) {
 	mp := mustOpen(t, dir, WithReadStrategy("pread"))
 	wp := mustLoad(t, mp)
 	tp, _ := wp.Tensor("proj.weight")
-	if tp.Action() != "quantized" || !tp.Location.Owned || !bytes.Equal(tp.Bytes(), codes) || !tp.Scales[0].Location.Owned ||
+	if tp.Action() != ActionQuantized || !tp.Location.Owned || !bytes.Equal(tp.Bytes(), codes) || !tp.Scales[0].Location.Owned ||
 		!bytes.Equal(tp.Scales[0].Bytes(), tt.Scales[0].Bytes()) {
 		t.Fatalf("pread kept quantized: %s owned=%v", tp.Action(), tp.Location.Owned)
 	}
@@ -192,7 +192,7 @@ func TestLoadMXFP4(t *testing.T) {
 	m2 := mustOpen(t, path, WithDType(Quantized))
 	w2 := mustLoad(t, m2)
 	q, _ := w2.Tensor("experts.down_proj")
-	if q.Action() != "quantized" || q.DType != dtype.F4 || !bytes.Equal(q.Bytes(), blocks) || len(q.Scales) != 1 {
+	if q.Action() != ActionQuantized || q.DType != dtype.F4 || !bytes.Equal(q.Bytes(), blocks) || len(q.Scales) != 1 {
 		t.Fatalf("kept: %s %s %d scales", q.Action(), q.DType, len(q.Scales))
 	}
 }

@@ -524,7 +524,7 @@ func TestRankQuantizedParts(t *testing.T) {
 			var bs [][]byte
 			var shapes [][]int64
 			for _, p := range parts {
-				if p.Action() != "dequantize" {
+				if p.Action() != ActionDequantize {
 					t.Fatalf("%s: %s", name, p.Action())
 				}
 				bs, shapes = append(bs, p.Bytes()), append(shapes, p.Shape)
@@ -539,7 +539,7 @@ func TestRankQuantizedParts(t *testing.T) {
 			bs = bs[:0]
 			for _, p := range kept {
 				q := p.QuantWeight()
-				if p.Action() != "quantized" || q == nil || len(p.Scales) != 1 || !slices.Equal(q.Shape, p.Shape) {
+				if p.Action() != ActionQuantized || q == nil || len(p.Scales) != 1 || !slices.Equal(q.Shape, p.Shape) {
 					t.Fatalf("%s: kept %s %v", name, p.Action(), q)
 				}
 				if !slices.Equal(p.Scales[0].Shape, q.Scales[0].Shape) {

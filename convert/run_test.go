@@ -221,7 +221,7 @@ func TestRunQuantizeLoadBack(t *testing.T) {
 				t.Fatalf("%s: the loader does not see %s as quantized (%v)", name, qn, s.Layout)
 			}
 			lt, err := w.Tensor(qn)
-			if err != nil || lt.Action() != "dequantize" {
+			if err != nil || lt.Action() != ckpt.ActionDequantize {
 				t.Fatalf("%s: %s: %v %v", name, qn, err, lt)
 			}
 			got, _ := lt.Float32s()

@@ -99,12 +99,12 @@ func demoLoad(d *demo, root, _ string) error {
 		var order []key
 		count := map[key]int{}
 		for _, t := range w.Component(comp) {
-			k := key{t.DType.String(), t.Action(), t.Decision.Rule}
+			k := key{t.DType.String(), t.Action().String(), t.Decision.Rule}
 			if count[k] == 0 {
 				order = append(order, k)
 			}
 			count[k]++
-			if comp == "image_encoder" && (t.DType != dtype.F32 || t.Action() == "convert") {
+			if comp == "image_encoder" && (t.DType != dtype.F32 || t.Action() == ckpt.ActionConvert) {
 				return fmt.Errorf("image_encoder/%s loaded as %s by %s, want its stored F32", t.Name, t.DType, t.Action())
 			}
 		}
@@ -161,7 +161,7 @@ func demoDequantize(d *demo, root, _ string) error {
 		if err != nil {
 			return err
 		}
-		if t.Action() != "dequantize" || t.Layout != demoLayout {
+		if t.Action() != ckpt.ActionDequantize || t.Layout != demoLayout {
 			return fmt.Errorf("transformer/%s: loaded by %q with layout %q, want %q of the %s layout: package quant did not detect the FP8 variant's scales",
 				name, t.Action(), t.Layout, "dequantize", demoLayout)
 		}

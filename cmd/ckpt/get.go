@@ -169,9 +169,9 @@ func describeLoaded(m *ckpt.Model, t *ckpt.Tensor, format, dest string) string {
 	}
 	fmt.Fprintf(&b, " -> %s by %s (%s)", t.DType, t.Action(), t.Decision.Rule)
 	switch t.Action() {
-	case "convert", "dequantize":
+	case ckpt.ActionConvert, ckpt.ActionDequantize:
 		fmt.Fprintf(&b, "; %s", t.Stats)
-	case "quantized":
+	case ckpt.ActionQuantized:
 		scales := make([]string, len(t.Scales))
 		for i, s := range t.Scales {
 			scales[i] = s.Name

@@ -497,7 +497,7 @@ func TestSampleDequantizes(t *testing.T) {
 		}
 		g, _ := got.Float32s()
 		w, _ := r.Float32s()
-		if len(got.Shape) == 2 && got.Action() != "dequantize" {
+		if len(got.Shape) == 2 && got.Action() != ckpt.ActionDequantize {
 			t.Errorf("%s: %s, want dequantize", name, got.Action())
 		}
 		for i := range g {

@@ -135,7 +135,7 @@ func run(root, variant, budget string) error {
 			n++
 			dts[t.DType.String()]++
 			switch {
-			case t.Action() == "quantized":
+			case t.Action() == ckpt.ActionQuantized:
 				quantized++
 			case !t.Location.Owned:
 				views++
