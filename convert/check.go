@@ -34,8 +34,9 @@ import (
 //
 // Check returns nil or every problem it found at once, as an errors.Join of
 // *Error values; each names the tensor or option concerned and matches its
-// kind with errors.Is (ErrName, ErrDuplicate, ErrDType, ErrShape,
-// ErrMetadata, ErrHeader, ErrOption, ErrTarget, ErrExists, ErrNoSpace).
+// kind with errors.Is (ErrInvalid for a tensor or the metadata, its
+// message saying which check; ErrOption, ErrTarget, ErrExists,
+// ErrNoSpace).
 // Check creates a probe folder to test that the target is writable and
 // removes it; it changes nothing else. For a location of a registered sink
 // (s3://...) it lists the location and checks the name, writing nothing
@@ -132,9 +133,9 @@ func newPlan(dir string, specs []safetensors.TensorSpec, lens []int, opts *SaveO
 	for k, v := range opts.Metadata {
 		switch {
 		case k == MetaStep || k == MetaEpoch:
-			errs = append(errs, &Error{Kind: ErrMetadata, Path: dir, Field: "metadata " + k, Msg: "set by Save from SaveOptions." + map[string]string{MetaStep: "Step", MetaEpoch: "Epoch"}[k]})
+			errs = append(errs, &Error{Kind: ErrInvalid, Path: dir, Field: "metadata " + k, Msg: "set by Save from SaveOptions." + map[string]string{MetaStep: "Step", MetaEpoch: "Epoch"}[k]})
 		case !utf8.ValidString(k) || !utf8.ValidString(v):
-			errs = append(errs, &Error{Kind: ErrMetadata, Path: dir, Field: fmt.Sprintf("metadata %q", k), Msg: "not valid UTF-8"})
+			errs = append(errs, &Error{Kind: ErrInvalid, Path: dir, Field: fmt.Sprintf("metadata %q", k), Msg: "not valid UTF-8"})
 		default:
 			p.metadata[k] = v
 		}
@@ -152,32 +153,32 @@ func newPlan(dir string, specs []safetensors.TensorSpec, lens []int, opts *SaveO
 	for i, s := range specs {
 		p.specs[i] = safetensors.TensorSpec{Name: s.Name, DType: s.DType, Shape: append([]int64(nil), s.Shape...)}
 		if err := checkTensorName(s.Name); err != "" {
-			errs = append(errs, &Error{Kind: ErrName, Path: dir, Tensor: s.Name, Msg: err})
+			errs = append(errs, &Error{Kind: ErrInvalid, Path: dir, Tensor: s.Name, Msg: "name: " + err})
 			clean = false
 		} else if seen[s.Name] {
-			errs = append(errs, &Error{Kind: ErrDuplicate, Path: dir, Tensor: s.Name, Msg: "two tensors have this name"})
+			errs = append(errs, &Error{Kind: ErrInvalid, Path: dir, Tensor: s.Name, Msg: "duplicate: two tensors have this name"})
 			clean = false
 		}
 		seen[s.Name] = true
 		if !s.DType.Valid() {
-			errs = append(errs, &Error{Kind: ErrDType, Path: dir, Tensor: s.Name,
-				Msg: fmt.Sprintf("dtype %d is neither built in nor registered (dtype.Register)", uint16(s.DType))})
+			errs = append(errs, &Error{Kind: ErrInvalid, Path: dir, Tensor: s.Name,
+				Msg: fmt.Sprintf("dtype: dtype %d is neither built in nor registered (dtype.Register)", uint16(s.DType))})
 			clean = false
 			continue
 		}
 		n, err := s.ByteLen()
 		if err != nil {
-			errs = append(errs, &Error{Kind: ErrShape, Path: dir, Tensor: s.Name, Msg: fmt.Sprintf("%s%v", s.DType, s.Shape), Err: err})
+			errs = append(errs, &Error{Kind: ErrInvalid, Path: dir, Tensor: s.Name, Msg: fmt.Sprintf("shape: %s%v", s.DType, s.Shape), Err: err})
 			clean = false
 			continue
 		}
 		sizes[i] = n
 		if lens != nil && int64(lens[i]) != n {
-			errs = append(errs, &Error{Kind: ErrDataLength, Path: dir, Tensor: s.Name,
-				Msg: fmt.Sprintf("data has %d bytes, %s%v needs %d", lens[i], s.DType, s.Shape, n)})
+			errs = append(errs, &Error{Kind: ErrInvalid, Path: dir, Tensor: s.Name,
+				Msg: fmt.Sprintf("data length: data has %d bytes, %s%v needs %d", lens[i], s.DType, s.Shape, n)})
 		}
 		if p.data > math.MaxInt64-n {
-			errs = append(errs, &Error{Kind: ErrShape, Path: dir, Tensor: s.Name, Msg: "the checkpoint's size overflows int64"})
+			errs = append(errs, &Error{Kind: ErrInvalid, Path: dir, Tensor: s.Name, Msg: "shape: the checkpoint's size overflows int64"})
 			clean = false
 			continue
 		}
@@ -187,7 +188,7 @@ func newPlan(dir string, specs []safetensors.TensorSpec, lens []int, opts *SaveO
 		// A checksum is a claim about a tensor's data, checked by the
 		// writer of the shard that holds it.
 		if name, ok := strings.CutPrefix(k, safetensors.ChecksumPrefix); ok && !seen[name] {
-			errs = append(errs, &Error{Kind: ErrMetadata, Path: dir, Field: fmt.Sprintf("metadata %q", k), Msg: "a checksum for a tensor that is not saved"})
+			errs = append(errs, &Error{Kind: ErrInvalid, Path: dir, Field: fmt.Sprintf("metadata %q", k), Msg: "a checksum for a tensor that is not saved"})
 		}
 	}
 	if len(errs) > 0 && !clean || p.maxShard <= 0 {
@@ -204,12 +205,12 @@ func newPlan(dir string, specs []safetensors.TensorSpec, lens []int, opts *SaveO
 		}
 		n, err := setwrite.HeaderLen(gs, p.metadata)
 		if err != nil {
-			kind := ErrHeader
+			what := "header"
 			var se *safetensors.Error
 			if errors.As(err, &se) && se.Kind != safetensors.ErrHeaderTooLarge {
-				kind = ErrMetadata
+				what = "metadata"
 			}
-			errs = append(errs, &Error{Kind: kind, Path: dir, Field: fmt.Sprintf("shard %d of %d", gi+1, len(groups)), Err: err})
+			errs = append(errs, &Error{Kind: ErrInvalid, Path: dir, Field: fmt.Sprintf("shard %d of %d", gi+1, len(groups)), Msg: what, Err: err})
 			continue
 		}
 		p.files += n

@@ -93,40 +93,48 @@ func TestCheckReportsEverything(t *testing.T) {
 		IfRunning: 7, Metadata: map[string]string{"step": "3", "note": "\xff"},
 	}
 	err := convert.Check(t.TempDir(), specs, opts)
+	// A problem's key: its kind, what it is about, and for ErrInvalid the
+	// check that failed, which starts its message (or, for metadata, the
+	// field that names it).
 	type key struct {
 		kind  convert.ErrorKind
 		about string
+		check string
 	}
 	var got []key
 	for _, e := range problems(t, err) {
-		got = append(got, key{e.Kind, e.Tensor + e.Field})
+		check, _, _ := strings.Cut(e.Msg, ":")
+		if e.Kind != convert.ErrInvalid || strings.HasPrefix(e.Field, "metadata") {
+			check = ""
+		}
+		got = append(got, key{e.Kind, e.Tensor + e.Field, check})
 		if e.Path == "" {
 			t.Errorf("%v names no folder", e)
 		}
 	}
 	want := []key{
-		{convert.ErrName, ""},
-		{convert.ErrName, "__metadata__"},
-		{convert.ErrName, "bad\xffutf8"},
-		{convert.ErrName, "new\nline"},
-		{convert.ErrDuplicate, "ok"},
-		{convert.ErrDType, "unknown.dtype"},
-		{convert.ErrShape, "negative"},
-		{convert.ErrShape, "overflow"},
-		{convert.ErrShape, "fp4.odd"},
-		{convert.ErrShape, "fp6.ragged"},
-		{convert.ErrOption, "Name"},
-		{convert.ErrOption, "Prefix"},
-		{convert.ErrOption, "MaxShardSize"},
-		{convert.ErrOption, "KeepLast"},
-		{convert.ErrOption, "Epoch"},
-		{convert.ErrOption, "IfRunning"},
-		{convert.ErrMetadata, "metadata step"},
-		{convert.ErrMetadata, `metadata "note"`},
+		{convert.ErrInvalid, "", "name"},
+		{convert.ErrInvalid, "__metadata__", "name"},
+		{convert.ErrInvalid, "bad\xffutf8", "name"},
+		{convert.ErrInvalid, "new\nline", "name"},
+		{convert.ErrInvalid, "ok", "duplicate"},
+		{convert.ErrInvalid, "unknown.dtype", "dtype"},
+		{convert.ErrInvalid, "negative", "shape"},
+		{convert.ErrInvalid, "overflow", "shape"},
+		{convert.ErrInvalid, "fp4.odd", "shape"},
+		{convert.ErrInvalid, "fp6.ragged", "shape"},
+		{convert.ErrOption, "Name", ""},
+		{convert.ErrOption, "Prefix", ""},
+		{convert.ErrOption, "MaxShardSize", ""},
+		{convert.ErrOption, "KeepLast", ""},
+		{convert.ErrOption, "Epoch", ""},
+		{convert.ErrOption, "IfRunning", ""},
+		{convert.ErrInvalid, "metadata step", ""},
+		{convert.ErrInvalid, `metadata "note"`, ""},
 	}
 	for _, w := range want {
 		if !slices.Contains(got, w) {
-			t.Errorf("missing %v %q", w.kind, w.about)
+			t.Errorf("missing %v %q %q", w.kind, w.about, w.check)
 		}
 	}
 	if len(got) != len(want) {

@@ -129,4 +129,21 @@
 // no committed checkpoint, so that a trainer killed in a save saves that
 // step again after it resumes, and a killed KeepLast removal is finished by
 // the next save; the kill tests run against a real S3 server too.
+//
+// # Errors
+//
+// Every error is an *Error naming the folder or file, the component, the
+// ranks, the tensor and the option concerned, whichever apply. Its kind,
+// matched with errors.Is, answers the question a caller branches on: an
+// option to fix (ErrOption), tensors or metadata that cannot be written
+// (ErrInvalid), a target that cannot be used or written (ErrTarget), too
+// little room (ErrNoSpace), a name taken (ErrExists, also fs.ErrExist), a
+// save already running (ErrBusy), another writer in the way (ErrConflict),
+// ranks not done (ErrIncomplete), a source that cannot be read or copied
+// (ErrSource), a conversion the policy asks for that Run will not write
+// (ErrCast), a value that overflowed under Options.FailOnOverflow
+// (ErrOverflow), an output that does not read back as written
+// (ErrVerify). Where a kind gathers several cases, the message starts with
+// the case ("shape: ...", "commit: ..."). A canceled operation's error
+// matches context.Canceled or context.DeadlineExceeded.
 package convert

@@ -1,14 +1,22 @@
-package convert_test
+package convert
 
 import (
+	"errors"
+	"io/fs"
 	"testing"
 
-	"github.com/ckpt-go/ckpt/convert"
+	"github.com/ckpt-go/ckpt/internal/errkind"
 	"github.com/ckpt-go/ckpt/internal/testutil"
 )
 
 func TestErrorKinds(t *testing.T) {
-	testutil.CheckKinds(t, convert.Kinds(), func(k convert.ErrorKind) error {
-		return &convert.Error{Kind: k, Path: "dir", Tensor: "w"}
+	kinds := errkind.All[ErrorKind](kindNames[:])
+	testutil.CheckKinds(t, kinds, func(k ErrorKind) error {
+		return &Error{Kind: k, Path: "dir", Tensor: "w"}
 	})
+	for _, k := range kinds {
+		if got := errors.Is(&Error{Kind: k}, fs.ErrExist); got != (k == ErrExists) {
+			t.Errorf("errors.Is(error of kind %s, fs.ErrExist) = %v", k, got)
+		}
+	}
 }

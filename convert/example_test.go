@@ -95,7 +95,16 @@ func ExampleCheck() {
 		{Name: "experts.w", DType: dtype.F8_E8M0, Shape: []int64{3, 1}},
 	}
 	err := convert.Check(dir, specs, convert.SaveOptions{Metadata: map[string]string{"step": "7"}})
-	fmt.Println(errors.Is(err, convert.ErrShape), errors.Is(err, convert.ErrDuplicate), errors.Is(err, convert.ErrMetadata))
+	fmt.Println(errors.Is(err, convert.ErrInvalid))
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		var ce *convert.Error
+		if errors.As(e, &ce) {
+			fmt.Printf("%s %q: %s\n", ce.Kind.String(), ce.Tensor+ce.Field, ce.Msg)
+		}
+	}
 	// Output:
-	// true true true
+	// true
+	// invalid "metadata step": set by Save from SaveOptions.Step
+	// invalid "experts.w": shape: F4[3 5]
+	// invalid "experts.w": duplicate: two tensors have this name
 }

@@ -179,7 +179,7 @@ func scanCopies(root string, src srcfs.FS, skip func(rel string) (bool, string))
 	var walk func(dir, rel string, depth int) error
 	walk = func(dir, rel string, depth int) error {
 		if depth > 32 {
-			return &Error{Kind: ErrCopy, Path: dir, Msg: "folders nested more than 32 deep"}
+			return &Error{Kind: ErrSource, Path: dir, Msg: "copy: folders nested more than 32 deep"}
 		}
 		real, err := filepath.EvalSymlinks(dir)
 		if err != nil {
@@ -212,15 +212,15 @@ func scanCopies(root string, src srcfs.FS, skip func(rel string) (bool, string))
 				t, err := shard.ResolveFile(p, sopts...)
 				if err != nil {
 					if errors.Is(err, shard.ErrInsecurePath) {
-						return &Error{Kind: ErrCopy, Path: p, Msg: "a symbolic link that leads out of its folder (FollowSymlinks allows it)", Err: err}
+						return &Error{Kind: ErrSource, Path: p, Msg: "copy: a symbolic link that leads out of its folder (FollowSymlinks allows it)", Err: err}
 					}
-					return &Error{Kind: ErrCopy, Path: p, Err: err}
+					return &Error{Kind: ErrSource, Path: p, Msg: "copy", Err: err}
 				}
 				target = t
 			}
 			st, err := os.Stat(target)
 			if err != nil {
-				return &Error{Kind: ErrCopy, Path: p, Err: err}
+				return &Error{Kind: ErrSource, Path: p, Msg: "copy", Err: err}
 			}
 			switch {
 			case st.IsDir():
@@ -230,7 +230,7 @@ func scanCopies(root string, src srcfs.FS, skip func(rel string) (bool, string))
 			case st.Mode().IsRegular():
 				files = append(files, copyFile{real: target, rel: r})
 			default:
-				return &Error{Kind: ErrCopy, Path: p, Msg: "not a regular file: " + safeopen.Describe(st.Mode())}
+				return &Error{Kind: ErrSource, Path: p, Msg: "copy: not a regular file: " + safeopen.Describe(st.Mode())}
 			}
 		}
 		return nil
@@ -246,11 +246,11 @@ func scanCopies(root string, src srcfs.FS, skip func(rel string) (bool, string))
 func copyInto(ctx context.Context, src, dst string) error {
 	in, _, err := safeopen.Open(src)
 	if err != nil {
-		return &Error{Kind: ErrCopy, Path: src, Err: err}
+		return &Error{Kind: ErrSource, Path: src, Msg: "copy", Err: err}
 	}
 	defer in.Close()
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return &Error{Kind: ErrWrite, Path: filepath.Dir(dst), Err: err}
+		return &Error{Kind: ErrTarget, Path: filepath.Dir(dst), Msg: "write", Err: err}
 	}
 	return writeAtomic(ctx, dst, func(w io.Writer) error {
 		_, err := io.Copy(w, in)
@@ -263,16 +263,16 @@ func writeAtomic(ctx context.Context, path string, write func(io.Writer) error) 
 	f, err := atomicfile.Create(ctx, path)
 	if err != nil {
 		if ctx.Err() != nil {
-			return &Error{Kind: ErrWrite, Path: path, Msg: "canceled", Err: ctx.Err()}
+			return &Error{Kind: ErrTarget, Path: path, Msg: "write: canceled", Err: ctx.Err()}
 		}
-		return &Error{Kind: ErrWrite, Path: path, Err: err}
+		return &Error{Kind: ErrTarget, Path: path, Msg: "write", Err: err}
 	}
 	if err := write(f); err != nil {
 		f.Abort()
-		return &Error{Kind: ErrWrite, Path: path, Err: err}
+		return &Error{Kind: ErrTarget, Path: path, Msg: "write", Err: err}
 	}
 	if err := f.Commit(); err != nil {
-		return &Error{Kind: ErrWrite, Path: path, Err: err}
+		return &Error{Kind: ErrTarget, Path: path, Msg: "write", Err: err}
 	}
 	return nil
 }

@@ -300,9 +300,8 @@ func saveToken(baseID, prefix string, world int, step int64) string {
 //
 // The tensors are checked as Save checks them (every problem at once, as
 // an errors.Join of *Error values); the data is read in place. Errors are
-// *Error values: ErrOption (rank, world, options), ErrName, ErrDuplicate,
-// ErrDType, ErrShape, ErrDataLength, ErrMetadata, ErrHeader, ErrTarget,
-// ErrWrite.
+// *Error values: ErrOption (rank, world, options), ErrInvalid (the
+// tensors or metadata), ErrTarget.
 func SaveShard(ctx context.Context, location string, rank, world int, tensors []safetensors.TensorData, opts ShardOptions) (*ShardResult, error) {
 	start := time.Now()
 	if world < 1 || world > maxWorld {
@@ -330,7 +329,7 @@ func SaveShard(ctx context.Context, location string, rank, world int, tensors []
 		return nil, errors.Join(errs...)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, &Error{Kind: ErrWrite, Path: location, Ranks: []int{rank}, Err: err}
+		return nil, &Error{Kind: ErrTarget, Path: location, Ranks: []int{rank}, Msg: "write", Err: err}
 	}
 	dest, err := openSink(ctx, location)
 	if err != nil {
@@ -367,7 +366,7 @@ func SaveShard(ctx context.Context, location string, rank, world int, tensors []
 	m.SavedAt = time.Now().UTC()
 	doc, err := json.MarshalIndent(&m, "", " ")
 	if err != nil {
-		return nil, &Error{Kind: ErrWrite, Path: location, Ranks: []int{rank}, Err: err}
+		return nil, &Error{Kind: ErrTarget, Path: location, Ranks: []int{rank}, Msg: "write", Err: err}
 	}
 	marker := names.markerName(name)
 	if err := writeSinkFile(ctx, dest, marker, append(doc, '\n'), false); err != nil {
@@ -384,9 +383,9 @@ func sinkErr(ctx context.Context, where string, rank int, err error) error {
 		ranks = []int{rank}
 	}
 	if ctx.Err() != nil {
-		return &Error{Kind: ErrWrite, Path: where, Ranks: ranks, Msg: "canceled", Err: ctx.Err()}
+		return &Error{Kind: ErrTarget, Path: where, Ranks: ranks, Msg: "write: canceled", Err: ctx.Err()}
 	}
-	return &Error{Kind: ErrWrite, Path: where, Ranks: ranks, Err: err}
+	return &Error{Kind: ErrTarget, Path: where, Ranks: ranks, Msg: "write", Err: err}
 }
 
 // writeSinkFile writes b as the file name of sink.
@@ -415,7 +414,7 @@ func writeSinkFileVersion(ctx context.Context, dest sink.Sink, name string, b []
 func writeRankShard(ctx context.Context, dest sink.Sink, name string, p *plan, data map[string][]byte, m *rankMarker) error {
 	where := dest.Location(name)
 	if _, err := setwrite.HeaderLen(p.specs, p.metadata); err != nil {
-		return &Error{Kind: ErrHeader, Path: where, Err: err}
+		return &Error{Kind: ErrInvalid, Path: where, Msg: "header", Err: err}
 	}
 	for _, s := range p.specs {
 		m.Tensors = append(m.Tensors, markerTensor{Name: s.Name, DType: s.DType.String(), Shape: s.Shape})
@@ -484,7 +483,7 @@ func writeRankShard(ctx context.Context, dest sink.Sink, name string, p *plan, d
 // are there), and checks, before anything changes, that all world ranks
 // finished: every marker present and well-formed, every shard present with
 // the size and the header (SHA-256) that its marker records and the
-// tensors it lists, no tensor name in two ranks (ErrDuplicate, naming the
+// tensors it lists, no tensor name in two ranks (ErrInvalid, "duplicate", naming the
 // tensor and both ranks), and, with CommitOptions.VerifyData, every
 // shard's bytes (CRC-32C). Missing or incomplete ranks are one *Error of
 // kind ErrIncomplete whose Ranks lists them all (wrapping an error per
@@ -518,7 +517,7 @@ func Commit(ctx context.Context, location string, opts CommitOptions) (*CommitRe
 		return nil, &Error{Kind: ErrOption, Path: location, Field: "Prefix", Msg: err.Error()}
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, &Error{Kind: ErrWrite, Path: location, Msg: "canceled", Err: err}
+		return nil, &Error{Kind: ErrTarget, Path: location, Msg: "write: canceled", Err: err}
 	}
 	dest, err := openSink(ctx, location)
 	if err != nil {
@@ -530,7 +529,7 @@ func Commit(ctx context.Context, location string, opts CommitOptions) (*CommitRe
 		lock, err := lockDir(ctx, ds, names.singleName())
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, &Error{Kind: ErrWrite, Path: location, Msg: "canceled waiting for another save of the set", Err: ctx.Err()}
+				return nil, &Error{Kind: ErrTarget, Path: location, Msg: "write: canceled waiting for another save of the set", Err: ctx.Err()}
 			}
 			return nil, &Error{Kind: ErrTarget, Path: location, Msg: "taking the lock", Err: err}
 		}
@@ -571,8 +570,8 @@ func Commit(ctx context.Context, location string, opts CommitOptions) (*CommitRe
 		res.TotalSize += m.DataSize
 		for _, t := range m.Tensors {
 			if o, dup := owner[t.Name]; dup {
-				return nil, &Error{Kind: ErrDuplicate, Path: location, Tensor: t.Name, Ranks: []int{o, r},
-					Msg: fmt.Sprintf("ranks %d and %d both saved this tensor; nothing was committed", o, r)}
+				return nil, &Error{Kind: ErrInvalid, Path: location, Tensor: t.Name, Ranks: []int{o, r},
+					Msg: fmt.Sprintf("duplicate: ranks %d and %d both saved this tensor; nothing was committed", o, r)}
 			}
 			owner[t.Name] = r
 			wm[t.Name] = m.File
@@ -580,7 +579,7 @@ func Commit(ctx context.Context, location string, opts CommitOptions) (*CommitRe
 	}
 	res.Tensors = len(wm)
 	if err := ctx.Err(); err != nil {
-		return nil, &Error{Kind: ErrWrite, Path: location, Msg: "canceled", Err: err}
+		return nil, &Error{Kind: ErrTarget, Path: location, Msg: "write: canceled", Err: err}
 	}
 	at("commit-verified")
 
@@ -588,16 +587,16 @@ func Commit(ctx context.Context, location string, opts CommitOptions) (*CommitRe
 	if !g.committed {
 		b, err := setwrite.IndexJSON(res.TotalSize, wm)
 		if err != nil {
-			return nil, &Error{Kind: ErrCommit, Path: location, Err: err}
+			return nil, &Error{Kind: ErrTarget, Path: location, Msg: "commit", Err: err}
 		}
 		if err := writeSinkFileIf(ctx, dest, names.indexName(), b, !cur.hasIx || ixGone, ixVersion); err != nil {
 			if errors.Is(err, fs.ErrExist) {
 				return nil, &Error{Kind: ErrConflict, Path: dest.Location(names.indexName()), Msg: "another writer wrote or replaced the index since Commit looked; it was not replaced", Err: err}
 			}
 			if ctx.Err() != nil {
-				return nil, &Error{Kind: ErrWrite, Path: location, Msg: "canceled: the index was not written; the previous checkpoint is untouched", Err: ctx.Err()}
+				return nil, &Error{Kind: ErrTarget, Path: location, Msg: "write: canceled: the index was not written; the previous checkpoint is untouched", Err: ctx.Err()}
 			}
-			return nil, &Error{Kind: ErrCommit, Path: dest.Location(names.indexName()), Msg: "writing the index; the previous checkpoint is untouched", Err: err}
+			return nil, &Error{Kind: ErrTarget, Path: dest.Location(names.indexName()), Msg: "commit: writing the index; the previous checkpoint is untouched", Err: err}
 		}
 		if cur.hasIx {
 			res.Replaced = append(res.Replaced, names.indexName())
@@ -607,8 +606,8 @@ func Commit(ctx context.Context, location string, opts CommitOptions) (*CommitRe
 	// Readers that prefer a single file to an index switch when it goes.
 	if cur.hasSi {
 		if err := dest.Remove(ctx, names.singleName()); err != nil {
-			return nil, &Error{Kind: ErrCommit, Path: dest.Location(names.singleName()), Err: err,
-				Msg: "the new index is in place, but the previous single file could not be removed: readers that prefer it to an index still load the previous checkpoint (Commit again to finish)"}
+			return nil, &Error{Kind: ErrTarget, Path: dest.Location(names.singleName()), Err: err,
+				Msg: "commit: the new index is in place, but the previous single file could not be removed: readers that prefer it to an index still load the previous checkpoint (Commit again to finish)"}
 		}
 		res.Replaced = append(res.Replaced, names.singleName())
 	}
@@ -775,7 +774,7 @@ func (g *saveGroup) verify(ctx context.Context, fsys fs.FS, files map[string]int
 	errs = append(errs, g.bad...)
 	for r := range g.world {
 		if err := ctx.Err(); err != nil {
-			return &Error{Kind: ErrWrite, Path: dest.Location(""), Msg: "canceled", Err: err}
+			return &Error{Kind: ErrTarget, Path: dest.Location(""), Msg: "write: canceled", Err: err}
 		}
 		m := g.markers[r]
 		var err error

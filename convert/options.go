@@ -67,7 +67,7 @@ type Options struct {
 	// diffusers reads neither compressed-tensors nor DeepSeek's format).
 	// The output is for ckpt and vLLM; diffusers will not load it, and the
 	// report's warnings say so. Without it Run refuses such a component
-	// (ErrUnreadable) before writing anything.
+	// (ErrCast, "unreadable") before writing anything.
 	AllowCkptOnlyQuant bool
 	// Saturate makes narrowing casts clamp to ±max instead of overflowing to
 	// Inf or NaN (dtype.Options.Saturate).

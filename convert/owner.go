@@ -210,8 +210,8 @@ func (r *runner) checkOwners(owners map[string]owner) error {
 		}
 		also = " (nor " + strings.Join(names, ", ") + ")"
 	}
-	return &Error{Kind: ErrUnreadable, Component: c.label, Msg: fmt.Sprintf(
-		"a %s %s: its FP8 weights would carry a %s quantization_config, which %s does not read%s (it reads bitsandbytes, gguf, torchao, quanto and modelopt quantization); nothing was written. Keep it unquantized with --component %s=BF16 or =stored (Options.Policy.Components), or write it anyway with --allow-ckpt-only-quant (Options.AllowCkptOnlyQuant): for ckpt and vLLM; %s will not load it",
+	return &Error{Kind: ErrCast, Component: c.label, Msg: fmt.Sprintf(
+		"unreadable: a %s %s: its FP8 weights would carry a %s quantization_config, which %s does not read%s (it reads bitsandbytes, gguf, torchao, quanto and modelopt quantization); nothing was written. Keep it unquantized with --component %s=BF16 or =stored (Options.Policy.Components), or write it anyway with --allow-ckpt-only-quant (Options.AllowCkptOnlyQuant): for ckpt and vLLM; %s will not load it",
 		o.library, cmp.Or(o.class, "model"), c.format, o.library, also, c.label, o.library)}
 }
 
@@ -262,7 +262,7 @@ func (r *runner) checkMisread(owners map[string]owner) error {
 			r.rep.Warnings = append(r.rep.Warnings, fmt.Sprintf("%s: written anyway (AllowCkptOnlyQuant), for ckpt and vLLM: %s", label, msg))
 			continue
 		}
-		return &Error{Kind: ErrUnreadable, Component: c.label, Msg: msg + "; nothing was written. Keep them as stored (drop the rule that quantizes them), or write them anyway with --allow-ckpt-only-quant (Options.AllowCkptOnlyQuant), for ckpt and vLLM"}
+		return &Error{Kind: ErrCast, Component: c.label, Msg: "unreadable: " + msg + "; nothing was written. Keep them as stored (drop the rule that quantizes them), or write them anyway with --allow-ckpt-only-quant (Options.AllowCkptOnlyQuant), for ckpt and vLLM"}
 	}
 	return nil
 }

@@ -87,7 +87,7 @@ func TestRunPipelineOwners(t *testing.T) {
 	dst := filepath.Join(t.TempDir(), "out")
 	_, err := Run(context.Background(), src, dst, Options{Policy: ckpt.Policy{Default: fp8}})
 	var ce *Error
-	if !errors.Is(err, ErrUnreadable) || !errors.As(err, &ce) || ce.Component != "unet" ||
+	if !errors.Is(err, ErrCast) || !strings.Contains(err.Error(), "unreadable: ") || !errors.As(err, &ce) || ce.Component != "unet" ||
 		!strings.Contains(err.Error(), "--component unet=BF16") || !strings.Contains(err.Error(), "--allow-ckpt-only-quant") {
 		t.Fatalf("FP8 unet: %v", err)
 	}
@@ -196,7 +196,7 @@ func TestRunTransformersMisread(t *testing.T) {
 	dst = filepath.Join(t.TempDir(), "rule")
 	_, err := Run(context.Background(), gpt2, dst, rule)
 	var ce *Error
-	if !errors.Is(err, ErrUnreadable) || !errors.As(err, &ce) || !strings.Contains(err.Error(), "transformer.h.0.mlp.c_fc.weight") ||
+	if !errors.Is(err, ErrCast) || !strings.Contains(err.Error(), "unreadable: ") || !errors.As(err, &ce) || !strings.Contains(err.Error(), "transformer.h.0.mlp.c_fc.weight") ||
 		!strings.Contains(err.Error(), "--allow-ckpt-only-quant") {
 		t.Fatalf("a Conv1D weight quantized by a rule: %v", err)
 	}

@@ -179,7 +179,7 @@ type runner struct {
 // config.json says (_diffusers_version): transformers reads both
 // quantization_configs Run writes, diffusers neither, so a diffusers
 // component that would get one is refused before anything is written
-// (ErrUnreadable, naming it) unless Options.AllowCkptOnlyQuant. In a
+// (ErrCast, "unreadable", naming it) unless Options.AllowCkptOnlyQuant. In a
 // pipeline, a default target of 8 bits or fewer does not apply to VAEs
 // (Autoencoder*, VQModel, a component named vae) and image encoders
 // (*VisionModel*, image_encoder): their tensors stay as stored, and the
@@ -220,10 +220,12 @@ type runner struct {
 // written, a source file that names no checksums (and PyTorch sources);
 // VerifyNever checks nothing.
 //
-// Errors are *Error values: ErrOption, ErrSource, ErrTarget (the
-// destination), ErrCopy, ErrCast, ErrOverflow (Options.FailOnOverflow),
-// ErrWrite, ErrVerify, ErrUnreadable. A canceled ctx gives an ErrWrite that
-// says "canceled" and matches context.Canceled (or DeadlineExceeded).
+// Errors are *Error values: ErrOption, ErrSource (also a file that cannot
+// be copied), ErrTarget (the destination, and writing it), ErrExists,
+// ErrConflict, ErrCast (also a component its library would not read),
+// ErrOverflow (Options.FailOnOverflow), ErrVerify. A canceled ctx gives an
+// ErrTarget that says "write: canceled" and matches context.Canceled (or
+// DeadlineExceeded).
 func Run(ctx context.Context, src, dst string, opts Options) (*Report, error) {
 	r := &runner{ctx: ctx, opts: opts, src: src, dst: dst, rep: &Report{Source: src, Dest: dst, Variant: opts.Variant}}
 	if err := r.check(); err != nil {
@@ -668,7 +670,7 @@ func (r *runner) writeComponent(c *component) error {
 			return &Error{Kind: ErrTarget, Path: c.single, Msg: fmt.Sprintf("%s of tensors is more than the largest shard (%s), and a file of this name cannot be one of a set of shards: name it PREFIX.safetensors", sysmem.FormatSize(total), sysmem.FormatSize(max))}
 		}
 		if err := os.MkdirAll(filepath.Dir(c.single), 0o755); err != nil {
-			return &Error{Kind: ErrWrite, Path: c.single, Err: err}
+			return &Error{Kind: ErrTarget, Path: c.single, Msg: "write", Err: err}
 		}
 		fw, err := safetensors.Create(r.ctx, c.single, specs, c.meta)
 		if err != nil {
@@ -718,15 +720,15 @@ func (r *runner) writeErr(path string, c *component, err error) error {
 		return ce
 	}
 	if r.ctx.Err() != nil {
-		return &Error{Kind: ErrWrite, Path: path, Component: c.name, Msg: "canceled", Err: withCtxErr(r.ctx.Err(), err)}
+		return &Error{Kind: ErrTarget, Path: path, Component: c.name, Msg: "write: canceled", Err: withCtxErr(r.ctx.Err(), err)}
 	}
-	return &Error{Kind: ErrWrite, Path: path, Component: c.name, Err: err}
+	return &Error{Kind: ErrTarget, Path: path, Component: c.name, Msg: "write", Err: err}
 }
 
 // writeTensor writes one tensor's pieces, in order, from the pipeline.
 func (r *runner) writeTensor(pl *pipeline, c *component, t *task, w io.Writer) error {
 	if t == nil {
-		return &Error{Kind: ErrWrite, Component: c.name, Msg: "the writer asked for a tensor that was not declared"}
+		return &Error{Kind: ErrTarget, Component: c.name, Msg: "write: the writer asked for a tensor that was not declared"}
 	}
 	rep := t.rep
 	crc := uint32(0)
@@ -734,13 +736,13 @@ func (r *runner) writeTensor(pl *pipeline, c *component, t *task, w io.Writer) e
 		pc, err := pl.next()
 		if err != nil {
 			if ce := r.ctx.Err(); ce != nil {
-				return &Error{Kind: ErrWrite, Component: c.name, Tensor: t.spec.Name, Msg: "canceled", Err: ce}
+				return &Error{Kind: ErrTarget, Component: c.name, Tensor: t.spec.Name, Msg: "write: canceled", Err: ce}
 			}
 			return err
 		}
 		if pc.t != t {
 			pl.release(pc)
-			return &Error{Kind: ErrWrite, Component: c.name, Tensor: t.spec.Name, Msg: "pieces out of order: got " + pc.t.spec.Name}
+			return &Error{Kind: ErrTarget, Component: c.name, Tensor: t.spec.Name, Msg: "write: pieces out of order: got " + pc.t.spec.Name}
 		}
 		ps := &pc.ps
 		rep.NaN += ps.nan
@@ -832,7 +834,7 @@ func (r *runner) observe(c *component) error {
 				t := ts[i]
 				for first := int64(0); first < t.rows; first += t.per {
 					if err := r.ctx.Err(); err != nil {
-						errs[wi] = &Error{Kind: ErrWrite, Component: c.name, Tensor: t.spec.Name, Msg: "canceled", Err: err}
+						errs[wi] = &Error{Kind: ErrTarget, Component: c.name, Tensor: t.spec.Name, Msg: "write: canceled", Err: err}
 						return
 					}
 					n := min(t.per, t.rows-first)
@@ -935,7 +937,7 @@ func (r *runner) finishFiles(copies []copyFile) error {
 	}
 	for _, f := range copies {
 		if err := r.ctx.Err(); err != nil {
-			return &Error{Kind: ErrWrite, Path: r.dst, Msg: "canceled", Err: err}
+			return &Error{Kind: ErrTarget, Path: r.dst, Msg: "write: canceled", Err: err}
 		}
 		if f.fsys != nil {
 			if err := r.copyFromSource(f); err != nil {

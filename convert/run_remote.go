@@ -112,7 +112,7 @@ func (r *runner) writeRemote(c *component, cr *ComponentReport, specs []safetens
 		}
 		order, err := setwrite.Order([][]safetensors.TensorSpec{specs}, c.meta)
 		if err != nil {
-			return &Error{Kind: ErrHeader, Path: where, Component: c.name, Err: err}
+			return &Error{Kind: ErrInvalid, Path: where, Component: c.name, Msg: "header", Err: err}
 		}
 		start(order)
 		if err := writeSinkFileSet(r.ctx, r.sink, c.outDir, c.single, specs, write, c.meta); err != nil {
@@ -143,7 +143,7 @@ func (r *runner) writeRemote(c *component, cr *ComponentReport, specs []safetens
 func copyToSink(ctx context.Context, dest sink.Sink, src, name string) error {
 	in, _, err := safeopen.Open(src)
 	if err != nil {
-		return &Error{Kind: ErrCopy, Path: src, Err: err}
+		return &Error{Kind: ErrSource, Path: src, Msg: "copy", Err: err}
 	}
 	defer in.Close()
 	f, err := dest.Create(ctx, name, false)
@@ -237,7 +237,7 @@ func scanSourceCopies(fsys fs.FS, root, loc string, skip func(rel string) (bool,
 	var walk func(dir, rel string, depth int) error
 	walk = func(dir, rel string, depth int) error {
 		if depth > 32 {
-			return &Error{Kind: ErrCopy, Path: joinLocation(loc, rel), Msg: "folders nested more than 32 deep"}
+			return &Error{Kind: ErrSource, Path: joinLocation(loc, rel), Msg: "copy: folders nested more than 32 deep"}
 		}
 		ents, err := fs.ReadDir(fsys, dir)
 		if err != nil {
@@ -264,7 +264,7 @@ func scanSourceCopies(fsys fs.FS, root, loc string, skip func(rel string) (bool,
 			case e.Type().IsRegular():
 				files = append(files, copyFile{real: joinLocation(loc, r), rel: filepath.FromSlash(r), fsys: fsys, name: path.Join(dir, name)})
 			default:
-				return &Error{Kind: ErrCopy, Path: joinLocation(loc, r), Msg: "not a regular file"}
+				return &Error{Kind: ErrSource, Path: joinLocation(loc, r), Msg: "copy: not a regular file"}
 			}
 		}
 		return nil
@@ -280,7 +280,7 @@ func scanSourceCopies(fsys fs.FS, root, loc string, skip func(rel string) (bool,
 func (r *runner) copyFromSource(f copyFile) error {
 	in, err := f.fsys.Open(f.name)
 	if err != nil {
-		return &Error{Kind: ErrCopy, Path: f.real, Err: err}
+		return &Error{Kind: ErrSource, Path: f.real, Msg: "copy", Err: err}
 	}
 	defer in.Close()
 	if r.sink != nil {
@@ -301,7 +301,7 @@ func (r *runner) copyFromSource(f copyFile) error {
 	}
 	dst := filepath.Join(r.dst, f.rel)
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return &Error{Kind: ErrWrite, Path: filepath.Dir(dst), Err: err}
+		return &Error{Kind: ErrTarget, Path: filepath.Dir(dst), Msg: "write", Err: err}
 	}
 	return writeAtomic(r.ctx, dst, func(w io.Writer) error {
 		_, err := io.Copy(w, in)

@@ -49,10 +49,10 @@ type SaveOptions struct {
 	Epoch float64
 	// Metadata is added to every shard's __metadata__. "format" defaults
 	// to "pt", which transformers requires; "step" and "epoch" are
-	// Save's own (ErrMetadata). Every shard names the checksum of each of
+	// Save's own (ErrInvalid). Every shard names the checksum of each of
 	// its tensors (safetensors.ChecksumPrefix); a checksum key given here
 	// is a claim the tensor's data must match, which goes into the shard
-	// that holds it (ErrMetadata when no tensor of that name is saved).
+	// that holds it (ErrInvalid when no tensor of that name is saved).
 	Metadata map[string]string
 	// Prefix names the shard files (DefaultPrefix, "model", when empty).
 	Prefix string
@@ -132,8 +132,8 @@ type Pending struct {
 func (p *Pending) Done() <-chan struct{} { return p.done }
 
 // Wait waits until the save is done and returns its result, or the error
-// that ended it (an *Error: ErrWrite, ErrCommit, ErrExists,
-// ErrNoSpace or ErrTarget); on error nothing of the save is left behind and
+// that ended it (an *Error: ErrTarget, ErrExists, ErrNoSpace or
+// ErrConflict); on error nothing of the save is left behind and
 // earlier checkpoints are untouched.
 func (p *Pending) Wait() (*SaveResult, error) {
 	<-p.done
@@ -224,8 +224,8 @@ const (
 // or absent, and no partial checkpoint is ever visible under a final name;
 // what a kill leaves is hidden and the next save removes it. A canceled ctx
 // or a failure before step 3 removes the hidden folder and returns an
-// *Error (ErrWrite, ErrCommit; a canceled ctx's ErrWrite matches
-// context.Canceled or context.DeadlineExceeded); after step 3 the save is
+// *Error (ErrTarget; a canceled ctx's matches context.Canceled or
+// context.DeadlineExceeded); after step 3 the save is
 // committed and cancellation no longer applies.
 //
 // A synchronous save returns a Pending that is already done, or the error.
@@ -286,7 +286,7 @@ func Save(ctx context.Context, dir string, tensors []safetensors.TensorData, opt
 		if errors.Is(err, ErrBusy) {
 			return nil, &Error{Kind: ErrBusy, Path: dir, Msg: "a save of this folder is running (SaveOptions.IfRunning is RefusePrevious)"}
 		}
-		return nil, &Error{Kind: ErrWrite, Path: dir, Msg: "canceled waiting for the running save of this folder", Err: withCtxErr(ctx.Err(), err)}
+		return nil, &Error{Kind: ErrTarget, Path: dir, Msg: "write: canceled waiting for the running save of this folder", Err: withCtxErr(ctx.Err(), err)}
 	}
 	pend := &Pending{done: done}
 	run := func() {
@@ -367,7 +367,7 @@ func (p *plan) save(ctx context.Context, data func(string) ([]byte, error)) (res
 	start := time.Now()
 	dir := p.dir
 	if err := ctx.Err(); err != nil {
-		return nil, &Error{Kind: ErrWrite, Path: dir, Msg: "canceled", Err: err}
+		return nil, &Error{Kind: ErrTarget, Path: dir, Msg: "write: canceled", Err: err}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, &Error{Kind: ErrTarget, Path: dir, Msg: "creating the folder", Err: err}
@@ -375,7 +375,7 @@ func (p *plan) save(ctx context.Context, data func(string) ([]byte, error)) (res
 	lock, err := atomicfile.LockTarget(ctx, dir, lockTarget)
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, &Error{Kind: ErrWrite, Path: dir, Msg: "canceled waiting for another process's save of this folder", Err: ctx.Err()}
+			return nil, &Error{Kind: ErrTarget, Path: dir, Msg: "write: canceled waiting for another process's save of this folder", Err: ctx.Err()}
 		}
 		return nil, &Error{Kind: ErrTarget, Path: dir, Msg: "taking the lock", Err: err}
 	}
@@ -402,11 +402,11 @@ func (p *plan) save(ctx context.Context, data func(string) ([]byte, error)) (res
 
 	tok, err := randomToken()
 	if err != nil {
-		return nil, &Error{Kind: ErrWrite, Path: dir, Msg: "naming the temporary folder", Err: err}
+		return nil, &Error{Kind: ErrTarget, Path: dir, Msg: "write: naming the temporary folder", Err: err}
 	}
 	tmp := filepath.Join(dir, tmpPrefix+tok)
 	if err := os.Mkdir(tmp, 0o755); err != nil {
-		return nil, &Error{Kind: ErrWrite, Path: dir, Msg: "creating the temporary folder", Err: err}
+		return nil, &Error{Kind: ErrTarget, Path: dir, Msg: "write: creating the temporary folder", Err: err}
 	}
 	committed := false
 	defer func() {
@@ -417,23 +417,23 @@ func (p *plan) save(ctx context.Context, data func(string) ([]byte, error)) (res
 	wres, err := shard.WriteFrom(ctx, tmp, p.prefix, "", p.specs, data, p.metadata, shard.WithMaxShardSize(p.maxShard))
 	if err != nil {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
-			return nil, &Error{Kind: ErrWrite, Path: dir, Msg: "canceled", Err: cmp.Or(ctx.Err(), err)}
+			return nil, &Error{Kind: ErrTarget, Path: dir, Msg: "write: canceled", Err: cmp.Or(ctx.Err(), err)}
 		}
-		return nil, &Error{Kind: ErrWrite, Path: dir, Err: err}
+		return nil, &Error{Kind: ErrTarget, Path: dir, Msg: "write", Err: err}
 	}
 	res.Files, res.Index = wres.Files, wres.Index
 	at("written")
 	m := manifest{Format: manifestFormat, Name: p.name, Step: p.opts.Step, Epoch: p.opts.Epoch, Seq: res.Seq,
 		SavedAt: time.Now().UTC(), Index: wres.Index, Files: wres.Files, Tensors: len(p.specs), TotalSize: wres.TotalSize, Metadata: p.opts.Metadata}
 	if err := writeManifest(tmp, &m); err != nil {
-		return nil, &Error{Kind: ErrWrite, Path: dir, Msg: "writing " + manifestName, Err: err}
+		return nil, &Error{Kind: ErrTarget, Path: dir, Msg: "write: writing " + manifestName, Err: err}
 	}
 	if err := atomicfile.SyncDir(tmp); err != nil {
-		return nil, &Error{Kind: ErrWrite, Path: dir, Msg: "fsync of the temporary folder", Err: err}
+		return nil, &Error{Kind: ErrTarget, Path: dir, Msg: "write: fsync of the temporary folder", Err: err}
 	}
 	at("synced")
 	if err := ctx.Err(); err != nil {
-		return nil, &Error{Kind: ErrWrite, Path: dir, Msg: "canceled", Err: err}
+		return nil, &Error{Kind: ErrTarget, Path: dir, Msg: "write: canceled", Err: err}
 	}
 	replaced, err := p.commit(tmp, res)
 	if err != nil {
@@ -479,10 +479,10 @@ func (p *plan) commit(tmp string, res *SaveResult) (replaced bool, err error) {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		if err := os.Rename(tmp, final); err != nil {
-			return false, &Error{Kind: ErrCommit, Path: final, Msg: "renaming the new checkpoint into place", Err: err}
+			return false, &Error{Kind: ErrTarget, Path: final, Msg: "commit: renaming the new checkpoint into place", Err: err}
 		}
 	case err != nil:
-		return false, &Error{Kind: ErrCommit, Path: final, Err: err}
+		return false, &Error{Kind: ErrTarget, Path: final, Msg: "commit", Err: err}
 	default:
 		// checkName allowed it: Overwrite, and final is Save's.
 		replaced = true
@@ -497,22 +497,22 @@ func (p *plan) commit(tmp string, res *SaveResult) (replaced bool, err error) {
 			}
 			return true, nil
 		} else if !errors.Is(err, errExchangeUnsupported) {
-			return false, &Error{Kind: ErrCommit, Path: final, Msg: "swapping the new checkpoint with the old one", Err: err}
+			return false, &Error{Kind: ErrTarget, Path: final, Msg: "commit: swapping the new checkpoint with the old one", Err: err}
 		}
 		tok, err := randomToken()
 		if err != nil {
-			return false, &Error{Kind: ErrCommit, Path: final, Err: err}
+			return false, &Error{Kind: ErrTarget, Path: final, Msg: "commit", Err: err}
 		}
 		aside := filepath.Join(p.dir, oldPrefix+tok+"."+p.name)
 		if err := os.Rename(final, aside); err != nil {
-			return false, &Error{Kind: ErrCommit, Path: final, Msg: "moving the old checkpoint aside", Err: err}
+			return false, &Error{Kind: ErrTarget, Path: final, Msg: "commit: moving the old checkpoint aside", Err: err}
 		}
 		at("aside")
 		if err := os.Rename(tmp, final); err != nil {
 			if rerr := os.Rename(aside, final); rerr != nil {
-				return false, &Error{Kind: ErrCommit, Path: final, Msg: fmt.Sprintf("renaming the new checkpoint into place failed and the old one stays at %s (the next save restores it)", aside), Err: errors.Join(err, rerr)}
+				return false, &Error{Kind: ErrTarget, Path: final, Msg: fmt.Sprintf("commit: renaming the new checkpoint into place failed and the old one stays at %s (the next save restores it)", aside), Err: errors.Join(err, rerr)}
 			}
-			return false, &Error{Kind: ErrCommit, Path: final, Msg: "renaming the new checkpoint into place", Err: err}
+			return false, &Error{Kind: ErrTarget, Path: final, Msg: "commit: renaming the new checkpoint into place", Err: err}
 		}
 		if err := atomicfile.SyncDir(p.dir); err != nil {
 			return true, notDurable(final, err)
@@ -531,7 +531,7 @@ func (p *plan) commit(tmp string, res *SaveResult) (replaced bool, err error) {
 // notDurable reports a checkpoint renamed into place whose folder could
 // not be fsynced.
 func notDurable(final string, err error) error {
-	return &Error{Kind: ErrCommit, Path: final, Msg: "the checkpoint is in place but syncing its parent folder failed (a power loss may undo it)", Err: err}
+	return &Error{Kind: ErrTarget, Path: final, Msg: "commit: the checkpoint is in place but syncing its parent folder failed (a power loss may undo it)", Err: err}
 }
 
 var errExchangeUnsupported = errors.New("atomic exchange of folders unsupported")

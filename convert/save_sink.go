@@ -36,7 +36,7 @@ func (p *plan) saveSink(ctx context.Context, data func(string) ([]byte, error)) 
 	start := time.Now()
 	dir := p.dir
 	if err := ctx.Err(); err != nil {
-		return nil, &Error{Kind: ErrWrite, Path: dir, Msg: "canceled", Err: err}
+		return nil, &Error{Kind: ErrTarget, Path: dir, Msg: "write: canceled", Err: err}
 	}
 	dest, err := openSink(ctx, dir)
 	if err != nil {
@@ -88,7 +88,7 @@ func (p *plan) saveSink(ctx context.Context, data func(string) ([]byte, error)) 
 			return err
 		}
 		if want, _ := s.ByteLen(); int64(len(b)) != want {
-			return &Error{Kind: ErrDataLength, Path: dir, Tensor: s.Name, Msg: fmt.Sprintf("data has %d bytes, %s%v needs %d", len(b), s.DType, s.Shape, want)}
+			return &Error{Kind: ErrInvalid, Path: dir, Tensor: s.Name, Msg: fmt.Sprintf("data length: data has %d bytes, %s%v needs %d", len(b), s.DType, s.Shape, want)}
 		}
 		_, err = w.Write(b)
 		return err
@@ -107,14 +107,16 @@ func (p *plan) saveSink(ctx context.Context, data func(string) ([]byte, error)) 
 				dest.Remove(context.WithoutCancel(ctx), marker)
 			}
 		}
+		// The set's own errors are returned as they are, but for a
+		// failed write (sinkErr's), which is said of the whole save.
 		var ce *Error
-		if errors.As(err, &ce) && ce.Kind != ErrWrite {
+		if errors.As(err, &ce) && (ce.Kind != ErrTarget || !strings.HasPrefix(ce.Msg, "write")) {
 			return nil, ce
 		}
 		if ctx.Err() != nil {
-			return nil, &Error{Kind: ErrWrite, Path: dir, Msg: "canceled", Err: ctx.Err()}
+			return nil, &Error{Kind: ErrTarget, Path: dir, Msg: "write: canceled", Err: ctx.Err()}
 		}
-		return nil, &Error{Kind: ErrWrite, Path: dir, Err: err}
+		return nil, &Error{Kind: ErrTarget, Path: dir, Msg: "write", Err: err}
 	}
 	res.Files, res.Index, res.Replaced = sres.Files, sres.Index, replacing
 	res.Warnings = append(res.Warnings, sres.Warnings...)
@@ -126,7 +128,7 @@ func (p *plan) saveSink(ctx context.Context, data func(string) ([]byte, error)) 
 			if terr := takenOver(); terr != nil {
 				return nil, terr
 			}
-			return nil, &Error{Kind: ErrCommit, Path: res.Path, Msg: "refreshing " + IncompleteName + " before the manifest", Err: err}
+			return nil, &Error{Kind: ErrTarget, Path: res.Path, Msg: "commit: refreshing " + IncompleteName + " before the manifest", Err: err}
 		}
 	}
 	b, err := json.MarshalIndent(&m, "", "  ")
@@ -136,7 +138,7 @@ func (p *plan) saveSink(ctx context.Context, data func(string) ([]byte, error)) 
 	if err != nil {
 		// The weights are in place and load; only Checkpoints and KeepLast
 		// do not count them yet.
-		return nil, &Error{Kind: ErrCommit, Path: res.Path, Msg: "the checkpoint is in place, but writing " + manifestName + " failed", Err: err}
+		return nil, &Error{Kind: ErrTarget, Path: res.Path, Msg: "commit: the checkpoint is in place, but writing " + manifestName + " failed", Err: err}
 	}
 	at("committed")
 	if !replacing {

@@ -60,18 +60,18 @@ func setErr(ctx context.Context, dest sink.Sink, dir, single string, err error) 
 	switch e.Stage {
 	case setwrite.StageSpec:
 		if strings.HasPrefix(e.Name, safetensors.ChecksumPrefix) {
-			return &Error{Kind: ErrMetadata, Path: dest.Location(dir), Field: e.Name, Msg: "a checksum for a tensor that is not written"}
+			return &Error{Kind: ErrInvalid, Path: dest.Location(dir), Field: e.Name, Msg: "metadata: a checksum for a tensor that is not written"}
 		}
 		if e.Name == "" {
-			return &Error{Kind: ErrHeader, Path: dest.Location(dir), Err: e.Err}
+			return &Error{Kind: ErrInvalid, Path: dest.Location(dir), Msg: "header", Err: e.Err}
 		}
-		return &Error{Kind: ErrShape, Path: dest.Location(dir), Tensor: e.Name, Err: e.Err}
+		return &Error{Kind: ErrInvalid, Path: dest.Location(dir), Tensor: e.Name, Msg: "shape", Err: e.Err}
 	case setwrite.StageList:
 		return &Error{Kind: ErrTarget, Path: where, Msg: e.Msg, Err: e.Err}
 	case setwrite.StageExists:
 		return &Error{Kind: ErrExists, Path: dest.Location(dir), Msg: "the location " + takenMsg(e.Files, single, "the overwrite option")}
 	case setwrite.StageSwitch:
-		return &Error{Kind: ErrCommit, Path: where, Msg: e.Msg, Err: e.Err}
+		return &Error{Kind: ErrTarget, Path: where, Msg: "commit: " + e.Msg, Err: e.Err}
 	}
 	if errors.Is(e.Err, fs.ErrExist) {
 		if strings.HasSuffix(e.Name, ".json") {
@@ -88,7 +88,7 @@ func setErr(ctx context.Context, dest sink.Sink, dir, single string, err error) 
 	case errors.As(e.Err, &te):
 		return sinkErr(ctx, where, -1, te.Err)
 	case errors.As(e.Err, &le):
-		return &Error{Kind: ErrWrite, Path: where, Tensor: le.Spec.Name, Msg: le.Error()}
+		return &Error{Kind: ErrTarget, Path: where, Tensor: le.Spec.Name, Msg: "write: " + le.Error()}
 	}
 	return sinkErr(ctx, where, -1, e.Err)
 }

@@ -55,7 +55,7 @@ func (r *runner) verifySet(c *component, m *ckpt.Model, entry string) error {
 	buf := make([]byte, min(r.chunk, 8<<20))
 	for _, t := range c.tasks {
 		if err := r.ctx.Err(); err != nil {
-			return &Error{Kind: ErrWrite, Path: entry, Component: c.name, Msg: "canceled", Err: err}
+			return &Error{Kind: ErrTarget, Path: entry, Component: c.name, Msg: "write: canceled", Err: err}
 		}
 		p := store.part(t.spec.Name)
 		if p == nil {
