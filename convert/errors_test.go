@@ -5,12 +5,11 @@ import (
 	"io/fs"
 	"testing"
 
-	"github.com/ckpt-go/ckpt/internal/errkind"
 	"github.com/ckpt-go/ckpt/internal/testutil"
 )
 
 func TestErrorKinds(t *testing.T) {
-	kinds := errkind.All[ErrorKind](kindNames[:])
+	kinds := testutil.Kinds[ErrorKind](kindNames[:])
 	testutil.CheckKinds(t, kinds, func(k ErrorKind) error {
 		return &Error{Kind: k, Path: "dir", Tensor: "w"}
 	})
