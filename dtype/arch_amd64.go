@@ -2,7 +2,11 @@
 
 package dtype
 
-import "github.com/ckpt-go/ckpt/internal/cpuid"
+import (
+	"golang.org/x/sys/cpu"
+
+	"github.com/ckpt-go/ckpt/internal/cpuid"
+)
 
 // Vector fast paths in arch_amd64.s. See vecRun for the contract. They run
 // when the CPU has AVX2 (and F16C for F16 and the FP8 decoders through
@@ -23,6 +27,15 @@ func bf16ToF32SumAVX2(dst, src []byte, acc *[32]byte, nt bool, k *[2]uint64, sta
 
 //go:noescape
 func f16ToF32SumAVX2(dst, src []byte, acc *[32]byte, nt bool, k *[2]uint64, state *[64]byte) int
+
+// bf16ToF32SumAVX512 and f16ToF32SumAVX512 fold the same CRC in one ZMM
+// register (AVX-512 with VPCLMULQDQ): half the multiplications.
+//
+//go:noescape
+func bf16ToF32SumAVX512(dst, src []byte, acc *[32]byte, nt bool, k *[2]uint64, state *[64]byte) int
+
+//go:noescape
+func f16ToF32SumAVX512(dst, src []byte, acc *[32]byte, nt bool, k *[2]uint64, state *[64]byte) int
 
 //go:noescape
 func f32ToF16AVX2(dst, src []byte, acc *[32]byte, nt bool) (n, under int)
@@ -55,8 +68,25 @@ func e5m2ToF32F16C(dst, src []byte, acc *[32]byte, p *f8DecodeParams, nt bool) i
 var hasAVX2, hasF16C = detectX86()
 
 // hasVPCLMULQDQ tells whether the summing widenings can run: carry-less
-// multiplication on YMM registers (CPUID leaf 7, ECX bit 10), beside AVX2.
-var hasVPCLMULQDQ = hasAVX2 && cpuid.HasVPCLMULQDQ()
+// multiplication on YMM registers (CPUID leaf 7, ECX bit 10), beside AVX2;
+// hasAVX512Fold whether they can fold in ZMM registers (AVX-512 F, which
+// x/sys/cpu reports only where the OS saves the ZMM state).
+var (
+	hasVPCLMULQDQ = hasAVX2 && cpuid.HasVPCLMULQDQ()
+	hasAVX512Fold = hasVPCLMULQDQ && cpu.X86.HasAVX512F
+)
+
+// pickSum returns the summing kernel this CPU runs best: z with AVX-512,
+// y with VPCLMULQDQ alone, nil without it.
+func pickSum(z, y sumRun) sumRun {
+	switch {
+	case hasAVX512Fold:
+		return z
+	case hasVPCLMULQDQ:
+		return y
+	}
+	return nil
+}
 
 // detectX86 reads the CPU features the fast paths need: AVX2 (with the YMM
 // state enabled by the OS) and POPCNT, and F16C for the paths through
@@ -104,14 +134,10 @@ func newVecKernel(from, to DType, fallback kernel) *vecKernel {
 	switch {
 	case from == BF16 && to == F32:
 		v.run, v.inSize, v.outSize, v.accMax = widen(bf16ToF32AVX2), 2, 4, maxAbsBF16
-		if hasVPCLMULQDQ {
-			v.sum = bf16ToF32SumAVX2
-		}
+		v.sum = pickSum(bf16ToF32SumAVX512, bf16ToF32SumAVX2)
 	case from == F16 && to == F32 && hasF16C:
 		v.run, v.inSize, v.outSize, v.accMax = widen(f16ToF32AVX2), 2, 4, maxAbsF16
-		if hasVPCLMULQDQ {
-			v.sum = f16ToF32SumAVX2
-		}
+		v.sum = pickSum(f16ToF32SumAVX512, f16ToF32SumAVX2)
 	case from == F32 && to == BF16:
 		v.run, v.inSize, v.outSize, v.accMax = f32ToBF16AVX2, 4, 2, maxAbsF32
 	case from == F32 && to == F16 && hasF16C:
