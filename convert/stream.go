@@ -221,75 +221,73 @@ func (t *task) castMeasured(first, n int64, out []byte, sc *scratch, one dtype.O
 	// such float is a float32), others in float64. An F32 source is read
 	// straight into the float32 staging it is measured from: its bytes are
 	// the F32 layout, as dtype.Float32Bytes and DecodeFloat32 take them.
-	// (Reading from the mapping instead, without the copy, measured
-	// slower: bench/convert.sh, BF16.)
+	// The source is read castReads blocks at a time (one read, verified as
+	// one, instead of one per block), then converted and measured block by
+	// block.
 	wide := from == dtype.F64 || fb > 32 || tb > 32
 	native := from == dtype.F32 && !wide
 	blk := min(n, castBlock)
+	rblk := min(n, castBlock*castReads)
 	if wide {
 		sc.f64, sc.y64 = grow(sc.f64, blk), grow(sc.y64, blk)
 	} else {
-		sc.f32, sc.y32 = grow(sc.f32, blk), grow(sc.y32, blk)
+		sc.y32 = grow(sc.y32, blk)
+		if native {
+			sc.f32 = grow(sc.f32, rblk)
+		} else {
+			sc.f32 = grow(sc.f32, blk)
+		}
 	}
 	raw := dtype.Float32Bytes(sc.f32)
 	if !native {
-		sc.raw = grow(sc.raw, (blk*fb+7)/8)
+		sc.raw = grow(sc.raw, (rblk*fb+7)/8)
 		raw = sc.raw
 	}
-	rd := newStoredReader(t.src, first)
-	for done := int64(0); done < n; done += blk {
-		m := min(blk, n-done)
-		rb := raw[:(m*fb+7)/8]
-		if err := rd.read(rb, first+done); err != nil {
+	for done := int64(0); done < n; done += rblk {
+		rm := min(rblk, n-done)
+		rr := raw[:(rm*fb+7)/8]
+		if _, err := t.src.ConvertElementsTo(from, rr, first+done, one); err != nil {
 			return ps, &Error{Kind: ErrSource, Component: t.comp.name, Tensor: t.spec.Name, Err: err}
 		}
-		ob := out[done*tb/8:]
-		if done+m < n {
-			ob = ob[:m*tb/8]
-		}
-		st, err := dtype.Convert(ob, to, rb, from, one)
-		if err != nil {
-			return ps, &Error{Kind: ErrCast, Component: t.comp.name, Tensor: t.spec.Name, Err: err}
-		}
-		ps.st.Add(st)
-		if wide {
-			x, y := sc.f64[:m], sc.y64[:m]
-			dtype.DecodeFloat64(x, rb, from)
-			dtype.DecodeFloat64(y, ob, to)
-			measure(x, y, &ps)
-		} else {
+		ps.read += int64(len(rr))
+		for sub := int64(0); sub < rm; sub += blk {
+			m := min(blk, rm-sub)
+			rb := rr[sub*fb/8:]
+			ob := out[(done+sub)*tb/8:]
+			if done+sub+m < n {
+				rb, ob = rb[:m*fb/8], ob[:m*tb/8]
+			}
+			st, err := dtype.Convert(ob, to, rb, from, one)
+			if err != nil {
+				return ps, &Error{Kind: ErrCast, Component: t.comp.name, Tensor: t.spec.Name, Err: err}
+			}
+			ps.st.Add(st)
+			if wide {
+				x, y := sc.f64[:m], sc.y64[:m]
+				dtype.DecodeFloat64(x, rb, from)
+				dtype.DecodeFloat64(y, ob, to)
+				measure(x, y, &ps)
+				continue
+			}
 			x, y := sc.f32[:m], sc.y32[:m]
-			if !native {
+			if native {
+				x = sc.f32[sub : sub+m]
+			} else {
 				dtype.DecodeFloat32(x, rb, from)
 			}
 			dtype.DecodeFloat32(y, ob, to)
 			measure(x, y, &ps)
 		}
 	}
-	ps.read = rd.n
 	t.src.Evict(first, n)
 	return ps, nil
 }
 
-// storedReader reads one piece's stored bytes in blocks (the source
-// verifies what it reads: see loaderStore).
-type storedReader struct {
-	src srcTensor
-	n   int64 // bytes read so far
-}
-
-// newStoredReader returns a reader of src's piece starting at element first.
-func newStoredReader(src srcTensor, first int64) storedReader {
-	return storedReader{src: src}
-}
-
-// read reads the stored bytes of the elements from first on into dst; the
-// blocks of one reader follow each other.
-func (r *storedReader) read(dst []byte, first int64) error {
-	_, err := r.src.ConvertElementsTo(r.src.DType(), dst, first, dtype.Options{Workers: 1})
-	r.n += int64(len(dst))
-	return err
-}
+// castReads is how many blocks of castBlock elements a narrowing cast
+// reads at a time: a few hundred KiB, still in a core's L2 cache when
+// its blocks are converted, in one read of the source (a pread, and one
+// piece of its verification) instead of one per block.
+const castReads = 4
 
 // readRows reads rows [first, first+n) of a float source as float32 into
 // x (exact for every float type of 32 bits or fewer) and drops the pages
