@@ -67,6 +67,15 @@ func (s *opsSink) Link(ctx context.Context, from, to string) error {
 	return s.o.do("link "+from+" "+to, func() error { return s.Linker.Link(ctx, from, to) })
 }
 
+// Sync forwards the folder's barrier (not counted: it changes nothing
+// readers see).
+func (s *opsSink) Sync(ctx context.Context) error {
+	if sy, ok := s.Linker.(sink.Syncer); ok {
+		return sy.Sync(ctx)
+	}
+	return nil
+}
+
 type opsFile struct {
 	sink.Patchable
 	o    *testOps

@@ -240,7 +240,7 @@ func writeSet(ctx context.Context, dir, prefix, variant string, specs []safetens
 		return nil, &Error{Kind: ErrWrite, Path: dir, Msg: "taking the lock", Err: err}
 	}
 	defer lock.Unlock()
-	var dest sink.Sink = sink.NewDir(dir)
+	var dest sink.Sink = sink.NewDir(dir).Batched()
 	if cfg.wrap != nil {
 		dest = cfg.wrap(dest)
 	}

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 
 	"github.com/ckpt-go/ckpt/internal/atomicfile"
 )
@@ -17,17 +20,70 @@ import (
 // beside its name (".NAME.tmp-DIGITS", the temporaries of package shard),
 // fsynced and renamed into place, and the folder is fsynced; an exclusive
 // file is linked into place instead, which fails when the name is taken.
-// Removals and links are fsynced too. On Linux the disk writes of a large
+// Removals and links are fsynced too (or, for a Batched Dir, at its next
+// Sync). On Linux the disk writes of a large
 // file start while it is written (sync_file_range), so that its fsync
 // finds little left to do.
 // Writers that need more than one file to change together take the lock of
 // package shard's set (".PREFIX.safetensors.lock") in Root, as
 // convert.Commit does, so that they never run beside a shard.WriteFrom of
 // the same set.
-type Dir struct{ dir string }
+type Dir struct {
+	dir   string
+	batch *dirBatch // nil: every change fsyncs its folder itself
+}
+
+// dirBatch holds the folders a batched Dir changed since its last Sync.
+type dirBatch struct {
+	mu    sync.Mutex
+	dirty map[string]bool
+}
 
 // NewDir returns the Sink of the folder dir.
 func NewDir(dir string) *Dir { return &Dir{dir: dir} }
+
+// Batched returns the Sink of the same folder whose Close, Remove and Link
+// do not fsync the folder each: their changes become durable together at
+// the next Sync, which fsyncs every folder changed since the one before.
+// A writer that makes many changes and orders them with a few barriers
+// (package setwrite's Commit: the shards, then the index, then the
+// removals) pays a folder fsync per barrier instead of one per change.
+// The files themselves are still fsynced by each Close.
+func (s *Dir) Batched() *Dir { return &Dir{dir: s.dir, batch: &dirBatch{}} }
+
+// Sync makes the changes of a Batched Dir since its last Sync durable: an
+// error matches ErrNotDurable. It does nothing for a Dir that is not
+// batched, whose changes are durable when they return.
+func (s *Dir) Sync(ctx context.Context) error {
+	if s.batch == nil {
+		return nil
+	}
+	s.batch.mu.Lock()
+	dirty := s.batch.dirty
+	s.batch.dirty = nil
+	s.batch.mu.Unlock()
+	for _, d := range slices.Sorted(maps.Keys(dirty)) {
+		if err := atomicfile.SyncDir(d); err != nil {
+			return fmt.Errorf("%w: syncing the folder: %w", ErrNotDurable, err)
+		}
+	}
+	return nil
+}
+
+// synced makes a change of the folder dir durable now, or at the next
+// Sync of a Batched Dir.
+func (s *Dir) synced(dir string) error {
+	if s.batch == nil {
+		return atomicfile.SyncDir(dir)
+	}
+	s.batch.mu.Lock()
+	if s.batch.dirty == nil {
+		s.batch.dirty = map[string]bool{}
+	}
+	s.batch.dirty[dir] = true
+	s.batch.mu.Unlock()
+	return nil
+}
 
 // Root returns the folder's path.
 func (s *Dir) Root() string { return s.dir }
@@ -81,7 +137,7 @@ func (s *Dir) Create(ctx context.Context, name string, exclusive bool) (File, er
 	if err != nil {
 		return nil, err
 	}
-	return &dirFile{f: f, w: newWriteback(f), path: p, exclusive: exclusive}, nil
+	return &dirFile{f: f, w: newWriteback(f), path: p, exclusive: exclusive, sink: s}, nil
 }
 
 // Remove removes the file name (a missing file is not an error) and
@@ -97,7 +153,7 @@ func (s *Dir) Remove(ctx context.Context, name string) error {
 		}
 		return err
 	}
-	return atomicfile.SyncDir(filepath.Dir(p))
+	return s.synced(filepath.Dir(p))
 }
 
 // Link gives the file from the second name to (a hard link) and fsyncs
@@ -112,7 +168,7 @@ func (s *Dir) Link(ctx context.Context, from, to string) error {
 	if err := os.Link(s.path(from), s.path(to)); err != nil {
 		return err
 	}
-	return atomicfile.SyncDir(filepath.Dir(s.path(to)))
+	return s.synced(filepath.Dir(s.path(to)))
 }
 
 // writerAt is what a file of a Dir writes through.
@@ -127,6 +183,7 @@ type dirFile struct {
 	path      string
 	exclusive bool
 	done      bool
+	sink      *Dir
 }
 
 func (d *dirFile) Write(b []byte) (int, error) {
@@ -187,7 +244,7 @@ func (d *dirFile) Close() error {
 	} else if err := os.Rename(tmp, d.path); err != nil {
 		return fail(err)
 	}
-	if err := atomicfile.SyncDir(filepath.Dir(d.path)); err != nil {
+	if err := d.sink.synced(filepath.Dir(d.path)); err != nil {
 		return fmt.Errorf("%w: syncing the folder: %w", ErrNotDurable, err)
 	}
 	return nil
@@ -208,5 +265,6 @@ func (d *dirFile) Abort() error {
 var (
 	_ Sink      = (*Dir)(nil)
 	_ Linker    = (*Dir)(nil)
+	_ Syncer    = (*Dir)(nil)
 	_ Patchable = (*dirFile)(nil)
 )

@@ -107,6 +107,17 @@ type Conditional interface {
 // folder's fsync failed): a power loss may revert it.
 var ErrNotDurable = errors.New("the file is in place, but not durably")
 
+// Syncer is a Sink whose changes may become durable only at Sync (a
+// Batched Dir): a writer whose changes must become durable in an order
+// calls Sync between them. Changes on other Sinks are durable when they
+// return.
+type Syncer interface {
+	Sink
+	// Sync makes every change since the last Sync durable; an error
+	// matches ErrNotDurable.
+	Sync(ctx context.Context) error
+}
+
 // Linker is a Sink that gives a file a second name without copying it (a
 // folder's hard links); Dir is one. A set written under swap names (see
 // package setname) moves to its standard names through it.

@@ -124,3 +124,53 @@ func TestDirPatchable(t *testing.T) {
 		t.Error("WriteAt after Close")
 	}
 }
+
+// A Batched Dir's changes are visible when they return and made durable
+// by Sync, which reports a folder it cannot sync as sink.ErrNotDurable; a Dir
+// that is not batched has nothing to sync.
+func TestDirBatched(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	if err := sink.NewDir(root).Sync(ctx); err != nil {
+		t.Fatalf("Sync of a Dir that is not batched: %v", err)
+	}
+	d := sink.NewDir(filepath.Join(root, "m")).Batched()
+	f, err := d.Create(ctx, "sub/a.bin", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("abc")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Link(ctx, "sub/a.bin", "sub/b.bin"); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Remove(ctx, "sub/a.bin"); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(root, "m", "sub", "b.bin")); err != nil || string(b) != "abc" {
+		t.Fatalf("after the changes: %q, %v", b, err)
+	}
+	if err := d.Sync(ctx); err != nil {
+		t.Fatalf("Sync: %v", err)
+	}
+	if err := d.Sync(ctx); err != nil {
+		t.Fatalf("a second Sync, nothing changed: %v", err)
+	}
+	f, err = d.Create(ctx, "sub/c.bin", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(root, "m")); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Sync(ctx); !errors.Is(err, sink.ErrNotDurable) {
+		t.Fatalf("Sync of a folder gone: %v, want sink.ErrNotDurable", err)
+	}
+}

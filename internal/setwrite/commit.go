@@ -220,9 +220,20 @@ func Commit(ctx context.Context, s *Set) (*Result, error) {
 		}
 		c.at("shard")
 	}
+	if n == 1 {
+		// The single file is the entry point: durable before the
+		// previous set's files go.
+		if err := c.barrier(ctx); err != nil {
+			return nil, c.notDurable(c.res.Files[0], err)
+		}
+	}
 	if n > 1 {
 		if err := ctx.Err(); err != nil {
 			return nil, c.fail(&Error{Stage: StageWrite, Msg: "canceled", Err: err})
+		}
+		// The shards are durable before an index that names them.
+		if err := c.barrier(ctx); err != nil {
+			return nil, c.fail(&Error{Stage: StageWrite, Msg: "making the shards durable", Err: err})
 		}
 		if err := c.writeIndex(ctx, c.res.WeightMap, entryExcl, entryVersion); err != nil {
 			if errors.Is(err, sink.ErrNotDurable) {
@@ -232,6 +243,10 @@ func Commit(ctx context.Context, s *Set) (*Result, error) {
 		}
 		if entryExcl {
 			c.placed = append(c.placed, entry)
+		}
+		// The index is durable before the previous set's files go.
+		if err := c.barrier(ctx); err != nil {
+			return nil, c.notDurable(entry, err)
 		}
 	}
 	c.at("indexed")
@@ -247,7 +262,21 @@ func Commit(ctx context.Context, s *Set) (*Result, error) {
 	if token != "" {
 		c.unswap(ctx, std)
 	}
+	if err := c.barrier(ctx); err != nil {
+		c.warn("the removals of the previous set's files may not be durable: %v", err)
+	}
 	return c.res, nil
+}
+
+// barrier makes the sink's changes so far durable before the ones that
+// must follow them (a sink.Syncer's Sync; other sinks' changes are
+// durable when they return): one folder fsync for many renames, links and
+// removals.
+func (c *commit) barrier(ctx context.Context) error {
+	if s, ok := c.Sink.(sink.Syncer); ok {
+		return s.Sync(ctx)
+	}
+	return nil
 }
 
 // commit is the state of one Commit.
@@ -457,6 +486,9 @@ func (c *commit) fail(err error) error {
 		}
 	}
 	c.placed = nil
+	if serr := c.barrier(context.Background()); serr != nil {
+		rerrs = append(rerrs, serr)
+	}
 	e, ok := err.(*Error)
 	if !ok {
 		e = &Error{Stage: StageWrite, Err: err}
@@ -570,6 +602,11 @@ func (c *commit) unswap(ctx context.Context, std []string) {
 		}
 		linked = append(linked, std[i])
 	}
+	// The standard names are durable before the index names them.
+	if err := c.barrier(ctx); err != nil {
+		undo(err)
+		return
+	}
 	wm := make(map[string]string, len(c.res.WeightMap))
 	for t, f := range c.res.WeightMap {
 		wm[t] = std[slices.Index(c.res.Files, f)]
@@ -579,6 +616,12 @@ func (c *commit) unswap(ctx context.Context, std []string) {
 		return
 	} else if err != nil {
 		c.warn("%v", err)
+	}
+	// The index naming them is durable before the swap names go.
+	if err := c.barrier(ctx); err != nil {
+		c.warn("the set keeps its swap names too (%s, ...): %v", c.res.Files[0], err)
+		c.res.Files, c.res.WeightMap = std, wm
+		return
 	}
 	for _, f := range c.res.Files {
 		if err := c.Sink.Remove(ctx, c.name(f)); err != nil {

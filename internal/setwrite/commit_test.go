@@ -131,3 +131,94 @@ func TestCommit(t *testing.T) {
 		t.Fatalf("after a failure: folder %v", got)
 	}
 }
+
+// logged records the changes a Batched folder sink makes and its
+// barriers, in order.
+type logged struct {
+	*sink.Dir
+	log *[]string
+}
+
+func (s logged) Create(ctx context.Context, name string, exclusive bool) (sink.File, error) {
+	f, err := s.Dir.Create(ctx, name, exclusive)
+	if err != nil {
+		return nil, err
+	}
+	return loggedFile{f.(sink.Patchable), s.log, name}, nil
+}
+
+func (s logged) Remove(ctx context.Context, name string) error {
+	*s.log = append(*s.log, "remove "+name)
+	return s.Dir.Remove(ctx, name)
+}
+
+func (s logged) Link(ctx context.Context, from, to string) error {
+	*s.log = append(*s.log, "link "+to)
+	return s.Dir.Link(ctx, from, to)
+}
+
+func (s logged) Sync(ctx context.Context) error {
+	*s.log = append(*s.log, "sync")
+	return s.Dir.Sync(ctx)
+}
+
+type loggedFile struct {
+	sink.Patchable
+	log  *[]string
+	name string
+}
+
+func (f loggedFile) Close() error {
+	*f.log = append(*f.log, "close "+f.name)
+	return f.Patchable.Close()
+}
+
+// On a Batched folder, whose changes become durable only at its Sync,
+// Commit orders them with barriers: every shard before the index that
+// names it, the index before any file of the previous set goes, the
+// standard names before the index that names them, that index before
+// the swap names go, and the removals at the end.
+func TestCommitBarriers(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	var log []string
+	s := logged{sink.NewDir(dir).Batched(), &log}
+	set := &Set{Sink: s, Prefix: "model", Specs: specsOf(2), Write: zeros, MaxShard: 16, Replace: true}
+	if _, err := Commit(ctx, set); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"close model-00001-of-00002.safetensors", "close model-00002-of-00002.safetensors", "sync",
+		"close model.safetensors.index.json", "sync", "sync"}
+	if !slices.Equal(log, want) {
+		t.Errorf("first set:\n got %q\nwant %q", log, want)
+	}
+	log = nil
+	res, err := Commit(ctx, set) // over the first: swap names, then back
+	if err != nil || len(res.Warnings) != 0 {
+		t.Fatal(res, err)
+	}
+	syncs := func(i, j int) bool { return j > i && slices.Contains(log[i:j], "sync") }
+	var closes, links, removes []int
+	for i, op := range log {
+		switch {
+		case strings.HasPrefix(op, "close "):
+			closes = append(closes, i)
+		case strings.HasPrefix(op, "link "):
+			links = append(links, i)
+		case strings.HasPrefix(op, "remove "):
+			removes = append(removes, i)
+		}
+	}
+	// close swap shards, sync, close index, sync, removals of the old
+	// shards, links, sync, close index, sync, removals of the swap names,
+	// sync.
+	if len(closes) != 4 || len(links) != 2 || len(removes) != 4 || log[len(log)-1] != "sync" {
+		t.Fatalf("second set: %q", log)
+	}
+	if !syncs(closes[1], closes[2]) || !syncs(closes[2], removes[0]) || !syncs(links[1], closes[3]) || !syncs(closes[3], removes[2]) {
+		t.Errorf("second set, a barrier missing: %q", log)
+	}
+	if got := entries(t, dir); !slices.Equal(got, []string{"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "model.safetensors.index.json"}) {
+		t.Errorf("folder %v", got)
+	}
+}
