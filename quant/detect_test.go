@@ -16,33 +16,23 @@ func TestKinds(t *testing.T) {
 	testutil.CheckKinds(t, testutil.Kinds[ErrorKind](kindNames[:]), func(k ErrorKind) error { return &Error{Kind: k} })
 }
 
-// failure is what a test expects of an error: its kind and the check its
-// message names (the kinds are general, the message says which check).
-type failure struct {
-	kind ErrorKind
-	what string
-}
-
-func (f failure) String() string { return f.kind.String() + " (" + f.what + ")" }
-
-// matches reports whether err is of f's kind and names f's check.
-func (f failure) matches(err error) bool {
-	return errors.Is(err, f.kind) && strings.Contains(err.Error(), f.what)
-}
+// failure is what a test expects of an error: its kind and, for a general
+// kind, the check its message names.
+type failure = testutil.Failure[ErrorKind]
 
 var (
-	missingScale     = failure{ErrInvalidLayout, ": missing scale: "}
-	orphanScale      = failure{ErrInvalidLayout, ": orphan scale: "}
-	scaleShape       = failure{ErrInvalidLayout, ": scale shape: "}
-	scaleDType       = failure{ErrInvalidLayout, ": scale dtype: "}
-	dataShape        = failure{ErrInvalidLayout, ": data shape: "}
-	blockSize        = failure{ErrInvalidLayout, ": block size: "}
-	blockSizeUnknown = failure{ErrInvalidLayout, ": block size unknown: "}
-	conflict         = failure{ErrInvalidLayout, ": conflict: "}
-	mismatch         = failure{ErrInvalidLayout, ": mismatch: "}
-	length           = failure{ErrInvalidArgument, ": length: "}
-	invalidWeight    = failure{ErrInvalidArgument, ": invalid weight: "}
-	target           = failure{ErrTarget, ""}
+	missingScale     = failure{Kind: ErrInvalidLayout, What: ": missing scale: "}
+	orphanScale      = failure{Kind: ErrInvalidLayout, What: ": orphan scale: "}
+	scaleShape       = failure{Kind: ErrInvalidLayout, What: ": scale shape: "}
+	scaleDType       = failure{Kind: ErrInvalidLayout, What: ": scale dtype: "}
+	dataShape        = failure{Kind: ErrInvalidLayout, What: ": data shape: "}
+	blockSize        = failure{Kind: ErrInvalidLayout, What: ": block size: "}
+	blockSizeUnknown = failure{Kind: ErrInvalidLayout, What: ": block size unknown: "}
+	conflict         = failure{Kind: ErrInvalidLayout, What: ": conflict: "}
+	mismatch         = failure{Kind: ErrInvalidLayout, What: ": mismatch: "}
+	length           = failure{Kind: ErrInvalidArgument, What: ": length: "}
+	invalidWeight    = failure{Kind: ErrInvalidArgument, What: ": invalid weight: "}
+	target           = failure{Kind: ErrTarget, What: ""}
 )
 
 const (
@@ -154,7 +144,7 @@ func TestMalformedScales(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := Detect(tc.tensors, tc.src)
 			var e *Error
-			if !errors.As(err, &e) || !tc.kind.matches(err) || e.Tensor != tc.tensor {
+			if !errors.As(err, &e) || !tc.kind.Matches(err) || e.Tensor != tc.tensor {
 				t.Fatalf("Detect = %+v, %v; want %s naming %q", s, err, tc.kind, tc.tensor)
 			}
 			if !strings.Contains(err.Error(), tc.tensor) {
@@ -377,7 +367,7 @@ func TestDequantizeErrors(t *testing.T) {
 			}
 			continue
 		}
-		if !tc.kind.matches(err) {
+		if !tc.kind.Matches(err) {
 			t.Errorf("%s: got %v, want %s", tc.name, err, tc.kind)
 		}
 	}
@@ -403,7 +393,7 @@ func TestDuplicateName(t *testing.T) {
 	ts := []Stored{{Name: "a.weight", DType: dtype.F32, Shape: []int64{2}}, {Name: "b", DType: dtype.F32}, {Name: "a.weight", DType: dtype.F32, Shape: []int64{2}}}
 	_, err := Detect(ts, Sources{})
 	var qe *Error
-	if !errors.As(err, &qe) || !conflict.matches(err) || qe.Tensor != "a.weight" {
+	if !errors.As(err, &qe) || !conflict.Matches(err) || qe.Tensor != "a.weight" {
 		t.Errorf("Detect with a name twice: %v", err)
 	}
 }
@@ -430,7 +420,7 @@ func TestDetectPlainNames(t *testing.T) {
 		}
 		_, err := Detect(ts, Sources{})
 		var e *Error
-		if !conflict.matches(err) || !errors.As(err, &e) || !strings.Contains(err.Error(), "appears twice") {
+		if !conflict.Matches(err) || !errors.As(err, &e) || !strings.Contains(err.Error(), "appears twice") {
 			t.Errorf("with %s: %v", extra.Name, err)
 		}
 	}

@@ -273,18 +273,18 @@ func TestQuantizeInfAndErrors(t *testing.T) {
 		kind failure
 	}{
 		{func() error { _, err := NewFP8Quantizer(dtype.BF16, []int64{2, 2}, PerTensor, 0); return err }, target},
-		{func() error { _, err := NewFP8Quantizer(dtype.F8_E4M3, []int64{2, 2, 2}, PerTensor, 0); return err }, failure{ErrInvalidArgument, ": data shape: "}},
-		{func() error { _, err := NewFP8Quantizer(dtype.F8_E4M3, []int64{2, 2}, PerBlock, 0); return err }, failure{ErrInvalidArgument, ": block size: "}},
+		{func() error { _, err := NewFP8Quantizer(dtype.F8_E4M3, []int64{2, 2, 2}, PerTensor, 0); return err }, failure{Kind: ErrInvalidArgument, What: ": data shape: "}},
+		{func() error { _, err := NewFP8Quantizer(dtype.F8_E4M3, []int64{2, 2}, PerBlock, 0); return err }, failure{Kind: ErrInvalidArgument, What: ": block size: "}},
 		{func() error { return q.Observe(0, make([]float32, 3)) }, length},
 		{func() error { return q.Observe(1, make([]float32, 4)) }, length},
 		{func() error { _, err := q.Quantize(make([]byte, 3), 0, x, dtype.Options{}); return err }, length},
 	} {
-		if err := tc.f(); !tc.kind.matches(err) {
+		if err := tc.f(); !tc.kind.Matches(err) {
 			t.Errorf("got %v, want %v", err, tc.kind)
 		}
 	}
 	qb, _ := NewFP8Quantizer(dtype.F8_E4M3, []int64{4, 4}, PerBlock, 2)
-	if _, err := qb.Quantize(make([]byte, 4), 1, make([]float32, 4), dtype.Options{}); !length.matches(err) {
+	if _, err := qb.Quantize(make([]byte, 4), 1, make([]float32, 4), dtype.Options{}); !length.Matches(err) {
 		t.Errorf("misaligned piece: %v", err)
 	}
 }
@@ -341,7 +341,7 @@ func TestDequantizeRows(t *testing.T) {
 				t.Errorf("%s: rows %d at a time differ from Dequantize", tc.name, step)
 			}
 		}
-		if _, err := w.DequantizeRows(nil, make([]byte, 2*c*2), dtype.BF16, data, scales, r-1, 2, dtype.Options{}); !length.matches(err) {
+		if _, err := w.DequantizeRows(nil, make([]byte, 2*c*2), dtype.BF16, data, scales, r-1, 2, dtype.Options{}); !length.Matches(err) {
 			t.Errorf("%s: rows past the end: %v", tc.name, err)
 		}
 	}

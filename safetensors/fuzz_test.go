@@ -114,7 +114,7 @@ func checkReserialize(t *testing.T, h *Header, payload map[string][]byte) {
 	}
 	out, err := Serialize(in, h.Metadata, WithoutChecksums())
 	if err != nil {
-		if reservedName.matches(err) || errors.Is(err, ErrHeaderTooLarge) {
+		if reservedName.Matches(err) || errors.Is(err, ErrHeaderTooLarge) {
 			return
 		}
 		t.Fatalf("re-serialize: %v", err)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/ckpt-go/ckpt/internal/testutil"
 )
 
 // file builds raw safetensors bytes: length field, header, data.
@@ -42,32 +44,22 @@ func wantCtxErr(t *testing.T, err, ctxErr error) {
 
 // failure is what a test expects of an error: its kind and, for a general
 // kind, the check its message names.
-type failure struct {
-	kind ErrorKind
-	what string
-}
-
-func (f failure) String() string { return f.kind.String() + " (" + f.what + ")" }
-
-// matches reports whether err is of f's kind and names f's check.
-func (f failure) matches(err error) bool {
-	return errors.Is(err, f.kind) && strings.Contains(err.Error(), f.what)
-}
+type failure = testutil.Failure[ErrorKind]
 
 // The checks behind the general kinds, as their messages name them.
 var (
-	reservedName = failure{ErrInvalidArgument, ": reserved name: "}
-	writeOrder   = failure{ErrInvalidArgument, ": write order: "}
-	invalidSlice = failure{ErrInvalidArgument, ": invalid slice: "}
-	fault        = failure{ErrIO, ": fault: memory fault"}
+	reservedName = failure{Kind: ErrInvalidArgument, What: ": reserved name: "}
+	writeOrder   = failure{Kind: ErrInvalidArgument, What: ": write order: "}
+	invalidSlice = failure{Kind: ErrInvalidArgument, What: ": invalid slice: "}
+	fault        = failure{Kind: ErrIO, What: ": fault: memory fault"}
 )
 
 // wantCheck is wantKind for a check behind a general kind: err must also
 // name the check.
 func wantCheck(t *testing.T, err error, f failure) *Error {
 	t.Helper()
-	e := wantKind(t, err, f.kind)
-	if !strings.Contains(err.Error(), f.what) {
+	e := wantKind(t, err, f.Kind)
+	if !strings.Contains(err.Error(), f.What) {
 		t.Fatalf("got %v, want %v", err, f)
 	}
 	return e

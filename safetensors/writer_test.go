@@ -235,13 +235,13 @@ func TestWriterErrors(t *testing.T) {
 		kind  failure
 	}{
 		{"reserved", []TensorSpec{u8("__metadata__", 1)}, nil, reservedName},
-		{"duplicate", []TensorSpec{u8("a", 1), u8("a", 2)}, nil, failure{ErrDuplicateKey, ""}},
-		{"invalid dtype", []TensorSpec{{Name: "a", DType: dtype.Invalid, Shape: []int64{1}}}, nil, failure{ErrUnknownDType, ""}},
-		{"negative dim", []TensorSpec{u8("a", -1)}, nil, failure{ErrInvalidArgument, ""}},
-		{"overflow", []TensorSpec{{Name: "a", DType: dtype.F64, Shape: []int64{1 << 31, 1 << 31, 1 << 31}}}, nil, failure{ErrOverflow, ""}},
-		{"odd F4", []TensorSpec{{Name: "a", DType: dtype.F4, Shape: []int64{3}}}, nil, failure{ErrMisalignedSlice, ""}},
-		{"invalid utf8 name", []TensorSpec{u8("a\xff", 1)}, nil, failure{ErrInvalidUTF8, ""}},
-		{"invalid utf8 metadata", nil, map[string]string{"k": "\xff"}, failure{ErrInvalidUTF8, ""}},
+		{"duplicate", []TensorSpec{u8("a", 1), u8("a", 2)}, nil, failure{Kind: ErrDuplicateKey, What: ""}},
+		{"invalid dtype", []TensorSpec{{Name: "a", DType: dtype.Invalid, Shape: []int64{1}}}, nil, failure{Kind: ErrUnknownDType, What: ""}},
+		{"negative dim", []TensorSpec{u8("a", -1)}, nil, failure{Kind: ErrInvalidArgument, What: ""}},
+		{"overflow", []TensorSpec{{Name: "a", DType: dtype.F64, Shape: []int64{1 << 31, 1 << 31, 1 << 31}}}, nil, failure{Kind: ErrOverflow, What: ""}},
+		{"odd F4", []TensorSpec{{Name: "a", DType: dtype.F4, Shape: []int64{3}}}, nil, failure{Kind: ErrMisalignedSlice, What: ""}},
+		{"invalid utf8 name", []TensorSpec{u8("a\xff", 1)}, nil, failure{Kind: ErrInvalidUTF8, What: ""}},
+		{"invalid utf8 metadata", nil, map[string]string{"k": "\xff"}, failure{Kind: ErrInvalidUTF8, What: ""}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := NewWriter(io.Discard, c.specs, c.meta)
@@ -265,7 +265,7 @@ func TestWriterErrors(t *testing.T) {
 	if _, err := tw.Write([]byte{1, 2}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := w.Next(); !writeOrder.matches(err) {
+	if _, _, err := w.Next(); !writeOrder.Matches(err) {
 		t.Fatalf("Next with incomplete tensor: %v", err)
 	}
 	if _, err := tw.Write([]byte{3, 4}); err != nil {
@@ -295,7 +295,7 @@ func TestWriterErrors(t *testing.T) {
 	// Too many bytes poisons the writer.
 	w, _ = NewWriter(io.Discard, specs, nil)
 	_, tw, _ = w.Next()
-	if _, err := tw.Write(make([]byte, 5)); !writeOrder.matches(err) {
+	if _, err := tw.Write(make([]byte, 5)); !writeOrder.Matches(err) {
 		t.Fatal(err)
 	}
 	wantCheck(t, w.Close(), writeOrder)

@@ -89,7 +89,7 @@ func TestOpenSingleFile(t *testing.T) {
 		}
 		wantBytes(t, tt)
 	}
-	if _, err := Open(filepath.Dir(p)); !unsupportedPath.matches(err) {
+	if _, err := Open(filepath.Dir(p)); !unsupportedPath.Matches(err) {
 		t.Errorf("folder: %v", err)
 	}
 	if _, err := Open(filepath.Join(filepath.Dir(p), "absent.safetensors")); !errors.Is(err, ErrMissingShard) {
@@ -148,7 +148,7 @@ func TestOpenWrongShard(t *testing.T) {
 	}
 	_, err := Open(index)
 	var e *Error
-	if !errors.As(err, &e) || !tensorMissingFromShard.matches(err) || e.Tensor != "head" || e.Shard != "model-00001-of-00002.safetensors" {
+	if !errors.As(err, &e) || !tensorMissingFromShard.Matches(err) || e.Tensor != "head" || e.Shard != "model-00001-of-00002.safetensors" {
 		t.Fatalf("got %v", err)
 	}
 	if !strings.Contains(err.Error(), "model-00002-of-00002.safetensors") {

@@ -142,7 +142,7 @@ func TestWriteChecksumClaims(t *testing.T) {
 
 	// A claim for a tensor the set does not hold.
 	_, err = Write(ctx, dir, "model", "", ts, map[string]string{safetensors.ChecksumPrefix + "zz": "00000001"})
-	if !invalidTensor.matches(err) {
+	if !invalidTensor.Matches(err) {
 		t.Fatalf("claim of no tensor: %v", err)
 	}
 }

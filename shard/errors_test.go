@@ -1,8 +1,6 @@
 package shard
 
 import (
-	"errors"
-	"strings"
 	"testing"
 
 	"github.com/ckpt-go/ckpt/internal/testutil"
@@ -21,31 +19,21 @@ func TestKindNames(t *testing.T) {
 
 // failure is what a test expects of an error: its kind and, for a general
 // kind, the check its message names.
-type failure struct {
-	kind ErrorKind
-	what string
-}
-
-func (f failure) String() string { return f.kind.String() + " (" + f.what + ")" }
-
-// matches reports whether err is of f's kind and names f's check.
-func (f failure) matches(err error) bool {
-	return errors.Is(err, f.kind) && strings.Contains(err.Error(), f.what)
-}
+type failure = testutil.Failure[ErrorKind]
 
 // The checks behind the general kinds, as their messages name them.
 var (
-	indexTooLarge          = failure{ErrInvalidIndex, ": index too large: "}
-	indexInvalidJSON       = failure{ErrInvalidIndex, ": invalid JSON"}
-	indexMissingWeightMap  = failure{ErrInvalidIndex, ": missing weight_map: "}
-	indexInvalidWeightMap  = failure{ErrInvalidIndex, ": invalid weight_map: "}
-	indexDuplicateTensor   = failure{ErrInvalidIndex, ": duplicate tensor: "}
-	indexInvalidMetadata   = failure{ErrInvalidIndex, ": invalid metadata: "}
-	invalidShardName       = failure{ErrInvalidIndex, ": invalid shard name: "}
-	tensorMissingFromShard = failure{ErrInvalidIndex, ": tensor missing from shard: "}
-	unsupportedPath        = failure{ErrInvalidArgument, ": unsupported path: "}
-	invalidSize            = failure{ErrInvalidArgument, ": invalid size: "}
-	invalidVariant         = failure{ErrInvalidArgument, ": invalid variant: "}
-	duplicateTensor        = failure{ErrInvalidArgument, ": duplicate tensor"}
-	invalidTensor          = failure{ErrInvalidArgument, ": invalid tensor"}
+	indexTooLarge          = failure{Kind: ErrInvalidIndex, What: ": index too large: "}
+	indexInvalidJSON       = failure{Kind: ErrInvalidIndex, What: ": invalid JSON"}
+	indexMissingWeightMap  = failure{Kind: ErrInvalidIndex, What: ": missing weight_map: "}
+	indexInvalidWeightMap  = failure{Kind: ErrInvalidIndex, What: ": invalid weight_map: "}
+	indexDuplicateTensor   = failure{Kind: ErrInvalidIndex, What: ": duplicate tensor: "}
+	indexInvalidMetadata   = failure{Kind: ErrInvalidIndex, What: ": invalid metadata: "}
+	invalidShardName       = failure{Kind: ErrInvalidIndex, What: ": invalid shard name: "}
+	tensorMissingFromShard = failure{Kind: ErrInvalidIndex, What: ": tensor missing from shard: "}
+	unsupportedPath        = failure{Kind: ErrInvalidArgument, What: ": unsupported path: "}
+	invalidSize            = failure{Kind: ErrInvalidArgument, What: ": invalid size: "}
+	invalidVariant         = failure{Kind: ErrInvalidArgument, What: ": invalid variant: "}
+	duplicateTensor        = failure{Kind: ErrInvalidArgument, What: ": duplicate tensor"}
+	invalidTensor          = failure{Kind: ErrInvalidArgument, What: ": invalid tensor"}
 )

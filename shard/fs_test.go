@@ -66,7 +66,7 @@ func TestOpenFS(t *testing.T) {
 	if _, err := Open("m/model.safetensors.index.json", WithFS(m)); !errors.Is(err, ErrMissingShard) {
 		t.Errorf("missing shard: %v", err)
 	}
-	if _, err := Open("m", WithFS(m)); !unsupportedPath.matches(err) {
+	if _, err := Open("m", WithFS(m)); !unsupportedPath.Matches(err) {
 		t.Errorf("folder: %v", err)
 	}
 	if _, err := Open("m/nope.safetensors", WithFS(m)); !errors.Is(err, ErrMissingShard) {
@@ -76,7 +76,7 @@ func TestOpenFS(t *testing.T) {
 		t.Error(err)
 	}
 	m["big.json"] = &fstest.MapFile{Data: make([]byte, MaxIndexSize+1)}
-	if _, err := ReadIndexFS(m, "big.json"); !indexTooLarge.matches(err) {
+	if _, err := ReadIndexFS(m, "big.json"); !indexTooLarge.Matches(err) {
 		t.Errorf("large index: %v", err)
 	}
 }

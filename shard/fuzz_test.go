@@ -71,7 +71,7 @@ func FuzzParseSize(f *testing.F) {
 		if err == nil && n < 0 {
 			t.Fatalf("ParseSize(%q) = %d", s, n)
 		}
-		if err != nil && !invalidSize.matches(err) {
+		if err != nil && !invalidSize.Matches(err) {
 			t.Fatalf("ParseSize(%q): %v", s, err)
 		}
 	})

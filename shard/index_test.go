@@ -76,14 +76,14 @@ func TestParseIndexErrors(t *testing.T) {
 		{"empty tensor name", `{"weight_map":{"":"x.safetensors"}}`, indexInvalidWeightMap, "", "x.safetensors"},
 		{"duplicate tensor", `{"weight_map":{"a":"x.safetensors","a":"y.safetensors"}}`, indexDuplicateTensor, "a", ""},
 		{"metadata array", `{"weight_map":{"a":"x.safetensors"},"metadata":[]}`, indexInvalidMetadata, "", ""},
-		{"parent dir", `{"weight_map":{"a":"../x.safetensors"}}`, failure{ErrInsecurePath, ""}, "a", "../x.safetensors"},
-		{"dotdot", `{"weight_map":{"a":".."}}`, failure{ErrInsecurePath, ""}, "a", ".."},
-		{"absolute", `{"weight_map":{"a":"/etc/x.safetensors"}}`, failure{ErrInsecurePath, ""}, "a", "/etc/x.safetensors"},
-		{"subdir", `{"weight_map":{"a":"sub/x.safetensors"}}`, failure{ErrInsecurePath, ""}, "a", "sub/x.safetensors"},
-		{"backslash", `{"weight_map":{"a":"sub\\x.safetensors"}}`, failure{ErrInsecurePath, ""}, "a", `sub\x.safetensors`},
-		{"drive letter", `{"weight_map":{"a":"C:x.safetensors"}}`, failure{ErrInsecurePath, ""}, "a", "C:x.safetensors"},
-		{"windows absolute", `{"weight_map":{"a":"C:\\w\\x.safetensors"}}`, failure{ErrInsecurePath, ""}, "a", `C:\w\x.safetensors`},
-		{"unc", `{"weight_map":{"a":"\\\\srv\\x.safetensors"}}`, failure{ErrInsecurePath, ""}, "a", `\\srv\x.safetensors`},
+		{"parent dir", `{"weight_map":{"a":"../x.safetensors"}}`, failure{Kind: ErrInsecurePath, What: ""}, "a", "../x.safetensors"},
+		{"dotdot", `{"weight_map":{"a":".."}}`, failure{Kind: ErrInsecurePath, What: ""}, "a", ".."},
+		{"absolute", `{"weight_map":{"a":"/etc/x.safetensors"}}`, failure{Kind: ErrInsecurePath, What: ""}, "a", "/etc/x.safetensors"},
+		{"subdir", `{"weight_map":{"a":"sub/x.safetensors"}}`, failure{Kind: ErrInsecurePath, What: ""}, "a", "sub/x.safetensors"},
+		{"backslash", `{"weight_map":{"a":"sub\\x.safetensors"}}`, failure{Kind: ErrInsecurePath, What: ""}, "a", `sub\x.safetensors`},
+		{"drive letter", `{"weight_map":{"a":"C:x.safetensors"}}`, failure{Kind: ErrInsecurePath, What: ""}, "a", "C:x.safetensors"},
+		{"windows absolute", `{"weight_map":{"a":"C:\\w\\x.safetensors"}}`, failure{Kind: ErrInsecurePath, What: ""}, "a", `C:\w\x.safetensors`},
+		{"unc", `{"weight_map":{"a":"\\\\srv\\x.safetensors"}}`, failure{Kind: ErrInsecurePath, What: ""}, "a", `\\srv\x.safetensors`},
 		{"other extension", `{"weight_map":{"a":"x.bin"}}`, invalidShardName, "a", "x.bin"},
 		{"bare extension", `{"weight_map":{"a":".safetensors"}}`, invalidShardName, "a", ".safetensors"},
 		{"empty shard", `{"weight_map":{"a":""}}`, invalidShardName, "a", ""},
@@ -94,7 +94,7 @@ func TestParseIndexErrors(t *testing.T) {
 			if err == nil {
 				t.Fatalf("accepted: %+v", ix)
 			}
-			if !tc.kind.matches(err) {
+			if !tc.kind.Matches(err) {
 				t.Fatalf("got %v, want kind %s", err, tc.kind)
 			}
 			var e *Error
@@ -129,7 +129,7 @@ func TestReadIndexNamesFile(t *testing.T) {
 func TestReadIndexTooLarge(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "big.safetensors.index.json")
 	testutil.SparseFile(t, p, MaxIndexSize+1)
-	if _, err := ReadIndex(p); !indexTooLarge.matches(err) {
+	if _, err := ReadIndex(p); !indexTooLarge.Matches(err) {
 		t.Fatalf("got %v", err)
 	}
 }

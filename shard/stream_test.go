@@ -98,7 +98,7 @@ func TestWriteStreamFailures(t *testing.T) {
 			}
 			_, err := w.Write(make([]byte, 32))
 			return err
-		}, failure{ErrWrite, ""}, "disk on fire"},
+		}, failure{Kind: ErrWrite, What: ""}, "disk on fire"},
 		{"short", func(n int, w io.Writer) error {
 			_, err := w.Write(make([]byte, 63))
 			return err
@@ -106,7 +106,7 @@ func TestWriteStreamFailures(t *testing.T) {
 		{"long", func(n int, w io.Writer) error {
 			_, err := w.Write(make([]byte, 65))
 			return err
-		}, failure{ErrWrite, ""}, "too many bytes"},
+		}, failure{Kind: ErrWrite, What: ""}, "too many bytes"},
 	} {
 		n := 0
 		_, err := WriteStream(context.Background(), dir, "model", "", specs, func(s safetensors.TensorSpec, w io.Writer) error {
@@ -114,7 +114,7 @@ func TestWriteStreamFailures(t *testing.T) {
 			return tc.write(n, w)
 		}, nil, WithMaxShardSize(128))
 		var e *Error
-		if !errors.As(err, &e) || !tc.kind.matches(err) || e.Kind != tc.kind.kind || e.Tensor == "" || e.Shard == "" || !strings.Contains(err.Error(), tc.msg) {
+		if !errors.As(err, &e) || !tc.kind.Matches(err) || e.Kind != tc.kind.Kind || e.Tensor == "" || e.Shard == "" || !strings.Contains(err.Error(), tc.msg) {
 			t.Errorf("%s: %v", tc.name, err)
 		}
 		after := snap(t, dir)

@@ -37,7 +37,7 @@ func TestParseSize(t *testing.T) {
 		}
 	}
 	for _, in := range []string{"", "GB", "-5GB", "5XB", "5 G B", "1.2.3MB", "0.1B", "1.0000001KB", "99999999999999999999", "10000PB", "abc", ".", "5e3"} {
-		if got, err := ParseSize(in); !invalidSize.matches(err) {
+		if got, err := ParseSize(in); !invalidSize.Matches(err) {
 			t.Errorf("ParseSize(%q) = %d, %v; want an invalid size", in, got, err)
 		}
 	}
@@ -166,10 +166,10 @@ func TestWriteInvalid(t *testing.T) {
 		opts                  []WriteOption
 		kind                  failure
 	}{
-		{"path prefix", "a/b", "", ok, nil, failure{ErrInvalidPrefix, ""}},
-		{"dotted prefix", "model.x", "", ok, nil, failure{ErrInvalidPrefix, ""}},
-		{"empty prefix", "", "", ok, nil, failure{ErrInvalidPrefix, ""}},
-		{"dotdot prefix", "..", "", ok, nil, failure{ErrInvalidPrefix, ""}},
+		{"path prefix", "a/b", "", ok, nil, failure{Kind: ErrInvalidPrefix, What: ""}},
+		{"dotted prefix", "model.x", "", ok, nil, failure{Kind: ErrInvalidPrefix, What: ""}},
+		{"empty prefix", "", "", ok, nil, failure{Kind: ErrInvalidPrefix, What: ""}},
+		{"dotdot prefix", "..", "", ok, nil, failure{Kind: ErrInvalidPrefix, What: ""}},
 		{"variant dash", "model", "fp-16", ok, nil, invalidVariant},
 		{"variant dot", "model", "a.b", ok, nil, invalidVariant},
 		{"no tensors", "model", "", nil, nil, invalidTensor},
@@ -181,7 +181,7 @@ func TestWriteInvalid(t *testing.T) {
 	} {
 		dir := t.TempDir()
 		_, err := Write(ctx, dir, tc.prefix, tc.variant, tc.ts, nil, tc.opts...)
-		if !tc.kind.matches(err) {
+		if !tc.kind.Matches(err) {
 			t.Errorf("%s: got %v, want %s", tc.name, err, tc.kind)
 		}
 		if names := testutil.Entries(t, dir); len(names) != 0 {

@@ -256,12 +256,12 @@ func TestCheckpointRefusals(t *testing.T) {
 		{"legacy", append(append([]byte{0x80, 0x02}, legacyMagic...), ".\x80\x02M\xe9\x03."...), legacyFormat,
 			"legacy format: the pre-1.6 PyTorch format; re-save with torch.save(..., _use_new_zipfile_serialization=True)"},
 		{"legacy tar", append(make([]byte, 257), "ustar\x0000"+strings.Repeat("\x00", 300)...), legacyFormat, "tar"},
-		{"forbidden global", torchZip("evil/", evilPickle("posix", "system"), "little", map[string][]byte{"0": seq(4)}), failure{ErrForbiddenGlobal, ""}, `global "posix system"`},
+		{"forbidden global", torchZip("evil/", evilPickle("posix", "system"), "little", map[string][]byte{"0": seq(4)}), failure{Kind: ErrForbiddenGlobal, What: ""}, `global "posix system"`},
 		{"malformed pickle", torchZip("archive/", []byte("\x80\x02}"), "little", nil), invalidPickle, "archive/data.pkl"},
 	} {
 		_, err := openBytes(t, c.data)
 		var e *Error
-		if !c.kind.matches(err) || !errors.As(err, &e) {
+		if !c.kind.Matches(err) || !errors.As(err, &e) {
 			t.Errorf("%s: got %v, want %s", c.name, err, c.kind)
 			continue
 		}

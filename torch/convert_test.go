@@ -130,7 +130,7 @@ func TestWriteSafetensorsAtomic(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := WriteSafetensors(context.Background(), c2, out); !duplicateName.matches(err) {
+		if err := WriteSafetensors(context.Background(), c2, out); !duplicateName.Matches(err) {
 			t.Errorf("%s: %v", key, err)
 		}
 		check(key)

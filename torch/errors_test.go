@@ -3,7 +3,6 @@ package torch
 import (
 	"errors"
 	"io"
-	"strings"
 	"testing"
 
 	"github.com/ckpt-go/ckpt/internal/testutil"
@@ -31,33 +30,23 @@ func TestErrorFormat(t *testing.T) {
 
 // failure is what a test expects of an error: its kind and, for a general
 // kind, the check its message names.
-type failure struct {
-	kind ErrorKind
-	what string
-}
-
-func (f failure) String() string { return f.kind.String() + " (" + f.what + ")" }
-
-// matches reports whether err is of f's kind and names f's check.
-func (f failure) matches(err error) bool {
-	return errors.Is(err, f.kind) && strings.Contains(err.Error(), f.what)
-}
+type failure = testutil.Failure[ErrorKind]
 
 // The checks behind the general kinds, as their messages name them.
 var (
-	invalidArchive    = failure{ErrInvalidFormat, ": invalid archive: "}
-	invalidPickle     = failure{ErrInvalidFormat, ": invalid pickle: "}
-	missingRecord     = failure{ErrInvalidFormat, ": missing record: "}
-	storageSize       = failure{ErrInvalidFormat, ": storage size: "}
-	tensorBounds      = failure{ErrInvalidFormat, ": tensor bounds: "}
-	byteOrder         = failure{ErrInvalidFormat, ": byte order: "}
-	invalidIndex      = failure{ErrInvalidFormat, ": invalid index: "}
-	indexMismatch     = failure{ErrInvalidFormat, ": index mismatch: "}
-	legacyFormat      = failure{ErrUnsupported, ": legacy format: "}
-	unsupportedOpcode = failure{ErrUnsupported, ": unsupported opcode: "}
-	limit             = failure{ErrUnsupported, ": limit: "}
-	unsupportedDType  = failure{ErrUnsupported, ": unsupported dtype: "}
-	unsupportedValue  = failure{ErrUnsupported, ": unsupported value: "}
-	compressedRecord  = failure{ErrUnsupported, ": compressed record: "}
-	duplicateName     = failure{ErrUnsupported, ": duplicate name: "}
+	invalidArchive    = failure{Kind: ErrInvalidFormat, What: ": invalid archive: "}
+	invalidPickle     = failure{Kind: ErrInvalidFormat, What: ": invalid pickle: "}
+	missingRecord     = failure{Kind: ErrInvalidFormat, What: ": missing record: "}
+	storageSize       = failure{Kind: ErrInvalidFormat, What: ": storage size: "}
+	tensorBounds      = failure{Kind: ErrInvalidFormat, What: ": tensor bounds: "}
+	byteOrder         = failure{Kind: ErrInvalidFormat, What: ": byte order: "}
+	invalidIndex      = failure{Kind: ErrInvalidFormat, What: ": invalid index: "}
+	indexMismatch     = failure{Kind: ErrInvalidFormat, What: ": index mismatch: "}
+	legacyFormat      = failure{Kind: ErrUnsupported, What: ": legacy format: "}
+	unsupportedOpcode = failure{Kind: ErrUnsupported, What: ": unsupported opcode: "}
+	limit             = failure{Kind: ErrUnsupported, What: ": limit: "}
+	unsupportedDType  = failure{Kind: ErrUnsupported, What: ": unsupported dtype: "}
+	unsupportedValue  = failure{Kind: ErrUnsupported, What: ": unsupported value: "}
+	compressedRecord  = failure{Kind: ErrUnsupported, What: ": compressed record: "}
+	duplicateName     = failure{Kind: ErrUnsupported, What: ": duplicate name: "}
 )

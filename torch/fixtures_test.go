@@ -154,7 +154,7 @@ func TestFixtures(t *testing.T) {
 func TestFixtureRefusals(t *testing.T) {
 	dir := testutil.Fixtures(t, "torch", "cases.json") // what PyTorch itself wrote
 	_, err := Open(filepath.Join(dir, "legacy.bin"))
-	if !legacyFormat.matches(err) || !strings.Contains(err.Error(),
+	if !legacyFormat.Matches(err) || !strings.Contains(err.Error(),
 		"legacy format: the pre-1.6 PyTorch format; re-save with torch.save(..., _use_new_zipfile_serialization=True)") {
 		t.Errorf("legacy: %v", err)
 	}

@@ -95,15 +95,15 @@ func TestOpenIndexRefusals(t *testing.T) {
 		name, index string
 		kind        failure
 	}{
-		{"parent", wm("a", "../x.bin"), failure{ErrInsecurePath, ""}},
-		{"absolute", wm("a", "/etc/passwd"), failure{ErrInsecurePath, ""}},
-		{"subfolder", wm("a", "sub/x.bin"), failure{ErrInsecurePath, ""}},
-		{"backslash", wm("a", `sub\\x.bin`), failure{ErrInsecurePath, ""}},
-		{"drive", wm("a", "C:x.bin"), failure{ErrInsecurePath, ""}},
-		{"dot-dot", wm("a", ".."), failure{ErrInsecurePath, ""}},
+		{"parent", wm("a", "../x.bin"), failure{Kind: ErrInsecurePath, What: ""}},
+		{"absolute", wm("a", "/etc/passwd"), failure{Kind: ErrInsecurePath, What: ""}},
+		{"subfolder", wm("a", "sub/x.bin"), failure{Kind: ErrInsecurePath, What: ""}},
+		{"backslash", wm("a", `sub\\x.bin`), failure{Kind: ErrInsecurePath, What: ""}},
+		{"drive", wm("a", "C:x.bin"), failure{Kind: ErrInsecurePath, What: ""}},
+		{"dot-dot", wm("a", ".."), failure{Kind: ErrInsecurePath, What: ""}},
 		{"empty shard", wm("a", ""), invalidIndex},
 		{"control", wm("a", `x\u0001.bin`), invalidIndex},
-		{"missing shard", wm("a", "nope.bin"), failure{ErrMissingShard, ""}},
+		{"missing shard", wm("a", "nope.bin"), failure{Kind: ErrMissingShard, What: ""}},
 		{"not JSON", `{"weight_map": `, invalidIndex},
 		{"array", `[]`, invalidIndex},
 		{"no weight map", `{"metadata": {}}`, invalidIndex},
@@ -119,7 +119,7 @@ func TestOpenIndexRefusals(t *testing.T) {
 	} {
 		_, err := Open(shardSet(t, c.index))
 		var e *Error
-		if !c.kind.matches(err) || !errors.As(err, &e) {
+		if !c.kind.Matches(err) || !errors.As(err, &e) {
 			t.Errorf("%s: got %v, want %s", c.name, err, c.kind)
 			continue
 		}
@@ -132,7 +132,7 @@ func TestOpenIndexRefusals(t *testing.T) {
 func TestOpenIndexTooLarge(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "big.index.json")
 	testutil.SparseFile(t, p, MaxIndexSize+1)
-	if _, err := Open(p); !invalidIndex.matches(err) {
+	if _, err := Open(p); !invalidIndex.Matches(err) {
 		t.Fatalf("got %v", err)
 	}
 }
@@ -188,14 +188,14 @@ func TestOpenPaths(t *testing.T) {
 	idx := writeFile(t, dir, "x.index.json", []byte(`{"weight_map": {"model.w": "s1.bin", "model.w_t": "s1.bin",
 		"model.row": "s1.bin", "model.tied": "s1.bin", "model.tied2": "s1.bin", "model.e4m3": "s1.bin",
 		"model.s": "s1.bin", "model.empty": "s1.bin", "model.p": "s1.bin", "x": "s2.bin"}}`))
-	if _, err := Open(idx); !indexMismatch.matches(err) {
+	if _, err := Open(idx); !indexMismatch.Matches(err) {
 		t.Errorf("x not in s2: %v", err)
 	}
 	// Now s2 holds x, but also an "epoch" that s1 has too.
 	writeFile(t, dir, "s2.bin", torchZip("a/", append(newPK().op(opEMPTY_DICT, opMARK).str("epoch").int(1).str("x").
 		tensor(ts{storage: "FloatStorage", key: "0", numel: 1, shape: []int64{}, stride: []int64{}}).b, opSETITEMS, opSTOP),
 		"little", map[string][]byte{"0": f32(1)}))
-	if _, err := Open(idx); !duplicateName.matches(err) {
+	if _, err := Open(idx); !duplicateName.Matches(err) {
 		t.Errorf("epoch in two shards: %v", err)
 	}
 }

@@ -69,7 +69,7 @@ func TestUnpickleUnsupportedOpcodes(t *testing.T) {
 		"EMPTY_SET": []byte("\x80\x04\x8f."),
 	} {
 		_, _, err := unpickle(data, defaultLimits)
-		if !unsupportedOpcode.matches(err) {
+		if !unsupportedOpcode.Matches(err) {
 			t.Errorf("%s: got %v", name, err)
 			continue
 		}
@@ -89,11 +89,11 @@ func TestUnpickleUnsupportedDType(t *testing.T) {
 	data := stateDict(ts{name: "c", storage: "UntypedStorage", key: "0", numel: 32, shape: []int64{2}, stride: []int64{1}, v3: "complex128"})
 	_, _, err := unpickle(data, defaultLimits)
 	var e *Error
-	if !errors.As(err, &e) || !unsupportedDType.matches(err) || e.Global != "torch complex128" {
+	if !errors.As(err, &e) || !unsupportedDType.Matches(err) || e.Global != "torch complex128" {
 		t.Fatalf("got %v", err)
 	}
 	data = stateDict(ts{name: "q", storage: "QInt8Storage", key: "0", numel: 2, shape: []int64{2}, stride: []int64{1}})
-	if _, _, err := unpickle(data, defaultLimits); !unsupportedDType.matches(err) {
+	if _, _, err := unpickle(data, defaultLimits); !unsupportedDType.Matches(err) {
 		t.Fatalf("got %v", err)
 	}
 }
@@ -197,7 +197,7 @@ func TestUnpickleMalformed(t *testing.T) {
 	} {
 		_, _, err := unpickle(c.data, defaultLimits)
 		var e *Error
-		if !c.kind.matches(err) || !errors.As(err, &e) {
+		if !c.kind.Matches(err) || !errors.As(err, &e) {
 			t.Errorf("%s: got %v, want %s", c.name, err, c.kind)
 		}
 	}
@@ -208,14 +208,14 @@ func TestUnpickleStorageReferencedTwoWays(t *testing.T) {
 		ts{name: "a", storage: "FloatStorage", key: "0", numel: 4, shape: []int64{4}, stride: []int64{1}},
 		ts{name: "b", storage: "FloatStorage", key: "0", numel: 8, shape: []int64{4}, stride: []int64{1}},
 	)
-	if _, _, err := unpickle(data, defaultLimits); !storageSize.matches(err) {
+	if _, _, err := unpickle(data, defaultLimits); !storageSize.Matches(err) {
 		t.Fatalf("got %v", err)
 	}
 	data = stateDict(
 		ts{name: "a", storage: "FloatStorage", key: "0", numel: 4, shape: []int64{4}, stride: []int64{1}},
 		ts{name: "b", storage: "HalfStorage", key: "0", numel: 4, shape: []int64{4}, stride: []int64{1}},
 	)
-	if _, _, err := unpickle(data, defaultLimits); !storageSize.matches(err) {
+	if _, _, err := unpickle(data, defaultLimits); !storageSize.Matches(err) {
 		t.Fatalf("got %v", err)
 	}
 }
@@ -235,7 +235,7 @@ func TestUnpickleLimits(t *testing.T) {
 		"int length": append([]byte("\x80\x02\x8a\x20"), make([]byte, 33)...),
 	} {
 		_, _, err := unpickle(data, small)
-		if !limit.matches(err) {
+		if !limit.Matches(err) {
 			t.Errorf("%s: got %v", name, err)
 		}
 	}
@@ -248,7 +248,7 @@ func TestUnpickleLimits(t *testing.T) {
 		}
 		p.op(opAPPENDS)
 	}
-	if _, _, err := unpickle(p.bytes(), small); !limit.matches(err) {
+	if _, _, err := unpickle(p.bytes(), small); !limit.Matches(err) {
 		t.Errorf("APPENDS: got %v", err)
 	}
 }
@@ -303,7 +303,7 @@ func TestFlattenRefusals(t *testing.T) {
 	}
 	// A list that contains itself.
 	cyc := newPK().op(opEMPTY_DICT).str("l").op(opEMPTY_LIST).put(0).get(0).op(opAPPEND, opSETITEM).bytes()
-	if _, err := flatten(unp(cyc), 1000); !unsupportedValue.matches(err) {
+	if _, err := flatten(unp(cyc), 1000); !unsupportedValue.Matches(err) {
 		t.Errorf("cycle: got %v", err)
 	}
 	// Lists nested deeper than maxNesting.
@@ -315,7 +315,7 @@ func TestFlattenRefusals(t *testing.T) {
 	for range maxNesting + 9 {
 		p.op(opAPPEND)
 	}
-	if _, err := flatten(unp(p.op(opSETITEM).bytes()), 1<<20); !limit.matches(err) {
+	if _, err := flatten(unp(p.op(opSETITEM).bytes()), 1<<20); !limit.Matches(err) {
 		t.Errorf("nesting: got %v", err)
 	}
 	// Shared lists: 2^60 paths through 60 lists.
@@ -323,13 +323,13 @@ func TestFlattenRefusals(t *testing.T) {
 	for range 60 {
 		p.op(opPOP, opEMPTY_LIST).get(0).op(opAPPEND).get(0).op(opAPPEND).put(0)
 	}
-	if _, err := flatten(unp(p.op(opSETITEM).bytes()), 10000); !limit.matches(err) {
+	if _, err := flatten(unp(p.op(opSETITEM).bytes()), 10000); !limit.Matches(err) {
 		t.Errorf("sharing: got %v", err)
 	}
 	// A long key under a long key: a name over maxNameLen.
 	long := strings.Repeat("k", 3000)
 	p = newPK().op(opEMPTY_DICT).str(long).op(opEMPTY_DICT).str(long).int(1).op(opSETITEM, opSETITEM)
-	if _, err := flatten(unp(p.bytes()), 1<<20); !limit.matches(err) {
+	if _, err := flatten(unp(p.bytes()), 1<<20); !limit.Matches(err) {
 		t.Errorf("long name: %v", err)
 	}
 	// One dict with a long key, listed 30000 times (2 bytes of pickle
@@ -338,7 +338,7 @@ func TestFlattenRefusals(t *testing.T) {
 	for range 30000 {
 		p.get(0)
 	}
-	if _, err := flatten(unp(p.op(opAPPENDS, opSETITEM).bytes()), 1<<20); !limit.matches(err) {
+	if _, err := flatten(unp(p.op(opAPPENDS, opSETITEM).bytes()), 1<<20); !limit.Matches(err) {
 		t.Errorf("name bytes: %v", err)
 	}
 	for name, b := range map[string][]byte{
@@ -350,7 +350,7 @@ func TestFlattenRefusals(t *testing.T) {
 			str("0").str("cpu").int(1).op(opTUPLE, opBINPERSID, opSETITEM).bytes(),
 		"empty name": newPK().op(opEMPTY_DICT).str("").tensor(ts{storage: "FloatStorage", key: "0", numel: 1, shape: []int64{}, stride: []int64{}}).op(opSETITEM).bytes(),
 	} {
-		if _, err := flatten(unp(b), 1000); !unsupportedValue.matches(err) {
+		if _, err := flatten(unp(b), 1000); !unsupportedValue.Matches(err) {
 			t.Errorf("%s: got %v", name, err)
 		}
 	}

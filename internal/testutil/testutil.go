@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/ckpt-go/ckpt/ckpttest"
@@ -97,4 +98,23 @@ func SparseFile(t testing.TB, path string, size int64) {
 	if err := os.Truncate(path, size); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Failure is what a test expects of an error: its Kind and, for a general
+// kind whose message names the check that failed, that check (What, a
+// substring of the message).
+type Failure[K interface {
+	error
+	String() string
+}] struct {
+	Kind K
+	What string
+}
+
+// String returns the kind and the check, for test messages.
+func (f Failure[K]) String() string { return f.Kind.String() + " (" + f.What + ")" }
+
+// Matches reports whether err is of f's kind and names f's check.
+func (f Failure[K]) Matches(err error) bool {
+	return err != nil && errors.Is(err, f.Kind) && strings.Contains(err.Error(), f.What)
 }
