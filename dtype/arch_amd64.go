@@ -20,22 +20,14 @@ func f16ToF32AVX2(dst, src []byte, acc *[32]byte, nt bool) int
 
 // bf16ToF32SumAVX2 and f16ToF32SumAVX2 are bf16ToF32AVX2 and
 // f16ToF32AVX2 that also fold the CRC-32C of the source blocks they
-// convert into state with the pair k (see sumRun).
+// convert into state with the pair k (see sumRun): in one ZMM register
+// with zmm set (AVX-512), else in two YMM registers.
 //
 //go:noescape
-func bf16ToF32SumAVX2(dst, src []byte, acc *[32]byte, nt bool, k *[2]uint64, state *[64]byte) int
+func bf16ToF32SumAVX2(dst, src []byte, acc *[32]byte, nt bool, k *[2]uint64, state *[64]byte, zmm bool) int
 
 //go:noescape
-func f16ToF32SumAVX2(dst, src []byte, acc *[32]byte, nt bool, k *[2]uint64, state *[64]byte) int
-
-// bf16ToF32SumAVX512 and f16ToF32SumAVX512 fold the same CRC in one ZMM
-// register (AVX-512 with VPCLMULQDQ): half the multiplications.
-//
-//go:noescape
-func bf16ToF32SumAVX512(dst, src []byte, acc *[32]byte, nt bool, k *[2]uint64, state *[64]byte) int
-
-//go:noescape
-func f16ToF32SumAVX512(dst, src []byte, acc *[32]byte, nt bool, k *[2]uint64, state *[64]byte) int
+func f16ToF32SumAVX2(dst, src []byte, acc *[32]byte, nt bool, k *[2]uint64, state *[64]byte, zmm bool) int
 
 //go:noescape
 func f32ToF16AVX2(dst, src []byte, acc *[32]byte, nt bool) (n, under int)
@@ -76,16 +68,17 @@ var (
 	hasAVX512Fold = hasVPCLMULQDQ && cpu.X86.HasAVX512F
 )
 
-// pickSum returns the summing kernel this CPU runs best: z with AVX-512,
-// y with VPCLMULQDQ alone, nil without it.
-func pickSum(z, y sumRun) sumRun {
-	switch {
-	case hasAVX512Fold:
-		return z
-	case hasVPCLMULQDQ:
-		return y
+// pickSum returns the summing kernel f as this CPU runs it best: folding
+// in ZMM registers with AVX-512, in YMM ones with VPCLMULQDQ alone; nil
+// without VPCLMULQDQ.
+func pickSum(f func(dst, src []byte, acc *[32]byte, nt bool, k *[2]uint64, state *[64]byte, zmm bool) int) sumRun {
+	if !hasVPCLMULQDQ {
+		return nil
 	}
-	return nil
+	zmm := hasAVX512Fold
+	return func(dst, src []byte, acc *[32]byte, nt bool, k *[2]uint64, state *[64]byte) int {
+		return f(dst, src, acc, nt, k, state, zmm)
+	}
 }
 
 // detectX86 reads the CPU features the fast paths need: AVX2 (with the YMM
@@ -134,10 +127,10 @@ func newVecKernel(from, to DType, fallback kernel) *vecKernel {
 	switch {
 	case from == BF16 && to == F32:
 		v.run, v.inSize, v.outSize, v.accMax = widen(bf16ToF32AVX2), 2, 4, maxAbsBF16
-		v.sum = pickSum(bf16ToF32SumAVX512, bf16ToF32SumAVX2)
+		v.sum = pickSum(bf16ToF32SumAVX2)
 	case from == F16 && to == F32 && hasF16C:
 		v.run, v.inSize, v.outSize, v.accMax = widen(f16ToF32AVX2), 2, 4, maxAbsF16
-		v.sum = pickSum(f16ToF32SumAVX512, f16ToF32SumAVX2)
+		v.sum = pickSum(f16ToF32SumAVX2)
 	case from == F32 && to == BF16:
 		v.run, v.inSize, v.outSize, v.accMax = f32ToBF16AVX2, 4, 2, maxAbsF32
 	case from == F32 && to == F16 && hasF16C:

@@ -292,15 +292,37 @@ GLOBL e4m3fnuztab<>(SB), RODATA|NOPTR, $32
 // the CRC-32C of every block of source bytes they convert, from the
 // registers they load anyway (internal/crc32c explains the folding). The
 // 64 bytes at state are four 128-bit remainders, one per 16-byte lane of
-// a block, in Y7 (lanes 0, 1) and Y8 (lanes 2, 3): each block moves them
-// 512 bits forward (two carry-less multiplications per lane by the pair at
-// k, x^(512±32) mod P) and adds (xors) its own bytes. A block is folded
-// only once CHECK16 has passed it, so the state covers exactly the
-// elements converted; crc32c.Folded turns it into the CRC of those bytes.
-// Y6 holds the pair in both lanes; Y9 and Y10 are clobbered.
+// a block: each block moves them 512 bits forward (a carry-less
+// multiplication of each half of a lane by its constant of the pair at k,
+// x^(512±32) mod P) and adds (xors) its own bytes. A block is folded only
+// once CHECK16 has passed it, so the state covers exactly the elements
+// converted; crc32c.Folded turns it into the CRC of those bytes. With zmm
+// set (AVX-512) the remainders are one ZMM register, Z7, and a block costs
+// two multiplications and a three-way xor; else they are Y7 (lanes 0, 1)
+// and Y8 (lanes 2, 3), and a block costs four and four. R13 holds zmm, Y6
+// (Z6) the pair in every lane; Y9 and Y10 (Z9) are clobbered.
 
-// FOLD64 folds the 64 bytes at (SI) into Y7 and Y8.
+// SUMARGS loads the pair and the state.
+#define SUMARGS \
+	MOVQ    k+64(FP), R11 \
+	MOVQ    state+72(FP), R12 \
+	MOVBQZX zmm+80(FP), R13 \
+	TESTQ   R13, R13 \
+	JNZ     argsz \
+	VBROADCASTI128 (R11), Y6 \
+	VMOVDQU (R12), Y7 \
+	VMOVDQU 32(R12), Y8 \
+	JMP     argsdone \
+argsz: \
+	VBROADCASTI32X4 (R11), Z6 \
+	VMOVDQU64 (R12), Z7 \
+argsdone:
+
+// FOLD64 folds the 64 bytes at (SI) into the remainders (the branch is
+// the same for every block: predicted).
 #define FOLD64 \
+	TESTQ   R13, R13 \
+	JNZ     foldz \
 	VPCLMULQDQ $0x00, Y6, Y7, Y9 \
 	VPCLMULQDQ $0x11, Y6, Y7, Y7 \
 	VPCLMULQDQ $0x00, Y6, Y8, Y10 \
@@ -308,31 +330,24 @@ GLOBL e4m3fnuztab<>(SB), RODATA|NOPTR, $32
 	VPXOR   (SI), Y9, Y9 \
 	VPXOR   32(SI), Y10, Y10 \
 	VPXOR   Y9, Y7, Y7 \
-	VPXOR   Y10, Y8, Y8
-
-// SUMARGS loads the folding pair and the state.
-#define SUMARGS \
-	MOVQ    k+64(FP), R11 \
-	MOVQ    state+72(FP), R12 \
-	VBROADCASTI128 (R11), Y6 \
-	VMOVDQU (R12), Y7 \
-	VMOVDQU 32(R12), Y8
-
-// FOLD64Z is FOLD64 with the four remainders in one ZMM register (Z7),
-// for CPUs with AVX-512: two multiplications and a three-way xor per
-// block instead of four and four. Z6 holds the pair in its four lanes;
-// Z9 is clobbered.
-#define FOLD64Z \
+	VPXOR   Y10, Y8, Y8 \
+	JMP     folded \
+foldz: \
 	VPCLMULQDQ $0x00, Z6, Z7, Z9 \
 	VPCLMULQDQ $0x11, Z6, Z7, Z7 \
-	VPTERNLOGQ $0x96, (SI), Z9, Z7
+	VPTERNLOGQ $0x96, (SI), Z9, Z7 \
+folded:
 
-// SUMARGSZ loads the folding pair and the state for FOLD64Z.
-#define SUMARGSZ \
-	MOVQ    k+64(FP), R11 \
-	MOVQ    state+72(FP), R12 \
-	VBROADCASTI32X4 (R11), Z6 \
-	VMOVDQU64 (R12), Z7
+// SUMSTORE stores the remainders back to the state.
+#define SUMSTORE \
+	TESTQ   R13, R13 \
+	JNZ     storez \
+	VMOVDQU Y7, (R12) \
+	VMOVDQU Y8, 32(R12) \
+	JMP     stored \
+storez: \
+	VMOVDQU64 Z7, (R12) \
+stored:
 
 // func bf16ToF32AVX2(dst, src []byte, acc *[32]byte, nt bool) int
 TEXT ·bf16ToF32AVX2(SB), NOSPLIT, $0-72
@@ -807,8 +822,8 @@ done:
 	MOVQ    AX, ret+72(FP)
 	RET
 
-// func bf16ToF32SumAVX2(dst, src []byte, acc *[32]byte, nt bool, k *[2]uint64, state *[64]byte) int
-TEXT ·bf16ToF32SumAVX2(SB), NOSPLIT, $0-88
+// func bf16ToF32SumAVX2(dst, src []byte, acc *[32]byte, nt bool, k *[2]uint64, state *[64]byte, zmm bool) int
+TEXT ·bf16ToF32SumAVX2(SB), NOSPLIT, $0-96
 	ARGS(nt+56, 6)              // blocks of 32 elements (64 bytes)
 	SUMARGS
 	PROLOG16($0x7f7f7f7f)
@@ -841,14 +856,13 @@ bf16snext:
 	JNZ     bf16sloop
 
 done:
-	VMOVDQU Y7, (R12)
-	VMOVDQU Y8, 32(R12)
+	SUMSTORE
 	FINISH
-	MOVQ    AX, ret+80(FP)
+	MOVQ    AX, ret+88(FP)
 	RET
 
-// func f16ToF32SumAVX2(dst, src []byte, acc *[32]byte, nt bool, k *[2]uint64, state *[64]byte) int
-TEXT ·f16ToF32SumAVX2(SB), NOSPLIT, $0-88
+// func f16ToF32SumAVX2(dst, src []byte, acc *[32]byte, nt bool, k *[2]uint64, state *[64]byte, zmm bool) int
+TEXT ·f16ToF32SumAVX2(SB), NOSPLIT, $0-96
 	ARGS(nt+56, 6)              // blocks of 32 elements (64 bytes)
 	SUMARGS
 	PROLOG16($0x7bff7bff)
@@ -878,83 +892,7 @@ f16snext:
 	JNZ     f16sloop
 
 done:
-	VMOVDQU Y7, (R12)
-	VMOVDQU Y8, 32(R12)
+	SUMSTORE
 	FINISH
-	MOVQ    AX, ret+80(FP)
-	RET
-
-// func bf16ToF32SumAVX512(dst, src []byte, acc *[32]byte, nt bool, k *[2]uint64, state *[64]byte) int
-TEXT ·bf16ToF32SumAVX512(SB), NOSPLIT, $0-88
-	ARGS(nt+56, 6)              // blocks of 32 elements (64 bytes)
-	SUMARGSZ
-	PROLOG16($0x7f7f7f7f)
-	VPXOR   Y12, Y12, Y12
-	TESTQ   CX, CX
-	JZ      done
-
-bf16zloop:
-	CHECK16
-	FOLD64Z
-	VPERMQ  $0xd8, (SI), Y4
-	VPERMQ  $0xd8, 32(SI), Y5
-	VPUNPCKLWD Y4, Y12, Y0
-	VPUNPCKHWD Y4, Y12, Y1
-	VPUNPCKLWD Y5, Y12, Y2
-	VPUNPCKHWD Y5, Y12, Y3
-	TESTQ   R10, R10
-	JNZ     bf16znt
-	STORE4(VMOVDQU)
-	JMP     bf16znext
-
-bf16znt:
-	STORE4(VMOVNTDQ)
-
-bf16znext:
-	ADDQ    $64, SI
-	ADDQ    $128, DI
-	ADDQ    $32, AX
-	DECQ    CX
-	JNZ     bf16zloop
-
-done:
-	VMOVDQU64 Z7, (R12)
-	FINISH
-	MOVQ    AX, ret+80(FP)
-	RET
-
-// func f16ToF32SumAVX512(dst, src []byte, acc *[32]byte, nt bool, k *[2]uint64, state *[64]byte) int
-TEXT ·f16ToF32SumAVX512(SB), NOSPLIT, $0-88
-	ARGS(nt+56, 6)              // blocks of 32 elements (64 bytes)
-	SUMARGSZ
-	PROLOG16($0x7bff7bff)
-	TESTQ   CX, CX
-	JZ      done
-
-f16zloop:
-	CHECK16
-	FOLD64Z
-	VCVTPH2PS (SI), Y0
-	VCVTPH2PS 16(SI), Y1
-	VCVTPH2PS 32(SI), Y2
-	VCVTPH2PS 48(SI), Y3
-	TESTQ   R10, R10
-	JNZ     f16znt
-	STORE4(VMOVUPS)
-	JMP     f16znext
-
-f16znt:
-	STORE4(VMOVNTPS)
-
-f16znext:
-	ADDQ    $64, SI
-	ADDQ    $128, DI
-	ADDQ    $32, AX
-	DECQ    CX
-	JNZ     f16zloop
-
-done:
-	VMOVDQU64 Z7, (R12)
-	FINISH
-	MOVQ    AX, ret+80(FP)
+	MOVQ    AX, ret+88(FP)
 	RET
