@@ -5,12 +5,12 @@ import (
 	"errors"
 	"io"
 	"io/fs"
-	"os"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/testutil"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/sink"
 )
@@ -46,18 +46,6 @@ func zeros(s safetensors.TensorSpec, w io.Writer) error {
 	return err
 }
 
-func entries(t *testing.T, dir string) []string {
-	t.Helper()
-	es, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, e := range es {
-		out = append(out, e.Name())
-	}
-	return out
-}
 
 func TestCommit(t *testing.T) {
 	ctx := context.Background()
@@ -91,26 +79,26 @@ func TestCommit(t *testing.T) {
 	if err != nil || !slices.Equal(res.Files, std) || len(res.Warnings) != 0 {
 		t.Fatalf("with links: %+v, %v", res, err)
 	}
-	if got := entries(t, dir); !slices.Equal(got, append(slices.Clone(std), res.Index)) {
+	if got := testutil.Entries(t, dir); !slices.Equal(got, append(slices.Clone(std), res.Index)) {
 		t.Fatalf("folder %v", got)
 	}
 
 	// A single file whose previous index cannot be removed (it would
 	// shadow it for readers that follow indexes) is removed again: the
 	// previous set is untouched.
-	before := entries(t, dir)
+	before := testutil.Entries(t, dir)
 	_, err = Commit(ctx, set(failRemove{sink.NewDir(dir), "model.safetensors.index.json"}, 1, true))
 	if !errors.As(err, &e) || e.Stage != StageSwitch || e.InPlace || !strings.Contains(err.Error(), "untouched") {
 		t.Fatalf("shadow not removed: %v", err)
 	}
-	if got := entries(t, dir); !slices.Equal(got, before) {
+	if got := testutil.Entries(t, dir); !slices.Equal(got, before) {
 		t.Fatalf("folder %v, before %v", got, before)
 	}
 	res, err = Commit(ctx, set(sink.NewDir(dir), 1, true))
 	if err != nil || !slices.Equal(res.Files, []string{"model.safetensors"}) || res.Index != "" {
 		t.Fatalf("single file: %+v, %v", res, err)
 	}
-	if got := entries(t, dir); !slices.Equal(got, []string{"model.safetensors"}) {
+	if got := testutil.Entries(t, dir); !slices.Equal(got, []string{"model.safetensors"}) {
 		t.Fatalf("folder %v", got)
 	}
 
@@ -127,7 +115,7 @@ func TestCommit(t *testing.T) {
 	if !errors.As(err, &e) || e.Stage != StageWrite || !errors.As(err, &te) || te.Tensor != "c" {
 		t.Fatalf("failing data: %v", err)
 	}
-	if got := entries(t, dir); !slices.Equal(got, []string{"model.safetensors"}) {
+	if got := testutil.Entries(t, dir); !slices.Equal(got, []string{"model.safetensors"}) {
 		t.Fatalf("after a failure: folder %v", got)
 	}
 }
@@ -218,7 +206,7 @@ func TestCommitBarriers(t *testing.T) {
 	if !syncs(closes[1], closes[2]) || !syncs(closes[2], removes[0]) || !syncs(links[1], closes[3]) || !syncs(closes[3], removes[2]) {
 		t.Errorf("second set, a barrier missing: %q", log)
 	}
-	if got := entries(t, dir); !slices.Equal(got, []string{"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "model.safetensors.index.json"}) {
+	if got := testutil.Entries(t, dir); !slices.Equal(got, []string{"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "model.safetensors.index.json"}) {
 		t.Errorf("folder %v", got)
 	}
 }
