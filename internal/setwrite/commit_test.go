@@ -46,7 +46,6 @@ func zeros(s safetensors.TensorSpec, w io.Writer) error {
 	return err
 }
 
-
 func TestCommit(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
