@@ -19,7 +19,6 @@ type config struct {
 	workers    int
 	progress   func(Progress)
 	strategy   readStrategy
-	saturate   bool
 	keepScales bool
 	staging    int64
 	// src is where the files are (WithFS; nil: the operating system or
@@ -50,7 +49,7 @@ func WithVariant(v string) Option {
 // WithComponentDType and WithRules set before it.
 func WithPolicy(p Policy) Option {
 	return func(c *config) error {
-		c.policy = Policy{Default: p.Default, Rules: append([]Rule(nil), p.Rules...), NarrowLinearOnly: p.NarrowLinearOnly, Verify: p.Verify}
+		c.policy = Policy{Default: p.Default, Rules: append([]Rule(nil), p.Rules...), NarrowLinearOnly: p.NarrowLinearOnly, Verify: p.Verify, Saturate: p.Saturate}
 		if len(p.Components) > 0 {
 			c.policy.Components = make(map[string]Target, len(p.Components))
 			for k, v := range p.Components {
@@ -175,10 +174,10 @@ func WithReadStrategy(s string) Option {
 	}
 }
 
-// WithSaturate makes narrowing conversions saturate (dtype.Options.Saturate):
+// WithSaturate makes narrowing conversions saturate (Policy.Saturate):
 // values beyond the target's range become ±max instead of Inf or NaN.
 func WithSaturate() Option {
-	return func(c *config) error { c.saturate = true; return nil }
+	return func(c *config) error { c.policy.Saturate = true; return nil }
 }
 
 // WithScaleTensors also returns the scale tensors that scaled
@@ -215,5 +214,5 @@ func WithFollowSymlinks() Option {
 const defaultStaging = 64 << 20
 
 func (c *config) convertOptions() dtype.Options {
-	return dtype.Options{Saturate: c.saturate, Workers: 1}
+	return dtype.Options{Saturate: c.policy.Saturate, Workers: 1}
 }

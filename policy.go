@@ -179,6 +179,10 @@ type Policy struct {
 	// verified only with VerifyAlways, which then also reads the rest of
 	// the tensor (the checksum covers all of it); the plan says per tensor.
 	Verify Verify
+	// Saturate makes narrowing conversions clamp values beyond the
+	// target's range to ±max instead of overflowing to Inf or NaN
+	// (dtype.Options.Saturate), in a load and in package convert alike.
+	Saturate bool
 }
 
 // Verify chooses which tensors a load (and convert, and the executors'

@@ -47,7 +47,7 @@ func TestRunEveryDTypePair(t *testing.T) {
 		for _, to := range all {
 			dst := filepath.Join(dir, fmt.Sprintf("to_%s_%v.safetensors", to, saturate))
 			rules := []ckpt.Rule{mustRule(t, "c=stored"), mustRule(t, "**="+to.String())}
-			rep := run(t, src, dst, Options{Policy: ckpt.Policy{Rules: rules}, Saturate: saturate, ChunkBytes: 4096, Workers: 2})
+			rep := run(t, src, dst, Options{Policy: ckpt.Policy{Rules: rules, Saturate: saturate}, ChunkBytes: 4096, Workers: 2})
 			out, err := safetensors.Open(dst)
 			if err != nil {
 				t.Fatal(err)

@@ -69,12 +69,10 @@ type Options struct {
 	// report's warnings say so. Without it Run refuses such a component
 	// (ErrCast, "unreadable") before writing anything.
 	AllowCkptOnlyQuant bool
-	// Saturate makes narrowing casts clamp to ±max instead of overflowing to
-	// Inf or NaN (dtype.Options.Saturate).
-	Saturate bool
 	// FailOnOverflow fails the conversion, before anything is committed,
 	// when a finite value overflows its target (to Inf, to NaN or, with
-	// Saturate, to ±max) or becomes NaN or Inf: the FP16-activation trap.
+	// Policy.Saturate, to ±max) or becomes NaN or Inf: the FP16-activation
+	// trap.
 	FailOnOverflow bool
 
 	// MaxShardSize, when set, re-shards the output by size: shards of at

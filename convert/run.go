@@ -312,7 +312,7 @@ func (r *runner) check() error {
 	for i := range r.scratch {
 		r.scratch[i] = new(scratch)
 	}
-	r.convert = dtype.Options{Saturate: o.Saturate, Workers: 1}
+	r.convert = dtype.Options{Saturate: o.Policy.Saturate, Workers: 1}
 	return nil
 }
 

@@ -316,12 +316,12 @@ func TestRunOverflow(t *testing.T) {
 	if after := testutil.Entries(t, dir); !slices.Equal(before, after) {
 		t.Errorf("folder changed: %v -> %v", before, after)
 	}
-	rep = run(t, src, dst, Options{Policy: ckpt.Policy{Default: target(t, "f16")}, Saturate: true})
+	rep = run(t, src, dst, Options{Policy: ckpt.Policy{Default: target(t, "f16"), Saturate: true}})
 	if tr := rep.Tensors[0]; tr.Inf != 0 || tr.Saturated != 2 || tr.Overflow != 2 {
 		t.Errorf("saturate: %+v", tr)
 	}
 	// Saturated values still overflowed: FailOnOverflow refuses them too.
-	if _, err := Run(context.Background(), src, dst, Options{Policy: ckpt.Policy{Default: target(t, "f16")}, Saturate: true, FailOnOverflow: true}); !errors.Is(err, ErrOverflow) {
+	if _, err := Run(context.Background(), src, dst, Options{Policy: ckpt.Policy{Default: target(t, "f16"), Saturate: true}, FailOnOverflow: true}); !errors.Is(err, ErrOverflow) {
 		t.Errorf("saturate + FailOnOverflow: %v", err)
 	}
 }
@@ -335,7 +335,7 @@ func TestRunPlainUnscaledCast(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	src := ckpttest.File(t, llama(rng, dtype.F32)...)
 	dst := filepath.Join(t.TempDir(), "model.safetensors")
-	rep := run(t, src, dst, Options{Policy: ckpt.Policy{Default: target(t, "F8_E4M3")}, Scale: Scale{Unscaled: true}, Saturate: true})
+	rep := run(t, src, dst, Options{Policy: ckpt.Policy{Default: target(t, "F8_E4M3"), Saturate: true}, Scale: Scale{Unscaled: true}})
 	var found bool
 	for _, w := range rep.Warnings {
 		found = found || strings.Contains(w, "without scales")

@@ -134,8 +134,8 @@ Examples:
 			return usageError{msg: "convert takes SRC and DST"}
 		}
 		opts := convert.Options{
-			Policy: ckpt.Policy{Default: dtype.t, Rules: rules}, Variant: *variant, SourceVariant: *srcVariant,
-			Saturate: *saturate, FailOnOverflow: *failOverflow, Verify: *verify,
+			Policy: ckpt.Policy{Default: dtype.t, Rules: rules, Saturate: *saturate}, Variant: *variant, SourceVariant: *srcVariant,
+			FailOnOverflow: *failOverflow, Verify: *verify,
 			Workers: *workers, FollowSymlinks: *follow, Overwrite: *overwrite, AllowCkptOnlyQuant: *ckptOnly,
 		}
 		if len(components) > 0 {
