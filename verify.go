@@ -26,14 +26,15 @@ import (
 //
 // A conversion from a mapping sums the bytes as it converts them
 // (dtype.ConvertSum): the BF16 and F16 → F32 kernels fold the CRC-32C from
-// the source registers they load anyway (carry-less multiplication on YMM
-// registers, VPCLMULQDQ), where its work hides behind the conversion's
-// stores, and other pairs convert steps of about 200 KiB and sum each one
+// the source registers they load anyway (carry-less multiplication,
+// VPCLMULQDQ, on ZMM registers with AVX-512, else YMM), where its work
+// hides behind the conversion's stores, and other pairs convert steps of about 200 KiB and sum each one
 // right after, from the CPU's cache. A copy from a mapping sums each step
 // after copying it; a pread or ranged read sums the bytes it read. With
-// the folding kernels, a warm BF16 → F32 load of 1 GiB takes about 1.05×
-// as long verified as not (1.2× when the CRC ran after each converted
-// step; 1.37× with hash/crc32); read from the disk, where the reads
+// the folding kernels, a warm BF16 → F32 load of 1 GiB takes about 1.06×
+// as long verified as not (two unverified loads differ by 1.02× in the
+// same benchmark; 1.18× when the CRC ran after each converted step, 1.37×
+// with hash/crc32); read from the disk, where the reads
 // dominate, 1.00× (medians of BenchmarkVerifiedLoad).
 //
 // Zero-copy views are not read by the load: Load verifies them with a
