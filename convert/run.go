@@ -844,9 +844,9 @@ func (r *runner) observe(c *component) error {
 					var err error
 					if t.kind == kQuant {
 						err = t.readRows(first, n, x, &ps)
-					} else if err = t.fetchViews(); err == nil {
+					} else if err = t.fetchScales(); err == nil {
 						ps.read = t.storedBytes(first, n)
-						err = t.dequantRows(r.ctx, dtype.Float32Bytes(x), dtype.F32, first, n)
+						err = t.dequantRows(r.ctx, dtype.Float32Bytes(x), dtype.F32, first, n, &sc.raw)
 					}
 					if err == nil {
 						err = t.q.Observe(first, x)

@@ -46,8 +46,7 @@ type task struct {
 	units, per int64
 	outBits    int64
 
-	views     sync.Mutex // kDequant, kRequant: the stored bytes, fetched once
-	data      []byte
+	views     sync.Mutex // kDequant, kRequant: the stored scales, fetched once
 	scaleData [][]byte
 	viewErr   error
 }
@@ -171,14 +170,14 @@ func (t *task) run(ctx context.Context, first, n int64, out []byte, sc *scratch,
 		ps.addQuant(qs)
 		return ps, wrap(err)
 	case kDequant, kRequant:
-		if err := t.fetchViews(); err != nil {
+		if err := t.fetchScales(); err != nil {
 			return ps, err
 		}
 		ps.read = t.storedBytes(first, n)
 		if t.kind == kRequant {
 			x := grow(sc.f32, n*t.cols)
 			sc.f32 = x
-			if err := t.dequantRows(ctx, dtype.Float32Bytes(x), dtype.F32, first, n); err != nil {
+			if err := t.dequantRows(ctx, dtype.Float32Bytes(x), dtype.F32, first, n, &sc.raw); err != nil {
 				return ps, err
 			}
 			qs, err := t.q.Quantize(out, first, x, one)
@@ -189,7 +188,7 @@ func (t *task) run(ctx context.Context, first, n int64, out []byte, sc *scratch,
 		// float64), then one rounding to the target, measured.
 		x := grow(sc.f64, n*t.cols)
 		sc.f64 = x
-		if err := t.dequantRows(ctx, dtype.Float64Bytes(x), dtype.F64, first, n); err != nil {
+		if err := t.dequantRows(ctx, dtype.Float64Bytes(x), dtype.F64, first, n, &sc.raw); err != nil {
 			return ps, err
 		}
 		if ps.st, err = dtype.EncodeFloat64(out, t.spec.DType, x, one); err != nil {
@@ -306,22 +305,21 @@ func (t *task) readRows(first, n int64, x []float32, ps *pieceStats) error {
 	return nil
 }
 
-// fetchViews gets the stored data and scales of a scaled weight: views of
-// the mapping (or, for files read with pread, copies of the whole tensors).
-func (t *task) fetchViews() error {
+// fetchScales gets the stored scales of a scaled weight, once per task
+// (they are small: a scale per block, row or tensor); its data is read
+// row piece by row piece (dequantRows).
+func (t *task) fetchScales() error {
 	t.views.Lock()
 	defer t.views.Unlock()
-	if t.data == nil && t.viewErr == nil {
-		t.scaleData = nil
-		if t.data, t.viewErr = t.src.Bytes(); t.viewErr == nil {
-			for _, s := range t.scales {
-				b, err := s.Bytes()
-				if err != nil {
-					t.viewErr = err
-					break
-				}
-				t.scaleData = append(t.scaleData, b)
+	if t.scaleData == nil && t.viewErr == nil {
+		for _, s := range t.scales {
+			b, err := s.Bytes()
+			if err != nil {
+				t.viewErr = err
+				t.scaleData = nil
+				break
 			}
+			t.scaleData = append(t.scaleData, b)
 		}
 	}
 	if t.viewErr != nil {
@@ -330,10 +328,10 @@ func (t *task) fetchViews() error {
 	return nil
 }
 
-// dropViews forgets the stored bytes (copies, for files read with pread).
+// dropViews forgets the stored scales.
 func (t *task) dropViews() {
 	t.views.Lock()
-	t.data, t.scaleData = nil, nil
+	t.scaleData = nil
 	t.views.Unlock()
 }
 
@@ -343,21 +341,28 @@ func (t *task) storedBytes(first, n int64) int64 {
 }
 
 // dequantRows dequantizes rows [first, first+n) of a scaled weight into
-// dst (its stored bytes were verified as fetchViews read them), turning a
-// fault on a mapping (a PyTorch file truncated meanwhile) into an error,
-// and drops the data pages read from the resident set.
-func (t *task) dequantRows(ctx context.Context, dst []byte, to dtype.DType, first, n int64) error {
-	eb := int64(t.w.Elem.Bits())
+// dst: it reads the stored bytes of these rows only (into *buf, reused;
+// verified as the source reads them), so that a piece of a large weight
+// holds a piece's worth of memory, turning a fault on a mapping (a
+// PyTorch file truncated meanwhile) into an error, and drops the data
+// pages read from the resident set. The scales must have been fetched
+// (fetchScales).
+func (t *task) dequantRows(ctx context.Context, dst []byte, to dtype.DType, first, n int64, buf *[]byte) error {
+	eb, sb := int64(t.w.Elem.Bits()), int64(t.src.DType().Bits())
+	e0, cnt := first*t.cols*eb/sb, n*t.cols*eb/sb // the stored elements of these rows
+	rows := grow(*buf, n*t.cols*eb/8)
+	*buf = rows
 	err := protect(func() error {
-		_, err := t.w.DequantizeRows(ctx, dst, to, t.data, t.scaleData, first, n, dtype.Options{Workers: 1})
+		if _, err := t.src.ConvertElementsTo(t.src.DType(), rows, e0, dtype.Options{Workers: 1}); err != nil {
+			return err
+		}
+		_, err := t.w.DequantizeRows(ctx, dst, to, rows, t.scaleData, first, n, dtype.Options{Workers: 1})
 		return err
 	})
 	if err != nil {
 		return &Error{Kind: ErrSource, Component: t.comp.name, Tensor: t.spec.Name, Err: err}
 	}
-	// The stored elements of these rows.
-	sb := int64(t.src.DType().Bits())
-	t.src.Evict(first*t.cols*eb/sb, n*t.cols*eb/sb)
+	t.src.Evict(e0, cnt)
 	return nil
 }
 

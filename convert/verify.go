@@ -116,10 +116,6 @@ func (r *runner) verifyQuant(t *task, scheme *quant.Scheme, store *loaderStore) 
 	if err != nil {
 		return err
 	}
-	data, err := dt.Bytes()
-	if err != nil {
-		return err
-	}
 	stt, err := store.tensor(w.Scales[0].Name)
 	if err != nil {
 		return err
@@ -131,25 +127,30 @@ func (r *runner) verifyQuant(t *task, scheme *quant.Scheme, store *loaderStore) 
 	var ps pieceStats
 	var x []float32
 	var x64, y []float64
+	var rowBuf, outRows []byte // the stored bytes of a piece's rows, source and output
+	ob := int64(w.Elem.Bits())
 	for first := int64(0); first < t.rows; first += t.per {
 		n := min(t.per, t.rows-first)
 		x, y = grow(x, n*t.cols), grow(y, n*t.cols)
 		var srcStats pieceStats
 		if t.kind == kQuant {
 			err = t.readRows(first, n, x, &srcStats)
-		} else if err = t.fetchViews(); err == nil {
-			err = t.dequantRows(r.ctx, dtype.Float32Bytes(x), dtype.F32, first, n)
+		} else if err = t.fetchScales(); err == nil {
+			err = t.dequantRows(r.ctx, dtype.Float32Bytes(x), dtype.F32, first, n, &rowBuf)
 		}
 		if err != nil {
 			return err
 		}
-		if err := protect(func() error {
-			_, err := w.DequantizeRows(r.ctx, dtype.Float64Bytes(y), dtype.F64, data, [][]byte{sdata}, first, n, dtype.Options{Workers: 1})
-			return err
-		}); err != nil {
+		// The output's rows, read back through the loader as their own
+		// bytes (DequantizeRows takes them so).
+		sb := int64(dt.DType().Bits())
+		outRows = grow(outRows, n*t.cols*ob/8)
+		if _, err := dt.ConvertElementsTo(dt.DType(), outRows, first*t.cols*ob/sb, dtype.Options{Workers: 1}); err != nil {
 			return err
 		}
-		dt.Evict(first*t.cols, n*t.cols)
+		if _, err := w.DequantizeRows(r.ctx, dtype.Float64Bytes(y), dtype.F64, outRows, [][]byte{sdata}, first, n, dtype.Options{Workers: 1}); err != nil {
+			return err
+		}
 		x64 = grow(x64, n*t.cols)
 		for i, v := range x {
 			x64[i] = float64(v)

@@ -86,9 +86,10 @@ func (w *Weight) DequantizeContext(ctx context.Context, dst []byte, to dtype.DTy
 // DequantizeRows is DequantizeContext for the rows [first, first+n) of the
 // logical tensor viewed as a matrix [R, C] (C its last dimension, R the
 // product of the others): dst receives n·C elements of dtype to, computed
-// exactly as Dequantize computes them. data and scales are the whole
-// stored tensors' bytes, as for Dequantize; only the parts those rows use
-// are read. It lets a caller dequantize a large weight in bounded pieces
+// exactly as Dequantize computes them. scales are the whole stored
+// tensors' bytes, as for Dequantize, and data either the whole stored
+// data or only the bytes of these rows (n·C elements from row first, which
+// must start on a whole byte); only the parts those rows use are read. It lets a caller dequantize a large weight in bounded pieces
 // (a converter streaming it into a file). The rows must lie inside the
 // tensor and n·C elements of to must fill whole bytes; ctx may be nil.
 func (w *Weight) DequantizeRows(ctx context.Context, dst []byte, to dtype.DType, data []byte, scales [][]byte, first, n int64, opts dtype.Options) (dtype.Stats, error) {
@@ -108,6 +109,7 @@ type kernel struct {
 	fp4   bool
 	tab   *[256]float64 // FP8 codes (fp4: tabF4)
 	data  []byte
+	doff  int64 // the element data[0] holds (DequantizeRows given its rows' bytes only)
 	to    dtype.DType
 	dst   []byte
 	bits  int64 // of to
@@ -244,19 +246,19 @@ func (k *kernel) fillRun(o []float64, i int64, s1 float64, t *[16]float64) {
 			}
 			t = &tt
 		}
-		fill4(o, k.data, i, t)
+		fill4(o, k.data, i-k.doff, t)
 		return
 	}
 	tab := k.tab
 	if k.div {
 		g := k.g
-		for j, b := range k.data[i : i+int64(len(o))] {
+		for j, b := range k.data[i-k.doff : i-k.doff+int64(len(o))] {
 			o[j] = tab[b] * s1 / g
 		}
 		return
 	}
 	m := s1 * k.g // exact: see Dequantize
-	for j, b := range k.data[i : i+int64(len(o))] {
+	for j, b := range k.data[i-k.doff : i-k.doff+int64(len(o))] {
 		o[j] = tab[b] * m
 	}
 }
@@ -363,7 +365,12 @@ func (w *Weight) plan(dst []byte, to dtype.DType, data []byte, scales [][]byte, 
 	if nb, err := w.Elem.ByteLen(n); err != nil {
 		return invalid(err.Error())
 	} else if nb != int64(len(data)) {
-		return nil, lengthErr(w.Data.Name, "data", len(data), nb)
+		// DequantizeRows may be given only its rows' bytes.
+		rb, rerr := w.Elem.ByteLen(k.hi - k.base)
+		if rows == nil || rerr != nil || rb != int64(len(data)) || k.base*int64(w.Elem.Bits())%8 != 0 {
+			return nil, lengthErr(w.Data.Name, "data", len(data), nb)
+		}
+		k.doff = k.base
 	}
 	if nb, err := to.ByteLen(k.hi - k.base); err != nil {
 		return nil, &Error{Kind: ErrTarget, Tensor: w.Name, Msg: err.Error()}

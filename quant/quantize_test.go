@@ -335,10 +335,25 @@ func TestDequantizeRows(t *testing.T) {
 				if _, err := w.DequantizeRows(nil, part, dtype.BF16, data, scales, r0, n, dtype.Options{Workers: 2}); err != nil {
 					t.Fatal(err)
 				}
+				// The same rows from only their own data bytes.
+				eb := int64(w.Elem.Bits())
+				own := make([]byte, n*c*2)
+				if _, err := w.DequantizeRows(nil, own, dtype.BF16, data[r0*c*eb/8:(r0+n)*c*eb/8], scales, r0, n, dtype.Options{}); err != nil {
+					t.Fatalf("%s: rows [%d, +%d) from their own bytes: %v", tc.name, r0, n, err)
+				}
+				if !slices.Equal(own, part) {
+					t.Errorf("%s: rows [%d, +%d) from their own bytes differ", tc.name, r0, n)
+				}
 				got = append(got, part...)
 			}
 			if !slices.Equal(got, ref) {
 				t.Errorf("%s: rows %d at a time differ from Dequantize", tc.name, step)
+			}
+		}
+		// Data of neither length is refused.
+		if r > 1 {
+			if _, err := w.DequantizeRows(nil, make([]byte, c*2), dtype.BF16, data[:len(data)-1], scales, 0, 1, dtype.Options{}); !length.Matches(err) {
+				t.Errorf("%s: data of neither the tensor's nor the rows' length: %v", tc.name, err)
 			}
 		}
 		if _, err := w.DequantizeRows(nil, make([]byte, 2*c*2), dtype.BF16, data, scales, r-1, 2, dtype.Options{}); !length.Matches(err) {

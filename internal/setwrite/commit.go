@@ -521,6 +521,11 @@ func (c *commit) switchOut(ctx context.Context, shadow, entry string, replaced b
 	err := c.Sink.Remove(ctx, c.name(shadow))
 	if err == nil {
 		c.res.Replaced = append(c.res.Replaced, shadow)
+		// Gone durably before the previous set's other files go: a
+		// reader that prefers it must never find it without them.
+		if serr := c.barrier(ctx); serr != nil {
+			return c.notDurable(entry, serr)
+		}
 		return nil
 	}
 	if !replaced {
@@ -551,7 +556,17 @@ func (c *commit) removePrevious(ctx context.Context, keep map[string]bool) {
 	prev := append(slices.Clone(c.visible), c.hidden...)
 	slices.SortStableFunc(prev, func(a, b file) int { return rank(a) - rank(b) })
 	keepShards := false
+	entryGone := false // a single file or index of the previous set removed, not yet durably
 	for _, f := range prev {
+		if f.IsShard() && entryGone {
+			// The entry points that name the shards are gone durably
+			// before any shard goes.
+			if err := c.barrier(ctx); err != nil {
+				c.warn("kept the previous shards: the removal of the files that name them may not be durable: %v", err)
+				keepShards = true
+			}
+			entryGone = false
+		}
 		if keep[f.Name] {
 			if !f.Hidden() {
 				c.res.Replaced = append(c.res.Replaced, f.Name) // overwritten
@@ -574,6 +589,9 @@ func (c *commit) removePrevious(ctx context.Context, keep map[string]bool) {
 			c.res.Leftovers = append(c.res.Leftovers, f.Name)
 		} else {
 			c.res.Replaced = append(c.res.Replaced, f.Name)
+		}
+		if f.Role == setname.Single || f.IsIndex() {
+			entryGone = true
 		}
 	}
 }

@@ -208,4 +208,18 @@ func TestCommitBarriers(t *testing.T) {
 	if got := testutil.Entries(t, dir); !slices.Equal(got, []string{"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "model.safetensors.index.json"}) {
 		t.Errorf("folder %v", got)
 	}
+	// A single file over the sharded set: the index that would shadow it
+	// is gone durably before any of its shards goes.
+	log = nil
+	set.Specs = specsOf(1)
+	if _, err := Commit(ctx, set); err != nil {
+		t.Fatal(err)
+	}
+	ri, r1 := slices.Index(log, "remove model.safetensors.index.json"), slices.Index(log, "remove model-00001-of-00002.safetensors")
+	if ri < 0 || r1 < 0 || !syncs(ri, r1) || log[len(log)-1] != "sync" {
+		t.Errorf("single file over shards: %q", log)
+	}
+	if got := testutil.Entries(t, dir); !slices.Equal(got, []string{"model.safetensors"}) {
+		t.Errorf("folder %v", got)
+	}
 }
