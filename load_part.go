@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/crc32c"
 	"github.com/ckpt-go/ckpt/internal/pagecache"
 	"github.com/ckpt-go/ckpt/safetensors"
 )
@@ -445,7 +446,7 @@ func (m *Model) readSel(ctx context.Context, sj *partJob, st *safetensors.Tensor
 // then, when ev is not nil, records there the bytes the runs span for the
 // load to drop from this process (evictor). With a check, fn also adds
 // the bytes it reads to the run's CRC at crc (not nil then; as
-// safetensors.UpdateChecksum): it is handed verifyStep bytes at a time, so
+// safetensors.UpdateChecksum): it is handed crc32c.Step bytes at a time, so
 // that it sums them from the cache it read them into, unless it sums them
 // as it reads them (fuses: a conversion, dtype.ConvertSum), which takes
 // whole runs.
@@ -454,7 +455,7 @@ func (m *Model) mappedSel(ctx context.Context, st *safetensors.Tensor, sel strid
 	if err != nil {
 		return err
 	}
-	step := int64(verifyStep)
+	step := int64(crc32c.Step)
 	if fuses {
 		step = max(to-from, 1)
 	}

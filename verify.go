@@ -416,13 +416,6 @@ func (c *tensorCheck) finishIn(p *piece) error {
 	return nil
 }
 
-// verifyStep is the run a check sums before the bytes are converted or
-// copied from a mapping, so that they are still in the CPU's cache: a
-// multiple of every element's bytes (3-byte groups of FP6 included). The
-// steps of a run are summed in sequence (UpdateChecksum) and recorded
-// once: combining CRCs costs more than summing a step.
-const verifyStep = 3 << 16
-
 // planVerify computes what verifying e's part costs, for the budget
 // before any file is opened: from the checksum keys in the metadata Open
 // read (a file that names them names one for every tensor, or a load

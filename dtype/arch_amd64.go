@@ -3,9 +3,8 @@
 package dtype
 
 import (
-	"golang.org/x/sys/cpu"
-
 	"github.com/ckpt-go/ckpt/internal/cpuid"
+	"github.com/ckpt-go/ckpt/internal/crc32c"
 )
 
 // Vector fast paths in arch_amd64.s. See vecRun for the contract. They run
@@ -60,12 +59,12 @@ func e5m2ToF32F16C(dst, src []byte, acc *[32]byte, p *f8DecodeParams, nt bool) i
 var hasAVX2, hasF16C = detectX86()
 
 // hasVPCLMULQDQ tells whether the summing widenings can run: carry-less
-// multiplication on YMM registers (CPUID leaf 7, ECX bit 10), beside AVX2;
-// hasAVX512Fold whether they can fold in ZMM registers (AVX-512 F, which
-// x/sys/cpu reports only where the OS saves the ZMM state).
+// multiplication on YMM registers beside AVX2; hasAVX512Fold whether they
+// fold in ZMM registers (AVX-512). Package crc32c decides both, for its
+// own kernels too.
 var (
-	hasVPCLMULQDQ = hasAVX2 && cpuid.HasVPCLMULQDQ()
-	hasAVX512Fold = hasVPCLMULQDQ && cpu.X86.HasAVX512F
+	hasVPCLMULQDQ = hasAVX2 && crc32c.FoldsYMM()
+	hasAVX512Fold = hasVPCLMULQDQ && crc32c.FoldsZMM()
 )
 
 // pickSum returns the summing kernel f as this CPU runs it best: folding

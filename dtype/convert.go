@@ -57,59 +57,31 @@ func ConvertSum(dst []byte, to DType, src []byte, from DType, opts Options, crc 
 	if sk == nil {
 		sk = stepSum(k, to, from)
 	}
-	if len(dst) >= ntMin {
-		opts.Streaming = true // as run does
-	}
-	workers := opts.Workers
-	if workers <= 0 {
-		workers = runtime.GOMAXPROCS(0)
-	}
-	if workers == 1 || max(len(src), len(dst)) < parallelMin {
+	opts, workers := callPlan(dst, src, opts)
+	if workers == 1 {
 		sk(dst, src, opts, &st, &crc)
 		return st, crc, nil
 	}
-	// In parts on several goroutines, as convertParallel splits them, each
-	// part's CRC combined in order.
-	width := max(from.Bits(), to.Bits())
-	minElems := parallelMin / 2 * 8 / width
-	parts := min(workers, max(1, n/minElems))
-	per := ((n+parts-1)/parts + 7) &^ 7
-	stats := make([]Stats, parts)
-	crcs := make([]uint32, parts)
-	var wg sync.WaitGroup
-	for p := 0; p*per < n; p++ {
-		lo, hi := p*per, min(n, (p+1)*per)
+	// In parts on several goroutines, as Convert splits them, each part's
+	// CRC combined in order.
+	stats, crcs, lens := make([]Stats, workers), make([]uint32, workers), make([]int64, workers)
+	inParts(n, from, to, workers, func(p, lo, hi int) {
 		s := src[byteOff(from, lo):byteOff(from, hi)]
-		d := dst[byteOff(to, lo):byteOff(to, hi)]
-		wg.Add(1)
-		go func(p int) {
-			defer wg.Done()
-			sk(d, s, opts, &stats[p], &crcs[p])
-		}(p)
-	}
-	wg.Wait()
+		lens[p] = int64(len(s))
+		sk(dst[byteOff(to, lo):byteOff(to, hi)], s, opts, &stats[p], &crcs[p])
+	})
 	for p := range stats {
-		lo, hi := p*per, min(n, (p+1)*per)
-		if lo >= n {
-			break
-		}
 		st.Add(stats[p])
-		seg := int64(byteOff(from, hi) - byteOff(from, lo))
-		crc = crc32c.Combine(crc, crcs[p], seg)
+		crc = crc32c.Combine(crc, crcs[p], lens[p])
 	}
 	return st, crc, nil
 }
 
-// sumStep is how many source bytes ConvertSum converts before it sums
-// them, for pairs whose kernels do not sum: the step's source and output
-// stay in a core's L2 cache between the two.
-const sumStep = 192 << 10
-
-// stepSum makes a sumKernel of k: it converts sumStep source bytes (whole
+// stepSum makes a sumKernel of k: it converts crc32c.Step source bytes (whole
 // multiples of 8 elements) at a time and sums each step after it.
 func stepSum(k kernel, to, from DType) sumKernel {
 	return func(dst, src []byte, opts Options, st *Stats, crc *uint32) {
-		per := max(sumStep*8/from.Bits()&^7, 8) // elements per step
+		per := max(crc32c.Step*8/from.Bits()&^7, 8) // elements per step
 		n, _ := from.Elements(len(src))
 		for lo := 0; lo < n; lo += per {
 			hi := min(n, lo+per)
@@ -170,20 +142,31 @@ func run(k kernel, dst []byte, to DType, src []byte, from DType, n int, opts Opt
 	if n == 0 {
 		return
 	}
-	if len(dst) >= ntMin {
-		// A large output streams, whether it is converted in one call
-		// or split across goroutines into parts below ntMin.
-		opts.Streaming = true
-	}
-	workers := opts.Workers
-	if workers <= 0 {
-		workers = runtime.GOMAXPROCS(0)
-	}
-	if workers == 1 || max(len(src), len(dst)) < parallelMin {
+	opts, workers := callPlan(dst, src, opts)
+	if workers == 1 {
 		k(dst, src, opts, st)
 		return
 	}
 	convertParallel(k, dst, to, src, from, n, workers, opts, st)
+}
+
+// callPlan says how a conversion runs: a large output streams (whether it
+// is converted in one call or split across goroutines into parts below
+// ntMin), and a call of parallelMin bytes or more is split across
+// opts.Workers goroutines (GOMAXPROCS when 0); workers is 1 for a call
+// converted on the caller's goroutine.
+func callPlan(dst, src []byte, opts Options) (_ Options, workers int) {
+	if len(dst) >= ntMin {
+		opts.Streaming = true
+	}
+	workers = opts.Workers
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	if max(len(src), len(dst)) < parallelMin {
+		workers = 1
+	}
+	return opts, workers
 }
 
 // ntMin is the output size from which the vector kernels write with
@@ -227,27 +210,33 @@ func ConvertContext(ctx context.Context, dst []byte, to DType, src []byte, from 
 // convertParallel splits n elements into parts of a multiple of 8 elements
 // (whole bytes for every dtype) of at least parallelMin/2 bytes each.
 func convertParallel(k kernel, dst []byte, to DType, src []byte, from DType, n, workers int, opts Options, st *Stats) {
+	stats := make([]Stats, workers)
+	inParts(n, from, to, workers, func(p, lo, hi int) {
+		k(dst[byteOff(to, lo):byteOff(to, hi)], src[byteOff(from, lo):byteOff(from, hi)], opts, &stats[p])
+	})
+	for _, s := range stats {
+		st.Add(s)
+	}
+}
+
+// inParts runs part(p, lo, hi) on its own goroutine for each part p of
+// the n elements: at most workers parts of a multiple of 8 elements (whole
+// bytes for every dtype) and at least parallelMin/2 bytes each, in order,
+// [lo, hi) their elements. It returns when every part is done.
+func inParts(n int, from, to DType, workers int, part func(p, lo, hi int)) {
 	width := max(from.Bits(), to.Bits()) // bits per element of the larger side
 	minElems := parallelMin / 2 * 8 / width
 	parts := min(workers, max(1, n/minElems))
 	per := ((n+parts-1)/parts + 7) &^ 7 // parts*per >= n
-	stats := make([]Stats, parts)
 	var wg sync.WaitGroup
 	for p := 0; p*per < n; p++ {
-		lo := p * per
-		hi := min(n, lo+per)
-		s := src[byteOff(from, lo):byteOff(from, hi)]
-		d := dst[byteOff(to, lo):byteOff(to, hi)]
 		wg.Add(1)
 		go func(p int) {
 			defer wg.Done()
-			k(d, s, opts, &stats[p])
+			part(p, p*per, min(n, (p+1)*per))
 		}(p)
 	}
 	wg.Wait()
-	for _, s := range stats {
-		st.Add(s)
-	}
 }
 
 // DecodeFloat32 widens the elements of src (dtype from) into dst, which must

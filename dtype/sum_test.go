@@ -151,8 +151,8 @@ func BenchmarkConvertSum(b *testing.B) {
 			b.SetBytes(int64(len(src)))
 			for range b.N {
 				var crc uint32
-				for lo := 0; lo < len(src); lo += sumStep {
-					hi := min(len(src), lo+sumStep)
+				for lo := 0; lo < len(src); lo += crc32c.Step {
+					hi := min(len(src), lo+crc32c.Step)
 					Convert(dst[2*lo:2*hi], F32, src[lo:hi], BF16, opts)
 					crc = crc32c.Update(crc, src[lo:hi])
 				}

@@ -101,3 +101,11 @@ func kernels() []*kernel {
 	}
 	return ks
 }
+
+// FoldsYMM and FoldsZMM report whether this CPU folds with VPCLMULQDQ on
+// YMM registers, and on ZMM registers (AVX-512), as the kernels here do:
+// kernels of other packages that fold as they read pick the same widths.
+func FoldsYMM() bool { return hasAVX2 }
+
+// FoldsZMM: see FoldsYMM.
+func FoldsZMM() bool { return hasAVX512 }
