@@ -140,7 +140,12 @@ func (p *Part) Size() int64 { return p.sel.total() }
 // refuses (checkRefused, checkDamaged) fails every ReadAt with ErrChecksum;
 // an empty ReadAt (b nil, off 0) reads nothing and returns that refusal, or
 // nil, so that a consumer can ask before it allocates anything. Reading the
-// part again verifies it again.
+// part again, once a reading of it is complete, verifies it again. The
+// reads of one consumer may overlap in time; two consumers that read the
+// same bytes at the same time must each use a Part of their own (the
+// Items of two Model.Items calls, or of two Model.Contents): one Part's
+// check counts the bytes once, so the second reader's ReadAt of bytes the
+// first is reading returns before they are proven.
 func (p *Part) ReadAt(b []byte, off int64) (int, error) {
 	if p.st == nil {
 		return 0, &Error{Kind: ErrRead, Tensor: p.Tensor, Msg: "a Part not made by Model.Items"}

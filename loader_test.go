@@ -500,8 +500,9 @@ func TestModelContents(t *testing.T) {
 }
 
 // A flipped bit in a tensor's bytes fails the ReadAt of its Contents part
-// that completes it, and an empty tensor whose file names a wrong checksum
-// fails its empty read.
+// that completes it, and an empty tensor's empty read checks it (and
+// passes: its checksum is the empty one's; the writers refuse a wrong one,
+// and a header edited to name one is a damaged header, refused as such).
 func TestModelContentsVerifies(t *testing.T) {
 	dir := ckpttest.Dir(t, ckpttest.Weights{Tensors: ckpttest.Tensors(t, "a:F32[64] e:F32[0]")})
 	checksummed(t, dir)
@@ -537,4 +538,5 @@ func TestModelContentsVerifies(t *testing.T) {
 	if _, err := c.Tensors[1].ReadAt(nil, 0); err != nil {
 		t.Errorf("empty tensor with its checksum: %v", err)
 	}
+
 }

@@ -28,9 +28,10 @@ import (
 // (dtype.ConvertSum): the BF16 and F16 → F32 kernels fold the CRC-32C from
 // the source registers they load anyway (carry-less multiplication,
 // VPCLMULQDQ, on ZMM registers with AVX-512, else YMM), where its work
-// hides behind the conversion's stores, and other pairs convert steps of about 200 KiB and sum each one
-// right after, from the CPU's cache. A copy from a mapping sums each step
-// after copying it; a pread or ranged read sums the bytes it read. With
+// hides behind the conversion's stores, and other pairs convert steps of
+// 192 KiB (crc32c.Step) and sum each one right after, from the CPU's
+// cache. A copy from a mapping sums each step after copying it, from the
+// copy; a pread or ranged read sums the bytes it read. With
 // the folding kernels, a warm BF16 → F32 load of 1 GiB takes about 1.06×
 // as long verified as not (two unverified loads differ by 1.02× in the
 // same benchmark; 1.18× when the CRC ran after each converted step, 1.37×
@@ -46,8 +47,10 @@ import (
 // large reads, and the caller's touches find the pages mapped) and sums
 // it. Its cost is one more read of the bytes at memory speed, and that
 // the caller's first touch no longer overlaps the disk: a load that then
-// sums every byte with all cores takes about 1.1× as long verified when
-// the file comes from the disk, 1.5× when it is in the page cache.
+// sums every byte with all cores takes 1.1–1.4× as long verified when the
+// file comes from the disk, 1.3–1.6× when it is in the page cache (as
+// long as, or less than, an unverified load that sums every byte twice:
+// BenchmarkVerifiedLoad, view-touch).
 //
 // A rank's part of a split tensor (WithRank) reads only some of the
 // tensor's bytes, and the CRC covers all of them. With VerifyPresent a

@@ -38,12 +38,14 @@
 // anew (through F32) to an FP8 target with scales.
 //
 // Memory stays bounded whatever the model's size: tensors are converted in
-// pieces of Options.ChunkBytes by a few workers, straight from the source's
-// mapping into shard.WriteStream, ahead of the writer by a bounded number of
-// bytes, and the source pages converted are dropped from the resident set
-// (safetensors.Tensor.Evict). Every set is committed crash-atomically by
-// package shard; on an error or cancellation the previous output is intact
-// and no temporary file is left.
+// pieces of Options.ChunkBytes by a few workers, ahead of the writer by a
+// bounded number of bytes; a safetensors source is read through the
+// loader (ckpt.Model.Contents: each stored tensor a ckpt.Part, read with
+// pread into reused buffers and verified by the loader as it reads), so no
+// page of it stays mapped. Every set is committed crash-atomically by one
+// protocol (package shard's, through the folder or an object store); on an
+// error or cancellation the previous output is intact and no temporary
+// file is left.
 //
 // The Report lists, for every narrowed tensor, the values that became NaN
 // or Inf, overflowed, saturated or were flushed to zero, and the largest

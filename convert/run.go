@@ -153,8 +153,8 @@ type runner struct {
 // X.V-0000k-of-0000n.safetensors with X.safetensors.index.V.json), config
 // files untouched, so that a later variant resolution finds them. Without
 // a variant, dst equal to the source converts in place: the source's set
-// is replaced atomically once the new one is complete (it is read from
-// its mapping until then).
+// is replaced atomically once the new one is complete (it is read until
+// then).
 //
 // Each tensor's target comes from Options.Policy (ckpt.Policy.Decide), as
 // in the loader, with ckpt.Policy.NarrowLinearOnly set: an 8-bit or
@@ -203,11 +203,11 @@ type runner struct {
 // through the source's file system (source.Open) and copied.
 //
 // Tensors are converted piece by piece (Options.ChunkBytes) by
-// Options.Workers goroutines, straight from the source's mapping into
-// shard.WriteStream, and the source pages converted are dropped from the
-// resident set, so memory does not grow with the model. Every set is
-// committed atomically by package shard: on any error, or when ctx is
-// canceled, the previous output is intact and no temporary file is left.
+// Options.Workers goroutines, read through the loader's Parts with pread
+// into reused buffers (nothing of the source stays mapped), so memory does
+// not grow with the model. Every set is committed atomically by the shard
+// sets' one protocol: on any error, or when ctx is canceled, the previous
+// output is intact and no temporary file is left.
 //
 // Every output file names the CRC-32C of each of its tensors (see
 // MetaSourceCRC32C for what is written and why), and the source is

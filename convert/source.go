@@ -1,7 +1,6 @@
 package convert
 
 import (
-	"io"
 	"maps"
 	"slices"
 	"sync"
@@ -122,9 +121,6 @@ func (t *partTensor) Bytes() ([]byte, error) {
 // read reads the stored bytes [off, off+len(b)) of the tensor.
 func (t *partTensor) read(b []byte, off int64) error {
 	_, err := t.p.ReadAt(b, off)
-	if err == io.EOF && off+int64(len(b)) == t.p.Size() {
-		err = nil
-	}
 	return err
 }
 

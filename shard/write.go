@@ -124,7 +124,9 @@ func Write(ctx context.Context, dir, prefix, variant string, tensors []safetenso
 //     remove the temporary files that killed saves of the set left.
 //  2. Write each new file under a hidden temporary name,
 //     ".NAME.tmp-DIGITS", fsync it and rename (or, for a name that must be
-//     new, hard-link) it into place, then fsync the folder (sink.Dir). A
+//     new, hard-link) it into place; the folder is fsynced once all of them
+//     are (a barrier of sink.Dir's Batched mode: each later step makes its
+//     changes durable the same way before the next one starts). A
 //     sharded set's shards go to their standard names when no file has any
 //     of those names, and otherwise to swap names
 //     PREFIX[.V]-00001-of-0000N.swap-TOKEN.safetensors (TOKEN is 12 random
