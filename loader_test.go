@@ -538,5 +538,4 @@ func TestModelContentsVerifies(t *testing.T) {
 	if _, err := c.Tensors[1].ReadAt(nil, 0); err != nil {
 		t.Errorf("empty tensor with its checksum: %v", err)
 	}
-
 }
