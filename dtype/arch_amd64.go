@@ -11,22 +11,33 @@ import (
 // when the CPU has AVX2 (and F16C for F16 and the FP8 decoders through
 // binary16); the purego build tag leaves them out.
 
-//go:noescape
-func bf16ToF32AVX2(dst, src []byte, acc *[32]byte, nt bool) int
-
-//go:noescape
-func f16ToF32AVX2(dst, src []byte, acc *[32]byte, nt bool) int
-
-// bf16ToF32SumAVX2 and f16ToF32SumAVX2 are bf16ToF32AVX2 and
-// f16ToF32AVX2 that also fold the CRC-32C of the source blocks they
-// convert into state with the pair k (see sumRun): in one ZMM register
-// with zmm set (AVX-512), else in two YMM registers.
+// bf16ToF32AVX2 and f16ToF32AVX2 also fold the CRC-32C of the source
+// blocks they convert into state with the pair k (see sumRun): in one ZMM
+// register with fold foldZMM (AVX-512), in two YMM registers with
+// foldYMM; with foldNone k and state are not read.
 //
 //go:noescape
-func bf16ToF32SumAVX2(dst, src []byte, acc *[32]byte, nt bool, k *[2]uint64, state *[64]byte, zmm bool) int
+func bf16ToF32AVX2(dst, src []byte, acc *[32]byte, nt bool, k *[2]uint64, state *[64]byte, fold uint8) int
 
 //go:noescape
-func f16ToF32SumAVX2(dst, src []byte, acc *[32]byte, nt bool, k *[2]uint64, state *[64]byte, zmm bool) int
+func f16ToF32AVX2(dst, src []byte, acc *[32]byte, nt bool, k *[2]uint64, state *[64]byte, fold uint8) int
+
+// The folds of the widenings.
+const (
+	foldNone uint8 = iota
+	foldYMM
+	foldZMM
+)
+
+// widening is the signature of the widenings.
+type widening func(dst, src []byte, acc *[32]byte, nt bool, k *[2]uint64, state *[64]byte, fold uint8) int
+
+// plain is a widening that folds nothing, as a vecRun.
+func plain(f widening) vecRun {
+	return func(dst, src []byte, acc *[32]byte, nt bool) (int, int) {
+		return f(dst, src, acc, nt, nil, nil, foldNone), 0
+	}
+}
 
 //go:noescape
 func f32ToF16AVX2(dst, src []byte, acc *[32]byte, nt bool) (n, under int)
@@ -67,16 +78,23 @@ var (
 	hasAVX512Fold = hasVPCLMULQDQ && crc32c.FoldsZMM()
 )
 
-// pickSum returns the summing kernel f as this CPU runs it best: folding
-// in ZMM registers with AVX-512, in YMM ones with VPCLMULQDQ alone; nil
-// without VPCLMULQDQ.
-func pickSum(f func(dst, src []byte, acc *[32]byte, nt bool, k *[2]uint64, state *[64]byte, zmm bool) int) sumRun {
+// pickSum returns the widening f as a summing kernel, folding as this CPU
+// does best: in ZMM registers with AVX-512, in YMM ones with VPCLMULQDQ
+// alone; nil without VPCLMULQDQ.
+func pickSum(f widening) sumRun {
 	if !hasVPCLMULQDQ {
 		return nil
 	}
-	zmm := hasAVX512Fold
+	if hasAVX512Fold {
+		return folding(f, foldZMM)
+	}
+	return folding(f, foldYMM)
+}
+
+// folding is the widening f folding as fold says, as a sumRun.
+func folding(f widening, fold uint8) sumRun {
 	return func(dst, src []byte, acc *[32]byte, nt bool, k *[2]uint64, state *[64]byte) int {
-		return f(dst, src, acc, nt, k, state, zmm)
+		return f(dst, src, acc, nt, k, state, fold)
 	}
 }
 
@@ -125,11 +143,11 @@ func newVecKernel(from, to DType, fallback kernel) *vecKernel {
 	v := &vecKernel{fallback: fallback, block: 32, ntAlign: 32}
 	switch {
 	case from == BF16 && to == F32:
-		v.run, v.inSize, v.outSize, v.accMax = widen(bf16ToF32AVX2), 2, 4, maxAbsBF16
-		v.sum = pickSum(bf16ToF32SumAVX2)
+		v.run, v.inSize, v.outSize, v.accMax = plain(bf16ToF32AVX2), 2, 4, maxAbsBF16
+		v.sum = pickSum(bf16ToF32AVX2)
 	case from == F16 && to == F32 && hasF16C:
-		v.run, v.inSize, v.outSize, v.accMax = widen(f16ToF32AVX2), 2, 4, maxAbsF16
-		v.sum = pickSum(f16ToF32SumAVX2)
+		v.run, v.inSize, v.outSize, v.accMax = plain(f16ToF32AVX2), 2, 4, maxAbsF16
+		v.sum = pickSum(f16ToF32AVX2)
 	case from == F32 && to == BF16:
 		v.run, v.inSize, v.outSize, v.accMax = f32ToBF16AVX2, 4, 2, maxAbsF32
 	case from == F32 && to == F16 && hasF16C:
@@ -168,9 +186,4 @@ func newVecKernel(from, to DType, fallback kernel) *vecKernel {
 		return nil
 	}
 	return v
-}
-
-// widen adapts a fast path without underflow to vecRun.
-func widen(f func(dst, src []byte, acc *[32]byte, nt bool) int) vecRun {
-	return func(dst, src []byte, acc *[32]byte, nt bool) (int, int) { return f(dst, src, acc, nt), 0 }
 }

@@ -288,7 +288,7 @@ GLOBL e4m3fnuztab<>(SB), RODATA|NOPTR, $32
 	op      Y1, (4*off)(DI) \
 	op      Y2, (4*off+32)(DI)
 
-// The summing widenings: bf16ToF32AVX2 and f16ToF32AVX2 that also fold
+// The widenings bf16ToF32AVX2 and f16ToF32AVX2 also fold, when asked,
 // the CRC-32C of every block of source bytes they convert, from the
 // registers they load anyway (internal/crc32c explains the folding). The
 // 64 bytes at state are four 128-bit remainders, one per 16-byte lane of
@@ -296,19 +296,22 @@ GLOBL e4m3fnuztab<>(SB), RODATA|NOPTR, $32
 // multiplication of each half of a lane by its constant of the pair at k,
 // x^(512±32) mod P) and adds (xors) its own bytes. A block is folded only
 // once CHECK16 has passed it, so the state covers exactly the elements
-// converted; crc32c.Folded turns it into the CRC of those bytes. With zmm
-// set (AVX-512) the remainders are one ZMM register, Z7, and a block costs
-// two multiplications and a three-way xor; else they are Y7 (lanes 0, 1)
-// and Y8 (lanes 2, 3), and a block costs four and four. R13 holds zmm, Y6
+// converted; crc32c.Folded turns it into the CRC of those bytes. With fold
+// 2 (AVX-512) the remainders are one ZMM register, Z7, and a block costs
+// two multiplications and a three-way xor; with fold 1 they are Y7 (lanes
+// 0, 1) and Y8 (lanes 2, 3), and a block costs four and four; fold 0
+// folds nothing (k and state are not read). R13 holds fold, Y6
 // (Z6) the pair in every lane; Y9 and Y10 (Z9) are clobbered.
 
-// SUMARGS loads the pair and the state.
+// SUMARGS loads the pair and the state (nothing with fold 0).
 #define SUMARGS \
+	MOVBQZX fold+80(FP), R13 \
+	TESTQ   R13, R13 \
+	JZ      argsdone \
 	MOVQ    k+64(FP), R11 \
 	MOVQ    state+72(FP), R12 \
-	MOVBQZX zmm+80(FP), R13 \
-	TESTQ   R13, R13 \
-	JNZ     argsz \
+	CMPQ    R13, $2 \
+	JEQ     argsz \
 	VBROADCASTI128 (R11), Y6 \
 	VMOVDQU (R12), Y7 \
 	VMOVDQU 32(R12), Y8 \
@@ -318,11 +321,13 @@ argsz: \
 	VMOVDQU64 (R12), Z7 \
 argsdone:
 
-// FOLD64 folds the 64 bytes at (SI) into the remainders (the branch is
+// FOLD64 folds the 64 bytes at (SI) into the remainders (the branches are
 // the same for every block: predicted).
 #define FOLD64 \
 	TESTQ   R13, R13 \
-	JNZ     foldz \
+	JZ      folded \
+	CMPQ    R13, $2 \
+	JEQ     foldz \
 	VPCLMULQDQ $0x00, Y6, Y7, Y9 \
 	VPCLMULQDQ $0x11, Y6, Y7, Y7 \
 	VPCLMULQDQ $0x00, Y6, Y8, Y10 \
@@ -341,84 +346,15 @@ folded:
 // SUMSTORE stores the remainders back to the state.
 #define SUMSTORE \
 	TESTQ   R13, R13 \
-	JNZ     storez \
+	JZ      stored \
+	CMPQ    R13, $2 \
+	JEQ     storez \
 	VMOVDQU Y7, (R12) \
 	VMOVDQU Y8, 32(R12) \
 	JMP     stored \
 storez: \
 	VMOVDQU64 Z7, (R12) \
 stored:
-
-// func bf16ToF32AVX2(dst, src []byte, acc *[32]byte, nt bool) int
-TEXT ·bf16ToF32AVX2(SB), NOSPLIT, $0-72
-	ARGS(nt+56, 6)              // blocks of 32 elements (64 bytes)
-	PROLOG16($0x7f7f7f7f)
-	VPXOR   Y12, Y12, Y12
-	TESTQ   CX, CX
-	JZ      done
-
-bf16loop:
-	CHECK16
-	// Interleaving zero words below each value gives value<<16; VPERMQ
-	// first puts the quarters in the order the in-lane unpacks need.
-	VPERMQ  $0xd8, (SI), Y4
-	VPERMQ  $0xd8, 32(SI), Y5
-	VPUNPCKLWD Y4, Y12, Y0
-	VPUNPCKHWD Y4, Y12, Y1
-	VPUNPCKLWD Y5, Y12, Y2
-	VPUNPCKHWD Y5, Y12, Y3
-	TESTQ   R10, R10
-	JNZ     bf16nt
-	STORE4(VMOVDQU)
-	JMP     bf16next
-
-bf16nt:
-	STORE4(VMOVNTDQ)
-
-bf16next:
-	ADDQ    $64, SI
-	ADDQ    $128, DI
-	ADDQ    $32, AX
-	DECQ    CX
-	JNZ     bf16loop
-
-done:
-	FINISH
-	MOVQ    AX, ret+64(FP)
-	RET
-
-// func f16ToF32AVX2(dst, src []byte, acc *[32]byte, nt bool) int
-TEXT ·f16ToF32AVX2(SB), NOSPLIT, $0-72
-	ARGS(nt+56, 6)              // blocks of 32 elements (64 bytes)
-	PROLOG16($0x7bff7bff)
-	TESTQ   CX, CX
-	JZ      done
-
-f16loop:
-	CHECK16
-	VCVTPH2PS (SI), Y0
-	VCVTPH2PS 16(SI), Y1
-	VCVTPH2PS 32(SI), Y2
-	VCVTPH2PS 48(SI), Y3
-	TESTQ   R10, R10
-	JNZ     f16nt
-	STORE4(VMOVUPS)
-	JMP     f16next
-
-f16nt:
-	STORE4(VMOVNTPS)
-
-f16next:
-	ADDQ    $64, SI
-	ADDQ    $128, DI
-	ADDQ    $32, AX
-	DECQ    CX
-	JNZ     f16loop
-
-done:
-	FINISH
-	MOVQ    AX, ret+64(FP)
-	RET
 
 // func f32ToF16AVX2(dst, src []byte, acc *[32]byte, nt bool) (n, under int)
 TEXT ·f32ToF16AVX2(SB), NOSPLIT, $0-80
@@ -822,8 +758,8 @@ done:
 	MOVQ    AX, ret+72(FP)
 	RET
 
-// func bf16ToF32SumAVX2(dst, src []byte, acc *[32]byte, nt bool, k *[2]uint64, state *[64]byte, zmm bool) int
-TEXT ·bf16ToF32SumAVX2(SB), NOSPLIT, $0-96
+// func bf16ToF32AVX2(dst, src []byte, acc *[32]byte, nt bool, k *[2]uint64, state *[64]byte, fold uint8) int
+TEXT ·bf16ToF32AVX2(SB), NOSPLIT, $0-96
 	ARGS(nt+56, 6)              // blocks of 32 elements (64 bytes)
 	SUMARGS
 	PROLOG16($0x7f7f7f7f)
@@ -861,8 +797,8 @@ done:
 	MOVQ    AX, ret+88(FP)
 	RET
 
-// func f16ToF32SumAVX2(dst, src []byte, acc *[32]byte, nt bool, k *[2]uint64, state *[64]byte, zmm bool) int
-TEXT ·f16ToF32SumAVX2(SB), NOSPLIT, $0-96
+// func f16ToF32AVX2(dst, src []byte, acc *[32]byte, nt bool, k *[2]uint64, state *[64]byte, fold uint8) int
+TEXT ·f16ToF32AVX2(SB), NOSPLIT, $0-96
 	ARGS(nt+56, 6)              // blocks of 32 elements (64 bytes)
 	SUMARGS
 	PROLOG16($0x7bff7bff)

@@ -40,10 +40,10 @@ func TestSumKernelsEach(t *testing.T) {
 		needF16C bool
 	}
 	vs := []variant{
-		{"bf16 YMM", withZMM(bf16ToF32SumAVX2, false), hasVPCLMULQDQ, BF16, false},
-		{"bf16 ZMM", withZMM(bf16ToF32SumAVX2, true), hasAVX512Fold, BF16, false},
-		{"f16 YMM", withZMM(f16ToF32SumAVX2, false), hasVPCLMULQDQ, F16, true},
-		{"f16 ZMM", withZMM(f16ToF32SumAVX2, true), hasAVX512Fold, F16, true},
+		{"bf16 YMM", folding(bf16ToF32AVX2, foldYMM), hasVPCLMULQDQ, BF16, false},
+		{"bf16 ZMM", folding(bf16ToF32AVX2, foldZMM), hasAVX512Fold, BF16, false},
+		{"f16 YMM", folding(f16ToF32AVX2, foldYMM), hasVPCLMULQDQ, F16, true},
+		{"f16 ZMM", folding(f16ToF32AVX2, foldZMM), hasAVX512Fold, F16, true},
 	}
 	rng := rand.New(rand.NewPCG(5, 6))
 	for _, vr := range vs {
@@ -74,12 +74,5 @@ func TestSumKernelsEach(t *testing.T) {
 				t.Errorf("%s n=%d: CRC %08x, want %08x", vr.name, n, crc, w)
 			}
 		}
-	}
-}
-
-// withZMM fixes the register width of a summing kernel.
-func withZMM(f func(dst, src []byte, acc *[32]byte, nt bool, k *[2]uint64, state *[64]byte, zmm bool) int, zmm bool) sumRun {
-	return func(dst, src []byte, acc *[32]byte, nt bool, k *[2]uint64, state *[64]byte) int {
-		return f(dst, src, acc, nt, k, state, zmm)
 	}
 }
