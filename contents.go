@@ -71,12 +71,7 @@ func (m *Model) Contents(component string) (*Contents, error) {
 			info, _ := c.ck.At(i)
 			return nil, inComponent(&Error{Kind: ErrRead, Tensor: info.Name, Err: err}, c.name)
 		}
-		sel := strided{n: st.ByteLen(), count: 1}.norm()
-		p := Part{Tensor: st.Name(), DType: st.DType(), Shape: st.Shape(), File: st.File().Path(),
-			Range: sel.byteRange(st.Offset()), check: m.checkOf(st, sel), st: st, sel: sel, m: m}
-		if p.check.verified() {
-			p.ck = &tensorCheck{st: st, size: st.ByteLen(), kind: p.check}
-		}
+		p := m.newPart(st, st.Shape(), strided{n: st.ByteLen(), count: 1}.norm())
 		fi, ok := fileOf[p.File]
 		if !ok {
 			fi = len(out.Files)

@@ -215,6 +215,17 @@ func (p *Part) readRest() error {
 	return p.ck.readRanges(context.Background(), ranges, make([]byte, min(most, 1<<20)))
 }
 
+// newPart returns the Part of the selection sel of st's bytes, with its
+// check as the policy decides (shape is the part's, kept as given).
+func (m *Model) newPart(st *safetensors.Tensor, shape []int64, sel strided) Part {
+	p := Part{Tensor: st.Name(), DType: st.DType(), Shape: shape, File: st.File().Path(),
+		Range: sel.byteRange(st.Offset()), check: m.checkOf(st, sel), st: st, sel: sel, m: m}
+	if p.check.verified() {
+		p.ck = &tensorCheck{st: st, size: st.ByteLen(), kind: p.check}
+	}
+	return p
+}
+
 // Items returns the loader's decision for every logical tensor, in load
 // order (Names' order).
 func (m *Model) Items() ([]*Item, error) {
@@ -271,12 +282,7 @@ func (m *Model) fillItem(it *Item, c *modelComponent, e *entry, own bool) error 
 		if !own {
 			shape = nil
 		}
-		p := Part{Tensor: st.Name(), DType: st.DType(), Shape: clone(shape), File: st.File().Path(),
-			Range: sel.byteRange(st.Offset()), check: m.checkOf(st, sel), st: st, sel: sel, m: m}
-		if p.check.verified() {
-			p.ck = &tensorCheck{st: st, size: st.ByteLen(), kind: p.check}
-		}
-		return p
+		return m.newPart(st, clone(shape), sel)
 	}
 	if e.q == nil {
 		var sel strided
