@@ -40,6 +40,8 @@ func TestSharedConditions(t *testing.T) {
 		{"variant not regular", &variant.Error{Kind: variant.ErrNotRegular}, safetensors.ErrNotRegular},
 		{"variant insecure path", &variant.Error{Kind: variant.ErrInsecurePath}, shard.ErrInsecurePath},
 		{"variant missing shard", &variant.Error{Kind: variant.ErrMissingShard}, shard.ErrMissingShard},
+		{"torch insecure path", &torch.Error{Kind: torch.ErrInsecurePath}, shard.ErrInsecurePath},
+		{"torch missing shard", &torch.Error{Kind: torch.ErrMissingShard}, shard.ErrMissingShard},
 		{"executor budget", &executor.Error{Kind: executor.ErrBudget}, ckpt.ErrBudget},
 	} {
 		if !errors.Is(c.err, c.is) {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ckpt-go/ckpt/internal/errkind"
 	"github.com/ckpt-go/ckpt/safetensors"
+	"github.com/ckpt-go/ckpt/shard"
 )
 
 // ErrorKind classifies the failures of this package. Each kind is also an
@@ -62,8 +63,10 @@ const (
 	ErrForbiddenGlobal
 	// ErrInsecurePath: a shard name is a path (separators, "..", an
 	// absolute path, a drive letter) or a symlink that leaves the folder.
+	// Errors of this kind also match shard.ErrInsecurePath.
 	ErrInsecurePath
-	// ErrMissingShard: a shard the index names does not exist.
+	// ErrMissingShard: a shard the index names does not exist. Errors of
+	// this kind also match shard.ErrMissingShard.
 	ErrMissingShard
 	// ErrTensorNotFound: the checkpoint has no tensor of that name.
 	ErrTensorNotFound
@@ -122,7 +125,9 @@ func (e *Error) Error() string {
 // Conditions that several packages share are one value each: an ErrClosed
 // error also matches fs.ErrClosed, an ErrTensorNotFound one
 // safetensors.ErrTensorNotFound, an ErrNotRegular one
-// safetensors.ErrNotRegular.
+// safetensors.ErrNotRegular, and ErrInsecurePath and ErrMissingShard ones
+// shard's kinds of those names (what a shard set of safetensors files
+// fails with in the same case).
 func (e *Error) Is(target error) bool {
 	if k, ok := target.(ErrorKind); ok {
 		return k == e.Kind
@@ -134,6 +139,10 @@ func (e *Error) Is(target error) bool {
 		return target == safetensors.ErrTensorNotFound
 	case ErrNotRegular:
 		return target == safetensors.ErrNotRegular
+	case ErrInsecurePath:
+		return target == shard.ErrInsecurePath
+	case ErrMissingShard:
+		return target == shard.ErrMissingShard
 	}
 	return false
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/ckpt-go/ckpt/internal/testutil"
+	"github.com/ckpt-go/ckpt/shard"
 )
 
 // shardSet writes two shards and an index naming them into a new folder
@@ -148,8 +149,8 @@ func TestOpenIndexSymlinks(t *testing.T) {
 	if err := os.Symlink(filepath.Join(outside, name), filepath.Join(dir, name)); err != nil {
 		t.Skip("no symlinks:", err)
 	}
-	if _, err := Open(idx); !errors.Is(err, ErrInsecurePath) {
-		t.Errorf("symlink out of the folder: %v", err)
+	if _, err := Open(idx); !errors.Is(err, ErrInsecurePath) || !errors.Is(err, shard.ErrInsecurePath) {
+		t.Errorf("symlink out of the folder: %v (want torch's and shard's ErrInsecurePath)", err)
 	}
 	c, err := Open(idx, WithSymlinkRoot(filepath.Dir(outside)))
 	if err != nil {
@@ -158,8 +159,8 @@ func TestOpenIndexSymlinks(t *testing.T) {
 	c.Close()
 	// A dangling symlink is a missing shard.
 	os.Remove(filepath.Join(outside, name))
-	if _, err := Open(idx, WithSymlinkRoot(filepath.Dir(outside))); !errors.Is(err, ErrMissingShard) {
-		t.Errorf("dangling: %v", err)
+	if _, err := Open(idx, WithSymlinkRoot(filepath.Dir(outside))); !errors.Is(err, ErrMissingShard) || !errors.Is(err, shard.ErrMissingShard) {
+		t.Errorf("dangling: %v (want torch's and shard's ErrMissingShard)", err)
 	}
 }
 
