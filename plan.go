@@ -222,7 +222,7 @@ func (m *Model) Plan() (*Plan, error) {
 			Name:               c.name,
 			Dir:                c.dir,
 			Files:              slices.Clone(c.files),
-			ReadStrategy:       c.strategy.String(),
+			ReadStrategy:       c.strategy.string(),
 			ReadStrategyReason: c.why,
 			Quant: QuantizationReport{
 				Layout:      c.scheme.Layout.String(),
