@@ -174,12 +174,6 @@ func WithReadStrategy(s string) Option {
 	}
 }
 
-// WithSaturate makes narrowing conversions saturate (Policy.Saturate):
-// values beyond the target's range become ±max instead of Inf or NaN.
-func WithSaturate() Option {
-	return func(c *config) error { c.policy.Saturate = true; return nil }
-}
-
 // WithScaleTensors also returns the scale tensors that scaled
 // low-precision layouts consume (weight_scale, weight_scale_inv, ...) as
 // ordinary tensors under their stored names. By default they are consumed:
