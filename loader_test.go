@@ -202,7 +202,7 @@ func TestPipelinePerComponentPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	// JSON keys that other tools rely on.
-	b, _ := p.JSON()
+	b, _ := json.Marshal(p)
 	var generic map[string]any
 	if err := json.Unmarshal(b, &generic); err != nil {
 		t.Fatal(err)
