@@ -39,8 +39,8 @@ func BenchmarkLoadDequant(b *testing.B) {
 		os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"quantization_config":{"quant_method":"fp8","weight_block_size":[128,128]}}`), 0o644)
 	}
 	for _, s := range []readStrategy{readMmap, readPread} {
-		b.Run(s.String()+"/ckpt", func(b *testing.B) {
-			m, err := Open(dir, WithDType(To(dtype.BF16)), WithReadStrategy(s.String()), WithBudget(-1))
+		b.Run(s.string()+"/ckpt", func(b *testing.B) {
+			m, err := Open(dir, WithDType(To(dtype.BF16)), WithReadStrategy(s.string()), WithBudget(-1))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -83,7 +83,7 @@ func TestReadStrategyForFilesystems(t *testing.T) {
 	} {
 		got, why := strategyFor(c.fs, c.err)
 		if got != c.want || why == "" {
-			t.Errorf("%+v: %s (%q), want %s", c.fs, got, why, c.want)
+			t.Errorf("%+v: %s (%q), want %s", c.fs, got.string(), why, c.want.string())
 		}
 		if c.fs.Network && !strings.Contains(why, c.fs.Type) {
 			t.Errorf("%+v: reason %q does not name the filesystem", c.fs, why)
@@ -92,10 +92,10 @@ func TestReadStrategyForFilesystems(t *testing.T) {
 	// The plan says which strategy was chosen and why.
 	path := ckpttest.File(t, ckpttest.T("w", dtype.F32, 4))
 	for s, want := range map[readStrategy]string{readAuto: "local", readPread: "asked for", readMmap: "asked for"} {
-		m := mustOpen(t, path, WithReadStrategy(s.String()))
+		m := mustOpen(t, path, WithReadStrategy(s.string()))
 		p, _ := m.Plan()
 		if !strings.Contains(p.Components[0].ReadStrategyReason, want) {
-			t.Errorf("%s: reason %q", s, p.Components[0].ReadStrategyReason)
+			t.Errorf("%s: reason %q", s.string(), p.Components[0].ReadStrategyReason)
 		}
 	}
 }

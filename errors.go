@@ -1,21 +1,20 @@
 package ckpt
 
 import (
+	"errors"
 	"io/fs"
+	"strings"
 
 	"github.com/ckpt-go/ckpt/internal/errkind"
 )
 
-// ErrorKind classifies the loader's errors. Each kind is an error, so
-// callers can test with errors.Is(err, ckpt.ErrBudget). The kinds are
-// general; the message names the case ("split", "buffer", "config", ...).
-// Errors from the lower packages (variant, shard, safetensors, dtype, quant)
-// are wrapped and keep their own kinds: errors.Is(err,
+// The conditions of the loader's errors: an *Error's Kind is one of them,
+// so callers test with errors.Is(err, ckpt.ErrBudget). They are general;
+// the message names the case ("split", "buffer", "config", ...). Errors
+// from the lower packages (variant, shard, safetensors, dtype, quant) are
+// wrapped and keep their own conditions: errors.Is(err,
 // variant.ErrVariantNotFound) works through a *ckpt.Error.
-type ErrorKind int
-
-// The kinds of Error.
-const (
+var (
 	// ErrOption: an option or argument the caller gave cannot be used: an
 	// invalid option (negative workers, a staging size under 1 MiB, a
 	// malformed variant name, a component rule naming no component of the
@@ -26,52 +25,36 @@ const (
 	// scale's blocks); a caller's buffer of the wrong size ("buffer"); a
 	// bare tensor name that exists in several components of a pipeline
 	// ("ambiguous": name it as COMPONENT/NAME).
-	ErrOption ErrorKind = iota + 1
+	ErrOption = errors.New("ckpt: option")
 	// ErrTarget: a dtype target is unknown or cannot be applied (for
 	// example C64 to a real type, or a non-float target for a quantized
 	// weight).
-	ErrTarget
+	ErrTarget = errors.New("ckpt: target")
 	// ErrResolve: the path could not be resolved into a checkpoint the
 	// loader understands: its files (the wrapped error is a *variant.Error,
 	// a *shard.Error or the source's), a config file, config.json or
 	// hf_quant_config.json, that cannot be read or is not a JSON object
 	// ("config"), or a malformed scaled low-precision layout (the wrapped
 	// error is a *quant.Error naming the tensor).
-	ErrResolve
+	ErrResolve = errors.New("ckpt: resolve")
 	// ErrBudget: the plan does not fit the memory budget; nothing was
 	// allocated. The error is a *BudgetError with the plan. An executor's
 	// refusal for the device's memory also matches it.
-	ErrBudget
+	ErrBudget = errors.New("ckpt: budget")
 	// ErrNotFound: no tensor or component of that name.
-	ErrNotFound
+	ErrNotFound = errors.New("ckpt: not_found")
 	// ErrRead: reading or converting tensor data failed (the wrapped error
 	// says why: I/O, a truncated file, a conversion error).
-	ErrRead
-	// ErrClosed: the model or the loaded weights were closed. It also
-	// matches fs.ErrClosed.
-	ErrClosed
+	ErrRead = errors.New("ckpt: read")
+	// ErrClosed: the model or the loaded weights were closed. An *Error of
+	// this kind also matches fs.ErrClosed.
+	ErrClosed = errors.New("ckpt: closed")
 )
-
-var kindNames = [...]string{
-	ErrOption:   "option",
-	ErrTarget:   "target",
-	ErrResolve:  "resolve",
-	ErrBudget:   "budget",
-	ErrNotFound: "not_found",
-	ErrRead:     "read",
-	ErrClosed:   "closed",
-}
-
-// String returns the kind's snake_case name.
-func (k ErrorKind) String() string { return errkind.Name(kindNames[:], k) }
-
-// Error makes a kind usable as an errors.Is target.
-func (k ErrorKind) Error() string { return "ckpt: " + k.String() }
 
 // Error is the loader's error type. It names what it concerns: the path,
 // the component, the tensor, the pattern or the option.
 type Error struct {
-	Kind      ErrorKind
+	Kind      error  // the condition: ErrOption, ErrTarget, ErrResolve, ...
 	Path      string // the file or folder concerned
 	Component string // the component concerned
 	Tensor    string // the tensor concerned
@@ -81,9 +64,14 @@ type Error struct {
 }
 
 // Error formats the kind, what it concerns and the cause:
-// `ckpt: KIND: PATH: component "C": tensor "T": pattern "P": MSG: CAUSE`.
+// `ckpt: KIND: PATH: component "C": tensor "T": pattern "P": MSG: CAUSE`,
+// where `ckpt: KIND` is the message of Kind ("ckpt: option").
 func (e *Error) Error() string {
-	return errkind.NewMessage("ckpt").Add(e.Kind.String()).Add(e.Path).Quote("component", e.Component).Quote("tensor", e.Tensor).
+	kind := ""
+	if e.Kind != nil {
+		kind = strings.TrimPrefix(e.Kind.Error(), "ckpt: ")
+	}
+	return errkind.NewMessage("ckpt").Add(kind).Add(e.Path).Quote("component", e.Component).Quote("tensor", e.Tensor).
 		Quote("pattern", e.Pattern).Add(e.Msg).Err(e.Err).String()
 }
 
@@ -92,10 +80,7 @@ func (e *Error) Error() string {
 // Conditions that several packages share are one value each: an ErrClosed
 // error also matches fs.ErrClosed.
 func (e *Error) Is(target error) bool {
-	if k, ok := target.(ErrorKind); ok {
-		return k == e.Kind
-	}
-	return e.Kind == ErrClosed && target == fs.ErrClosed
+	return e.Kind != nil && target == e.Kind || e.Kind == ErrClosed && target == fs.ErrClosed
 }
 
 // Unwrap returns the underlying error.

@@ -4,16 +4,33 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"regexp"
 	"testing"
-
-	"github.com/ckpt-go/ckpt/internal/testutil"
 )
 
+// Each condition is a distinct sentinel named "ckpt: NAME" (NAME in
+// snake_case), and an *Error of one kind matches that kind and no other.
 func TestErrorKinds(t *testing.T) {
-	ks := testutil.Kinds[ErrorKind](kindNames[:])
-	testutil.CheckKinds(t, ks, func(k ErrorKind) error { return &Error{Kind: k} })
-	if len(ks) != int(ErrClosed) || ErrorKind(0).String() != "unknown" {
-		t.Errorf("kinds %v", ks)
+	kinds := []error{ErrOption, ErrTarget, ErrResolve, ErrBudget, ErrNotFound, ErrRead, ErrClosed}
+	name := regexp.MustCompile(`^ckpt: [a-z]+(_[a-z]+)*$`)
+	seen := map[string]bool{}
+	for _, k := range kinds {
+		if !name.MatchString(k.Error()) || seen[k.Error()] {
+			t.Errorf("kind %q is not a distinct ckpt: snake_case name", k)
+		}
+		seen[k.Error()] = true
+		e := &Error{Kind: k}
+		if e.Error() != k.Error() {
+			t.Errorf("an *Error of kind %q reads %q", k, e)
+		}
+		for _, o := range kinds {
+			if got := errors.Is(e, o); got != (o == k) {
+				t.Errorf("errors.Is(error of kind %q, %q) = %v", k, o, got)
+			}
+		}
+	}
+	if (&Error{Msg: "no kind"}).Error() != "ckpt: no kind" || errors.Is(&Error{}, ErrOption) {
+		t.Error("an *Error without a kind")
 	}
 }
 

@@ -362,7 +362,7 @@ func (it *Item) plan(ranges bool, d *dims) TensorPlan {
 			tp.VerifyReadBytes += restBytes(p.sel, p.st.ByteLen())
 		}
 	}
-	tp.Verify = it.check().String()
+	tp.Verify = it.check().string()
 	return tp
 }
 
@@ -407,6 +407,6 @@ func (v *VerifyPlan) add(it *Item, tp TensorPlan) {
 		if v.Why == nil {
 			v.Why = map[string]int{}
 		}
-		v.Why[check.String()]++
+		v.Why[check.string()]++
 	}
 }

@@ -96,8 +96,8 @@ func TestLoadConvertsFloatsNotIntegers(t *testing.T) {
 	spec := "a:BF16[300,70] b:F8_E4M3[33,8] c:F16[5] ids:I64[7] mask:BOOL[9] big:BF16[1100,1000]"
 	path := ckpttest.File(t, ckpttest.Tensors(t, spec)...)
 	for _, strategy := range []readStrategy{readMmap, readPread} {
-		t.Run(strategy.String(), func(t *testing.T) {
-			m := mustOpen(t, path, WithDType(To(dtype.F32)), WithReadStrategy(strategy.String()), WithWorkers(3))
+		t.Run(strategy.string(), func(t *testing.T) {
+			m := mustOpen(t, path, WithDType(To(dtype.F32)), WithReadStrategy(strategy.string()), WithWorkers(3))
 			w := mustLoad(t, m)
 			for name, tt := range w.All() {
 				isInt := name == "ids" || name == "mask"
@@ -118,7 +118,7 @@ func TestLoadConvertsFloatsNotIntegers(t *testing.T) {
 					t.Errorf("%s: pread strategy gave a view", name)
 				}
 				if st, err := m.comps[0].ck.Tensor(name); err != nil || st.File().Mapped() != (strategy == readMmap) {
-					t.Errorf("%s: strategy %s but the file is mapped=%v (%v)", name, strategy, st.File().Mapped(), err)
+					t.Errorf("%s: strategy %s but the file is mapped=%v (%v)", name, strategy.string(), st.File().Mapped(), err)
 				}
 				if !isInt && tt.Stats.Elements != tt.NumElements() {
 					t.Errorf("%s: stats count %d elements of %d", name, tt.Stats.Elements, tt.NumElements())
@@ -202,7 +202,7 @@ func TestPipelinePerComponentPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	// JSON keys that other tools rely on.
-	b, _ := p.JSON()
+	b, _ := json.Marshal(p)
 	var generic map[string]any
 	if err := json.Unmarshal(b, &generic); err != nil {
 		t.Fatal(err)

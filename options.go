@@ -143,8 +143,8 @@ const (
 	readPread                     // pread in large chunks into owned memory
 )
 
-// String returns "auto", "mmap" or "pread", as WithReadStrategy takes it.
-func (s readStrategy) String() string {
+// string returns "auto", "mmap" or "pread", as WithReadStrategy takes it.
+func (s readStrategy) string() string {
 	switch s {
 	case readMmap:
 		return "mmap"
@@ -165,19 +165,13 @@ func (s readStrategy) String() string {
 func WithReadStrategy(s string) Option {
 	return func(c *config) error {
 		for _, rs := range []readStrategy{readAuto, readMmap, readPread} {
-			if s == rs.String() || s == "" {
+			if s == rs.string() || s == "" {
 				c.strategy = rs
 				return nil
 			}
 		}
 		return &Error{Kind: ErrOption, Msg: fmt.Sprintf("read strategy %q is not auto, mmap or pread", s)}
 	}
-}
-
-// WithSaturate makes narrowing conversions saturate (Policy.Saturate):
-// values beyond the target's range become ±max instead of Inf or NaN.
-func WithSaturate() Option {
-	return func(c *config) error { c.policy.Saturate = true; return nil }
 }
 
 // WithScaleTensors also returns the scale tensors that scaled

@@ -1,7 +1,6 @@
 package ckpt
 
 import (
-	"encoding/json"
 	"fmt"
 	"maps"
 	"runtime"
@@ -26,6 +25,9 @@ import (
 // PeakBytes ≤ BudgetBytes. Loading never holds two full copies of a tensor:
 // a converted tensor is written once, from the mapping or from a bounded
 // staging buffer, straight into its own output.
+//
+// String renders a plan for people; encoding/json renders it for programs
+// (json.MarshalIndent(p, "", "  ") is what `ckpt plan --json` prints).
 type Plan struct {
 	Path       string           `json:"path"`
 	Variant    string           `json:"variant,omitempty"`
@@ -222,7 +224,7 @@ func (m *Model) Plan() (*Plan, error) {
 			Name:               c.name,
 			Dir:                c.dir,
 			Files:              slices.Clone(c.files),
-			ReadStrategy:       c.strategy.String(),
+			ReadStrategy:       c.strategy.string(),
 			ReadStrategyReason: c.why,
 			Quant: QuantizationReport{
 				Layout:      c.scheme.Layout.String(),
@@ -564,9 +566,6 @@ func budgetText(n int64) string {
 	}
 	return sysmem.FormatSize(n)
 }
-
-// JSON returns the plan as indented JSON.
-func (p *Plan) JSON() ([]byte, error) { return json.MarshalIndent(p, "", "  ") }
 
 func firstN(s []string, n int) []string {
 	if len(s) <= n {

@@ -414,7 +414,7 @@ func TestRankOptionErrors(t *testing.T) {
 	path := ckpttest.File(t, ckpttest.T("a.weight", dtype.F32, 4, 4), ckpttest.T("a.bias", dtype.F32, 4), ckpttest.T("p", dtype.F4, 4, 6))
 	for _, c := range []struct {
 		opt    Option
-		kind   ErrorKind
+		kind   error
 		tensor string
 		msg    string // the case the message names
 	}{

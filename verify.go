@@ -88,11 +88,11 @@ const (
 	checkDamaged
 )
 
-// String returns the check as plans write it: "checksum", "checksum
+// string returns the check as plans write it: "checksum", "checksum
 // (reads the rest of the tensor)", "not verified: rank part", "not
 // verified: no checksums", "not verified: never", "refused: no checksums"
 // or "refused: damaged checksums".
-func (c checkMode) String() string {
+func (c checkMode) string() string {
 	switch c {
 	case checkOff:
 		return "not verified: never"

@@ -398,7 +398,7 @@ func TestVerifyAlwaysRefusesUnchecksummed(t *testing.T) {
 	}
 	items, _ := m.Items()
 	if items[0].check() != checkRefused {
-		t.Errorf("item check %v", items[0].check())
+		t.Errorf("item check %s", items[0].check().string())
 	}
 	if _, err := items[0].Data.ReadAt(make([]byte, 8), 0); !errors.Is(err, ErrChecksum) {
 		t.Errorf("Part.ReadAt: %v", err)
@@ -438,7 +438,7 @@ func TestVerifyRankParts(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			splits := []Split{{Pattern: MustParsePattern("a.weight"), Dim: c.dim}, {Pattern: MustParsePattern("proj.weight"), Dim: c.dim}}
 			opts := func(v Verify, rank int) []Option {
-				return []Option{WithDType(c.target), WithReadStrategy(c.read.String()), WithVerify(v), WithRank(rank, 2, splits...)}
+				return []Option{WithDType(c.target), WithReadStrategy(c.read.string()), WithVerify(v), WithRank(rank, 2, splits...)}
 			}
 			// VerifyPresent: the parts are not verified, and only they are read.
 			m := mustOpen(t, clean, opts(VerifyPresent, 1)...)

@@ -262,6 +262,25 @@ func TestGetRawAndConversion(t *testing.T) {
 	}
 }
 
+// --saturate clamps a narrowing conversion to ±max; without it, values
+// beyond F16's range become ±Inf.
+func TestGetSaturates(t *testing.T) {
+	data := binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(nil, math.Float32bits(1e6)), math.Float32bits(-1e6))
+	path := ckpttest.File(t, ckpttest.Tensor{Name: "w", DType: dtype.F32, Shape: []int64{2}, Data: data})
+	for _, c := range []struct {
+		flags []string
+		want  []byte // the two F16 values, little-endian
+	}{
+		{nil, []byte{0x00, 0x7c, 0x00, 0xfc}},                    // +Inf, -Inf
+		{[]string{"--saturate"}, []byte{0xff, 0x7b, 0xff, 0xfb}}, // ±65504
+	} {
+		stdout, stderr, code := runCLI(t, append([]string{"get", path, "w", "--dtype", "F16"}, c.flags...)...)
+		if code != 0 || stdout != string(c.want) {
+			t.Errorf("%v: exit %d, % x, want % x; %s", c.flags, code, stdout, c.want, stderr)
+		}
+	}
+}
+
 // readNPY parses a .npy file written by get: its descr, shape and data.
 func readNPY(t *testing.T, b []byte) (string, []int64, []byte) {
 	t.Helper()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -88,7 +89,7 @@ Examples:
 			p.BudgetSource = "--budget"
 		}
 		if *asJSON {
-			b, err := p.JSON()
+			b, err := json.MarshalIndent(p, "", "  ")
 			if err != nil {
 				return err
 			}

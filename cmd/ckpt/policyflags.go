@@ -89,34 +89,31 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 // options turns the flags into loader options; a bad value is a usage
 // error.
 func (p *policyFlags) options() ([]ckpt.Option, error) {
-	opts := []ckpt.Option{ckpt.WithVariant(p.variant)}
-	if p.dtype.set {
-		opts = append(opts, ckpt.WithDType(p.dtype.t))
+	// The dtype flags, --verify and --saturate make one policy.
+	policy := ckpt.Policy{Default: p.dtype.t, Rules: p.rules, Saturate: p.saturate}
+	if len(p.components) > 0 {
+		policy.Components = make(map[string]ckpt.Target, len(p.components))
+		for _, c := range p.components {
+			policy.Components[c.name] = c.t
+		}
 	}
-	for _, c := range p.components {
-		opts = append(opts, ckpt.WithComponentDType(c.name, c.t))
-	}
-	opts = append(opts, ckpt.WithRules(p.rules...))
 	switch p.preset {
 	case "":
 	case "keep-norms-f32":
-		opts = append(opts, ckpt.WithRules(ckpt.KeepNormsAndBiasesF32()...))
+		policy.Rules = append(policy.Rules, ckpt.KeepNormsAndBiasesF32()...)
 	default:
 		return nil, usageError{msg: fmt.Sprintf("--preset %q: the presets are keep-norms-f32", p.preset)}
 	}
-	opts = append(opts, ckpt.WithReadStrategy(p.read)) // Open refuses a bad one (ErrOption: usage)
-	v, err := parseVerify(p.verify)
-	if err != nil {
+	var err error
+	if policy.Verify, err = parseVerify(p.verify); err != nil {
 		return nil, err
 	}
-	opts = append(opts, ckpt.WithVerify(v))
+	// Open refuses a bad read strategy (ErrOption: a usage error).
+	opts := []ckpt.Option{ckpt.WithVariant(p.variant), ckpt.WithPolicy(policy), ckpt.WithReadStrategy(p.read)}
 	if p.workers < 0 {
 		return nil, usageError{msg: fmt.Sprintf("--workers %d: must be 0 (one per CPU) or more", p.workers)}
 	}
 	opts = append(opts, ckpt.WithWorkers(p.workers))
-	if p.saturate {
-		opts = append(opts, ckpt.WithSaturate())
-	}
 	if p.scales {
 		opts = append(opts, ckpt.WithScaleTensors())
 	}
