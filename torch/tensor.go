@@ -76,6 +76,13 @@ func (t *Tensor) Contiguous() bool { return t.contig }
 // tensor's storage record.
 func (t *Tensor) ByteLen() int64 { return t.size }
 
+// Offset returns the offset in its archive (File) of the view's first
+// element. For a Contiguous tensor of a little-endian archive, the
+// ByteLen bytes there are the tensor's bytes as ReadTo gives them; any
+// other view is gathered or byte-swapped from the storage that starts
+// there, so read it with ReadAt.
+func (t *Tensor) Offset() int64 { return t.base }
+
 // Bytes returns the tensor's contiguous little-endian bytes in a new slice.
 func (t *Tensor) Bytes() ([]byte, error) {
 	b := make([]byte, t.size) // <= the record's size, which is within the file
@@ -109,7 +116,7 @@ func (t *Tensor) ReadTo(dst []byte) error {
 	if err != nil {
 		return err
 	}
-	t.gather(dst, src, 0)
+	t.gather(dst, src, 0, 0)
 	t.toLittle(dst)
 	return nil
 }
@@ -142,7 +149,7 @@ func (t *Tensor) WriteTo(w io.Writer) (int64, error) {
 				return done, err
 			}
 		} else {
-			t.gather(b, src, done/isz)
+			t.gather(b, src, done/isz, 0)
 		}
 		t.toLittle(b)
 		m, err := w.Write(b)
@@ -155,6 +162,103 @@ func (t *Tensor) WriteTo(w io.Writer) (int64, error) {
 		}
 	}
 	return done, nil
+}
+
+// ReadAt reads len(b) bytes of the tensor's contiguous little-endian bytes
+// (those ReadTo gives) from offset off of them, as io.ReaderAt does: it
+// returns fewer bytes only with an error, io.EOF past the end of the
+// tensor. A contiguous view of a little-endian archive is read straight
+// from the file; another view reads the part of its storage that the
+// asked elements span (at most the record's size) and gathers them, and a
+// big-endian archive's bytes are byte-swapped. Offsets and lengths need
+// not be whole elements. ReadAt may be called from several goroutines.
+func (t *Tensor) ReadAt(b []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, t.err(ErrInvalidArgument, fmt.Sprintf("negative offset %d", off), nil)
+	}
+	if err := t.checkOpen(); err != nil {
+		return 0, err
+	}
+	if off >= t.size {
+		if len(b) == 0 {
+			return 0, nil
+		}
+		return 0, io.EOF
+	}
+	n := min(int64(len(b)), t.size-off)
+	if n > 0 {
+		if err := t.readElems(b[:n], off); err != nil {
+			return 0, err
+		}
+	}
+	if n < int64(len(b)) {
+		return int(n), io.EOF
+	}
+	return int(n), nil
+}
+
+// readElems fills dst with the contiguous bytes [off, off+len(dst)) of the
+// tensor (inside it, len(dst) > 0).
+func (t *Tensor) readElems(dst []byte, off int64) error {
+	if t.contig && !t.sf.ar.big {
+		return t.readAt(dst, t.base+off)
+	}
+	isz := int64(t.dt.Bits() / 8)
+	e0, e1 := off/isz, (off+int64(len(dst))+isz-1)/isz
+	out := dst
+	if off%isz != 0 || int64(len(dst))%isz != 0 {
+		out = make([]byte, (e1-e0)*isz) // at most two elements more than dst
+	}
+	if t.contig {
+		if err := t.readAt(out, t.base+e0*isz); err != nil {
+			return err
+		}
+	} else {
+		lo, hi := t.spanOf(e0, e1)
+		src := make([]byte, (hi-lo+1)*isz) // within the view's extent, checked at Open
+		if err := t.readAt(src, t.base+lo*isz); err != nil {
+			return err
+		}
+		t.gather(out, src, e0, lo)
+	}
+	t.toLittle(out)
+	if len(out) != len(dst) {
+		copy(dst, out[off-e0*isz:])
+	}
+	return nil
+}
+
+// spanOf returns the least and the greatest storage offset, in elements
+// from the view's first element, that the view's elements [e0, e1) in
+// row-major order may use (e0 < e1): the indices both ends share fix a
+// prefix, the first index that differs runs between the ends', and the
+// dimensions after it may take any index.
+func (t *Tensor) spanOf(e0, e1 int64) (lo, hi int64) {
+	a, b := t.unravel(e0), t.unravel(e1-1)
+	k := 0
+	for k < len(a) && a[k] == b[k] {
+		lo += a[k] * t.stride[k]
+		k++
+	}
+	if k == len(a) {
+		return lo, lo
+	}
+	hi = lo + b[k]*t.stride[k]
+	lo += a[k] * t.stride[k]
+	for i := k + 1; i < len(t.shape); i++ {
+		hi += (t.shape[i] - 1) * t.stride[i]
+	}
+	return lo, hi
+}
+
+// unravel returns the indices of element e in row-major order.
+func (t *Tensor) unravel(e int64) []int64 {
+	idx := make([]int64, len(t.shape))
+	for i := len(t.shape) - 1; i >= 0; i-- {
+		idx[i] = e % t.shape[i]
+		e /= t.shape[i]
+	}
+	return idx
 }
 
 func (t *Tensor) checkOpen() error {
@@ -189,16 +293,14 @@ func (t *Tensor) span() ([]byte, error) {
 }
 
 // gather copies len(dst) bytes of the view, starting at element first in
-// row-major order, from src (the span from the view's first element).
-func (t *Tensor) gather(dst, src []byte, first int64) {
+// row-major order, from src: the storage from element srcFirst of the
+// span that starts at the view's first element.
+func (t *Tensor) gather(dst, src []byte, first, srcFirst int64) {
 	isz := int64(t.dt.Bits() / 8)
 	nd := len(t.shape)
-	idx := make([]int64, nd)
-	rem := first
-	var off int64 // element offset in src
-	for i := nd - 1; i >= 0; i-- {
-		idx[i] = rem % t.shape[i]
-		rem /= t.shape[i]
+	idx := t.unravel(first)
+	off := -srcFirst // element offset in src
+	for i := range nd {
 		off += idx[i] * t.stride[i]
 	}
 	// The innermost dimension is copied a run at a time: one copy when its
