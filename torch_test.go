@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"hash/crc32"
 	"io"
 	"maps"
 	"math"
@@ -24,121 +23,21 @@ import (
 	"github.com/ckpt-go/ckpt/torch"
 )
 
-// ptView is a tensor of a test PyTorch checkpoint: a view (offset,
-// shape, strides, in elements) of the storage key.
-type ptView struct {
-	name          string
-	key           string
-	offset        int64
-	shape, stride []int64
-}
+// ptView and ptStorage are the tensors and storages of a test PyTorch
+// checkpoint.
+type (
+	ptView    = ckpttest.TorchTensor
+	ptStorage = ckpttest.TorchStorage
+)
 
-// ptStorage is a storage of a test checkpoint: its dtype and its
-// elements' bytes, little-endian.
-type ptStorage struct {
-	dt   dtype.DType
-	data []byte
-}
-
-// ptStorageType is the typed storage torch.save names for a dtype.
-var ptStorageType = map[dtype.DType]string{
-	dtype.F32: "FloatStorage", dtype.BF16: "BFloat16Storage", dtype.F16: "HalfStorage", dtype.I64: "LongStorage",
-}
-
-// ptV3DType is the dtype _rebuild_tensor_v3 names for a dtype without a
-// typed storage.
-var ptV3DType = map[dtype.DType]string{dtype.F8_E4M3: "float8_e4m3fn"}
-
-// torchArchive lays out a checkpoint as torch.save does: a zip archive of
-// archive/data.pkl (an OrderedDict of _rebuild_tensor_v2 calls, pickle
-// protocol 2), archive/byteorder and the stored records archive/data/KEY.
-// With big, the storages' elements are written big-endian.
+// torchArchive is ckpttest.EncodeTorch, failing the test on an error.
 func torchArchive(t testing.TB, views []ptView, storages map[string]ptStorage, big bool) []byte {
 	t.Helper()
-	var p []byte
-	op := func(b ...byte) { p = append(p, b...) }
-	str := func(s string) {
-		op('X')
-		p = binary.LittleEndian.AppendUint32(p, uint32(len(s)))
-		p = append(p, s...)
-	}
-	global := func(mod, name string) { op('c'); p = append(p, mod+"\n"+name+"\n"...) }
-	integer := func(v int64) { op('J'); p = binary.LittleEndian.AppendUint32(p, uint32(int32(v))) }
-	tuple := func(vs []int64) {
-		op('(')
-		for _, v := range vs {
-			integer(v)
-		}
-		op('t')
-	}
-	op(0x80, 2)
-	global("collections", "OrderedDict")
-	op(')', 'R', '(')
-	for _, v := range views {
-		s := storages[v.key]
-		str(v.name)
-		typed, ok := ptStorageType[s.dt]
-		if ok {
-			global("torch._utils", "_rebuild_tensor_v2")
-		} else {
-			global("torch._utils", "_rebuild_tensor_v3") // an untyped storage, the dtype last
-		}
-		op('(', '(')
-		str("storage")
-		if ok {
-			global("torch", typed)
-		} else {
-			global("torch.storage", "UntypedStorage")
-		}
-		str(v.key)
-		str("cpu")
-		if ok {
-			integer(int64(len(s.data)) / int64(s.dt.Bits()/8))
-		} else {
-			integer(int64(len(s.data)))
-		}
-		op('t', 'Q')
-		integer(v.offset)
-		tuple(v.shape)
-		tuple(v.stride)
-		op(0x89)
-		global("collections", "OrderedDict")
-		op(')', 'R')
-		if !ok {
-			global("torch", ptV3DType[s.dt])
-		}
-		op('t', 'R')
-	}
-	op('u', '.')
-	var buf bytes.Buffer
-	zw := zip.NewWriter(&buf)
-	put := func(name string, b []byte) {
-		w, err := zw.CreateRaw(&zip.FileHeader{Name: name, Method: zip.Store, CRC32: crc32.ChecksumIEEE(b),
-			CompressedSize64: uint64(len(b)), UncompressedSize64: uint64(len(b))})
-		if err == nil {
-			_, err = w.Write(b)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	put("archive/data.pkl", p)
-	put("archive/byteorder", []byte(map[bool]string{false: "little", true: "big"}[big]))
-	for _, k := range slices.Sorted(maps.Keys(storages)) {
-		b := slices.Clone(storages[k].data)
-		if big {
-			n := storages[k].dt.Bits() / 8
-			for i := 0; i < len(b); i += n {
-				slices.Reverse(b[i : i+n])
-			}
-		}
-		put("archive/data/"+k, b)
-	}
-	put("archive/version", []byte("3\n"))
-	if err := zw.Close(); err != nil {
+	b, err := ckpttest.EncodeTorch(views, storages, big)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return buf.Bytes()
+	return b
 }
 
 // f32s returns the little-endian bytes of float32 values.
@@ -173,12 +72,12 @@ func bf16s(t testing.TB, vs []float32) []byte {
 // elements of es bytes: the test's own reading of strides.
 func gatherView(v ptView, data []byte, es int64) []byte {
 	var out []byte
-	n := numElements(v.shape)
+	n := numElements(v.Shape)
 	for e := range n {
-		off, rem := v.offset, e
-		for i := len(v.shape) - 1; i >= 0; i-- {
-			off += rem % v.shape[i] * v.stride[i]
-			rem /= v.shape[i]
+		off, rem := v.Offset, e
+		for i := len(v.Shape) - 1; i >= 0; i-- {
+			off += rem % v.Shape[i] * v.Stride[i]
+			rem /= v.Shape[i]
 		}
 		out = append(out, data[off*es:(off+1)*es]...)
 	}
@@ -192,23 +91,23 @@ func gatherView(v ptView, data []byte, es int64) []byte {
 func ptFixture(t testing.TB) ([]ptView, map[string]ptStorage) {
 	w := ramp(8 * 6)
 	views := []ptView{
-		{name: "enc.weight", key: "0", shape: []int64{8, 6}, stride: []int64{6, 1}},
-		{name: "dec.weight", key: "0", shape: []int64{8, 6}, stride: []int64{6, 1}}, // tied to enc.weight
-		{name: "enc.weight_t", key: "0", shape: []int64{6, 8}, stride: []int64{1, 6}},
-		{name: "enc.rows", key: "0", offset: 12, shape: []int64{4, 6}, stride: []int64{6, 1}},
-		{name: "h.weight", key: "1", shape: []int64{4, 8}, stride: []int64{8, 1}},
-		{name: "big", key: "2", shape: []int64{4}, stride: []int64{1}},
-		{name: "steps", key: "3", shape: []int64{3}, stride: []int64{1}},
+		{Name: "enc.weight", Storage: "0", Shape: []int64{8, 6}, Stride: []int64{6, 1}},
+		{Name: "dec.weight", Storage: "0", Shape: []int64{8, 6}, Stride: []int64{6, 1}}, // tied to enc.weight
+		{Name: "enc.weight_t", Storage: "0", Shape: []int64{6, 8}, Stride: []int64{1, 6}},
+		{Name: "enc.rows", Storage: "0", Offset: 12, Shape: []int64{4, 6}, Stride: []int64{6, 1}},
+		{Name: "h.weight", Storage: "1", Shape: []int64{4, 8}, Stride: []int64{8, 1}},
+		{Name: "big", Storage: "2", Shape: []int64{4}, Stride: []int64{1}},
+		{Name: "steps", Storage: "3", Shape: []int64{3}, Stride: []int64{1}},
 	}
 	var steps []byte
 	for _, v := range []int64{1, -2, 3} {
 		steps = binary.LittleEndian.AppendUint64(steps, uint64(v))
 	}
 	storages := map[string]ptStorage{
-		"0": {dtype.F32, f32s(w...)},
-		"1": {dtype.BF16, bf16s(t, ramp(32))},
-		"2": {dtype.F32, f32s(1, math.MaxFloat32, -math.MaxFloat32, 2)},
-		"3": {dtype.I64, steps},
+		"0": {DType: dtype.F32, Data: f32s(w...)},
+		"1": {DType: dtype.BF16, Data: bf16s(t, ramp(32))},
+		"2": {DType: dtype.F32, Data: f32s(1, math.MaxFloat32, -math.MaxFloat32, 2)},
+		"3": {DType: dtype.I64, Data: steps},
 	}
 	return views, storages
 }
@@ -217,8 +116,8 @@ func ptFixture(t testing.TB) ([]ptView, map[string]ptStorage) {
 func ptWant(views []ptView, storages map[string]ptStorage) map[string][]byte {
 	out := map[string][]byte{}
 	for _, v := range views {
-		s := storages[v.key]
-		out[v.name] = gatherView(v, s.data, int64(s.dt.Bits()/8))
+		s := storages[v.Storage]
+		out[v.Name] = gatherView(v, s.Data, int64(s.DType.Bits()/8))
 	}
 	return out
 }
@@ -285,24 +184,24 @@ func TestTorchLoad(t *testing.T) {
 		}
 		w := mustLoad(t, m)
 		for _, v := range views {
-			tt, err := w.Tensor(v.name)
+			tt, err := w.Tensor(v.Name)
 			if err != nil {
 				t.Fatalf("%s: %v", c.name, err)
 			}
-			stored := storages[v.key].dt
-			wb, wst := convertTo(t, want[v.name], stored, c.to(stored))
-			if tt.DType != c.to(stored) || tt.Stored != stored || !slices.Equal(tt.Shape, v.shape) || !bytes.Equal(tt.Bytes(), wb) {
-				t.Errorf("%s: %s: %s %v (stored %s), want %s %v; bytes equal %v", c.name, v.name, tt.DType, tt.Shape, tt.Stored, c.to(stored), v.shape, bytes.Equal(tt.Bytes(), wb))
+			stored := storages[v.Storage].DType
+			wb, wst := convertTo(t, want[v.Name], stored, c.to(stored))
+			if tt.DType != c.to(stored) || tt.Stored != stored || !slices.Equal(tt.Shape, v.Shape) || !bytes.Equal(tt.Bytes(), wb) {
+				t.Errorf("%s: %s: %s %v (stored %s), want %s %v; bytes equal %v", c.name, v.Name, tt.DType, tt.Shape, tt.Stored, c.to(stored), v.Shape, bytes.Equal(tt.Bytes(), wb))
 			}
 			if tt.Stats != wst {
-				t.Errorf("%s: %s: stats %+v, want %+v", c.name, v.name, tt.Stats, wst)
+				t.Errorf("%s: %s: stats %+v, want %+v", c.name, v.Name, tt.Stats, wst)
 			}
 			if !tt.Location.Owned || filepath.Base(tt.Location.File) != "model.pt" {
-				t.Errorf("%s: %s: location %+v", c.name, v.name, tt.Location)
+				t.Errorf("%s: %s: location %+v", c.name, v.Name, tt.Location)
 			}
-			one, err := m.LoadTensor(context.Background(), v.name)
+			one, err := m.LoadTensor(context.Background(), v.Name)
 			if err != nil || !bytes.Equal(one.Bytes(), tt.Bytes()) || one.DType != tt.DType {
-				t.Errorf("%s: LoadTensor(%s): %v", c.name, v.name, err)
+				t.Errorf("%s: LoadTensor(%s): %v", c.name, v.Name, err)
 			}
 		}
 		if st := w.Stats(); c.name == "floats to BF16" && st.Overflow != 2 {
@@ -422,7 +321,7 @@ func TestTorchShardedFolderAndFS(t *testing.T) {
 	// Shard 1: the views of storage 0; shard 2: the others.
 	var a, b []ptView
 	for _, v := range views {
-		if v.key == "0" {
+		if v.Storage == "0" {
 			a = append(a, v)
 		} else {
 			b = append(b, v)
@@ -435,10 +334,10 @@ func TestTorchShardedFolderAndFS(t *testing.T) {
 	writePT(t, dir, "sharded/pytorch_model-00002-of-00002.bin", torchArchive(t, b, sb, true)) // big-endian
 	var wm []string
 	for _, v := range a {
-		wm = append(wm, `"`+v.name+`": "pytorch_model-00001-of-00002.bin"`)
+		wm = append(wm, `"`+v.Name+`": "pytorch_model-00001-of-00002.bin"`)
 	}
 	for _, v := range b {
-		wm = append(wm, `"`+v.name+`": "pytorch_model-00002-of-00002.bin"`)
+		wm = append(wm, `"`+v.Name+`": "pytorch_model-00002-of-00002.bin"`)
 	}
 	writePT(t, dir, "sharded/pytorch_model.bin.index.json", []byte(`{"weight_map": {`+strings.Join(wm, ", ")+`}}`))
 	one := torchArchive(t, views, storages, false)
@@ -454,9 +353,9 @@ func TestTorchShardedFolderAndFS(t *testing.T) {
 			t.Errorf("%s: %d tensors", what, w.Len())
 		}
 		for _, v := range views {
-			tt, err := w.Tensor(v.name)
-			if err != nil || !bytes.Equal(tt.Bytes(), want[v.name]) {
-				t.Errorf("%s: %s: %v", what, v.name, err)
+			tt, err := w.Tensor(v.Name)
+			if err != nil || !bytes.Equal(tt.Bytes(), want[v.Name]) {
+				t.Errorf("%s: %s: %v", what, v.Name, err)
 			}
 		}
 		c, err := m.Contents(m.Components()[0])
@@ -582,14 +481,14 @@ func TestTorchMatchesSafetensors(t *testing.T) {
 	for i := range fp8 {
 		fp8[i] = byte(0x30 + i) // finite E4M3 values
 	}
-	views = append(views, ptView{name: "q.weight", key: "4", shape: []int64{4, 8}, stride: []int64{8, 1}},
-		ptView{name: "q.weight_scale_inv", key: "5", shape: []int64{1, 1}, stride: []int64{1, 1}})
-	storages["4"] = ptStorage{dtype.F8_E4M3, fp8}
-	storages["5"] = ptStorage{dtype.F32, f32s(0.5)}
+	views = append(views, ptView{Name: "q.weight", Storage: "4", Shape: []int64{4, 8}, Stride: []int64{8, 1}},
+		ptView{Name: "q.weight_scale_inv", Storage: "5", Shape: []int64{1, 1}, Stride: []int64{1, 1}})
+	storages["4"] = ptStorage{DType: dtype.F8_E4M3, Data: fp8}
+	storages["5"] = ptStorage{DType: dtype.F32, Data: f32s(0.5)}
 	want := ptWant(views, storages)
 	var sts []ckpttest.Tensor
 	for _, v := range views {
-		sts = append(sts, ckpttest.Tensor{Name: v.name, DType: storages[v.key].dt, Shape: v.shape, Data: want[v.name]})
+		sts = append(sts, ckpttest.Tensor{Name: v.Name, DType: storages[v.Storage].DType, Shape: v.Shape, Data: want[v.Name]})
 	}
 	dir := t.TempDir()
 	cfg := []byte(`{"quantization_config":{"quant_method":"fp8","weight_block_size":[128,128]}}`)

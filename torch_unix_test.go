@@ -58,7 +58,7 @@ func TestTorchSymlinks(t *testing.T) {
 	}
 	var wm []string
 	for _, v := range views {
-		wm = append(wm, `"`+v.name+`": "pytorch_model-00001-of-00001.bin"`)
+		wm = append(wm, `"`+v.Name+`": "pytorch_model-00001-of-00001.bin"`)
 	}
 	index := writePT(t, dir, "sharded/pytorch_model.bin.index.json", []byte(`{"weight_map": {`+strings.Join(wm, ", ")+`}}`))
 	for _, p := range []string{filepath.Join(dir, "folder"), index} {
