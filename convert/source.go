@@ -9,9 +9,8 @@ import (
 	"github.com/ckpt-go/ckpt/dtype"
 )
 
-// srcTensor is a stored tensor of a source, read piece by piece. A
-// safetensors tensor is read through the loader (partTensor); PyTorch
-// tensors are wrapped (torch.go).
+// srcTensor is a stored tensor of a source, read piece by piece through
+// the loader (partTensor).
 type srcTensor interface {
 	DType() dtype.DType
 	NumElements() int64
@@ -30,26 +29,16 @@ type storedEntry struct {
 	name  string
 	dtype dtype.DType
 	shape []int64
-	file  int // the number of the file that holds it, in srcStore.files' order
+	file  int // the number of the file that holds it, in loaderStore.files' order
 }
 
-// srcStore is the stored tensors of one component of a source.
-type srcStore interface {
-	// entries lists the stored tensors in the order of the files.
-	entries() []storedEntry
-	// files returns the paths of the weights files the tensors are read
-	// from, sorted (storedEntry.file numbers them), and of the index that
-	// lists them ("" for none).
-	files() (shards []string, index string)
-	tensor(name string) (srcTensor, error)
-	metadata() map[string]string
-}
-
-// loaderStore is a component opened by the loader (ckpt.Open): every
-// stored tensor is read through the loader's Part of it, which reads
-// through the model's own file system and verifies the bytes against the
-// checksums their file names as the policy's Verify decides — the one
-// reading path of the loader, with nothing read beside it.
+// loaderStore is the stored tensors of one component of the source,
+// opened by the loader (ckpt.Open: safetensors files or a PyTorch
+// checkpoint): every stored tensor is read through the loader's Part of
+// it, which reads through the model's own file system and verifies the
+// bytes against the checksums their file names as the policy's Verify
+// decides — the one reading path of the loader, with nothing read beside
+// it.
 type loaderStore struct {
 	c      *ckpt.Contents
 	byName map[string]int
@@ -64,6 +53,7 @@ func newLoaderStore(c *ckpt.Contents, pool *sync.Pool) *loaderStore {
 	return s
 }
 
+// entries lists the stored tensors in the order of the files.
 func (s *loaderStore) entries() []storedEntry {
 	out := make([]storedEntry, len(s.c.Tensors))
 	for i := range s.c.Tensors {
@@ -73,6 +63,9 @@ func (s *loaderStore) entries() []storedEntry {
 	return out
 }
 
+// files returns the paths of the weights files the tensors are read from
+// (storedEntry.file numbers them), and of the index that lists them (""
+// for none).
 func (s *loaderStore) files() ([]string, string) { return s.c.Files, s.c.Index }
 
 func (s *loaderStore) tensor(name string) (srcTensor, error) {
@@ -84,6 +77,8 @@ func (s *loaderStore) tensor(name string) (srcTensor, error) {
 	return &partTensor{p: p, n: numElements(p.Shape), pool: s.pool}, nil
 }
 
+// metadata is the files' metadata (a PyTorch checkpoint's: its
+// non-tensor values, and its tied names under torch.AliasesKey).
 func (s *loaderStore) metadata() map[string]string { return maps.Clone(s.c.Metadata) }
 
 // part returns the loader's Part of a stored tensor.
