@@ -118,4 +118,18 @@ func TestOpenFS(t *testing.T) {
 	if _, err := OpenFS(nil, "x.pt"); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("nil: %v", err)
 	}
+	if _, err := OpenFS(streamFS{fsys}, "m/one.pt"); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("files without ReadAt: %v", err)
+	}
+}
+
+// streamFS serves the files of an fs.FS without their ReadAt.
+type streamFS struct{ fsys fs.FS }
+
+func (s streamFS) Open(name string) (fs.File, error) {
+	f, err := s.fsys.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	return struct{ fs.File }{f}, nil
 }
