@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"testing/fstest"
@@ -132,4 +133,51 @@ func (s streamFS) Open(name string) (fs.File, error) {
 		return nil, err
 	}
 	return struct{ fs.File }{f}, nil
+}
+
+// TestReadAtLines reads views whose pieces span far more storage than
+// they hold (a transposed matrix, a permuted 3-d view, a column slice with
+// a step, of either byte order) at random offsets and lengths, line by
+// line along their least stride, and compares with Bytes, which gathers
+// from the whole span.
+func TestReadAtLines(t *testing.T) {
+	const r, c = 192, 160 // 120 KiB of F32
+	pkl := stateDict(
+		ts{name: "t", storage: "FloatStorage", key: "0", numel: r * c, shape: []int64{c, r}, stride: []int64{1, c}},
+		ts{name: "perm", storage: "FloatStorage", key: "0", numel: r * c, shape: []int64{8, 20, r}, stride: []int64{20, 1, c}},
+		ts{name: "cols", storage: "FloatStorage", key: "0", numel: r * c, offset: 3, shape: []int64{r, 50}, stride: []int64{c, 3}},
+		ts{name: "colsT", storage: "FloatStorage", key: "0", numel: r * c, offset: 1, shape: []int64{50, r}, stride: []int64{3, c}},
+	)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, order := range []string{"little", "big"} {
+		data := seq(r * c)
+		if order == "big" {
+			for i := 0; i < len(data); i += 4 {
+				slices.Reverse(data[i : i+4])
+			}
+		}
+		ck, err := openBytes(t, torchZip("x/", pkl, order, map[string][]byte{"0": data}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, tn := range ck.Tensors() {
+			whole, err := tn.Bytes()
+			if err != nil {
+				t.Fatal(err)
+			}
+			size := int64(len(whole))
+			for range 300 {
+				off := rng.Int64N(size)
+				n := rng.Int64N(min(size-off, 8<<10) + 1)
+				if rng.IntN(4) == 0 {
+					off = rng.Int64N(size/3) / 4 * 4
+					n = min(size-off, size/3)
+				}
+				b := make([]byte, n)
+				if got, err := tn.ReadAt(b, off); err != nil || int64(got) != n || !bytes.Equal(b, whole[off:off+n]) {
+					t.Fatalf("%s (%s): ReadAt(%d bytes, %d): %d, %v; bytes equal %v", name, order, n, off, got, err, bytes.Equal(b, whole[off:off+n]))
+				}
+			}
+		}
+	}
 }

@@ -213,19 +213,117 @@ func (t *Tensor) readElems(dst []byte, off int64) error {
 		if err := t.readAt(out, t.base+e0*isz); err != nil {
 			return err
 		}
-	} else {
-		lo, hi := t.spanOf(e0, e1)
+	} else if lo, hi := t.spanOf(e0, e1); (hi-lo+1)*isz <= max(2*int64(len(out)), spanRead) {
 		src := make([]byte, (hi-lo+1)*isz) // within the view's extent, checked at Open
 		if err := t.readAt(src, t.base+lo*isz); err != nil {
 			return err
 		}
 		t.gather(out, src, e0, lo)
+	} else if err := t.gatherLines(out, e0, e1); err != nil {
+		return err
 	}
 	t.toLittle(out)
 	if len(out) != len(dst) {
 		copy(dst, out[off-e0*isz:])
 	}
 	return nil
+}
+
+// spanRead is the storage a read of a view that is not contiguous reads
+// in one piece, even where the elements asked for are less than half of
+// it (see readElems).
+const spanRead = 64 << 10
+
+// gatherLines fills out with the view's elements [e0, e1) in row-major
+// order, reading the storage line by line along the dimension m of the
+// least stride: for each index of the other dimensions, the elements of
+// the range along m are one interval, read as one run of the storage (its
+// span, for a stride above 1). So a part of a permuted view (a transposed
+// weight read in pieces of rows) reads its own elements' bytes, not the
+// storage they span, which is most of the tensor's for every piece.
+func (t *Tensor) gatherLines(out []byte, e0, e1 int64) error {
+	isz := int64(t.dt.Bits() / 8)
+	nd := len(t.shape)
+	m := -1
+	for i := range nd {
+		if t.shape[i] > 1 && (m < 0 || t.stride[i] < t.stride[m]) {
+			m = i
+		}
+	}
+	if m < 0 { // one element: contiguous, never here
+		return t.readAt(out, t.base)
+	}
+	rs := make([]int64, nd) // the view's row-major strides
+	n := int64(1)
+	for i := nd - 1; i >= 0; i-- {
+		rs[i] = n
+		n *= t.shape[i]
+	}
+	lo, hi := t.unravel(e0), t.unravel(e1-1)
+	sm, dm := t.stride[m], rs[m]
+	direct := sm == 1 && dm == 1 // a run of the storage is a run of out
+	var buf []byte
+	if !direct {
+		buf = make([]byte, ((t.shape[m]-1)*sm+1)*isz) // a line's span: within the view's extent
+	}
+	// The lines: the dimensions before m from lo's indices to hi's, those
+	// after m over all their indices (idx[m] is not used).
+	idx := slices.Clone(lo)
+	for i := m + 1; i < nd; i++ {
+		idx[i] = 0
+	}
+	for {
+		a, b := int64(0), t.shape[m] // the line's interval along m
+		if slices.Equal(idx[:m], lo[:m]) {
+			a = lo[m]
+			if slices.Compare(idx[m+1:], lo[m+1:]) < 0 {
+				a++
+			}
+		}
+		if slices.Equal(idx[:m], hi[:m]) {
+			b = hi[m] + 1
+			if slices.Compare(idx[m+1:], hi[m+1:]) > 0 {
+				b--
+			}
+		}
+		if a < b {
+			off, pos := a*sm, a*dm-e0
+			for i := range nd {
+				if i != m {
+					off += idx[i] * t.stride[i]
+					pos += idx[i] * rs[i]
+				}
+			}
+			cnt := b - a
+			if direct {
+				if err := t.readAt(out[pos*isz:(pos+cnt)*isz], t.base+off*isz); err != nil {
+					return err
+				}
+			} else {
+				src := buf[:((cnt-1)*sm+1)*isz]
+				if err := t.readAt(src, t.base+off*isz); err != nil {
+					return err
+				}
+				for k := range cnt {
+					copy(out[(pos+k*dm)*isz:(pos+k*dm+1)*isz], src[k*sm*isz:])
+				}
+			}
+		}
+		// The next line, in row-major order of the other dimensions.
+		i := nd - 1
+		for ; i >= 0; i-- {
+			if i == m {
+				continue
+			}
+			if idx[i]++; idx[i] < t.shape[i] {
+				break
+			}
+			idx[i] = 0
+		}
+		if i < 0 || i < m && slices.Compare(idx[:m], hi[:m]) > 0 {
+			return nil
+		}
+	}
 }
 
 // spanOf returns the least and the greatest storage offset, in elements
