@@ -2,6 +2,7 @@ package torch
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -213,14 +214,16 @@ func (t *Tensor) readElems(dst []byte, off int64) error {
 		if err := t.readAt(out, t.base+e0*isz); err != nil {
 			return err
 		}
-	} else if lo, hi := t.spanOf(e0, e1); (hi-lo+1)*isz <= max(2*int64(len(out)), spanRead) {
+	} else if lo, hi := t.spanOf(e0, e1); t.useLines(e0, e1, (hi-lo+1)*isz) {
+		if err := t.gatherLines(out, e0, e1); err != nil {
+			return err
+		}
+	} else {
 		src := make([]byte, (hi-lo+1)*isz) // within the view's extent, checked at Open
 		if err := t.readAt(src, t.base+lo*isz); err != nil {
 			return err
 		}
 		t.gather(out, src, e0, lo)
-	} else if err := t.gatherLines(out, e0, e1); err != nil {
-		return err
 	}
 	t.toLittle(out)
 	if len(out) != len(dst) {
@@ -231,28 +234,84 @@ func (t *Tensor) readElems(dst []byte, off int64) error {
 
 // spanRead is the storage a read of a view that is not contiguous reads
 // in one piece, even where the elements asked for are less than half of
-// it (see readElems).
-const spanRead = 64 << 10
+// it; lineCost is what reading one line costs, in bytes of the span (a
+// system call): a read takes the lines of its elements (gatherLines)
+// where they cost less than the span they lie in (see readElems).
+const (
+	spanRead = 64 << 10
+	lineCost = 4 << 10
+)
+
+// useLines reports whether the view's elements [e0, e1), whose storage
+// spans span bytes, are read line by line rather than as the span.
+func (t *Tensor) useLines(e0, e1, span int64) bool {
+	isz := int64(t.dt.Bits() / 8)
+	if span <= max(2*(e1-e0)*isz, spanRead) {
+		return false
+	}
+	limit, n := span/lineCost, int64(0)
+	stop := errors.New("")
+	return t.lines(e0, e1, func(_, _, _ int64) error {
+		if n++; n > limit {
+			return stop
+		}
+		return nil
+	}) == nil
+}
 
 // gatherLines fills out with the view's elements [e0, e1) in row-major
-// order, reading the storage line by line along the dimension m of the
-// least stride: for each index of the other dimensions, the elements of
-// the range along m are one interval, read as one run of the storage (its
-// span, for a stride above 1). So a part of a permuted view (a transposed
-// weight read in pieces of rows) reads its own elements' bytes, not the
-// storage they span, which is most of the tensor's for every piece.
+// order, reading the storage line by line (see lines): each line is one
+// run of the storage (its span, for a stride above 1). So a part of a
+// permuted view (a transposed weight read in pieces of rows) reads its
+// own elements' bytes, not the storage they span, which is most of the
+// tensor's for every piece.
 func (t *Tensor) gatherLines(out []byte, e0, e1 int64) error {
 	isz := int64(t.dt.Bits() / 8)
-	nd := len(t.shape)
-	m := -1
-	for i := range nd {
-		if t.shape[i] > 1 && (m < 0 || t.stride[i] < t.stride[m]) {
+	m := t.lineDim()
+	sm, dm := t.stride[m], int64(1)
+	for _, d := range t.shape[m+1:] {
+		dm *= d
+	}
+	direct := sm == 1 && dm == 1 // a run of the storage is a run of out
+	var buf []byte
+	if !direct {
+		buf = make([]byte, ((t.shape[m]-1)*sm+1)*isz) // a line's span: within the view's extent
+	}
+	return t.lines(e0, e1, func(off, pos, cnt int64) error {
+		if direct {
+			return t.readAt(out[pos*isz:(pos+cnt)*isz], t.base+off*isz)
+		}
+		src := buf[:((cnt-1)*sm+1)*isz]
+		if err := t.readAt(src, t.base+off*isz); err != nil {
+			return err
+		}
+		for k := range cnt {
+			copy(out[(pos+k*dm)*isz:(pos+k*dm+1)*isz], src[k*sm*isz:])
+		}
+		return nil
+	})
+}
+
+// lineDim is the dimension lines run along: the least stride among the
+// dimensions above 1 (a view that is not contiguous has one).
+func (t *Tensor) lineDim() int {
+	m := 0
+	for i := range t.shape {
+		if t.shape[i] > 1 && (t.shape[m] <= 1 || t.stride[i] < t.stride[m]) {
 			m = i
 		}
 	}
-	if m < 0 { // one element: contiguous, never here
-		return t.readAt(out, t.base)
-	}
+	return m
+}
+
+// lines calls fn for each line of the view's elements [e0, e1) (e0 < e1)
+// along lineDim m: for each index of the other dimensions, the elements of
+// the range whose index along m varies form one interval, cnt elements
+// from storage offset off (elements from the view's first) that go to
+// positions pos, pos+rs, ... of the range (rs the view's row-major stride
+// of m). It stops at fn's first error.
+func (t *Tensor) lines(e0, e1 int64, fn func(off, pos, cnt int64) error) error {
+	nd, m := len(t.shape), t.lineDim()
 	rs := make([]int64, nd) // the view's row-major strides
 	n := int64(1)
 	for i := nd - 1; i >= 0; i-- {
@@ -260,12 +319,6 @@ func (t *Tensor) gatherLines(out []byte, e0, e1 int64) error {
 		n *= t.shape[i]
 	}
 	lo, hi := t.unravel(e0), t.unravel(e1-1)
-	sm, dm := t.stride[m], rs[m]
-	direct := sm == 1 && dm == 1 // a run of the storage is a run of out
-	var buf []byte
-	if !direct {
-		buf = make([]byte, ((t.shape[m]-1)*sm+1)*isz) // a line's span: within the view's extent
-	}
 	// The lines: the dimensions before m from lo's indices to hi's, those
 	// after m over all their indices (idx[m] is not used).
 	idx := slices.Clone(lo)
@@ -287,26 +340,15 @@ func (t *Tensor) gatherLines(out []byte, e0, e1 int64) error {
 			}
 		}
 		if a < b {
-			off, pos := a*sm, a*dm-e0
+			off, pos := a*t.stride[m], a*rs[m]-e0
 			for i := range nd {
 				if i != m {
 					off += idx[i] * t.stride[i]
 					pos += idx[i] * rs[i]
 				}
 			}
-			cnt := b - a
-			if direct {
-				if err := t.readAt(out[pos*isz:(pos+cnt)*isz], t.base+off*isz); err != nil {
-					return err
-				}
-			} else {
-				src := buf[:((cnt-1)*sm+1)*isz]
-				if err := t.readAt(src, t.base+off*isz); err != nil {
-					return err
-				}
-				for k := range cnt {
-					copy(out[(pos+k*dm)*isz:(pos+k*dm+1)*isz], src[k*sm*isz:])
-				}
+			if err := fn(off, pos, b-a); err != nil {
+				return err
 			}
 		}
 		// The next line, in row-major order of the other dimensions.
