@@ -51,8 +51,8 @@ func (r *runner) sourceMetadata(c *component, meta map[string]string) map[string
 		}
 	}
 	for _, t := range c.tasks {
-		if pt, ok := t.src.(*partTensor); ok && t.kind == kCopy && c.digests != nil {
-			if want, ok := pt.p.Checksum(); ok {
+		if t.src != nil && t.kind == kCopy && c.digests != nil {
+			if want, ok := t.src.p.Checksum(); ok {
 				meta[safetensors.ChecksumPrefix+t.spec.Name] = safetensors.FormatChecksum(want)
 			}
 		}

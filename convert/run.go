@@ -775,10 +775,6 @@ func (r *runner) writeTensor(pl *pipeline, c *component, t *task, w io.Writer) e
 	if rep.ssq > 0 {
 		rep.RMSRelErr = math.Sqrt(rep.sse / rep.ssq)
 	}
-	if t.src != nil {
-		// Pages that fault-around mapped next to pieces already dropped.
-		t.src.Evict(0, t.src.NumElements())
-	}
 	if t.q != nil && t.kind != kScale {
 		rep.MaxAbs = float64(t.q.AbsMax())
 	}
@@ -856,7 +852,6 @@ func (r *runner) observe(c *component) error {
 					r.read.Add(ps.read)
 					r.progress(c, t.spec.Name, ps.read)
 				}
-				t.src.Evict(0, t.src.NumElements()) // what fault-around mapped beside the pieces
 			}
 		}()
 	}

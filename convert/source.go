@@ -9,21 +9,6 @@ import (
 	"github.com/ckpt-go/ckpt/dtype"
 )
 
-// srcTensor is a stored tensor of a source, read piece by piece through
-// the loader (partTensor).
-type srcTensor interface {
-	DType() dtype.DType
-	NumElements() int64
-	// ConvertElementsTo converts elements [first, first+len) (multiples of
-	// 8 unless the range ends at the tensor's end) into dst.
-	ConvertElementsTo(to dtype.DType, dst []byte, first int64, opts dtype.Options) (dtype.Stats, error)
-	// Evict drops the source pages of elements [first, first+n) from the
-	// resident set (or the tensor's buffer, once all is read).
-	Evict(first, n int64)
-	// Bytes returns the whole stored tensor.
-	Bytes() ([]byte, error)
-}
-
 // storedEntry is one stored tensor of a component, in file order.
 type storedEntry struct {
 	name  string
@@ -68,7 +53,7 @@ func (s *loaderStore) entries() []storedEntry {
 // for none).
 func (s *loaderStore) files() ([]string, string) { return s.c.Files, s.c.Index }
 
-func (s *loaderStore) tensor(name string) (srcTensor, error) {
+func (s *loaderStore) tensor(name string) (*partTensor, error) {
 	i, ok := s.byName[name]
 	if !ok {
 		return nil, &ckpt.Error{Kind: ckpt.ErrNotFound, Tensor: name, Msg: "no stored tensor of that name"}
@@ -89,9 +74,11 @@ func (s *loaderStore) part(name string) *ckpt.Part {
 	return nil
 }
 
-// partTensor reads a stored tensor through its loader Part: its stored
-// bytes, then converted here (the Part verifies what it reads, and the
-// read that completes the tensor returns a mismatch).
+// partTensor is a stored tensor of a source, read piece by piece through
+// its loader Part: its stored bytes, then converted here (the Part
+// verifies what it reads, and the read that completes the tensor returns
+// a mismatch). The loader reads with pread into the caller's buffers, so
+// no page of the source stays mapped.
 type partTensor struct {
 	p    *ckpt.Part
 	n    int64
@@ -101,10 +88,7 @@ type partTensor struct {
 func (t *partTensor) DType() dtype.DType { return t.p.DType }
 func (t *partTensor) NumElements() int64 { return t.n }
 
-// Evict does nothing: the loader reads these tensors with pread into the
-// caller's buffers, so no page of the source stays mapped.
-func (t *partTensor) Evict(first, n int64) {}
-
+// Bytes returns the whole stored tensor.
 func (t *partTensor) Bytes() ([]byte, error) {
 	b := make([]byte, t.p.Size())
 	if err := t.read(b, 0); err != nil {
@@ -119,6 +103,8 @@ func (t *partTensor) read(b []byte, off int64) error {
 	return err
 }
 
+// ConvertElementsTo converts elements [first, first+len) (multiples of 8
+// unless the range ends at the tensor's end) into dst.
 func (t *partTensor) ConvertElementsTo(to dtype.DType, dst []byte, first int64, opts dtype.Options) (dtype.Stats, error) {
 	from := t.p.DType
 	fb, tb := int64(from.Bits()), int64(to.Bits())
