@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"runtime/debug"
 	"sync"
 
 	"github.com/ckpt-go/ckpt/dtype"
@@ -345,34 +344,14 @@ func (t *task) dequantRows(ctx context.Context, dst []byte, to dtype.DType, firs
 	e0 := first * t.cols * eb / sb // the first stored element of these rows
 	rows := grow(*buf, n*t.cols*eb/8)
 	*buf = rows
-	err := protect(func() error {
-		if _, err := t.src.ConvertElementsTo(t.src.DType(), rows, e0, dtype.Options{Workers: 1}); err != nil {
-			return err
-		}
-		_, err := t.w.DequantizeRows(ctx, dst, to, rows, t.scaleData, first, n, dtype.Options{Workers: 1})
-		return err
-	})
+	_, err := t.src.ConvertElementsTo(t.src.DType(), rows, e0, dtype.Options{Workers: 1})
+	if err == nil {
+		_, err = t.w.DequantizeRows(ctx, dst, to, rows, t.scaleData, first, n, dtype.Options{Workers: 1})
+	}
 	if err != nil {
 		return &Error{Kind: ErrSource, Component: t.comp.name, Tensor: t.spec.Name, Err: err}
 	}
 	return nil
-}
-
-// protect runs f, which reads views of mapped files, turning a memory fault
-// (a file truncated while mapped) into an error.
-func protect(f func() error) (err error) {
-	old := debug.SetPanicOnFault(true)
-	defer func() {
-		debug.SetPanicOnFault(old)
-		if r := recover(); r != nil {
-			if _, ok := r.(interface{ Addr() uintptr }); ok {
-				err = fmt.Errorf("memory fault reading a mapped file: was it truncated or modified while open?")
-				return
-			}
-			panic(r)
-		}
-	}()
-	return f()
 }
 
 // measure compares source values x with output values y.
