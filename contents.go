@@ -51,12 +51,10 @@ func (m *Model) Contents(component string) (*Contents, error) {
 		return nil, &Error{Kind: ErrNotFound, Path: m.path, Component: component, Msg: "no such component"}
 	}
 	out := &Contents{Component: c.name, Files: c.ck.Files(), Metadata: c.ck.Metadata(), Scheme: c.scheme}
-	if ix := c.ck.Index(); ix != nil {
-		out.Index = ix.Path
-	}
-	fileOf := make(map[string]int, len(out.Files))
+	out.Index = c.ck.index()
+	fileIdx := make(map[string]int, len(out.Files))
 	for i, f := range out.Files {
-		fileOf[f] = i
+		fileIdx[f] = i
 	}
 	type placed struct {
 		p     Part
@@ -66,18 +64,23 @@ func (m *Model) Contents(component string) (*Contents, error) {
 	ps := make([]placed, 0, c.ck.Len())
 	files := map[*safetensors.File]bool{}
 	for i := range c.ck.Len() {
-		st, err := c.ck.TensorAt(i)
+		info, _ := c.ck.At(i)
+		st, err := c.ck.tensorAt(i)
 		if err != nil {
-			info, _ := c.ck.At(i)
 			return nil, inComponent(&Error{Kind: ErrRead, Tensor: info.Name, Err: err}, c.name)
 		}
+		if st.Name() != info.Name {
+			continue // a tied name of a PyTorch checkpoint: its tensor is listed, the tie is in Metadata
+		}
 		p := m.newPart(st, st.Shape(), strided{n: st.ByteLen(), count: 1}.norm())
-		fi, ok := fileOf[p.File]
+		fi, ok := fileIdx[p.File]
 		if !ok {
 			fi = len(out.Files)
 		}
 		ps = append(ps, placed{p, fi, st.Offset()})
-		files[st.File()] = true
+		if _, f := fileOf(st); f != nil {
+			files[f] = true
+		}
 	}
 	slices.SortFunc(ps, func(a, b placed) int {
 		return cmp.Or(cmp.Compare(a.file, b.file), cmp.Compare(a.begin, b.begin), strings.Compare(a.p.Tensor, b.p.Tensor))

@@ -108,14 +108,17 @@ type Part struct {
 	// Shape is the shape of the part's bytes.
 	Shape []int64
 	// File and Range are where the bytes are: Range's offsets are absolute
-	// in File (a path of the model's file system).
+	// in File (a path of the model's file system). A PyTorch view that is
+	// not contiguous, or of a big-endian archive, is gathered or
+	// byte-swapped as it is read from its storage, which starts at
+	// Range.Offset: read its bytes with ReadAt.
 	File  string
 	Range safetensors.ByteRange
 	// check says whether ReadAt verifies the bytes against the checksum
 	// the file names, as the policy's Verify decides (see ReadAt).
 	check checkMode
 
-	st  *safetensors.Tensor
+	st  storedTensor
 	sel strided
 	m   *Model
 	ck  *tensorCheck // the check ReadAt adds to (checkRead, checkRest)
@@ -217,8 +220,8 @@ func (p *Part) readRest() error {
 
 // newPart returns the Part of the selection sel of st's bytes, with its
 // check as the policy decides (shape is the part's, kept as given).
-func (m *Model) newPart(st *safetensors.Tensor, shape []int64, sel strided) Part {
-	p := Part{Tensor: st.Name(), DType: st.DType(), Shape: shape, File: st.File().Path(),
+func (m *Model) newPart(st storedTensor, shape []int64, sel strided) Part {
+	p := Part{Tensor: st.Name(), DType: st.DType(), Shape: shape, File: filePath(st),
 		Range: sel.byteRange(st.Offset()), check: m.checkOf(st, sel), st: st, sel: sel, m: m}
 	if p.check.verified() {
 		p.ck = &tensorCheck{st: st, size: st.ByteLen(), kind: p.check}
@@ -272,7 +275,7 @@ func (m *Model) fillItem(it *Item, c *modelComponent, e *entry, own bool) error 
 	if err != nil {
 		return inComponent(err, c.name)
 	}
-	part := func(st *safetensors.Tensor, shape []int64, sel strided, whole bool) Part {
+	part := func(st storedTensor, shape []int64, sel strided, whole bool) Part {
 		if whole {
 			sel = strided{n: st.ByteLen(), count: 1}.norm()
 			if own {

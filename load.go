@@ -321,7 +321,7 @@ type piece struct {
 	c     *modelComponent
 	e     *entry
 	t     *Tensor
-	st    *safetensors.Tensor
+	st    storedTensor
 	first int64 // the piece's first unit of its part: element, row or byte, by sj.kind
 	n     int64 // units
 	dst   []byte
@@ -345,8 +345,9 @@ func (p *piece) evicting() *piece {
 
 // evict records that the load may drop the bytes [lo, hi) of st, relative
 // to its first byte.
-func (p *piece) evict(st *safetensors.Tensor, lo, hi int64) {
-	p.evFile, p.evOff, p.evEnd = st.File(), st.Offset()+lo, st.Offset()+hi
+func (p *piece) evict(st storedTensor, lo, hi int64) {
+	_, p.evFile = fileOf(st)
+	p.evOff, p.evEnd = st.Offset()+lo, st.Offset()+hi
 }
 
 // prep is what preparing the tensors of a load shares: where owned memory
@@ -418,7 +419,7 @@ func (m *Model) prepareInto(c *modelComponent, e *entry, t *Tensor, pp *prep) er
 	if err != nil {
 		return inComponent(err, c.name)
 	}
-	t.Location = Location{File: st.File().Path(), Offset: st.Offset(), Length: st.ByteLen()}
+	t.Location = Location{File: filePath(st), Offset: st.Offset(), Length: st.ByteLen()}
 	return m.preparePart(c, e, t, st, scales, pp)
 }
 

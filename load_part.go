@@ -28,14 +28,14 @@ const (
 // partJob is what the pieces of one part share.
 type partJob struct {
 	kind    partKind
-	st      *safetensors.Tensor // the stored (data) tensor
-	sel     strided             // partRaw: the bytes of st read
-	convert bool                // partPlain: converted (else copied)
-	evict   bool                // drop the source pages from this process after reading
-	mapped  bool                // read from the mapping (mmap strategy, mapped file), else ReadAt
-	dq      *dequantJob         // partDequant
-	ck      *tensorCheck        // verifies st from the bytes read (nil: not verified)
-	rest    bool                // partCheck: the rest of a part's tensor, read only to verify it
+	st      storedTensor // the stored (data) tensor
+	sel     strided      // partRaw: the bytes of st read
+	convert bool         // partPlain: converted (else copied)
+	evict   bool         // drop the source pages from this process after reading
+	mapped  bool         // read from the mapping (mmap strategy, mapped file), else ReadAt
+	dq      *dequantJob  // partDequant
+	ck      *tensorCheck // verifies st from the bytes read (nil: not verified)
+	rest    bool         // partCheck: the rest of a part's tensor, read only to verify it
 	// partSmall: the tensors of the batch (consecutive in the load's
 	// tensors) and their entries (consecutive in their component's).
 	ts []Tensor
@@ -46,7 +46,7 @@ type partJob struct {
 // stored tensors, those read once for the whole part (not per piece), and
 // from a mapping, views of the data and the scales.
 type dequantJob struct {
-	scaleT  []*safetensors.Tensor
+	scaleT  []storedTensor
 	scaleCk []*tensorCheck // verify the scales (nil: not verified)
 	once    sync.Once
 	shared  [][]byte
@@ -63,7 +63,7 @@ type dequantJob struct {
 // chunkBytes each. Each stored tensor the part reads gets its check
 // (verify.go): the reads add to it, views get a pass over the mapping, and
 // a part that verifies the rest of its tensor gets pieces that read it.
-func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, st *safetensors.Tensor, scales []*safetensors.Tensor, pp *prep) error {
+func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, st storedTensor, scales []storedTensor, pp *prep) error {
 	sl := e.sl
 	if sl.info != nil {
 		info := *sl.info
@@ -74,8 +74,8 @@ func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, st *safetens
 	// checkRun appends pieces that read the bytes [lo, hi) of st only to
 	// verify them: a view's (from the mapping, kept), or the rest of a
 	// part's tensor (dropped again from a mapping).
-	checkRun := func(t *Tensor, st *safetensors.Tensor, ck *tensorCheck, lo, hi int64, rest bool) {
-		mapped := !pread && st.File().Mapped()
+	checkRun := func(t *Tensor, st storedTensor, ck *tensorCheck, lo, hi int64, rest bool) {
+		mapped := !pread && mappedFile(st) != nil
 		sj := pp.job(partJob{kind: partCheck, st: st, ck: ck, mapped: mapped, evict: rest && mapped, rest: rest})
 		for first := lo; first < hi; first += chunkBytes {
 			pp.work = append(pp.work, piece{c: c, e: e, t: t, st: st, first: first, n: min(chunkBytes, hi-first), sj: sj})
@@ -84,7 +84,7 @@ func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, st *safetens
 	// check returns the check of the part sel of st (nil when it is not
 	// verified) and appends the pieces that read the rest of the tensor
 	// when the check needs them.
-	check := func(t *Tensor, st *safetensors.Tensor, sel strided) (*tensorCheck, error) {
+	check := func(t *Tensor, st storedTensor, sel strided) (*tensorCheck, error) {
 		ck, err := m.newCheck(st, sel)
 		if ck != nil && ck.kind == checkRest {
 			for _, r := range restRanges(sel, ck.size) {
@@ -93,7 +93,7 @@ func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, st *safetens
 		}
 		return ck, err
 	}
-	view := func(t *Tensor, st *safetensors.Tensor, sel strided) ([]byte, error) {
+	view := func(t *Tensor, st storedTensor, sel strided) ([]byte, error) {
 		b, err := st.Bytes()
 		if err != nil {
 			return nil, &Error{Kind: ErrRead, Component: c.name, Tensor: e.name, Err: err}
@@ -112,12 +112,12 @@ func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, st *safetens
 		return b[sel.first:end:end], nil
 	}
 	// raw appends pieces that read a selection of st into dst.
-	raw := func(t *Tensor, st *safetensors.Tensor, sel strided, dst []byte) error {
+	raw := func(t *Tensor, st storedTensor, sel strided, dst []byte) error {
 		ck, err := check(t, st, sel)
 		if err != nil {
 			return err
 		}
-		sj := pp.job(partJob{kind: partRaw, st: st, sel: sel, mapped: !pread && st.File().Mapped(), ck: ck})
+		sj := pp.job(partJob{kind: partRaw, st: st, sel: sel, mapped: !pread && mappedFile(st) != nil, ck: ck})
 		total := sel.total()
 		for first := int64(0); first < total; first += chunkBytes {
 			n := min(chunkBytes, total-first)
@@ -125,7 +125,7 @@ func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, st *safetens
 		}
 		return nil
 	}
-	mapped := st.File().Mapped()
+	mapped := mappedFile(st) != nil
 	act := e.act
 	if pp.intoCaller && act == actView {
 		act = actRead // the caller's buffer: read instead of viewing
@@ -216,9 +216,9 @@ func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, st *safetens
 			sst, qs := scales[i], q.scales[i]
 			sc := &Tensor{Component: c.name, Name: s.Name, DType: s.DType, Shape: slices.Clone(qs.shape), Stored: s.DType,
 				Decision: e.dec, Role: s.Role, act: actView,
-				Location: Location{File: sst.File().Path(), Offset: sst.Offset(), Length: sst.ByteLen()}}
+				Location: Location{File: filePath(sst), Offset: sst.Offset(), Length: sst.ByteLen()}}
 			switch {
-			case !pread && qs.sel.isContiguous() && sst.File().Mapped():
+			case !pread && qs.sel.isContiguous() && mappedFile(sst) != nil:
 				sc.data, err = view(sc, sst, qs.sel)
 			case !pread && qs.sel.isContiguous():
 				sc.data = make([]byte, qs.sel.total())
@@ -312,14 +312,14 @@ const smallBatch = 1024
 // the last piece of work is, or starts a batch with it. It reports false,
 // adding nothing, where a load does not batch (prep.store is nil: a single
 // tensor, or a source read with ranged requests).
-func (pp *prep) small(c *modelComponent, e *entry, st *safetensors.Tensor) bool {
+func (pp *prep) small(c *modelComponent, e *entry, st storedTensor) bool {
 	if pp.store == nil {
 		return false
 	}
 	if n := len(pp.work); n > 0 {
 		p := &pp.work[n-1]
 		sj := p.sj
-		if sj.kind == partSmall && p.c == c && sj.st.File() == st.File() && len(sj.ts) < smallBatch &&
+		if sj.kind == partSmall && p.c == c && mappedFile(sj.st) == mappedFile(st) && len(sj.ts) < smallBatch &&
 			p.bytes+e.outBytes <= chunkBytes && e.pos == sj.es[0].pos+len(sj.es) {
 			k := len(sj.es) + 1
 			sj.ts = pp.store[sj.es[0].pos : sj.es[0].pos+k]
@@ -348,7 +348,7 @@ func (m *Model) smallPiece(ctx context.Context, p *piece, opts dtype.Options) er
 	err := protectFault(func() error {
 		for ; k < len(sj.ts); k++ {
 			t, e := &sj.ts[k], sj.es[k]
-			st := e.st.Load() // looked up when the load was prepared
+			st := e.loaded() // looked up when the load was prepared
 			src, err := st.Bytes()
 			if err != nil {
 				return err
@@ -365,8 +365,9 @@ func (m *Model) smallPiece(ctx context.Context, p *piece, opts dtype.Options) er
 	if err != nil {
 		return readErr(err, p.c.name, sj.ts[min(k, len(sj.ts)-1)].Name)
 	}
-	first, last := sj.es[0].st.Load(), sj.es[len(sj.es)-1].st.Load()
-	p.evFile, p.evOff, p.evEnd = first.File(), first.Offset(), last.Offset()+last.ByteLen()
+	first, last := sj.es[0].loaded(), sj.es[len(sj.es)-1].loaded()
+	_, p.evFile = fileOf(first)
+	p.evOff, p.evEnd = first.Offset(), last.Offset()+last.ByteLen()
 	return nil
 }
 
@@ -413,8 +414,8 @@ func (m *Model) checkPiece(ctx context.Context, p *piece) error {
 // st's bytes into dst: copied from the mapping when the load reads mapped
 // files, else with one ReadAt per run. ck, when not nil, gets the bytes
 // read.
-func (m *Model) readSel(ctx context.Context, sj *partJob, st *safetensors.Tensor, sel strided, from int64, dst []byte, ev *piece, ck *tensorCheck) error {
-	if sj.mapped && st.File().Mapped() {
+func (m *Model) readSel(ctx context.Context, sj *partJob, st storedTensor, sel strided, from int64, dst []byte, ev *piece, ck *tensorCheck) error {
+	if sj.mapped && mappedFile(st) != nil {
 		return m.mappedSel(ctx, st, sel, from, from+int64(len(dst)), ev, ck, false, func(src []byte, pos int64, crc *uint32) error {
 			copy(dst[pos-from:], src)
 			if crc != nil {
@@ -450,7 +451,7 @@ func (m *Model) readSel(ctx context.Context, sj *partJob, st *safetensors.Tensor
 // that it sums them from the cache it read them into, unless it sums them
 // as it reads them (fuses: a conversion, dtype.ConvertSum), which takes
 // whole runs.
-func (m *Model) mappedSel(ctx context.Context, st *safetensors.Tensor, sel strided, from, to int64, ev *piece, ck *tensorCheck, fuses bool, fn func(src []byte, pos int64, crc *uint32) error) error {
+func (m *Model) mappedSel(ctx context.Context, st storedTensor, sel strided, from, to int64, ev *piece, ck *tensorCheck, fuses bool, fn func(src []byte, pos int64, crc *uint32) error) error {
 	view, err := st.Bytes()
 	if err != nil {
 		return err
@@ -585,12 +586,12 @@ func (m *Model) partViews(sj *partJob, e *entry) (views [][]byte, ok bool, err e
 		return nil, false, nil
 	}
 	for _, st := range dq.scaleT {
-		if !st.File().Mapped() {
+		if mappedFile(st) == nil {
 			return nil, false, nil
 		}
 	}
 	dq.viewOnce.Do(func() {
-		view := func(st *safetensors.Tensor, sel strided) []byte {
+		view := func(st storedTensor, sel strided) []byte {
 			b, err := st.Bytes()
 			if err != nil {
 				dq.viewErr = err
@@ -634,9 +635,13 @@ func (r *rangedPart) done(st dtype.Stats) (dtype.Stats, bool) {
 // partItems turns a piece of a part into ranged-read items, one
 // per run of its byte ranges (raw reads straight into the destination,
 // conversions run by run); nil for pieces that need the whole rows of a
-// quantized weight (dequantization), which read through the file's ReadAt.
+// quantized weight (dequantization), and for a PyTorch tensor (whose bytes
+// may be gathered or byte-swapped), which read through the tensor's ReadAt.
 func partItems(p *piece) []*rangedItem {
 	sj, e := p.sj, p.e
+	if _, f := fileOf(p.st); f == nil {
+		return nil
+	}
 	var sel strided
 	var from, n int64
 	convert := false

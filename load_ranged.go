@@ -60,7 +60,7 @@ func (m *Model) runRanged(ctx context.Context, rfs source.RangeFS, work []piece)
 	}
 	// Requests in file order: items sorted by file and offset, coalesced.
 	slices.SortStableFunc(items, func(a, b *rangedItem) int {
-		return cmp.Or(cmp.Compare(a.p.st.File().Path(), b.p.st.File().Path()), cmp.Compare(a.off, b.off))
+		return cmp.Or(cmp.Compare(filePath(a.p.st), filePath(b.p.st)), cmp.Compare(a.off, b.off))
 	})
 	// A raw read that does not fit in the current request is cut at the
 	// chunk's end (its destination is contiguous), so that requests are
@@ -70,7 +70,7 @@ func (m *Model) runRanged(ctx context.Context, rfs source.RangeFS, work []piece)
 	var cur *rangedRequest
 	var curStart, curEnd int64
 	for _, it := range items {
-		file := it.p.st.File().Path()
+		file := filePath(it.p.st)
 		for {
 			if cur == nil || cur.file != file || it.off < curEnd || it.off-curEnd > gap ||
 				(it.off+it.n-curStart > chunk && (it.convert || curStart+chunk-it.off < minCut)) {

@@ -117,7 +117,7 @@ func TestLoadConvertsFloatsNotIntegers(t *testing.T) {
 				if strategy == readPread && !tt.Location.Owned {
 					t.Errorf("%s: pread strategy gave a view", name)
 				}
-				if st, err := m.comps[0].ck.Tensor(name); err != nil || st.File().Mapped() != (strategy == readMmap) {
+				if st, err := m.comps[0].ck.(shardStore).Tensor(name); err != nil || st.File().Mapped() != (strategy == readMmap) {
 					t.Errorf("%s: strategy %s but the file is mapped=%v (%v)", name, strategy.string(), st.File().Mapped(), err)
 				}
 				if !isInt && tt.Stats.Elements != tt.NumElements() {

@@ -44,7 +44,7 @@ type modelComponent struct {
 	name     string
 	dir      string
 	vplan    *variant.Plan // nil when opened from a file
-	ck       *shard.Checkpoint
+	ck       tensorStore
 	scheme   *quant.Scheme
 	files    []string
 	entries  []*entry          // logical tensors in file order, sorted by entryOrder
@@ -69,7 +69,7 @@ type entry struct {
 	vextra   int64 // bytes read only to verify (the rest of a part's tensors)
 	pos      int   // position in the model's load order (Names, Load's tensors)
 	fileIdx  int32
-	at       int32       // position of its stored (data) tensor in the checkpoint (shard.Checkpoint.At); -1 unknown
+	at       int32       // position of its stored (data) tensor in the component's tensors (tensorStore.At); -1 unknown
 	stored   dtype.DType // stored dtype (a quantized weight's element type)
 	out      dtype.DType
 	act      action
@@ -77,8 +77,8 @@ type entry struct {
 	// The stored tensors the entry reads, once looked up
 	// (modelComponent.stored): its data tensor, and a quantized weight's
 	// scales.
-	st     atomic.Pointer[safetensors.Tensor]
-	scales atomic.Pointer[[]*safetensors.Tensor]
+	st     atomic.Value // a storedTensor
+	scales atomic.Pointer[[]storedTensor]
 }
 
 // entryOrder is the order of a component's entries: by file, by data
@@ -100,6 +100,18 @@ const maxConfigSize = 16 << 20
 // variant chosen by WithVariant) or a pipeline root holding
 // model_index.json (every component with weights). Only headers, indexes
 // and the components' config.json and hf_quant_config.json are read.
+//
+// It may also be a PyTorch checkpoint, read with package torch (which
+// executes nothing of its pickle; its errors are wrapped, so that
+// errors.Is(err, torch.ErrForbiddenGlobal) holds): a file named *.bin,
+// *.pt, *.pth or *.ckpt, an index *.bin.index.json or *.pt.index.json, or
+// a component folder whose only weights are pytorch_model.bin or
+// diffusion_pytorch_model.bin (or their indexes; safetensors weights in
+// the folder win). Its pickle is read and checked whole by Open. Tied
+// names (two names of one view of a storage) load as two tensors of the
+// same values. Its tensors are read with pread, never mapped (a view may
+// be gathered from its storage, or byte-swapped), and are not verified:
+// the files name no checksums (VerifyAlways refuses them).
 //
 // Open applies the policy to every tensor (see Plan) and detects scaled
 // low-precision layouts from tensor names and configs (package quant).
@@ -159,6 +171,9 @@ func Open(path string, opts ...Option) (*Model, error) {
 
 func (m *Model) openFile() error {
 	dir := m.src.Dir(m.name)
+	if isTorchFile(m.name) {
+		return m.openTorch(m.name, dir, false)
+	}
 	strategy, why := m.chooseStrategy(dir)
 	ck, err := shard.Open(m.name, m.shardOptions(strategy)...)
 	if err != nil {
@@ -168,12 +183,15 @@ func (m *Model) openFile() error {
 	if abs, err := m.src.Abs(dir); err == nil {
 		name = m.src.Base(abs)
 	}
-	c := &modelComponent{name: name, dir: dir, ck: ck, strategy: strategy, why: why}
+	c := &modelComponent{name: name, dir: dir, ck: shardStore{ck}, strategy: strategy, why: why}
 	m.comps = []*modelComponent{c}
 	return m.setup(c)
 }
 
 func (m *Model) openDir() error {
+	if p := m.torchIn(m.name); p != "" {
+		return m.openTorch(p, m.name, true)
+	}
 	vopts := []variant.Option{variant.WithSource(m.src), variant.WithShardOptions(m.cfg.shardOptions...)}
 	pp, err := variant.Resolve(m.name, m.cfg.variant, vopts...)
 	if err != nil {
@@ -193,7 +211,7 @@ func (m *Model) openDir() error {
 		if err != nil {
 			return &Error{Kind: ErrResolve, Path: p.Dir, Component: p.Component, Err: err}
 		}
-		c := &modelComponent{name: p.Component, dir: p.Dir, vplan: p, ck: ck, strategy: strategy, why: why}
+		c := &modelComponent{name: p.Component, dir: p.Dir, vplan: p, ck: shardStore{ck}, strategy: strategy, why: why}
 		m.comps = append(m.comps, c)
 		if err := m.setup(c); err != nil {
 			return err
@@ -231,12 +249,12 @@ func (m *Model) setup(c *modelComponent) error {
 		if n := info.ByteLen(); n > quant.MaxMarkerBytes {
 			return nil, fmt.Errorf("tensor %q is %d bytes, more than a marker's %d", name, n, quant.MaxMarkerBytes)
 		}
-		t, err := c.ck.Tensor(name)
+		t, err := c.ck.tensor(name)
 		if err != nil {
 			return nil, err
 		}
 		b := make([]byte, t.ByteLen())
-		return b, t.ReadTo(b)
+		return b, readFull(t, b, 0)
 	}}
 	var err error
 	if src.ConfigJSON, err = m.readConfig(m.src.Join(c.dir, "config.json")); err != nil {
@@ -555,20 +573,27 @@ func (m *Model) checkOpen() error {
 	return nil
 }
 
+// loaded returns e's stored (data) tensor once stored looked it up, else
+// nil.
+func (e *entry) loaded() storedTensor {
+	st, _ := e.st.Load().(storedTensor)
+	return st
+}
+
 // stored returns the stored tensors e reads: its data tensor, and a
 // quantized weight's scales in order. They are looked up on first use and
 // kept (repeated loads of a model look nothing up again).
-func (c *modelComponent) stored(e *entry) (*safetensors.Tensor, []*safetensors.Tensor, error) {
-	st := e.st.Load()
+func (c *modelComponent) stored(e *entry) (storedTensor, []storedTensor, error) {
+	st := e.loaded()
 	if st == nil {
 		var err error
 		switch {
 		case e.at >= 0:
-			st, err = c.ck.TensorAt(int(e.at))
+			st, err = c.ck.tensorAt(int(e.at))
 		case e.q != nil:
-			st, err = c.ck.Tensor(e.q.Data.Name)
+			st, err = c.ck.tensor(e.q.Data.Name)
 		default:
-			st, err = c.ck.Tensor(e.name)
+			st, err = c.ck.tensor(e.name)
 		}
 		if err != nil {
 			return nil, nil, &Error{Kind: ErrRead, Tensor: e.name, Err: err}
@@ -581,9 +606,9 @@ func (c *modelComponent) stored(e *entry) (*safetensors.Tensor, []*safetensors.T
 	if p := e.scales.Load(); p != nil {
 		return st, *p, nil
 	}
-	scales := make([]*safetensors.Tensor, 0, len(e.q.Scales))
+	scales := make([]storedTensor, 0, len(e.q.Scales))
 	for _, s := range e.q.Scales {
-		sc, err := c.ck.Tensor(s.Name)
+		sc, err := c.ck.tensor(s.Name)
 		if err != nil {
 			return nil, nil, &Error{Kind: ErrRead, Tensor: s.Name, Err: err}
 		}

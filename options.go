@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/internal/srcfs"
-	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
 )
 
@@ -31,7 +30,7 @@ type config struct {
 	memRoots *[2]string
 	// onRead, when set (tests only), is told every range a load reads of a
 	// stored tensor, and every view of one it hands out.
-	onRead func(st *safetensors.Tensor, off, n int64)
+	onRead func(st storedTensor, off, n int64)
 	// shardOptions, when set (tests only), are added to the options every
 	// file is resolved and opened with (a read mode without a mapping).
 	shardOptions []shard.Option

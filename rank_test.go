@@ -185,7 +185,7 @@ type readCounter struct {
 
 func countReads(m *Model) *readCounter {
 	rc := &readCounter{bytes: map[string]int64{}, marks: map[string][]byte{}}
-	m.cfg.onRead = func(st *safetensors.Tensor, off, n int64) {
+	m.cfg.onRead = func(st storedTensor, off, n int64) {
 		rc.mu.Lock()
 		defer rc.mu.Unlock()
 		rc.bytes[st.Name()] += n

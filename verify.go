@@ -181,7 +181,7 @@ func restRanges(sel strided, n int64) [][2]int64 {
 
 // checkOf decides how a part (the selection sel of st's bytes) is
 // verified.
-func (m *Model) checkOf(st *safetensors.Tensor, sel strided) checkMode {
+func (m *Model) checkOf(st storedTensor, sel strided) checkMode {
 	v := m.cfg.policy.Verify
 	if v == VerifyNever {
 		return checkOff
@@ -191,19 +191,19 @@ func (m *Model) checkOf(st *safetensors.Tensor, sel strided) checkMode {
 }
 
 // refusal is the error of reading st's bytes under a refusing check.
-func (m *Model) refusal(st *safetensors.Tensor, c checkMode) error {
+func (m *Model) refusal(st storedTensor, c checkMode) error {
 	if c == checkDamaged {
 		if _, _, err := st.Checksum(); err != nil {
 			return err
 		}
 	}
-	return &safetensors.Error{Kind: safetensors.ErrChecksum, File: st.File().Path(), Tensor: st.Name(),
+	return &safetensors.Error{Kind: safetensors.ErrChecksum, File: filePath(st), Tensor: st.Name(),
 		Msg: "the file names no checksums, and the policy verifies always (VerifyAlways refuses what it cannot verify)"}
 }
 
 // newCheck returns the check of one load of the part sel of st: nil when
 // the part is not verified, an error when reading it is refused.
-func (m *Model) newCheck(st *safetensors.Tensor, sel strided) (*tensorCheck, error) {
+func (m *Model) newCheck(st storedTensor, sel strided) (*tensorCheck, error) {
 	c := m.checkOf(st, sel)
 	switch {
 	case c.refused():
@@ -223,7 +223,7 @@ func (m *Model) newCheck(st *safetensors.Tensor, sel strided) (*tensorCheck, err
 // CRC is combined with its neighbours', and the piece that completes the
 // tensor compares the whole CRC with the header's.
 type tensorCheck struct {
-	st   *safetensors.Tensor
+	st   storedTensor
 	size int64
 	kind checkMode // checkRead or checkRest
 

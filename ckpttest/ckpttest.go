@@ -2,7 +2,9 @@
 // net/http/httptest builds servers: single files, sharded sets with an index,
 // precision variants, diffusers' legacy variant layouts and whole pipelines
 // with a model_index.json, all from compact specs and with deterministic
-// tensor contents in any dtype (FP8, FP6 and FP4 included).
+// tensor contents in any dtype (FP8, FP6 and FP4 included). EncodeTorch
+// builds PyTorch checkpoints as torch.save writes them (views, ties,
+// either byte order), for the readers of those.
 //
 // Two flavours of every builder exist. The testing.TB helpers (File, Dir,
 // NewPipeline, OpenFixture) create their files under t.TempDir() and call

@@ -1,7 +1,6 @@
 package convert
 
 import (
-	"cmp"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -29,16 +28,7 @@ func (r *runner) checkSources(c *component) error {
 	if mode != ckpt.VerifyPresent && mode != ckpt.VerifyAlways {
 		return &Error{Kind: ErrOption, Field: "Policy.Verify", Msg: fmt.Sprintf("unknown value %d", mode)}
 	}
-	ls, ok := c.store.(*loaderStore)
-	if !ok {
-		if mode == ckpt.VerifyAlways {
-			files, index := c.store.files()
-			name := cmp.Or(index, files[0])
-			return &Error{Kind: ErrSource, Path: name, Component: c.name, Err: &safetensors.Error{Kind: safetensors.ErrChecksum, File: name,
-				Msg: "a PyTorch checkpoint names no checksums, and Policy.Verify is VerifyAlways: convert it with VerifyPresent, or verify it otherwise"}}
-		}
-		return nil
-	}
+	ls := c.store
 	for i := range ls.c.Tensors {
 		p := &ls.c.Tensors[i]
 		if _, err := p.ReadAt(nil, 0); err != nil {
@@ -61,8 +51,8 @@ func (r *runner) sourceMetadata(c *component, meta map[string]string) map[string
 		}
 	}
 	for _, t := range c.tasks {
-		if pt, ok := t.src.(*partTensor); ok && t.kind == kCopy && c.digests != nil {
-			if want, ok := pt.p.Checksum(); ok {
+		if t.src != nil && t.kind == kCopy && c.digests != nil {
+			if want, ok := t.src.p.Checksum(); ok {
 				meta[safetensors.ChecksumPrefix+t.spec.Name] = safetensors.FormatChecksum(want)
 			}
 		}

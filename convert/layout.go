@@ -89,7 +89,7 @@ func isWeightsFile(name string) (bool, string) {
 
 // sourceShards places each output tensor of c in the shard of the source
 // file its data is read from (that file's number among the source's
-// weights files, srcStore.files), so that the output keeps the source's
+// weights files, loaderStore.files), so that the output keeps the source's
 // sharding: a weight's new FP8 scale goes with its weight, and a tensor
 // read from no stored tensor of that name goes with the tensor before it.
 // Package shard numbers the output's shards in the order of these numbers

@@ -68,7 +68,7 @@ type component struct {
 	name    string // "" for the only component of a file or folder
 	label   string // the name rules and Options.Policy.Components use
 	srcDir  string
-	store   srcStore
+	store   *loaderStore
 	scheme  *quant.Scheme
 	outDir  string
 	prefix  string
@@ -128,12 +128,13 @@ type runner struct {
 //
 // src is anything ckpt.Open accepts: a safetensors file, a shard index, a
 // component folder or a pipeline root (Options.SourceVariant picks a
-// precision variant). It may also be a PyTorch checkpoint: a .bin, .pt,
-// .pth or .ckpt file, a pytorch_model.bin.index.json, or a component folder
-// holding only such weights; package torch reads it without executing
-// anything (a forbidden pickle global fails before anything is written),
-// each tensor is read whole before its pieces are converted, tied names are
-// written once and recorded under torch.AliasesKey, and the output is named
+// precision variant). It may also be a PyTorch checkpoint, which ckpt.Open
+// reads with package torch: a .bin, .pt, .pth or .ckpt file, a
+// pytorch_model.bin.index.json, or a component folder holding only such
+// weights. Nothing of it is executed (a forbidden pickle global fails
+// before anything is written), its tensors are read through the loader's
+// Parts like any other's, tied names are written once and recorded under
+// torch.AliasesKey, and the output is named
 // model.safetensors (diffusion_pytorch_model.safetensors, X.safetensors
 // for X.pt; model-0000k-of-0000n.safetensors for the shards of
 // pytorch_model-0000k-of-0000n.bin). A file converts to a file: dst is the
@@ -322,21 +323,16 @@ type srcComponent struct {
 	label  string // the component's name, for rules and Options.Policy.Components
 	dir    string
 	naming string // the source's index or single file name
-	store  srcStore
+	store  *loaderStore
 	scheme *quant.Scheme
 }
 
-// openSource opens the source: with the loader, or as a PyTorch
-// checkpoint (torch.go). It checks the options that name components.
+// openSource opens the source with the loader (safetensors files and
+// PyTorch checkpoints alike). It checks the options that name components.
 func (r *runner) openSource() ([]srcComponent, func(), error) {
-	srcs, closer, err := r.openTorch()
+	srcs, closer, err := r.openLoader()
 	if err != nil {
 		return nil, nil, err
-	}
-	if srcs == nil {
-		if srcs, closer, err = r.openLoader(); err != nil {
-			return nil, nil, err
-		}
 	}
 	var names []string
 	for _, s := range srcs {
@@ -374,7 +370,7 @@ func (r *runner) ckptSourceOptions() []ckpt.Option {
 	return nil
 }
 
-// openLoader opens a safetensors source with the loader. Its tensors are
+// openLoader opens the source with the loader. Its tensors are
 // read through the loader's Parts (loaderStore), with pread (nothing of
 // the source stays mapped) and verified as the policy's Verify says.
 func (r *runner) openLoader() ([]srcComponent, func(), error) {
@@ -404,11 +400,13 @@ func (r *runner) openLoader() ([]srcComponent, func(), error) {
 			closer()
 			return nil, nil, &Error{Kind: ErrSource, Path: r.src, Component: cp.Name, Msg: "no weights files"}
 		}
-		// The source's naming: from its index, or its single file.
+		// The source's naming: from its index, or its single file (a
+		// PyTorch file's safetensors name).
 		naming := filepath.Base(cs.Files[0])
 		if cs.Index != "" {
 			naming = filepath.Base(cs.Index)
 		}
+		naming = torchNaming(naming)
 		srcs = append(srcs, srcComponent{label: cp.Name, dir: cp.Dir, naming: naming, store: newLoaderStore(cs, &r.rawPool), scheme: cs.Scheme})
 	}
 	return srcs, closer, nil
@@ -777,10 +775,6 @@ func (r *runner) writeTensor(pl *pipeline, c *component, t *task, w io.Writer) e
 	if rep.ssq > 0 {
 		rep.RMSRelErr = math.Sqrt(rep.sse / rep.ssq)
 	}
-	if t.src != nil {
-		// Pages that fault-around mapped next to pieces already dropped.
-		t.src.Evict(0, t.src.NumElements())
-	}
 	if t.q != nil && t.kind != kScale {
 		rep.MaxAbs = float64(t.q.AbsMax())
 	}
@@ -858,7 +852,6 @@ func (r *runner) observe(c *component) error {
 					r.read.Add(ps.read)
 					r.progress(c, t.spec.Name, ps.read)
 				}
-				t.src.Evict(0, t.src.NumElements()) // what fault-around mapped beside the pieces
 			}
 		}()
 	}

@@ -9,47 +9,21 @@ import (
 	"github.com/ckpt-go/ckpt/dtype"
 )
 
-// srcTensor is a stored tensor of a source, read piece by piece. A
-// safetensors tensor is read through the loader (partTensor); PyTorch
-// tensors are wrapped (torch.go).
-type srcTensor interface {
-	DType() dtype.DType
-	NumElements() int64
-	// ConvertElementsTo converts elements [first, first+len) (multiples of
-	// 8 unless the range ends at the tensor's end) into dst.
-	ConvertElementsTo(to dtype.DType, dst []byte, first int64, opts dtype.Options) (dtype.Stats, error)
-	// Evict drops the source pages of elements [first, first+n) from the
-	// resident set (or the tensor's buffer, once all is read).
-	Evict(first, n int64)
-	// Bytes returns the whole stored tensor.
-	Bytes() ([]byte, error)
-}
-
 // storedEntry is one stored tensor of a component, in file order.
 type storedEntry struct {
 	name  string
 	dtype dtype.DType
 	shape []int64
-	file  int // the number of the file that holds it, in srcStore.files' order
+	file  int // the number of the file that holds it, in loaderStore.files' order
 }
 
-// srcStore is the stored tensors of one component of a source.
-type srcStore interface {
-	// entries lists the stored tensors in the order of the files.
-	entries() []storedEntry
-	// files returns the paths of the weights files the tensors are read
-	// from, sorted (storedEntry.file numbers them), and of the index that
-	// lists them ("" for none).
-	files() (shards []string, index string)
-	tensor(name string) (srcTensor, error)
-	metadata() map[string]string
-}
-
-// loaderStore is a component opened by the loader (ckpt.Open): every
-// stored tensor is read through the loader's Part of it, which reads
-// through the model's own file system and verifies the bytes against the
-// checksums their file names as the policy's Verify decides — the one
-// reading path of the loader, with nothing read beside it.
+// loaderStore is the stored tensors of one component of the source,
+// opened by the loader (ckpt.Open: safetensors files or a PyTorch
+// checkpoint): every stored tensor is read through the loader's Part of
+// it, which reads through the model's own file system and verifies the
+// bytes against the checksums their file names as the policy's Verify
+// decides — the one reading path of the loader, with nothing read beside
+// it.
 type loaderStore struct {
 	c      *ckpt.Contents
 	byName map[string]int
@@ -64,6 +38,7 @@ func newLoaderStore(c *ckpt.Contents, pool *sync.Pool) *loaderStore {
 	return s
 }
 
+// entries lists the stored tensors in the order of the files.
 func (s *loaderStore) entries() []storedEntry {
 	out := make([]storedEntry, len(s.c.Tensors))
 	for i := range s.c.Tensors {
@@ -73,9 +48,12 @@ func (s *loaderStore) entries() []storedEntry {
 	return out
 }
 
+// files returns the paths of the weights files the tensors are read from
+// (storedEntry.file numbers them), and of the index that lists them (""
+// for none).
 func (s *loaderStore) files() ([]string, string) { return s.c.Files, s.c.Index }
 
-func (s *loaderStore) tensor(name string) (srcTensor, error) {
+func (s *loaderStore) tensor(name string) (*partTensor, error) {
 	i, ok := s.byName[name]
 	if !ok {
 		return nil, &ckpt.Error{Kind: ckpt.ErrNotFound, Tensor: name, Msg: "no stored tensor of that name"}
@@ -84,6 +62,8 @@ func (s *loaderStore) tensor(name string) (srcTensor, error) {
 	return &partTensor{p: p, n: numElements(p.Shape), pool: s.pool}, nil
 }
 
+// metadata is the files' metadata (a PyTorch checkpoint's: its
+// non-tensor values, and its tied names under torch.AliasesKey).
 func (s *loaderStore) metadata() map[string]string { return maps.Clone(s.c.Metadata) }
 
 // part returns the loader's Part of a stored tensor.
@@ -94,9 +74,11 @@ func (s *loaderStore) part(name string) *ckpt.Part {
 	return nil
 }
 
-// partTensor reads a stored tensor through its loader Part: its stored
-// bytes, then converted here (the Part verifies what it reads, and the
-// read that completes the tensor returns a mismatch).
+// partTensor is a stored tensor of a source, read piece by piece through
+// its loader Part: its stored bytes, then converted here (the Part
+// verifies what it reads, and the read that completes the tensor returns
+// a mismatch). The loader reads with pread into the caller's buffers, so
+// no page of the source stays mapped.
 type partTensor struct {
 	p    *ckpt.Part
 	n    int64
@@ -106,10 +88,7 @@ type partTensor struct {
 func (t *partTensor) DType() dtype.DType { return t.p.DType }
 func (t *partTensor) NumElements() int64 { return t.n }
 
-// Evict does nothing: the loader reads these tensors with pread into the
-// caller's buffers, so no page of the source stays mapped.
-func (t *partTensor) Evict(first, n int64) {}
-
+// Bytes returns the whole stored tensor.
 func (t *partTensor) Bytes() ([]byte, error) {
 	b := make([]byte, t.p.Size())
 	if err := t.read(b, 0); err != nil {
@@ -124,6 +103,8 @@ func (t *partTensor) read(b []byte, off int64) error {
 	return err
 }
 
+// ConvertElementsTo converts elements [first, first+len) (multiples of 8
+// unless the range ends at the tensor's end) into dst.
 func (t *partTensor) ConvertElementsTo(to dtype.DType, dst []byte, first int64, opts dtype.Options) (dtype.Stats, error) {
 	from := t.p.DType
 	fb, tb := int64(from.Bits()), int64(to.Bits())

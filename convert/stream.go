@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"runtime/debug"
 	"sync"
 
 	"github.com/ckpt-go/ckpt/dtype"
@@ -34,9 +33,9 @@ type task struct {
 	spec safetensors.TensorSpec
 	rep  *TensorReport
 
-	src    srcTensor           // the stored tensor read (a weight's data)
+	src    *partTensor         // the stored tensor read (a weight's data)
 	w      *quant.Weight       // kDequant, kRequant: the source weight
-	scales []srcTensor         // its stored scales, in w.Scales' order
+	scales []*partTensor       // its stored scales, in w.Scales' order
 	q      *quant.FP8Quantizer // kQuant, kRequant, kScale
 	narrow bool                // kCast: measure the errors
 
@@ -144,14 +143,12 @@ func (t *task) run(ctx context.Context, first, n int64, out []byte, sc *scratch,
 		}
 		ps.read = int64(len(out))
 		_, err = t.src.ConvertElementsTo(t.src.DType(), out, first, one)
-		t.src.Evict(first, n)
 		return ps, wrap(err)
 	case kCast:
 		from, to := t.src.DType(), t.spec.DType
 		if !t.narrow {
 			ps.st, err = t.src.ConvertElementsTo(to, out, first, one)
 			ps.read = n * int64(from.Bits()) / 8
-			t.src.Evict(first, n)
 			return ps, wrap(err)
 		}
 		return t.castMeasured(first, n, out, sc, one)
@@ -278,7 +275,6 @@ func (t *task) castMeasured(first, n int64, out []byte, sc *scratch, one dtype.O
 			measure(x, y, &ps)
 		}
 	}
-	t.src.Evict(first, n)
 	return ps, nil
 }
 
@@ -289,8 +285,7 @@ func (t *task) castMeasured(first, n int64, out []byte, sc *scratch, one dtype.O
 const castReads = 4
 
 // readRows reads rows [first, first+n) of a float source as float32 into
-// x (exact for every float type of 32 bits or fewer) and drops the pages
-// read from the resident set.
+// x (exact for every float type of 32 bits or fewer).
 func (t *task) readRows(first, n int64, x []float32, ps *pieceStats) error {
 	if n == 0 || t.cols == 0 {
 		return nil
@@ -298,7 +293,6 @@ func (t *task) readRows(first, n int64, x []float32, ps *pieceStats) error {
 	e0 := first * t.cols
 	ps.read += n * t.cols * int64(t.src.DType().Bits()) / 8
 	_, err := t.src.ConvertElementsTo(dtype.F32, dtype.Float32Bytes(x), e0, dtype.Options{Workers: 1})
-	t.src.Evict(e0, n*t.cols)
 	if err != nil {
 		return &Error{Kind: ErrSource, Component: t.comp.name, Tensor: t.spec.Name, Err: err}
 	}
@@ -343,44 +337,21 @@ func (t *task) storedBytes(first, n int64) int64 {
 // dequantRows dequantizes rows [first, first+n) of a scaled weight into
 // dst: it reads the stored bytes of these rows only (into *buf, reused;
 // verified as the source reads them), so that a piece of a large weight
-// holds a piece's worth of memory, turning a fault on a mapping (a
-// PyTorch file truncated meanwhile) into an error, and drops the data
-// pages read from the resident set. The scales must have been fetched
+// holds a piece's worth of memory. The scales must have been fetched
 // (fetchScales).
 func (t *task) dequantRows(ctx context.Context, dst []byte, to dtype.DType, first, n int64, buf *[]byte) error {
 	eb, sb := int64(t.w.Elem.Bits()), int64(t.src.DType().Bits())
-	e0, cnt := first*t.cols*eb/sb, n*t.cols*eb/sb // the stored elements of these rows
+	e0 := first * t.cols * eb / sb // the first stored element of these rows
 	rows := grow(*buf, n*t.cols*eb/8)
 	*buf = rows
-	err := protect(func() error {
-		if _, err := t.src.ConvertElementsTo(t.src.DType(), rows, e0, dtype.Options{Workers: 1}); err != nil {
-			return err
-		}
-		_, err := t.w.DequantizeRows(ctx, dst, to, rows, t.scaleData, first, n, dtype.Options{Workers: 1})
-		return err
-	})
+	_, err := t.src.ConvertElementsTo(t.src.DType(), rows, e0, dtype.Options{Workers: 1})
+	if err == nil {
+		_, err = t.w.DequantizeRows(ctx, dst, to, rows, t.scaleData, first, n, dtype.Options{Workers: 1})
+	}
 	if err != nil {
 		return &Error{Kind: ErrSource, Component: t.comp.name, Tensor: t.spec.Name, Err: err}
 	}
-	t.src.Evict(e0, cnt)
 	return nil
-}
-
-// protect runs f, which reads views of mapped files, turning a memory fault
-// (a file truncated while mapped) into an error.
-func protect(f func() error) (err error) {
-	old := debug.SetPanicOnFault(true)
-	defer func() {
-		debug.SetPanicOnFault(old)
-		if r := recover(); r != nil {
-			if _, ok := r.(interface{ Addr() uintptr }); ok {
-				err = fmt.Errorf("memory fault reading a mapped file: was it truncated or modified while open?")
-				return
-			}
-			panic(r)
-		}
-	}()
-	return f()
 }
 
 // measure compares source values x with output values y.

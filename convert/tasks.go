@@ -38,14 +38,14 @@ func (r *runner) buildTasks(c *component) error {
 	if err := r.checkSources(c); err != nil {
 		return err
 	}
-	tensor := func(name string) (srcTensor, error) {
+	tensor := func(name string) (*partTensor, error) {
 		t, err := c.store.tensor(name)
 		if err != nil {
 			return nil, &Error{Kind: ErrSource, Component: c.name, Tensor: name, Err: err}
 		}
 		return t, nil
 	}
-	newTask := func(kind taskKind, name string, to dtype.DType, shape []int64, src srcTensor, dec ckpt.Decision, action string, from dtype.DType) *task {
+	newTask := func(kind taskKind, name string, to dtype.DType, shape []int64, src *partTensor, dec ckpt.Decision, action string, from dtype.DType) *task {
 		t := &task{kind: kind, comp: c, spec: safetensors.TensorSpec{Name: name, DType: to, Shape: slices.Clone(shape)}, src: src}
 		b, _ := t.spec.ByteLen()
 		t.rep = &TensorReport{Component: c.name, Name: name, Shape: slices.Clone(shape), From: from, To: to, Action: action,
@@ -87,7 +87,7 @@ func (r *runner) buildTasks(c *component) error {
 	// addRelabel writes w's codes and scale values as they are stored,
 	// under the names of c.format, the scale in the shape of c.scale's grid
 	// (which covers the same blocks: see relabels).
-	addRelabel := func(w *quant.Weight, src srcTensor, dec ckpt.Decision) error {
+	addRelabel := func(w *quant.Weight, src *partTensor, dec ckpt.Decision) error {
 		q, err := quant.NewFP8Quantizer(w.Elem, w.Shape, c.scale.Granularity, c.scale.Block)
 		if err != nil {
 			return castErr(w.Name, err.Error())

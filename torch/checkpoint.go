@@ -3,6 +3,7 @@ package torch
 import (
 	"fmt"
 	"io"
+	"io/fs"
 	"iter"
 	"maps"
 	"math/big"
@@ -37,6 +38,7 @@ type Option func(*config)
 
 type config struct {
 	symlinkRoot string
+	fsys        fs.FS // OpenFS's file system; nil: the operating system's
 }
 
 // WithSymlinkRoot lets the shards of an index be symbolic links that
@@ -59,21 +61,44 @@ func Open(path string, opts ...Option) (*Checkpoint, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	if strings.HasSuffix(path, ".json") {
-		return openIndex(path, cfg)
+	return cfg.open(path)
+}
+
+// OpenFS is Open for the file or index name of fsys (a slash-separated
+// name, see fs.ValidPath): the files must implement io.ReaderAt, as those
+// of os.DirFS, testing/fstest.MapFS and package remote's file systems do.
+// A file that is not regular is refused (before it is opened when fsys
+// implements fs.StatFS), and an index's shards are bare names in its
+// folder; an fs.FS has no symbolic links, so WithSymlinkRoot changes
+// nothing.
+func OpenFS(fsys fs.FS, name string, opts ...Option) (*Checkpoint, error) {
+	if fsys == nil {
+		return nil, &Error{Kind: ErrInvalidArgument, File: name, Msg: "nil file system"}
 	}
-	f, size, err := openRegular(path)
+	cfg := config{fsys: fsys}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return cfg.open(name)
+}
+
+// open opens a checkpoint file or, for a name ending in ".json", an index.
+func (cfg config) open(path string) (*Checkpoint, error) {
+	if strings.HasSuffix(path, ".json") {
+		return cfg.openIndex(path)
+	}
+	r, size, err := cfg.openRegular(path)
 	if err != nil {
 		return nil, err
 	}
 	c := &Checkpoint{path: path}
-	part, err := c.load(path, f, size, f)
+	part, err := c.load(path, r, size, r)
 	if err != nil {
-		f.Close()
+		r.Close()
 		return nil, err
 	}
 	if err := c.finish([]*loaded{part}); err != nil {
-		f.Close()
+		r.Close()
 		return nil, err
 	}
 	return c, nil

@@ -83,7 +83,14 @@
 // holds, so no copy outgrows the file (ErrInvalidFormat, "tensor bounds"). A contiguous view reads in one copy; any other view
 // (transposed, sliced with a step) is gathered into contiguous row-major
 // bytes. A big-endian archive is byte-swapped to little-endian as it is
-// read.
+// read. A tensor is read whole (ReadTo, Bytes, WriteTo) or in any range of
+// its contiguous bytes (ReadAt), which reads only the storage that range
+// needs: a piece of a transposed view reads its own elements, line by
+// line along the view's least stride, not the whole storage.
+//
+// Open reads the operating system's files, OpenFS those of an fs.FS (an
+// os.DirFS, an object store), NewReader one archive through an
+// io.ReaderAt.
 //
 // Names that are the same view of the same storage (tied weights, such as
 // an embedding and an output projection) are one tensor: Tensors yields the

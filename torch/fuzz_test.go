@@ -3,6 +3,7 @@ package torch
 import (
 	"bytes"
 	"errors"
+	"io"
 	"os"
 	"testing"
 )
@@ -59,7 +60,7 @@ func FuzzUnpickle(f *testing.F) {
 
 // readsInBounds opens the archive data: NewReader either refuses it with a
 // typed error or reads every tensor, to exactly ByteLen bytes (at most the
-// archive's), the same through Bytes and WriteTo.
+// archive's), the same through Bytes, WriteTo and ReadAt.
 func readsInBounds(t *testing.T, data []byte) {
 	t.Helper()
 	c, err := NewReader(bytes.NewReader(data), int64(len(data)), "fuzz.pt")
@@ -81,6 +82,16 @@ func readsInBounds(t *testing.T, data []byte) {
 		var buf bytes.Buffer
 		if n, err := tn.WriteTo(&buf); err != nil || n != tn.ByteLen() || !bytes.Equal(buf.Bytes(), b) {
 			t.Fatalf("%s: WriteTo %d %v", name, n, err)
+		}
+		// ReadAt in pieces of an odd size, not whole elements.
+		got := make([]byte, len(b))
+		for off := 0; off < len(got); off += 7 {
+			if n, err := tn.ReadAt(got[off:min(off+7, len(got))], int64(off)); err != nil && err != io.EOF || n != min(7, len(got)-off) {
+				t.Fatalf("%s: ReadAt(%d) = %d, %v", name, off, n, err)
+			}
+		}
+		if !bytes.Equal(got, b) {
+			t.Fatalf("%s: ReadAt differs from Bytes", name)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -20,21 +21,76 @@ import (
 // MaxIndexSize is the largest index file Open accepts (64 MiB).
 const MaxIndexSize = 64 << 20
 
+// readerAtCloser is an opened file of a checkpoint.
+type readerAtCloser interface {
+	io.ReaderAt
+	io.Closer
+}
+
 // openRegular opens path for reading without blocking on a FIFO or a
-// device (safeopen.Open) and returns it with its size, if it is a regular
-// file.
-func openRegular(path string) (*os.File, int64, error) {
-	f, st, err := safeopen.Open(path)
-	if nr := (*safeopen.NotRegularError)(nil); errors.As(err, &nr) {
+// device (safeopen.Open; for a file of cfg.fsys, stat-ed first where it
+// can be) and returns it with its size, if it is a regular file.
+func (cfg config) openRegular(path string) (readerAtCloser, int64, error) {
+	notRegular := func(mode fs.FileMode) error {
 		msg := "not a regular file"
-		if nr.Mode.IsDir() {
+		if mode.IsDir() {
 			msg = "a folder, not a checkpoint file or index"
 		}
-		return nil, 0, &Error{Kind: ErrNotRegular, File: path, Msg: msg}
-	} else if err != nil {
+		return &Error{Kind: ErrNotRegular, File: path, Msg: msg}
+	}
+	if cfg.fsys == nil {
+		f, st, err := safeopen.Open(path)
+		if nr := (*safeopen.NotRegularError)(nil); errors.As(err, &nr) {
+			return nil, 0, notRegular(nr.Mode)
+		} else if err != nil {
+			return nil, 0, &Error{Kind: ErrIO, File: path, Msg: "open", Err: err}
+		}
+		return f, st.Size(), nil
+	}
+	if sfs, ok := cfg.fsys.(fs.StatFS); ok {
+		st, err := sfs.Stat(path)
+		if err != nil {
+			return nil, 0, &Error{Kind: ErrIO, File: path, Msg: "stat", Err: err}
+		}
+		if !st.Mode().IsRegular() {
+			return nil, 0, notRegular(st.Mode())
+		}
+	}
+	f, err := cfg.fsys.Open(path)
+	if err != nil {
 		return nil, 0, &Error{Kind: ErrIO, File: path, Msg: "open", Err: err}
 	}
-	return f, st.Size(), nil
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, &Error{Kind: ErrIO, File: path, Msg: "stat", Err: err}
+	}
+	if !st.Mode().IsRegular() {
+		f.Close()
+		return nil, 0, notRegular(st.Mode())
+	}
+	ra, ok := f.(readerAtCloser)
+	if !ok {
+		f.Close()
+		return nil, 0, &Error{Kind: ErrUnsupported, File: path, Msg: "the file system's files cannot be read at offsets (no io.ReaderAt)"}
+	}
+	return ra, st.Size(), nil
+}
+
+// join and dir are filepath's for the operating system, path's for an
+// fs.FS.
+func (cfg config) join(elem ...string) string {
+	if cfg.fsys != nil {
+		return path.Join(elem...)
+	}
+	return filepath.Join(elem...)
+}
+
+func (cfg config) dir(name string) string {
+	if cfg.fsys != nil {
+		return path.Dir(name)
+	}
+	return filepath.Dir(name)
 }
 
 // index is a parsed pytorch_model.bin.index.json.
@@ -163,8 +219,8 @@ func checkShardName(name string) error {
 
 // openIndex opens the shards of an index, each a bare file name in the
 // index's folder, and checks each against the weight map.
-func openIndex(path string, cfg config) (*Checkpoint, error) {
-	f, size, err := openRegular(path)
+func (cfg config) openIndex(path string) (*Checkpoint, error) {
+	f, size, err := cfg.openRegular(path)
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +228,7 @@ func openIndex(path string, cfg config) (*Checkpoint, error) {
 		f.Close()
 		return nil, &Error{Kind: ErrInvalidFormat, File: path, Msg: fmt.Sprintf("invalid index: %d bytes, more than the %d an index may have", size, MaxIndexSize)}
 	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxIndexSize+1))
+	data, err := io.ReadAll(io.NewSectionReader(f, 0, MaxIndexSize+1))
 	f.Close()
 	if err != nil {
 		return nil, &Error{Kind: ErrIO, File: path, Msg: "read", Err: err}
@@ -184,7 +240,7 @@ func openIndex(path string, cfg config) (*Checkpoint, error) {
 	if err != nil {
 		return nil, withFile(err, path, "")
 	}
-	dir := filepath.Dir(path)
+	dir := cfg.dir(path)
 	root := cmp.Or(cfg.symlinkRoot, dir)
 	realRoot := ""
 	c := &Checkpoint{path: path}
@@ -195,12 +251,12 @@ func openIndex(path string, cfg config) (*Checkpoint, error) {
 		}
 	}
 	for _, shard := range ix.shards {
-		p := filepath.Join(dir, shard)
-		if err := checkShardPath(path, shard, p, root, &realRoot); err != nil {
+		p := cfg.join(dir, shard)
+		if err := cfg.checkShardPath(path, shard, p, root, &realRoot); err != nil {
 			closeAll()
 			return nil, err
 		}
-		sf, size, err := openRegular(p)
+		sf, size, err := cfg.openRegular(p)
 		if err != nil {
 			closeAll()
 			return nil, err
@@ -226,12 +282,18 @@ func openIndex(path string, cfg config) (*Checkpoint, error) {
 
 // checkShardPath checks that the shard file p exists and, if it is a
 // symlink, resolves inside root. *realRoot caches root with its symlinks
-// resolved.
-func checkShardPath(index, name, p, root string, realRoot *string) error {
-	st, err := os.Lstat(p)
+// resolved. The files of an fs.FS have no symlinks.
+func (cfg config) checkShardPath(index, name, p, root string, realRoot *string) error {
+	var st fs.FileInfo
+	var err error
+	if cfg.fsys != nil {
+		st, err = fs.Stat(cfg.fsys, p)
+	} else {
+		st, err = os.Lstat(p)
+	}
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return &Error{Kind: ErrMissingShard, File: index, Msg: fmt.Sprintf("shard %q not found in %s", name, filepath.Dir(p)), Err: err}
+			return &Error{Kind: ErrMissingShard, File: index, Msg: fmt.Sprintf("shard %q not found in %s", name, cfg.dir(p)), Err: err}
 		}
 		return &Error{Kind: ErrIO, File: index, Msg: fmt.Sprintf("shard %q", name), Err: err}
 	}

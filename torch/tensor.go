@@ -2,6 +2,7 @@ package torch
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -76,6 +77,13 @@ func (t *Tensor) Contiguous() bool { return t.contig }
 // tensor's storage record.
 func (t *Tensor) ByteLen() int64 { return t.size }
 
+// Offset returns the offset in its archive (File) of the view's first
+// element. For a Contiguous tensor of a little-endian archive, the
+// ByteLen bytes there are the tensor's bytes as ReadTo gives them; any
+// other view is gathered or byte-swapped from the storage that starts
+// there, so read it with ReadAt.
+func (t *Tensor) Offset() int64 { return t.base }
+
 // Bytes returns the tensor's contiguous little-endian bytes in a new slice.
 func (t *Tensor) Bytes() ([]byte, error) {
 	b := make([]byte, t.size) // <= the record's size, which is within the file
@@ -109,7 +117,7 @@ func (t *Tensor) ReadTo(dst []byte) error {
 	if err != nil {
 		return err
 	}
-	t.gather(dst, src, 0)
+	t.gather(dst, src, 0, 0)
 	t.toLittle(dst)
 	return nil
 }
@@ -142,7 +150,7 @@ func (t *Tensor) WriteTo(w io.Writer) (int64, error) {
 				return done, err
 			}
 		} else {
-			t.gather(b, src, done/isz)
+			t.gather(b, src, done/isz, 0)
 		}
 		t.toLittle(b)
 		m, err := w.Write(b)
@@ -155,6 +163,242 @@ func (t *Tensor) WriteTo(w io.Writer) (int64, error) {
 		}
 	}
 	return done, nil
+}
+
+// ReadAt reads len(b) bytes of the tensor's contiguous little-endian bytes
+// (those ReadTo gives) from offset off of them, as io.ReaderAt does: it
+// returns fewer bytes only with an error, io.EOF past the end of the
+// tensor. A contiguous view of a little-endian archive is read straight
+// from the file; another view reads the part of its storage that the
+// asked elements span (at most the record's size) and gathers them, and a
+// big-endian archive's bytes are byte-swapped. Offsets and lengths need
+// not be whole elements. ReadAt may be called from several goroutines.
+func (t *Tensor) ReadAt(b []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, t.err(ErrInvalidArgument, fmt.Sprintf("negative offset %d", off), nil)
+	}
+	if err := t.checkOpen(); err != nil {
+		return 0, err
+	}
+	if off >= t.size {
+		if len(b) == 0 {
+			return 0, nil
+		}
+		return 0, io.EOF
+	}
+	n := min(int64(len(b)), t.size-off)
+	if n > 0 {
+		if err := t.readElems(b[:n], off); err != nil {
+			return 0, err
+		}
+	}
+	if n < int64(len(b)) {
+		return int(n), io.EOF
+	}
+	return int(n), nil
+}
+
+// readElems fills dst with the contiguous bytes [off, off+len(dst)) of the
+// tensor (inside it, len(dst) > 0).
+func (t *Tensor) readElems(dst []byte, off int64) error {
+	if t.contig && !t.sf.ar.big {
+		return t.readAt(dst, t.base+off)
+	}
+	isz := int64(t.dt.Bits() / 8)
+	e0, e1 := off/isz, (off+int64(len(dst))+isz-1)/isz
+	out := dst
+	if off%isz != 0 || int64(len(dst))%isz != 0 {
+		out = make([]byte, (e1-e0)*isz) // at most two elements more than dst
+	}
+	if t.contig {
+		if err := t.readAt(out, t.base+e0*isz); err != nil {
+			return err
+		}
+	} else if lo, hi := t.spanOf(e0, e1); t.useLines(e0, e1, (hi-lo+1)*isz) {
+		if err := t.gatherLines(out, e0, e1); err != nil {
+			return err
+		}
+	} else {
+		src := make([]byte, (hi-lo+1)*isz) // within the view's extent, checked at Open
+		if err := t.readAt(src, t.base+lo*isz); err != nil {
+			return err
+		}
+		t.gather(out, src, e0, lo)
+	}
+	t.toLittle(out)
+	if len(out) != len(dst) {
+		copy(dst, out[off-e0*isz:])
+	}
+	return nil
+}
+
+// spanRead is the storage a read of a view that is not contiguous reads
+// in one piece, even where the elements asked for are less than half of
+// it; lineCost is what reading one line costs, in bytes of the span (a
+// system call): a read takes the lines of its elements (gatherLines)
+// where they cost less than the span they lie in (see readElems).
+const (
+	spanRead = 64 << 10
+	lineCost = 4 << 10
+)
+
+// useLines reports whether the view's elements [e0, e1), whose storage
+// spans span bytes, are read line by line rather than as the span.
+func (t *Tensor) useLines(e0, e1, span int64) bool {
+	isz := int64(t.dt.Bits() / 8)
+	if span <= max(2*(e1-e0)*isz, spanRead) {
+		return false
+	}
+	limit, n := span/lineCost, int64(0)
+	stop := errors.New("")
+	return t.lines(e0, e1, func(_, _, _ int64) error {
+		if n++; n > limit {
+			return stop
+		}
+		return nil
+	}) == nil
+}
+
+// gatherLines fills out with the view's elements [e0, e1) in row-major
+// order, reading the storage line by line (see lines): each line is one
+// run of the storage (its span, for a stride above 1). So a part of a
+// permuted view (a transposed weight read in pieces of rows) reads its
+// own elements' bytes, not the storage they span, which is most of the
+// tensor's for every piece.
+func (t *Tensor) gatherLines(out []byte, e0, e1 int64) error {
+	isz := int64(t.dt.Bits() / 8)
+	m := t.lineDim()
+	sm, dm := t.stride[m], int64(1)
+	for _, d := range t.shape[m+1:] {
+		dm *= d
+	}
+	direct := sm == 1 && dm == 1 // a run of the storage is a run of out
+	var buf []byte
+	if !direct {
+		buf = make([]byte, ((t.shape[m]-1)*sm+1)*isz) // a line's span: within the view's extent
+	}
+	return t.lines(e0, e1, func(off, pos, cnt int64) error {
+		if direct {
+			return t.readAt(out[pos*isz:(pos+cnt)*isz], t.base+off*isz)
+		}
+		src := buf[:((cnt-1)*sm+1)*isz]
+		if err := t.readAt(src, t.base+off*isz); err != nil {
+			return err
+		}
+		for k := range cnt {
+			copy(out[(pos+k*dm)*isz:(pos+k*dm+1)*isz], src[k*sm*isz:])
+		}
+		return nil
+	})
+}
+
+// lineDim is the dimension lines run along: the least stride among the
+// dimensions above 1 (a view that is not contiguous has one).
+func (t *Tensor) lineDim() int {
+	m := 0
+	for i := range t.shape {
+		if t.shape[i] > 1 && (t.shape[m] <= 1 || t.stride[i] < t.stride[m]) {
+			m = i
+		}
+	}
+	return m
+}
+
+// lines calls fn for each line of the view's elements [e0, e1) (e0 < e1)
+// along lineDim m: for each index of the other dimensions, the elements of
+// the range whose index along m varies form one interval, cnt elements
+// from storage offset off (elements from the view's first) that go to
+// positions pos, pos+rs, ... of the range (rs the view's row-major stride
+// of m). It stops at fn's first error.
+func (t *Tensor) lines(e0, e1 int64, fn func(off, pos, cnt int64) error) error {
+	nd, m := len(t.shape), t.lineDim()
+	rs := make([]int64, nd) // the view's row-major strides
+	n := int64(1)
+	for i := nd - 1; i >= 0; i-- {
+		rs[i] = n
+		n *= t.shape[i]
+	}
+	lo, hi := t.unravel(e0), t.unravel(e1-1)
+	// The lines: the dimensions before m from lo's indices to hi's, those
+	// after m over all their indices (idx[m] is not used).
+	idx := slices.Clone(lo)
+	for i := m + 1; i < nd; i++ {
+		idx[i] = 0
+	}
+	for {
+		a, b := int64(0), t.shape[m] // the line's interval along m
+		if slices.Equal(idx[:m], lo[:m]) {
+			a = lo[m]
+			if slices.Compare(idx[m+1:], lo[m+1:]) < 0 {
+				a++
+			}
+		}
+		if slices.Equal(idx[:m], hi[:m]) {
+			b = hi[m] + 1
+			if slices.Compare(idx[m+1:], hi[m+1:]) > 0 {
+				b--
+			}
+		}
+		if a < b {
+			off, pos := a*t.stride[m], a*rs[m]-e0
+			for i := range nd {
+				if i != m {
+					off += idx[i] * t.stride[i]
+					pos += idx[i] * rs[i]
+				}
+			}
+			if err := fn(off, pos, b-a); err != nil {
+				return err
+			}
+		}
+		// The next line, in row-major order of the other dimensions.
+		i := nd - 1
+		for ; i >= 0; i-- {
+			if i == m {
+				continue
+			}
+			if idx[i]++; idx[i] < t.shape[i] {
+				break
+			}
+			idx[i] = 0
+		}
+		if i < 0 || i < m && slices.Compare(idx[:m], hi[:m]) > 0 {
+			return nil
+		}
+	}
+}
+
+// spanOf returns the least and the greatest storage offset, in elements
+// from the view's first element, that the view's elements [e0, e1) in
+// row-major order may use (e0 < e1): the indices both ends share fix a
+// prefix, the first index that differs runs between the ends', and the
+// dimensions after it may take any index.
+func (t *Tensor) spanOf(e0, e1 int64) (lo, hi int64) {
+	a, b := t.unravel(e0), t.unravel(e1-1)
+	k := 0
+	for k < len(a) && a[k] == b[k] {
+		lo += a[k] * t.stride[k]
+		k++
+	}
+	if k == len(a) {
+		return lo, lo
+	}
+	hi = lo + b[k]*t.stride[k]
+	lo += a[k] * t.stride[k]
+	for i := k + 1; i < len(t.shape); i++ {
+		hi += (t.shape[i] - 1) * t.stride[i]
+	}
+	return lo, hi
+}
+
+// unravel returns the indices of element e in row-major order.
+func (t *Tensor) unravel(e int64) []int64 {
+	idx := make([]int64, len(t.shape))
+	for i := len(t.shape) - 1; i >= 0; i-- {
+		idx[i] = e % t.shape[i]
+		e /= t.shape[i]
+	}
+	return idx
 }
 
 func (t *Tensor) checkOpen() error {
@@ -189,16 +433,14 @@ func (t *Tensor) span() ([]byte, error) {
 }
 
 // gather copies len(dst) bytes of the view, starting at element first in
-// row-major order, from src (the span from the view's first element).
-func (t *Tensor) gather(dst, src []byte, first int64) {
+// row-major order, from src: the storage from element srcFirst of the
+// span that starts at the view's first element.
+func (t *Tensor) gather(dst, src []byte, first, srcFirst int64) {
 	isz := int64(t.dt.Bits() / 8)
 	nd := len(t.shape)
-	idx := make([]int64, nd)
-	rem := first
-	var off int64 // element offset in src
-	for i := nd - 1; i >= 0; i-- {
-		idx[i] = rem % t.shape[i]
-		rem /= t.shape[i]
+	idx := t.unravel(first)
+	off := -srcFirst // element offset in src
+	for i := range nd {
 		off += idx[i] * t.stride[i]
 	}
 	// The innermost dimension is copied a run at a time: one copy when its

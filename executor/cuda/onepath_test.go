@@ -20,6 +20,7 @@ import (
 	"github.com/ckpt-go/ckpt/executor/cpu"
 	"github.com/ckpt-go/ckpt/internal/s3test"
 	"github.com/ckpt-go/ckpt/remote"
+	"github.com/ckpt-go/ckpt/shard"
 )
 
 // The one load path, proven from outside: for one opened model, Load, the
@@ -47,6 +48,7 @@ func TestOneLoadPath(t *testing.T) {
 	}
 	model := writeOnePathModel(t)
 	pipe := writeOnePathPipeline(t)
+	pt := writeOnePathTorch(t, model)
 	q := ckpt.MustParsePattern("**.q_proj.weight")
 	o := ckpt.MustParsePattern("**.o_proj.weight")
 	fc := ckpt.MustParsePattern("fc.weight")
@@ -77,6 +79,10 @@ func TestOneLoadPath(t *testing.T) {
 	normF32 := ckpt.Rule{Pattern: norm, Target: f32}
 	add("bf16-norm-f32-split5", model, "", convert.Options{Policy: ckpt.Policy{Default: bf16, Rules: []ckpt.Rule{normF32}}}, 5, rows,
 		ckpt.WithDType(bf16), ckpt.WithRules(normF32))
+	// The same model as a PyTorch checkpoint (o_proj stored transposed).
+	add("torch-stored", pt, "", convert.Options{}, 0, nil)
+	add("torch-f32-split", pt, "", convert.Options{Policy: ckpt.Policy{Default: f32}}, 2, rows, ckpt.WithDType(f32))
+	add("torch-quantized-split-columns", pt, "", convert.Options{}, 2, cols, ckpt.WithDType(ckpt.Quantized))
 	add("pipeline", pipe, "fp16", convert.Options{SourceVariant: "fp16", Policy: ckpt.Policy{Components: map[string]ckpt.Target{"text_encoder": f32}}}, 2,
 		[]ckpt.Split{{Component: "unet", Pattern: q, Dim: 0}},
 		ckpt.WithVariant("fp16"), ckpt.WithComponentDType("text_encoder", f32))
@@ -101,14 +107,12 @@ func TestOneLoadPath(t *testing.T) {
 		bucket = s3.NewBucket(t)
 		s3.PutDir(t, bucket, "model", model)
 		s3.PutDir(t, bucket, "pipe", pipe)
+		s3.PutDir(t, bucket, "pt", pt)
 	} else {
 		t.Logf("S3 source not covered: %s", s3Reason)
 	}
 	location := func(dir string) string {
-		if dir == model {
-			return "s3://" + bucket + "/model"
-		}
-		return "s3://" + bucket + "/pipe"
+		return "s3://" + bucket + "/" + map[string]string{model: "model", pipe: "pipe", pt: "pt"}[dir]
 	}
 
 	for _, c := range cases {
@@ -293,6 +297,61 @@ func writeOnePathModel(t *testing.T) string {
 		{Name: "layers.0.o_proj.weight", DType: dtype.BF16, Shape: []int64{64, 96}, Data: randBytes(rng, dtype.BF16, 64*96, 1)},
 		{Name: "layers.0.norm.weight", DType: dtype.F32, Shape: []int64{64}, Data: randBytes(rng, dtype.F32, 64, 1)},
 	}, []int64{192, 128}, 32, codes, sc, 2)
+}
+
+// writeOnePathTorch writes the tensors of the one-path model in dir as a
+// PyTorch checkpoint (pytorch_model.bin beside the same config.json), with
+// layers.0.o_proj.weight stored transposed: a view the loader gathers.
+func writeOnePathTorch(t *testing.T, dir string) string {
+	ck, err := shard.Open(filepath.Join(dir, "model.safetensors.index.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	var views []ckpttest.TorchTensor
+	storages := map[string]ckpttest.TorchStorage{}
+	for name, st := range ck.Tensors() {
+		b, err := st.Bytes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		shape, es := st.Shape(), int64(st.DType().Bits()/8)
+		v := ckpttest.TorchTensor{Name: name, Storage: fmt.Sprint(len(views)), Shape: shape, Stride: []int64{1}}
+		if len(shape) == 2 {
+			v.Stride = []int64{shape[1], 1}
+		}
+		if name == "layers.0.o_proj.weight" {
+			r, c := shape[0], shape[1]
+			tb := make([]byte, 0, len(b))
+			for j := range c {
+				for i := range r {
+					tb = append(tb, b[(i*c+j)*es:(i*c+j+1)*es]...)
+				}
+			}
+			b, v.Stride = tb, []int64{1, r}
+		}
+		views = append(views, v)
+		storages[v.Storage] = ckpttest.TorchStorage{DType: st.DType(), Data: b}
+	}
+	arc, err := ckpttest.EncodeTorch(views, storages, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "onepath-pt")
+	cfg, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err == nil {
+		err = os.Mkdir(out, 0o755)
+	}
+	if err == nil {
+		err = os.WriteFile(filepath.Join(out, "config.json"), cfg, 0o644)
+	}
+	if err == nil {
+		err = os.WriteFile(filepath.Join(out, "pytorch_model.bin"), arc, 0o644)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // writeOnePathPipeline writes a pipeline of two components, each with

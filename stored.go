@@ -1,0 +1,128 @@
+package ckpt
+
+import (
+	"io"
+
+	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/safetensors"
+	"github.com/ckpt-go/ckpt/shard"
+)
+
+// The stored tensors of a component, as the loader reads them: the
+// tensors of a set of safetensors files (package shard) or of a PyTorch
+// checkpoint (package torch, torch.go). Everything above (entries, Items
+// and their Parts, Load, verification, Contents) reads through these two
+// interfaces; only the mapping (zero-copy views, the batches of small
+// tensors, dropping read pages) and ranged requests are safetensors'
+// alone, and fileOf says whether a stored tensor has them.
+
+// storedTensor is one stored tensor: its name, dtype and shape, and its
+// contiguous row-major little-endian bytes. *safetensors.Tensor is one as
+// it is.
+type storedTensor interface {
+	Name() string
+	DType() dtype.DType
+	Shape() []int64
+	// ByteLen is the size of its bytes.
+	ByteLen() int64
+	// Offset is where its bytes start in its file (for a PyTorch view
+	// that is gathered or byte-swapped: where its storage starts).
+	Offset() int64
+	// ReadAt reads its bytes [off, off+len(b)), as io.ReaderAt.
+	ReadAt(b []byte, off int64) (int, error)
+	// Bytes returns all its bytes: a view of the mapping where its file
+	// is mapped (fileOf), else a copy.
+	Bytes() ([]byte, error)
+	// Checksum is the CRC-32C its file names for it (ok false: none;
+	// err: the file's checksums are damaged), and VerifyChecksum compares
+	// a CRC of its bytes with it (a *safetensors.ChecksumError).
+	Checksum() (crc uint32, ok bool, err error)
+	VerifyChecksum(crc uint32) error
+}
+
+// readFull reads st's bytes from off into b: all of them, or an error
+// (io.ErrUnexpectedEOF past its end).
+func readFull(st storedTensor, b []byte, off int64) error {
+	n, err := st.ReadAt(b, off)
+	if n == len(b) {
+		return nil
+	}
+	if err == nil || err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// fileOf returns the path of the file st lives in (a path of the model's
+// file system), and the safetensors file when it is one (nil for a
+// PyTorch archive, which is never mapped nor read with ranged requests).
+func fileOf(st storedTensor) (string, *safetensors.File) {
+	if t, ok := st.(*safetensors.Tensor); ok {
+		return t.File().Path(), t.File()
+	}
+	return st.(torchTensor).File(), nil
+}
+
+// filePath returns the path of the file st lives in.
+func filePath(st storedTensor) string {
+	p, _ := fileOf(st)
+	return p
+}
+
+// mappedFile returns the safetensors file st lives in when it is mapped,
+// else nil.
+func mappedFile(st storedTensor) *safetensors.File {
+	if _, f := fileOf(st); f != nil && f.Mapped() {
+		return f
+	}
+	return nil
+}
+
+// tensorStore is the stored tensors of one component, in order: by
+// position (At, tensorAt) and by name. Info's Begin orders a file's
+// tensors; the other fields are the tensor's.
+type tensorStore interface {
+	Len() int
+	At(i int) (info safetensors.TensorInfo, file int)
+	Info(name string) (info safetensors.TensorInfo, file string, ok bool)
+	Has(name string) bool
+	// Checksummed reports whether the tensor's file names a checksum
+	// for it (by name, or by position).
+	Checksummed(name string) bool
+	ChecksummedAt(i int) bool
+	// Files are the weights files, in order; index is the index file
+	// that lists them ("" for a single file).
+	Files() []string
+	index() string
+	Metadata() map[string]string
+	Warnings() []string
+	tensor(name string) (storedTensor, error)
+	tensorAt(i int) (storedTensor, error)
+	Close() error
+}
+
+// shardStore is the tensors of safetensors files.
+type shardStore struct{ *shard.Checkpoint }
+
+func (s shardStore) index() string {
+	if ix := s.Index(); ix != nil {
+		return ix.Path
+	}
+	return ""
+}
+
+func (s shardStore) tensor(name string) (storedTensor, error) {
+	t, err := s.Tensor(name)
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+func (s shardStore) tensorAt(i int) (storedTensor, error) {
+	t, err := s.TensorAt(i)
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}

@@ -1,0 +1,183 @@
+package torch
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"io/fs"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"testing/fstest"
+)
+
+// TestReadAt reads every tensor of views of all kinds (contiguous, an
+// offset slice, transposed, a permuted 3-d view, a step, a 0-d one, of
+// little- and big-endian archives) at every offset and length, whole
+// elements or not, and compares with Bytes.
+func TestReadAt(t *testing.T) {
+	be := func(n int) []byte {
+		var b []byte
+		for i := range n {
+			b = binary.BigEndian.AppendUint32(b, math.Float32bits(float32(i)))
+		}
+		return b
+	}
+	pkl := stateDict(
+		ts{name: "flat", storage: "FloatStorage", key: "0", numel: 24, shape: []int64{24}, stride: []int64{1}},
+		ts{name: "rows", storage: "FloatStorage", key: "0", numel: 24, offset: 4, shape: []int64{3, 4}, stride: []int64{4, 1}},
+		ts{name: "t", storage: "FloatStorage", key: "0", numel: 24, shape: []int64{6, 4}, stride: []int64{1, 6}},
+		ts{name: "perm", storage: "FloatStorage", key: "0", numel: 24, shape: []int64{3, 2, 4}, stride: []int64{1, 12, 3}},
+		ts{name: "step", storage: "FloatStorage", key: "0", numel: 24, offset: 1, shape: []int64{2, 3}, stride: []int64{12, 3}},
+		ts{name: "scalar", storage: "FloatStorage", key: "0", numel: 24, offset: 5, shape: []int64{}, stride: []int64{}},
+	)
+	for _, order := range []string{"little", "big"} {
+		data := seq(24)
+		if order == "big" {
+			data = be(24)
+		}
+		c, err := openBytes(t, torchZip("x/", pkl, order, map[string][]byte{"0": data}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, tn := range c.Tensors() {
+			whole, err := tn.Bytes()
+			if err != nil {
+				t.Fatal(err)
+			}
+			size := int64(len(whole))
+			for off := int64(0); off <= size; off++ {
+				for n := int64(0); off+n <= size+3; n++ {
+					b := make([]byte, n)
+					got, err := tn.ReadAt(b, off)
+					want := min(n, size-off)
+					if int64(got) != want || !bytes.Equal(b[:got], whole[off:off+want]) {
+						t.Fatalf("%s (%s): ReadAt(%d bytes, %d) = %d %v, %v; want %v", name, order, n, off, got, err, b[:got], whole[off:off+want])
+					}
+					if (want < n) != (err == io.EOF) || want == n && err != nil {
+						t.Fatalf("%s (%s): ReadAt(%d bytes, %d): %v", name, order, n, off, err)
+					}
+				}
+			}
+			if _, err := tn.ReadAt(make([]byte, 1), -1); !errors.Is(err, ErrInvalidArgument) {
+				t.Errorf("%s: negative offset: %v", name, err)
+			}
+		}
+		c.Close()
+		tn, _ := c.Tensor("flat")
+		if _, err := tn.ReadAt(make([]byte, 4), 0); !errors.Is(err, ErrClosed) {
+			t.Errorf("after Close: %v", err)
+		}
+	}
+}
+
+// TestOpenFS opens a file and an index of an fs.FS as Open opens them
+// from the operating system's, and refuses what is not a regular file.
+func TestOpenFS(t *testing.T) {
+	a := stateDict(ts{name: "a", storage: "FloatStorage", key: "0", numel: 2, shape: []int64{2}, stride: []int64{1}})
+	b := stateDict(ts{name: "b", storage: "FloatStorage", key: "0", numel: 2, shape: []int64{2}, stride: []int64{1}})
+	fsys := fstest.MapFS{
+		"m/one.pt":           {Data: torchZip("one/", a, "little", map[string][]byte{"0": f32(1, 2)})},
+		"m/s-1.bin":          {Data: torchZip("s-1/", a, "little", map[string][]byte{"0": f32(1, 2)})},
+		"m/s-2.bin":          {Data: torchZip("s-2/", b, "little", map[string][]byte{"0": f32(3, 4)})},
+		"m/x.bin.index.json": {Data: []byte(`{"weight_map": {"a": "s-1.bin", "b": "s-2.bin"}}`)},
+		"m/bad.index.json":   {Data: []byte(`{"weight_map": {"a": "s-1.bin", "b": "gone.bin"}}`)},
+		"m/dir.pt/x":         {},
+	}
+	c, err := OpenFS(fsys, "m/one.pt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn, _ := c.Tensor("a")
+	if got, _ := tn.Bytes(); !bytes.Equal(got, f32(1, 2)) || tn.File() != "m/one.pt" {
+		t.Errorf("one.pt: %v in %s", got, tn.File())
+	}
+	c.Close()
+	c, err = OpenFS(fsys, "m/x.bin.index.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Names(); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("index: %v", got)
+	}
+	tn, _ = c.Tensor("b")
+	if got, _ := tn.Bytes(); !bytes.Equal(got, f32(3, 4)) || tn.File() != "m/s-2.bin" {
+		t.Errorf("b: %v in %s", got, tn.File())
+	}
+	c.Close()
+	if _, err := OpenFS(fsys, "m/bad.index.json"); !errors.Is(err, ErrMissingShard) {
+		t.Errorf("missing shard: %v", err)
+	}
+	if _, err := OpenFS(fsys, "m/dir.pt"); !errors.Is(err, ErrNotRegular) {
+		t.Errorf("folder: %v", err)
+	}
+	if _, err := OpenFS(fsys, "m/none.pt"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing: %v", err)
+	}
+	if _, err := OpenFS(nil, "x.pt"); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("nil: %v", err)
+	}
+	if _, err := OpenFS(streamFS{fsys}, "m/one.pt"); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("files without ReadAt: %v", err)
+	}
+}
+
+// streamFS serves the files of an fs.FS without their ReadAt.
+type streamFS struct{ fsys fs.FS }
+
+func (s streamFS) Open(name string) (fs.File, error) {
+	f, err := s.fsys.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	return struct{ fs.File }{f}, nil
+}
+
+// TestReadAtLines reads views whose pieces span far more storage than
+// they hold (a transposed matrix, a permuted 3-d view, a column slice with
+// a step, of either byte order) at random offsets and lengths, line by
+// line along their least stride, and compares with Bytes, which gathers
+// from the whole span.
+func TestReadAtLines(t *testing.T) {
+	const r, c = 192, 160 // 120 KiB of F32
+	pkl := stateDict(
+		ts{name: "t", storage: "FloatStorage", key: "0", numel: r * c, shape: []int64{c, r}, stride: []int64{1, c}},
+		ts{name: "perm", storage: "FloatStorage", key: "0", numel: r * c, shape: []int64{8, 20, r}, stride: []int64{20, 1, c}},
+		ts{name: "cols", storage: "FloatStorage", key: "0", numel: r * c, offset: 3, shape: []int64{r, 50}, stride: []int64{c, 3}},
+		ts{name: "colsT", storage: "FloatStorage", key: "0", numel: r * c, offset: 1, shape: []int64{50, r}, stride: []int64{3, c}},
+	)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, order := range []string{"little", "big"} {
+		data := seq(r * c)
+		if order == "big" {
+			for i := 0; i < len(data); i += 4 {
+				slices.Reverse(data[i : i+4])
+			}
+		}
+		ck, err := openBytes(t, torchZip("x/", pkl, order, map[string][]byte{"0": data}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, tn := range ck.Tensors() {
+			whole, err := tn.Bytes()
+			if err != nil {
+				t.Fatal(err)
+			}
+			size := int64(len(whole))
+			for range 300 {
+				off := rng.Int64N(size)
+				n := rng.Int64N(min(size-off, 8<<10) + 1)
+				if rng.IntN(4) == 0 {
+					off = rng.Int64N(size/3) / 4 * 4
+					n = min(size-off, size/3)
+				}
+				b := make([]byte, n)
+				if got, err := tn.ReadAt(b, off); err != nil || int64(got) != n || !bytes.Equal(b, whole[off:off+n]) {
+					t.Fatalf("%s (%s): ReadAt(%d bytes, %d): %d, %v; bytes equal %v", name, order, n, off, got, err, bytes.Equal(b, whole[off:off+n]))
+				}
+			}
+		}
+	}
+}
