@@ -70,6 +70,7 @@ type component struct {
 	srcDir  string
 	store   srcStore
 	scheme  *quant.Scheme
+	items   []*ckpt.Item // the loader's decision for each logical tensor, in load order (openItems)
 	outDir  string
 	prefix  string
 	variant string
@@ -122,6 +123,8 @@ type runner struct {
 	srcRoot string
 
 	rawPool sync.Pool // *[]byte: stored bytes of converting reads (partTensor)
+
+	closeItems func() // closes the Model of the components' Items (openItems)
 }
 
 // Run converts the checkpoint src into dst and reports what it did.
@@ -236,6 +239,11 @@ func Run(ctx context.Context, src, dst string, opts Options) (*Report, error) {
 		return nil, err
 	}
 	defer closeSrc()
+	defer func() {
+		if r.closeItems != nil {
+			r.closeItems()
+		}
+	}()
 	copies, err := r.plan(srcs)
 	if err != nil {
 		return nil, err
@@ -374,16 +382,23 @@ func (r *runner) ckptSourceOptions() []ckpt.Option {
 	return nil
 }
 
-// openLoader opens a safetensors source with the loader. Its tensors are
-// read through the loader's Parts (loaderStore), with pread (nothing of
-// the source stays mapped) and verified as the policy's Verify says.
-func (r *runner) openLoader() ([]srcComponent, func(), error) {
+// loaderOptions are the options the source is opened with: its files'
+// rule, the variant asked for, no budget (convert streams), pread (nothing
+// of the source stays mapped) and the policy's verification.
+func (r *runner) loaderOptions() []ckpt.Option {
 	copts := append(r.ckptSourceOptions(), ckpt.WithVariant(r.opts.SourceVariant), ckpt.WithBudget(-1),
 		ckpt.WithReadStrategy("pread"))
 	if v := r.opts.Policy.Verify; v == ckpt.VerifyNever || v == ckpt.VerifyAlways {
 		copts = append(copts, ckpt.WithVerify(v))
 	}
-	m, err := ckpt.Open(r.src, copts...)
+	return copts
+}
+
+// openLoader opens a safetensors source with the loader, as stored: its
+// components, files and owners are known from it before the policy is
+// final (protectComponent); openItems then opens it with that policy.
+func (r *runner) openLoader() ([]srcComponent, func(), error) {
+	m, err := ckpt.Open(r.src, r.loaderOptions()...)
 	if err != nil {
 		return nil, nil, &Error{Kind: ErrSource, Path: r.src, Err: err}
 	}
@@ -412,6 +427,43 @@ func (r *runner) openLoader() ([]srcComponent, func(), error) {
 		srcs = append(srcs, srcComponent{label: cp.Name, dir: cp.Dir, naming: naming, store: newLoaderStore(cs, &r.rawPool), scheme: cs.Scheme})
 	}
 	return srcs, closer, nil
+}
+
+// openItems opens the source again, with the final policy (the caller's
+// and the rules protectComponent added), and gives each component the
+// loader's Items, which say how each of its tensors loads (buildTasks
+// writes them), and its stored tensors (Model.Contents) read through that
+// Model. The Model is closed with the run (closeItems).
+func (r *runner) openItems(comps []*component) error {
+	m, err := ckpt.Open(r.src, append(r.loaderOptions(), ckpt.WithPolicy(r.policy))...)
+	if err != nil {
+		var le *ckpt.Error
+		if errors.As(err, &le) && errors.Is(le.Kind, ckpt.ErrTarget) {
+			// A target the tensor cannot take (a complex tensor to a
+			// real dtype, a dequantization to an integer, elements
+			// that do not fill whole bytes): the loader's refusal.
+			return &Error{Kind: ErrCast, Component: le.Component, Tensor: le.Tensor, Msg: le.Msg, Err: le.Err}
+		}
+		return &Error{Kind: ErrSource, Path: r.src, Err: err}
+	}
+	r.closeItems = func() { m.Close() }
+	items, err := m.Items()
+	if err != nil {
+		return &Error{Kind: ErrSource, Path: r.src, Err: err}
+	}
+	for _, c := range comps {
+		cs, err := m.Contents(c.label)
+		if err != nil {
+			return &Error{Kind: ErrSource, Path: r.src, Component: c.label, Err: err}
+		}
+		c.store, c.scheme = newLoaderStore(cs, &r.rawPool), cs.Scheme
+		for _, it := range items {
+			if it.Component == c.label {
+				c.items = append(c.items, it)
+			}
+		}
+	}
+	return nil
 }
 
 // plan resolves the destination of every component, builds the tasks and
@@ -448,12 +500,22 @@ func (r *runner) plan(srcs []srcComponent) ([]copyFile, error) {
 		}
 	}
 	owners := r.owners(srcs, dirSrc, pipeline)
-	for _, cp := range srcs {
+	comps := make([]*component, len(srcs))
+	for i, cp := range srcs {
 		c := &component{label: cp.label, srcDir: cp.dir, store: cp.store, scheme: cp.scheme}
 		if pipeline {
 			c.name = cp.label
 		}
 		r.protectComponent(c, owners[cp.label], pipeline)
+		comps[i] = c
+	}
+	// The policy is final: every tensor's decision is the loader's, made
+	// with it.
+	if err := r.openItems(comps); err != nil {
+		return nil, err
+	}
+	for i, cp := range srcs {
+		c := comps[i]
 		if err := r.resolveComponentScale(c); err != nil {
 			return nil, err
 		}
