@@ -159,8 +159,8 @@ type runner struct {
 // is replaced atomically once the new one is complete (it is read until
 // then).
 //
-// Each tensor's target comes from Options.Policy (ckpt.Policy.Decide), as
-// in the loader, with ckpt.Policy.NarrowLinearOnly set: an 8-bit or
+// Each tensor's target is the loader's decision (its ckpt.Item) under
+// Options.Policy, with ckpt.Policy.NarrowLinearOnly set: an 8-bit or
 // narrower default or component target applies only to the 2-D weights of
 // linear layers (ckpt.LinearWeight). To F8_E4M3 or F8_E5M2 such a weight is quantized
 // with F32 scales (Options.Scale, Options.ScaleFormat) and the component
