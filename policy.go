@@ -152,8 +152,9 @@ func ParseRule(s string) (Rule, error) {
 // tensor.
 //
 // The same Policy value configures the loader (WithPolicy) and package
-// convert (convert.Options.Policy); Decide is the one place the choice is
-// made.
+// convert (convert.Options.Policy). The loader is the one place the choice
+// is made: each tensor's Decision is its Item's (Model.Items), which Load,
+// Plan, convert and the executors all read.
 type Policy struct {
 	// Default is the target of every tensor no rule or component target
 	// decides (the lowest level).
@@ -231,25 +232,6 @@ type Decision struct {
 	Rule string
 }
 
-// Decide applies the policy to one tensor: component is the name of its
-// component (as Model.Components names it), name its logical name, stored its stored dtype (a quantized weight's
-// element type), quantized says it is a scaled low-precision weight
-// (never an integer tensor), and shape is its logical shape, which only
-// NarrowLinearOnly looks at.
-//
-// The first Rule whose component and pattern match decides. Otherwise the
-// component's target, or else Default, applies; with neither set the
-// tensor is loaded as stored. A target that is not a dtype (AsStored,
-// Quantized) applies to every tensor. A dtype target is not applied to an
-// integer, bool or complex tensor that is not quantized, and, with
-// NarrowLinearOnly, a dtype target of 8 bits or fewer is not applied to a
-// tensor LinearWeight does not take for a linear layer's weight: the
-// Decision is then AsStored, and its Rule says which target was not
-// applied and why.
-func (p *Policy) Decide(component, name string, stored dtype.DType, quantized bool, shape []int64) Decision {
-	return p.decide(&ruleTexts{}, component, name, stored, quantized, shape)
-}
-
 // ruleTexts keeps the Rule texts of one component's decisions under one
 // policy, each written once rather than once per tensor.
 type ruleTexts struct {
@@ -266,7 +248,22 @@ func (rt *ruleTexts) text(s *string, f func() string) string {
 	return *s
 }
 
-// decide is Decide for one component, keeping its rule texts in rt.
+// decide applies the policy to one tensor: component is the name of its
+// component (as Model.Components names it), name its logical name, stored its stored dtype (a quantized weight's
+// element type), quantized says it is a scaled low-precision weight
+// (never an integer tensor), and shape is its logical shape, which only
+// NarrowLinearOnly looks at.
+//
+// The first Rule whose component and pattern match decides. Otherwise the
+// component's target, or else Default, applies; with neither set the
+// tensor is loaded as stored. A target that is not a dtype (AsStored,
+// Quantized) applies to every tensor. A dtype target is not applied to an
+// integer, bool or complex tensor that is not quantized, and, with
+// NarrowLinearOnly, a dtype target of 8 bits or fewer is not applied to a
+// tensor LinearWeight does not take for a linear layer's weight: the
+// Decision is then AsStored, and its Rule says which target was not
+// applied and why.
+// rt keeps the rule texts of one component's decisions.
 func (p *Policy) decide(rt *ruleTexts, component, name string, stored dtype.DType, quantized bool, shape []int64) Decision {
 	for i, r := range p.Rules {
 		if r.Component != "" && r.Component != component {

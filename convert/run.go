@@ -70,6 +70,7 @@ type component struct {
 	srcDir  string
 	store   *loaderStore
 	scheme  *quant.Scheme
+	items   []*ckpt.Item // the loader's decision for each logical tensor, in load order (openItems)
 	outDir  string
 	prefix  string
 	variant string
@@ -122,6 +123,8 @@ type runner struct {
 	srcRoot string
 
 	rawPool sync.Pool // *[]byte: stored bytes of converting reads (partTensor)
+
+	closeItems func() // closes the Model of the components' Items (openItems)
 }
 
 // Run converts the checkpoint src into dst and reports what it did.
@@ -157,8 +160,8 @@ type runner struct {
 // is replaced atomically once the new one is complete (it is read until
 // then).
 //
-// Each tensor's target comes from Options.Policy (ckpt.Policy.Decide), as
-// in the loader, with ckpt.Policy.NarrowLinearOnly set: an 8-bit or
+// Each tensor's target is the loader's decision (its ckpt.Item) under
+// Options.Policy, with ckpt.Policy.NarrowLinearOnly set: an 8-bit or
 // narrower default or component target applies only to the 2-D weights of
 // linear layers (ckpt.LinearWeight). To F8_E4M3 or F8_E5M2 such a weight is quantized
 // with F32 scales (Options.Scale, Options.ScaleFormat) and the component
@@ -232,11 +235,15 @@ func Run(ctx context.Context, src, dst string, opts Options) (*Report, error) {
 	if err := r.check(); err != nil {
 		return nil, err
 	}
-	srcs, closeSrc, err := r.openSource()
+	srcs, err := r.openSource()
 	if err != nil {
 		return nil, err
 	}
-	defer closeSrc()
+	defer func() {
+		if r.closeItems != nil {
+			r.closeItems()
+		}
+	}()
 	copies, err := r.plan(srcs)
 	if err != nil {
 		return nil, err
@@ -323,16 +330,14 @@ type srcComponent struct {
 	label  string // the component's name, for rules and Options.Policy.Components
 	dir    string
 	naming string // the source's index or single file name
-	store  *loaderStore
-	scheme *quant.Scheme
 }
 
 // openSource opens the source with the loader (safetensors files and
 // PyTorch checkpoints alike). It checks the options that name components.
-func (r *runner) openSource() ([]srcComponent, func(), error) {
-	srcs, closer, err := r.openLoader()
+func (r *runner) openSource() ([]srcComponent, error) {
+	srcs, err := r.openLoader()
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	var names []string
 	for _, s := range srcs {
@@ -340,17 +345,15 @@ func (r *runner) openSource() ([]srcComponent, func(), error) {
 	}
 	for k := range r.opts.Policy.Components {
 		if !slices.Contains(names, k) {
-			closer()
-			return nil, nil, &Error{Kind: ErrOption, Field: "Policy.Components", Component: k, Msg: "no such component; the model has " + strings.Join(names, ", ")}
+			return nil, &Error{Kind: ErrOption, Field: "Policy.Components", Component: k, Msg: "no such component; the model has " + strings.Join(names, ", ")}
 		}
 	}
 	for _, ru := range r.opts.Policy.Rules {
 		if ru.Component != "" && !slices.Contains(names, ru.Component) {
-			closer()
-			return nil, nil, &Error{Kind: ErrOption, Field: "Policy.Rules", Component: ru.Component, Msg: "rule " + ru.String() + " names no component of the model"}
+			return nil, &Error{Kind: ErrOption, Field: "Policy.Rules", Component: ru.Component, Msg: "rule " + ru.String() + " names no component of the model"}
 		}
 	}
-	return srcs, closer, nil
+	return srcs, nil
 }
 
 // source is the one value that says where the source's files are (srcFS,
@@ -370,35 +373,40 @@ func (r *runner) ckptSourceOptions() []ckpt.Option {
 	return nil
 }
 
-// openLoader opens the source with the loader. Its tensors are
-// read through the loader's Parts (loaderStore), with pread (nothing of
-// the source stays mapped) and verified as the policy's Verify says.
-func (r *runner) openLoader() ([]srcComponent, func(), error) {
+// loaderOptions are the options the source is opened with: its files'
+// rule, the variant asked for, no budget (convert streams), pread (nothing
+// of the source stays mapped) and the policy's verification.
+func (r *runner) loaderOptions() []ckpt.Option {
 	copts := append(r.ckptSourceOptions(), ckpt.WithVariant(r.opts.SourceVariant), ckpt.WithBudget(-1),
 		ckpt.WithReadStrategy("pread"))
 	if v := r.opts.Policy.Verify; v == ckpt.VerifyNever || v == ckpt.VerifyAlways {
 		copts = append(copts, ckpt.WithVerify(v))
 	}
-	m, err := ckpt.Open(r.src, copts...)
+	return copts
+}
+
+// openLoader opens the source with the loader, as stored, for what is
+// known before the policy is final (protectComponent adds to it): its
+// components, their folders and the names their files follow. openItems
+// then opens it with that policy.
+func (r *runner) openLoader() ([]srcComponent, error) {
+	m, err := ckpt.Open(r.src, r.loaderOptions()...)
 	if err != nil {
-		return nil, nil, &Error{Kind: ErrSource, Path: r.src, Err: err}
+		return nil, &Error{Kind: ErrSource, Path: r.src, Err: err}
 	}
-	closer := func() { m.Close() }
+	defer m.Close()
 	p, err := m.Plan()
 	if err != nil {
-		closer()
-		return nil, nil, &Error{Kind: ErrSource, Path: r.src, Err: err}
+		return nil, &Error{Kind: ErrSource, Path: r.src, Err: err}
 	}
 	var srcs []srcComponent
 	for _, cp := range p.Components {
 		cs, err := m.Contents(cp.Name)
 		if err != nil {
-			closer()
-			return nil, nil, &Error{Kind: ErrSource, Path: r.src, Component: cp.Name, Err: err}
+			return nil, &Error{Kind: ErrSource, Path: r.src, Component: cp.Name, Err: err}
 		}
 		if len(cs.Files) == 0 {
-			closer()
-			return nil, nil, &Error{Kind: ErrSource, Path: r.src, Component: cp.Name, Msg: "no weights files"}
+			return nil, &Error{Kind: ErrSource, Path: r.src, Component: cp.Name, Msg: "no weights files"}
 		}
 		// The source's naming: from its index, or its single file (a
 		// PyTorch file's safetensors name).
@@ -406,10 +414,46 @@ func (r *runner) openLoader() ([]srcComponent, func(), error) {
 		if cs.Index != "" {
 			naming = filepath.Base(cs.Index)
 		}
-		naming = torchNaming(naming)
-		srcs = append(srcs, srcComponent{label: cp.Name, dir: cp.Dir, naming: naming, store: newLoaderStore(cs, &r.rawPool), scheme: cs.Scheme})
+		srcs = append(srcs, srcComponent{label: cp.Name, dir: cp.Dir, naming: torchNaming(naming)})
 	}
-	return srcs, closer, nil
+	return srcs, nil
+}
+
+// openItems opens the source again, with the final policy (the caller's
+// and the rules protectComponent added), and gives each component the
+// loader's Items, which say how each of its tensors loads (buildTasks
+// writes them), and its stored tensors (Model.Contents) read through that
+// Model. The Model is closed with the run (closeItems).
+func (r *runner) openItems(comps []*component) error {
+	m, err := ckpt.Open(r.src, append(r.loaderOptions(), ckpt.WithPolicy(r.policy))...)
+	if err != nil {
+		var le *ckpt.Error
+		if errors.As(err, &le) && errors.Is(le.Kind, ckpt.ErrTarget) {
+			// A target the tensor cannot take (a complex tensor to a
+			// real dtype, a dequantization to an integer, elements
+			// that do not fill whole bytes): the loader's refusal.
+			return &Error{Kind: ErrCast, Component: le.Component, Tensor: le.Tensor, Msg: le.Msg, Err: le.Err}
+		}
+		return &Error{Kind: ErrSource, Path: r.src, Err: err}
+	}
+	r.closeItems = func() { m.Close() }
+	items, err := m.Items()
+	if err != nil {
+		return &Error{Kind: ErrSource, Path: r.src, Err: err}
+	}
+	for _, c := range comps {
+		cs, err := m.Contents(c.label)
+		if err != nil {
+			return &Error{Kind: ErrSource, Path: r.src, Component: c.label, Err: err}
+		}
+		c.store, c.scheme = newLoaderStore(cs, &r.rawPool), cs.Scheme
+		for _, it := range items {
+			if it.Component == c.label {
+				c.items = append(c.items, it)
+			}
+		}
+	}
+	return nil
 }
 
 // plan resolves the destination of every component, builds the tasks and
@@ -446,12 +490,22 @@ func (r *runner) plan(srcs []srcComponent) ([]copyFile, error) {
 		}
 	}
 	owners := r.owners(srcs, dirSrc, pipeline)
-	for _, cp := range srcs {
-		c := &component{label: cp.label, srcDir: cp.dir, store: cp.store, scheme: cp.scheme}
+	comps := make([]*component, len(srcs))
+	for i, cp := range srcs {
+		c := &component{label: cp.label, srcDir: cp.dir}
 		if pipeline {
 			c.name = cp.label
 		}
 		r.protectComponent(c, owners[cp.label], pipeline)
+		comps[i] = c
+	}
+	// The policy is final: every tensor's decision is the loader's, made
+	// with it.
+	if err := r.openItems(comps); err != nil {
+		return nil, err
+	}
+	for i, cp := range srcs {
+		c := comps[i]
 		if err := r.resolveComponentScale(c); err != nil {
 			return nil, err
 		}

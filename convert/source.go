@@ -58,8 +58,13 @@ func (s *loaderStore) tensor(name string) (*partTensor, error) {
 	if !ok {
 		return nil, &ckpt.Error{Kind: ckpt.ErrNotFound, Tensor: name, Msg: "no stored tensor of that name"}
 	}
-	p := &s.c.Tensors[i]
-	return &partTensor{p: p, n: numElements(p.Shape), pool: s.pool}, nil
+	return partSource(&s.c.Tensors[i], s.pool), nil
+}
+
+// partSource reads a loader Part (of an Item or of Model.Contents) as a
+// source tensor, converting through buffers of pool.
+func partSource(p *ckpt.Part, pool *sync.Pool) *partTensor {
+	return &partTensor{p: p, n: numElements(p.Shape), pool: pool}
 }
 
 // metadata is the files' metadata (a PyTorch checkpoint's: its

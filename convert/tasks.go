@@ -13,16 +13,13 @@ import (
 	"github.com/ckpt-go/ckpt/safetensors"
 )
 
-// buildTasks decides every tensor of c and builds the tasks that write
-// them, in the source's order, each FP8 scale right after its weight.
+// buildTasks builds the tasks that write every tensor of c, from the
+// loader's Items (c.items), in the source's order, each FP8 scale right
+// after its weight.
 func (r *runner) buildTasks(c *component) error {
 	o := &r.opts
 	entries := c.store.entries()
 	sch := c.scheme
-	weightOf := map[string]*quant.Weight{} // data tensor -> weight
-	for _, w := range sch.Weights {
-		weightOf[w.Data.Name] = w
-	}
 	unconsumed := map[string]bool{}
 	for _, n := range sch.Unconsumed {
 		unconsumed[n] = true
@@ -87,20 +84,16 @@ func (r *runner) buildTasks(c *component) error {
 	// addRelabel writes w's codes and scale values as they are stored,
 	// under the names of c.format, the scale in the shape of c.scale's grid
 	// (which covers the same blocks: see relabels).
-	addRelabel := func(w *quant.Weight, src *partTensor, dec ckpt.Decision) error {
+	addRelabel := func(w *quant.Weight, src, scale *partTensor, dec ckpt.Decision) error {
 		q, err := quant.NewFP8Quantizer(w.Elem, w.Shape, c.scale.Granularity, c.scale.Block)
 		if err != nil {
 			return castErr(w.Name, err.Error())
 		}
 		s := w.Scales[0]
-		ss, err := tensor(s.Name)
-		if err != nil {
-			return err
-		}
 		t := newTask(kCopy, w.Data.Name, w.Data.DType, w.Data.Shape, src, dec, ActionRelabel, w.Data.DType)
 		sname := w.Name + c.format.scaleSuffix()
 		t.rep.Scale, t.rep.ScaleTensor = c.scale.reportString(), sname
-		st := newTask(kCopy, sname, dtype.F32, q.ScaleShape(), ss, ckpt.Decision{Rule: fmt.Sprintf("scales of %s: %s %s as stored", w.Name, s.Name, s.DType)}, ActionScale, s.DType)
+		st := newTask(kCopy, sname, dtype.F32, q.ScaleShape(), scale, ckpt.Decision{Rule: fmt.Sprintf("scales of %s: %s %s as stored", w.Name, s.Name, s.DType)}, ActionScale, s.DType)
 		if s.DType != dtype.F32 {
 			st.kind = kCast // exact: F16 and BF16 widen to F32
 		}
@@ -115,11 +108,21 @@ func (r *runner) buildTasks(c *component) error {
 	noTarget := !o.Policy.Default.IsSet() && len(o.Policy.Components) == 0 && len(o.Policy.Rules) == 0
 	// dropped are the scales and markers of weights that leave their layout.
 	var dropped []string
-	var later []storedEntry // activation scales and markers, decided last
+	// Activation scales and markers, decided last, in the source's order.
+	var later []storedEntry
 	for _, e := range entries {
-		name, info := e.name, e
-		if w := weightOf[name]; w != nil {
-			dec := r.policy.Decide(c.label, w.Name, w.Elem, true, w.Shape)
+		if markers[e.name] || kept[e.name] {
+			later = append(later, e)
+		}
+	}
+	// Each logical tensor as the loader decided it (its Item, made with
+	// the final policy: openItems): the targets, the refusals of targets a
+	// tensor cannot take and the layouts are the loader's; what is
+	// convert's own is how it writes them (scaled FP8 quantization,
+	// relabeled scales, the layout's other tensors).
+	for _, it := range c.items {
+		dec := it.Decision
+		if w := it.Quant; w != nil {
 			d, isD := dec.Target.DType()
 			if !isD && noTarget && c.explicit && fp8Elem(w.Elem) {
 				// Only scales were asked for: they apply to the
@@ -127,10 +130,7 @@ func (r *runner) buildTasks(c *component) error {
 				d, isD = w.Elem, true
 				dec.Rule = "no dtype target: " + c.request() + " for the stored " + w.Elem.String()
 			}
-			src, err := tensor(name)
-			if err != nil {
-				return err
-			}
+			src := partSource(&it.Data, &r.rawPool)
 			keep := !isD
 			if keep && c.explicit && fp8Elem(w.Elem) {
 				notApplied++
@@ -143,7 +143,7 @@ func (r *runner) buildTasks(c *component) error {
 				case c.scale.Unscaled:
 					// Dequantized and cast without scales, below.
 				case relabels(w, c.format, c.scale):
-					if err := addRelabel(w, src, dec); err != nil {
+					if err := addRelabel(w, src, partSource(&it.Scales[0], &r.rawPool), dec); err != nil {
 						return err
 					}
 					goneWeights++
@@ -156,105 +156,84 @@ func (r *runner) buildTasks(c *component) error {
 					}
 				}
 			}
-			switch {
-			case keep:
+			if keep {
 				keptWeights++
-				t := newTask(kCopy, name, info.dtype, info.shape, src, dec, ActionCopy, info.dtype)
-				tasks = append(tasks, t)
-				for _, s := range w.Scales {
-					ss, err := tensor(s.Name)
-					if err != nil {
-						return err
-					}
-					tasks = append(tasks, newTask(kCopy, s.Name, s.DType, s.Shape, ss, ckpt.Decision{Rule: "scale of " + w.Name}, ActionCopy, s.DType))
-				}
-			case !d.IsFloat():
-				return castErr(w.Name, fmt.Sprintf("a %s weight in layout %s dequantizes to a float dtype, not %s (%s)", w.Elem, w.Layout, d, dec.Rule))
-			default:
-				goneWeights++
-				for _, s := range w.Scales {
-					dropped = append(dropped, s.Name)
-				}
-				sc, err := scaled(d, w.Name, w.Shape)
-				if err != nil {
-					return err
-				}
-				kind, action := kDequant, ActionDequantize
-				if sc {
-					kind, action = kRequant, ActionRequantize
-				}
-				t := newTask(kind, w.Name, d, w.Shape, src, dec, action, w.Elem)
-				t.w = w
-				t.rep.Narrowed = true
-				for _, s := range w.Scales {
-					ss, err := tensor(s.Name)
-					if err != nil {
-						return err
-					}
-					t.scales = append(t.scales, ss)
-				}
-				rows, cols := int64(1), int64(1)
-				if len(w.Shape) > 0 {
-					cols = w.Shape[len(w.Shape)-1]
-					rows = numElements(w.Shape[:len(w.Shape)-1])
-				}
-				t.rows, t.cols = rows, cols
-				if sc {
-					if err := addQuant(t, d); err != nil {
-						return err
-					}
-				} else {
-					tasks = append(tasks, t)
-				}
-			}
-			continue
-		}
-		if sch.Consumed(name) {
-			if markers[name] {
-				later = append(later, e)
-			}
-			continue // a scale, with its weight
-		}
-		if kept[name] {
-			later = append(later, e)
-			continue
-		}
-		src, err := tensor(name)
-		if err != nil {
-			return err
-		}
-		if unconsumed[name] {
-			r.rep.Warnings = append(r.rep.Warnings, fmt.Sprintf("%s: %s looks like quantization data of a layout ckpt does not decode: copied as stored", c.label, name))
-			tasks = append(tasks, newTask(kCopy, name, info.dtype, info.shape, src, ckpt.Decision{Rule: "unknown layout: as stored"}, ActionCopy, info.dtype))
-			continue
-		}
-		dec := r.policy.Decide(c.label, name, info.dtype, false, info.shape)
-		d, isD := dec.Target.DType()
-		switch {
-		case !isD || d == info.dtype:
-			tasks = append(tasks, newTask(kCopy, name, info.dtype, info.shape, src, dec, ActionCopy, info.dtype))
-		case info.dtype.Kind() == dtype.KindComplex && d.Kind() != dtype.KindComplex:
-			return castErr(name, fmt.Sprintf("complex %s cannot become %s (%s)", info.dtype, d, dec.Rule))
-		default:
-			sc, err := scaled(d, name, info.shape)
-			if err != nil {
-				return err
-			}
-			if sc && info.dtype.IsFloat() {
-				t := newTask(kQuant, name, d, info.shape, src, dec, ActionQuantize, info.dtype)
-				if err := addQuant(t, d); err != nil {
-					return err
+				tasks = append(tasks, newTask(kCopy, it.Data.Tensor, it.Data.DType, it.Data.Shape, src, dec, ActionCopy, it.Data.DType))
+				for i := range it.Scales {
+					s := &it.Scales[i]
+					tasks = append(tasks, newTask(kCopy, s.Tensor, s.DType, s.Shape, partSource(s, &r.rawPool), ckpt.Decision{Rule: "scale of " + w.Name}, ActionCopy, s.DType))
 				}
 				continue
 			}
-			if _, err := d.ByteLen(numElements(info.shape)); err != nil {
-				return castErr(name, fmt.Sprintf("%d elements do not fill whole bytes of %s (%s)", numElements(info.shape), d, dec.Rule))
+			goneWeights++
+			for _, s := range w.Scales {
+				dropped = append(dropped, s.Name)
 			}
-			t := newTask(kCast, name, d, info.shape, src, dec, ActionCast, info.dtype)
-			t.narrow = !exact(info.dtype, d)
-			t.rep.Narrowed = t.narrow
-			tasks = append(tasks, t)
+			sc, err := scaled(d, w.Name, w.Shape)
+			if err != nil {
+				return err
+			}
+			kind, action := kDequant, ActionDequantize
+			if sc {
+				kind, action = kRequant, ActionRequantize
+			}
+			t := newTask(kind, w.Name, d, w.Shape, src, dec, action, w.Elem)
+			t.w = w
+			t.rep.Narrowed = true
+			for i := range it.Scales {
+				t.scales = append(t.scales, partSource(&it.Scales[i], &r.rawPool))
+			}
+			rows, cols := int64(1), int64(1)
+			if len(w.Shape) > 0 {
+				cols = w.Shape[len(w.Shape)-1]
+				rows = numElements(w.Shape[:len(w.Shape)-1])
+			}
+			t.rows, t.cols = rows, cols
+			if sc {
+				if err := addQuant(t, d); err != nil {
+					return err
+				}
+			} else {
+				tasks = append(tasks, t)
+			}
+			continue
 		}
+		name, stored, shape := it.Data.Tensor, it.Data.DType, it.Data.Shape
+		if name != it.Name {
+			// A tied name of a PyTorch source, which views another
+			// name's storage: that tensor is written once, under its own
+			// name, and the tie is in the metadata (torch.AliasesKey).
+			continue
+		}
+		if kept[name] {
+			continue // with the layout's tensors, last
+		}
+		src := partSource(&it.Data, &r.rawPool)
+		if unconsumed[name] {
+			r.rep.Warnings = append(r.rep.Warnings, fmt.Sprintf("%s: %s looks like quantization data of a layout ckpt does not decode: copied as stored", c.label, name))
+			tasks = append(tasks, newTask(kCopy, name, stored, shape, src, ckpt.Decision{Rule: "unknown layout: as stored"}, ActionCopy, stored))
+			continue
+		}
+		if it.Action != ckpt.ActionConvert {
+			tasks = append(tasks, newTask(kCopy, name, stored, shape, src, dec, ActionCopy, stored))
+			continue
+		}
+		d := it.DType
+		sc, err := scaled(d, name, shape)
+		if err != nil {
+			return err
+		}
+		if sc && stored.IsFloat() {
+			t := newTask(kQuant, name, d, shape, src, dec, ActionQuantize, stored)
+			if err := addQuant(t, d); err != nil {
+				return err
+			}
+			continue
+		}
+		t := newTask(kCast, name, d, shape, src, dec, ActionCast, stored)
+		t.narrow = !exact(stored, d)
+		t.rep.Narrowed = t.narrow
+		tasks = append(tasks, t)
 	}
 	if storedFP8 > 0 {
 		r.rep.Warnings = append(r.rep.Warnings, fmt.Sprintf("%s: %d weights already stored as scaled FP8 (%s) are copied with their scales as stored: set Scale or ScaleFormat (--fp8-scale, --scale-format) to requantize or relabel them", cmp.Or(c.name, "weights"), storedFP8, sch.Layout))
