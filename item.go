@@ -41,17 +41,6 @@ func (a Action) String() string {
 	return fmt.Sprintf("Action(%d)", uint8(a))
 }
 
-// The loader's own spelling of the actions.
-type action = Action
-
-const (
-	actView       = ActionView
-	actRead       = ActionRead
-	actConvert    = ActionConvert
-	actDequantize = ActionDequantize
-	actQuantized  = ActionQuantized
-)
-
 // Item is the loader's decision for one logical tensor, as a typed value:
 // what it is, what it loads as, how, and which stored bytes it reads. Load,
 // LoadTensor and Plan work from these decisions, and so do the executors'

@@ -51,7 +51,7 @@ type Tensor struct {
 	Split *SliceInfo
 
 	data []byte
-	act  action
+	act  Action
 	q    *quant.Weight // the layout of a weight kept quantized (see QuantWeight)
 }
 
@@ -87,7 +87,7 @@ func (t *Tensor) NumElements() int64 { return numElements(t.Shape) }
 // significant bits or fewer). A weight kept quantized is refused: load it
 // with a float target to dequantize it.
 func (t *Tensor) Float32s() ([]float32, error) {
-	if t.act == actQuantized {
+	if t.act == ActionQuantized {
 		return nil, &Error{Kind: ErrTarget, Component: t.Component, Tensor: t.Name, Msg: "a quantized weight has no float values until it is dequantized (load it with a float target)"}
 	}
 	out := make([]float32, t.NumElements())
@@ -430,7 +430,7 @@ func (e *entry) arenaBytes() int64 {
 	if e.owned == 0 {
 		return 0
 	}
-	if e.act != actQuantized || e.sl != nil && !e.sl.whole {
+	if e.act != ActionQuantized || e.sl != nil && !e.sl.whole {
 		// A split part's owned bytes are aligned part by part already.
 		return alignUp(e.owned)
 	}

@@ -127,12 +127,12 @@ func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, st storedTen
 	}
 	mapped := mappedFile(st) != nil
 	act := e.act
-	if pp.intoCaller && act == actView {
-		act = actRead // the caller's buffer: read instead of viewing
+	if pp.intoCaller && act == ActionView {
+		act = ActionRead // the caller's buffer: read instead of viewing
 	}
 	t.act = act
 	switch act {
-	case actView:
+	case ActionView:
 		if mapped {
 			b, err := view(t, st, sl.data)
 			t.data = b
@@ -140,17 +140,17 @@ func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, st storedTen
 		}
 		t.data = make([]byte, sl.data.total())
 		return raw(t, st, sl.data, t.data)
-	case actRead, actConvert:
+	case ActionRead, ActionConvert:
 		t.data = pp.alloc(e.outBytes)
 		t.Location.Owned = true
 		ck, err := check(t, st, sl.data)
 		if err != nil {
 			return err
 		}
-		if act == actConvert && mapped && !pread && sl.whole && ck == nil && e.outBytes <= smallMax && pp.small(c, e, st) {
+		if act == ActionConvert && mapped && !pread && sl.whole && ck == nil && e.outBytes <= smallMax && pp.small(c, e, st) {
 			return nil
 		}
-		sj := pp.job(partJob{kind: partPlain, st: st, convert: act == actConvert, evict: act == actConvert && mapped, mapped: !pread && mapped, ck: ck})
+		sj := pp.job(partJob{kind: partPlain, st: st, convert: act == ActionConvert, evict: act == ActionConvert && mapped, mapped: !pread && mapped, ck: ck})
 		fb, ob := int64(e.stored.Bits()), int64(e.out.Bits())
 		per := max(chunkBytes*8/max(fb, ob)/8*8, 8)
 		n := sl.elems.total()
@@ -159,7 +159,7 @@ func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, st storedTen
 			d0, d1 := first*ob/8, (first+cnt)*ob/8
 			pp.work = append(pp.work, piece{c: c, e: e, t: t, st: st, first: first, n: cnt, dst: t.data[d0:d1], bytes: d1 - d0, sj: sj})
 		}
-	case actDequantize:
+	case ActionDequantize:
 		t.data = pp.alloc(e.outBytes)
 		t.Location.Owned = true
 		q := sl.q
@@ -193,7 +193,7 @@ func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, st storedTen
 			dst := t.data[(r0-q.pad)*outRow : (p1-q.pad)*outRow]
 			pp.work = append(pp.work, piece{c: c, e: e, t: t, st: st, first: p0, n: p1 - p0, dst: dst, bytes: int64(len(dst)), sj: sj})
 		}
-	case actQuantized:
+	case ActionQuantized:
 		q := sl.q
 		t.q = q.keep
 		var err error
@@ -215,7 +215,7 @@ func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, st storedTen
 		for i, s := range e.q.Scales {
 			sst, qs := scales[i], q.scales[i]
 			sc := &Tensor{Component: c.name, Name: s.Name, DType: s.DType, Shape: slices.Clone(qs.shape), Stored: s.DType,
-				Decision: e.dec, Role: s.Role, act: actView,
+				Decision: e.dec, Role: s.Role, act: ActionView,
 				Location: Location{File: filePath(sst), Offset: sst.Offset(), Length: sst.ByteLen()}}
 			switch {
 			case !pread && qs.sel.isContiguous() && mappedFile(sst) != nil:
@@ -224,7 +224,7 @@ func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, st storedTen
 				sc.data = make([]byte, qs.sel.total())
 				err = raw(sc, sst, qs.sel, sc.data)
 			default:
-				sc.act, sc.Location.Owned = actRead, true
+				sc.act, sc.Location.Owned = ActionRead, true
 				sc.data = pp.alloc(qs.sel.total())
 				err = raw(sc, sst, qs.sel, sc.data)
 			}

@@ -72,7 +72,7 @@ type entry struct {
 	at       int32       // position of its stored (data) tensor in the component's tensors (tensorStore.At); -1 unknown
 	stored   dtype.DType // stored dtype (a quantized weight's element type)
 	out      dtype.DType
-	act      action
+	act      Action
 	vsum     bool // some stored tensor the part reads is verified (from the checksum keys Open saw)
 	// The stored tensors the entry reads, once looked up
 	// (modelComponent.stored): its data tensor, and a quantized weight's
@@ -388,24 +388,24 @@ func (e *entry) resolve(strategy readStrategy) error {
 	keep := func() {
 		e.out = e.stored
 		if strategy == readPread {
-			e.act = actRead
+			e.act = ActionRead
 			e.owned = e.inBytes
 		} else {
-			e.act = actView
+			e.act = ActionView
 			e.mapped = e.inBytes
 		}
 	}
 	switch {
 	case e.q != nil && (!isDType || d == e.q.Elem):
 		keep()
-		e.act = map[action]action{actView: actQuantized, actRead: actQuantized}[e.act]
+		e.act = map[Action]Action{ActionView: ActionQuantized, ActionRead: ActionQuantized}[e.act]
 		e.outBytes, _ = e.q.Data.DType.ByteLen(numElements(e.q.Data.Shape))
 		return nil
 	case e.q != nil:
 		if !d.IsFloat() {
 			return &Error{Kind: ErrTarget, Tensor: e.name, Msg: fmt.Sprintf("a quantized %s weight dequantizes to a float dtype, not %s (%s)", e.q.Elem, d, e.dec.Rule)}
 		}
-		e.out, e.act = d, actDequantize
+		e.out, e.act = d, ActionDequantize
 	case !isDType || d == e.stored:
 		keep()
 		e.outBytes = e.inBytes
@@ -414,7 +414,7 @@ func (e *entry) resolve(strategy readStrategy) error {
 		if e.stored.Kind() == dtype.KindComplex && d.Kind() != dtype.KindComplex {
 			return &Error{Kind: ErrTarget, Tensor: e.name, Msg: fmt.Sprintf("complex %s cannot become %s (%s)", e.stored, d, e.dec.Rule)}
 		}
-		e.out, e.act = d, actConvert
+		e.out, e.act = d, ActionConvert
 	}
 	b, err := e.out.ByteLen(n)
 	if err != nil {

@@ -364,12 +364,12 @@ func (u *usage) add(m *Model, c *modelComponent, e *entry) {
 		}
 	}
 	switch {
-	case e.act == actView || e.act == actQuantized && c.strategy != readPread:
+	case e.act == ActionView || e.act == ActionQuantized && c.strategy != readPread:
 		return // nothing to read or convert
 	case c.strategy == readPread:
 		// A pread piece is read into a scratch buffer of its size.
 		u.perWorker = max(u.perWorker, min(e.inBytes, chunkBytes))
-	case e.act == actDequantize:
+	case e.act == ActionDequantize:
 		u.perWorker = max(u.perWorker, dequantScratch)
 	}
 	u.pieces += max((e.outBytes+chunkBytes-1)/chunkBytes, 1)

@@ -542,20 +542,20 @@ func (e *entry) resolveSlice(strategy readStrategy) error {
 		return &Error{Kind: ErrOption, Tensor: e.name, Msg: "split: " + fmt.Sprintf(format, a...)}
 	}
 	switch e.act {
-	case actView:
+	case ActionView:
 		if !sl.data.isContiguous() {
-			e.act = actRead
+			e.act = ActionRead
 			e.mapped, e.owned = 0, e.inBytes
 		}
-	case actConvert:
+	case ActionConvert:
 		if ob := int64(e.out.Bits()); sl.elems.count > 1 && sl.elems.n*ob%8 != 0 {
 			return fail("rank's part %s does not start and end on whole bytes of %s (%s)", sl.info.String(), e.out, e.dec.Rule)
 		}
-	case actDequantize:
+	case ActionDequantize:
 		if cols := sl.q.c1 - sl.q.c0; cols*int64(e.out.Bits())%8 != 0 {
 			return fail("rows of %d %s elements are not whole bytes (%s)", cols, e.out, e.dec.Rule)
 		}
-	case actQuantized:
+	case ActionQuantized:
 		q := sl.q
 		if q.keep == nil {
 			return fail("kept quantized (%s), a part must start on its scale's blocks, but %s; load it dequantized, or split where blocks begin", e.dec.Rule, q.padWhy)
@@ -613,7 +613,7 @@ func (m *Model) partStaging() int64 {
 	var most int64
 	for _, c := range m.comps {
 		for _, e := range c.entries {
-			if e.act != actDequantize {
+			if e.act != ActionDequantize {
 				continue
 			}
 			q := e.sl.q
