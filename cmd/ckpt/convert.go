@@ -20,7 +20,7 @@ func convertCommand() *command {
 each narrowing did to the values. SRC is a .safetensors file, an index, a
 component folder or a pipeline root (with model_index.json); --source-variant
 reads one of its precision variants. SRC may also be a PyTorch checkpoint
-(.bin, .pt, .pth, pytorch_model.bin.index.json, or a folder of them), read
+(.bin, .pt, .pth, .ckpt, pytorch_model.bin.index.json, or a folder of them), read
 without executing anything of its pickle: a checkpoint that names any other
 global is refused before anything is written. A file converts to a file (DST is the
 output file, or a folder that receives the source's file name); a folder or
@@ -85,7 +85,15 @@ uploads are aborted. A location that holds weights already is refused
 unless --overwrite: the new shards then take new names, the index is
 replaced last and the old shards are removed after it.
 
-` + policyHelp + `
+` + dtypePolicyHelp + `
+
+Integrity: the source's tensors are checked as they are read against the
+CRC-32C their files name (files written by ckpt name one for every tensor),
+and the output names the CRC-32C of every tensor it holds. A damaged source
+tensor fails the conversion, naming the file, the tensor and its bytes,
+before anything is committed. --source-verify present (the default) checks
+the files that name checksums; always also refuses files that name none
+(PyTorch files never do); never checks nothing.
 
 Exit status: 0 when the conversion is done, 1 when it failed (nothing of a
 failed set was committed), 2 for usage errors.
@@ -122,6 +130,7 @@ Examples:
 		fs.Var(&shardSize, "max-shard-size", "re-shard the output by size: largest shard `SIZE` (5GB, 2GiB, bytes); default: the source's sharding")
 		failOverflow := fs.Bool("fail-on-overflow", false, "fail, committing nothing, when a value overflows its target or becomes NaN or Inf")
 		verify := fs.Bool("verify", false, "read the output back and check it tensor by tensor")
+		srcVerify := fs.String("source-verify", "present", "check the source's tensors against the checksums their files name, `MODE`: present (files that name them), always (also refuse files that do not) or never")
 		asJSON := fs.Bool("json", false, "print the report as JSON")
 		overwrite := fs.Bool("overwrite", false, "replace the weights already at an s3:// DST (a local DST's set is replaced atomically either way)")
 		workers := fs.Int("workers", 0, "the `N` goroutines that convert (0: one per CPU)")
@@ -133,8 +142,12 @@ Examples:
 		if len(pos) != 2 {
 			return usageError{msg: "convert takes SRC and DST"}
 		}
+		sv, err := parseVerify("source-verify", *srcVerify)
+		if err != nil {
+			return err
+		}
 		opts := convert.Options{
-			Policy: ckpt.Policy{Default: dtype.t, Rules: rules, Saturate: *saturate}, Variant: *variant, SourceVariant: *srcVariant,
+			Policy: ckpt.Policy{Default: dtype.t, Rules: rules, Saturate: *saturate, Verify: sv}, Variant: *variant, SourceVariant: *srcVariant,
 			FailOnOverflow: *failOverflow, Verify: *verify,
 			Workers: *workers, FollowSymlinks: *follow, Overwrite: *overwrite, AllowCkptOnlyQuant: *ckptOnly,
 		}

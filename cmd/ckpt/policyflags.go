@@ -11,8 +11,9 @@ import (
 	"github.com/ckpt-go/ckpt/shard"
 )
 
-// policyHelp explains the flags that plan and get share.
-const policyHelp = `The dtype policy: --keep rules are tried first, in order, and the first
+// dtypePolicyHelp explains the dtype policy flags that plan, get and
+// convert share.
+const dtypePolicyHelp = `The dtype policy: --keep rules are tried first, in order, and the first
 whose pattern matches a tensor decides; then the --preset's rules; then the
 tensor's --component target; then --dtype; with none of them, the stored
 dtype. A target D is a dtype name as "ckpt dtypes" lists it (F32, bf16,
@@ -28,7 +29,11 @@ Patterns match dotted names part by part: "norm" is that part anywhere
 ("blocks.0.norm.weight", not "layernorm.weight"), "*" is one part, "**" any
 number of parts, "ln_*" or "norm[0-9]" match within one part:
 "blocks.*.attn.**=BF16", "**.bias=F32". "COMPONENT/PATTERN=D" limits a rule
-to one component of a pipeline.
+to one component of a pipeline.`
+
+// policyHelp explains the flags that plan and get share: the dtype
+// policy, tensor parallelism and integrity.
+const policyHelp = dtypePolicyHelp + `
 
 Tensor parallelism: --rank R --world N makes this process rank R of N, and
 each --split PATTERN=DIM (repeatable; the first that matches decides)
@@ -45,8 +50,9 @@ Integrity: files written by ckpt name a CRC-32C of every tensor's bytes.
 read, and a damaged one fails with the file, the tensor and its bytes;
 --verify always also refuses files that name no checksums; --verify never
 checks nothing. A rank's part of a tensor is checked only with always,
-which then reads the rest of the tensor too. The plan's "verify" line says
-what will be checked.`
+which then reads the rest of the tensor too. PyTorch files name no
+checksums: present reads them unverified, always refuses them. The plan's
+"verify" line says what will be checked.`
 
 // policyFlags are the flags that choose what a load produces: the variant
 // and the dtype policy, and how files are read.
@@ -105,7 +111,7 @@ func (p *policyFlags) options() ([]ckpt.Option, error) {
 		return nil, usageError{msg: fmt.Sprintf("--preset %q: the presets are keep-norms-f32", p.preset)}
 	}
 	var err error
-	if policy.Verify, err = parseVerify(p.verify); err != nil {
+	if policy.Verify, err = parseVerify("verify", p.verify); err != nil {
 		return nil, err
 	}
 	// Open refuses a bad read strategy (ErrOption: a usage error).
@@ -143,13 +149,13 @@ func (p *policyFlags) options() ([]ckpt.Option, error) {
 }
 
 // parseVerify parses --verify: a Verify as its String spells it.
-func parseVerify(s string) (ckpt.Verify, error) {
+func parseVerify(flag, s string) (ckpt.Verify, error) {
 	for _, v := range []ckpt.Verify{ckpt.VerifyPresent, ckpt.VerifyAlways, ckpt.VerifyNever} {
 		if strings.EqualFold(strings.TrimSpace(s), v.String()) {
 			return v, nil
 		}
 	}
-	return 0, usageError{msg: fmt.Sprintf("--verify %q: present, always or never", s)}
+	return 0, usageError{msg: fmt.Sprintf("--%s %q: present, always or never", flag, s)}
 }
 
 // splitFlags collects repeated --split PATTERN=DIM flags, in order.
