@@ -153,6 +153,14 @@ func classify(name string) (candidate, bool) {
 	return candidate{}, false
 }
 
+// FormatOf returns the format (FormatSafetensors, FormatPyTorch) of a
+// file named by the naming rules of ResolveComponent, from its base name
+// alone; "" for any other name.
+func FormatOf(name string) string {
+	c, _ := classify(name)
+	return c.format
+}
+
 // weightsLike reports whether an unrecognized file name looks like model
 // weights or an index, so it is worth listing as ignored.
 func weightsLike(name string) bool {
