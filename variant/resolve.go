@@ -346,6 +346,11 @@ func (f *folder) variants() []string {
 // preferred candidate is returned. A component with no V-tagged weights fails
 // with ErrVariantNotFound, whose message says whether untagged weights exist.
 //
+// PyTorch weights follow the same names and rules with ".bin" for
+// ".safetensors" and "pytorch_model" for the prefix "model" (no swap
+// names): for the variant chosen, safetensors weights win over PyTorch ones
+// (never mixed), and a plan of PyTorch weights has Format FormatPyTorch.
+//
 // The plan is returned even on failure, with Error set, so that callers can
 // report the ignored files; the error is also returned.
 func ResolveComponent(dir, variant string, opts ...Option) (*Plan, error) {
