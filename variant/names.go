@@ -161,6 +161,32 @@ func FormatOf(name string) string {
 	return c.format
 }
 
+// SafetensorsName returns the safetensors name of the file that plays
+// the role of the PyTorch weights file name (a base name) in a set of the
+// same variant: the ".bin" becomes ".safetensors" and transformers'
+// prefix "pytorch_model" becomes "model" (pytorch_model.bin.index.fp16.json
+// becomes model.safetensors.index.fp16.json,
+// diffusion_pytorch_model-00001-of-00002.fp16.bin
+// diffusion_pytorch_model-00001-of-00002.fp16.safetensors). ok is false
+// for a name that is not PyTorch weights under these rules.
+func SafetensorsName(name string) (string, bool) {
+	c, ok := classify(name)
+	if !ok || c.format != FormatPyTorch {
+		return "", false
+	}
+	rest := name[len(c.prefix):]
+	if c.kind == kindIndex { // X.bin.index[.V].json, X.bin.V.index.json
+		rest = ".safetensors" + strings.TrimPrefix(rest, ".bin")
+	} else {
+		rest = strings.TrimSuffix(rest, ".bin") + ".safetensors"
+	}
+	prefix := c.prefix
+	if prefix == torchPrefix {
+		prefix = TransformersPrefix
+	}
+	return prefix + rest, true
+}
+
 // weightsLike reports whether an unrecognized file name looks like model
 // weights or an index, so it is worth listing as ignored.
 func weightsLike(name string) bool {

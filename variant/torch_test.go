@@ -265,3 +265,24 @@ func TestPipelineTorch(t *testing.T) {
 		t.Errorf("bf16: %v", err)
 	}
 }
+
+func TestSafetensorsName(t *testing.T) {
+	for in, want := range map[string]string{
+		"pytorch_model.bin":                               "model.safetensors",
+		"pytorch_model.bin.index.fp16.json":               "model.safetensors.index.fp16.json",
+		"pytorch_model.bin.bin.index.json":                "model.safetensors.bin.index.json", // the variant "bin"
+		"pytorch_model.bin.bin":                           "model.bin.safetensors",
+		"diffusion_pytorch_model-00001-of-00002.fp16.bin": "diffusion_pytorch_model-00001-of-00002.fp16.safetensors",
+		"diffusion_pytorch_model.fp16-00001-of-00002.bin": "diffusion_pytorch_model.fp16-00001-of-00002.safetensors",
+		"model.safetensors":                               "",
+		"model.bin":                                       "",
+	} {
+		got, ok := variant.SafetensorsName(in)
+		if got != want || ok != (want != "") {
+			t.Errorf("SafetensorsName(%s) = %s, %v; want %s", in, got, ok, want)
+		}
+		if ok && variant.FormatOf(got) != variant.FormatSafetensors {
+			t.Errorf("%s: %s is not a safetensors weights name", in, got)
+		}
+	}
+}
