@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/fstest"
 
 	"github.com/ckpt-go/ckpt/ckpttest"
 	"github.com/ckpt-go/ckpt/variant"
@@ -285,4 +286,36 @@ func TestSafetensorsName(t *testing.T) {
 			t.Errorf("%s: %s is not a safetensors weights name", in, got)
 		}
 	}
+}
+
+// FuzzTorchIndex: whatever a PyTorch index holds, resolution returns a
+// plan naming only shards of the index's set that are in the folder, or a
+// typed error; it never panics.
+func FuzzTorchIndex(f *testing.F) {
+	for _, s := range []string{`{"weight_map": {"a": "pytorch_model-00001-of-00002.bin", "b": "pytorch_model-00002-of-00002.bin"}}`,
+		`{"weight_map": {"a": "../pytorch_model-00001-of-00002.bin"}}`, `{"weight_map": {"a": "pytorch_model.fp16-00001-of-00002.bin"}}`,
+		`{"weight_map": {}}`, `[]`, `{"weight_map": {"a": 1}}`, `{"weight_map": {"a": "pytorch_model-00003-of-00002.bin"}}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, index string) {
+		fsys := fstest.MapFS{
+			"m/pytorch_model.bin.index.json":          {Data: []byte(index)},
+			"m/pytorch_model-00001-of-00002.bin":      {Data: []byte("x")},
+			"m/pytorch_model-00002-of-00002.bin":      {Data: []byte("x")},
+			"m/pytorch_model.fp16-00001-of-00002.bin": {Data: []byte("x")},
+		}
+		p, err := variant.ResolveComponent("m", "", variant.WithFS(fsys))
+		if err != nil {
+			var e *variant.Error
+			if !errors.As(err, &e) || p.Error == nil {
+				t.Fatalf("untyped error %v", err)
+			}
+			return
+		}
+		for _, f := range p.Files {
+			if _, ok := fsys["m/"+f]; !ok || variant.FormatOf(f) != variant.FormatPyTorch || strings.Contains(f, "fp16") {
+				t.Fatalf("plan names %s: %+v", f, p)
+			}
+		}
+	})
 }
