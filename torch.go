@@ -43,17 +43,20 @@ func (m *Model) openTorch(name, dir, label string, inFolder bool) (*modelCompone
 	if fsys := m.src.FS(); fsys != nil {
 		ck, err = torch.OpenFS(fsys, name)
 	} else {
-		real := name
 		if inFolder {
-			if real, err = shard.ResolveFile(name, m.sourceOptions()...); err != nil {
+			if _, err = shard.ResolveFile(name, m.sourceOptions()...); err != nil {
 				return nil, &Error{Kind: ErrResolve, Path: name, Component: label, Err: err}
 			}
 		}
+		// Opened by the name the folder gives it, not where its link
+		// leads: an index's shards are beside the index's name (in the
+		// Hugging Face cache, links in the snapshot folder, whose targets
+		// are blobs named by their hashes).
 		var opts []torch.Option
 		if m.src.Follow() {
 			opts = append(opts, torch.WithSymlinkRoot("/"))
 		}
-		ck, err = torch.Open(real, opts...)
+		ck, err = torch.Open(name, opts...)
 	}
 	if err != nil {
 		return nil, &Error{Kind: ErrResolve, Path: name, Component: label, Err: err}

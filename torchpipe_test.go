@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -140,5 +143,56 @@ func TestTorchPipeline(t *testing.T) {
 	// A variant no component has is refused, as for safetensors.
 	if _, err := Open(torchPipeline(t, true, ckpttest.Current), WithVariant("bf16")); !errors.Is(err, ErrResolve) || !errors.Is(err, variant.ErrVariantNotFound) {
 		t.Errorf("bf16: %v", err)
+	}
+}
+
+// TestTorchPipelineHFCache: a pipeline in the Hugging Face cache layout
+// (every file of the snapshot a link to a blob named by its hash) loads
+// its PyTorch components, sharded ones included, with WithFollowSymlinks,
+// and is refused without it.
+func TestTorchPipelineHFCache(t *testing.T) {
+	src := torchPipeline(t, true, ckpttest.Current)
+	repo := t.TempDir()
+	snap := filepath.Join(repo, "snapshots", "rev")
+	n := 0
+	err := filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		n++
+		blob := filepath.Join(repo, "blobs", fmt.Sprintf("%064x", n))
+		if err := os.MkdirAll(filepath.Dir(blob), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(blob, b, 0o644); err != nil {
+			return err
+		}
+		link := filepath.Join(snap, rel)
+		if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+			return err
+		}
+		target, _ := filepath.Rel(filepath.Dir(link), blob)
+		return os.Symlink(target, link)
+	})
+	if err != nil {
+		t.Skip("no symlinks:", err)
+	}
+	want := mustLoad(t, mustOpen(t, src, WithVariant("fp16")))
+	got := mustLoad(t, mustOpen(t, snap, WithVariant("fp16"), WithFollowSymlinks()))
+	if got.Len() != want.Len() {
+		t.Fatalf("%d tensors, want %d", got.Len(), want.Len())
+	}
+	for name, wt := range want.All() {
+		if gt, err := got.Tensor(name); err != nil || !bytes.Equal(gt.Bytes(), wt.Bytes()) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if _, err := Open(snap, WithVariant("fp16")); !errors.Is(err, ErrResolve) || !errors.Is(err, variant.ErrInsecurePath) {
+		t.Errorf("without WithFollowSymlinks: %v", err)
 	}
 }
