@@ -196,3 +196,20 @@ func TestTorchPipelineHFCache(t *testing.T) {
 		t.Errorf("without WithFollowSymlinks: %v", err)
 	}
 }
+
+// TestTorchPipelineFS: a pipeline of PyTorch components loads from an
+// fs.FS as from its folder.
+func TestTorchPipelineFS(t *testing.T) {
+	root := torchPipeline(t, true, ckpttest.Legacy)
+	want := mustLoad(t, mustOpen(t, root, WithVariant("fp16"), WithComponentDType("vae", To(dtype.F16))))
+	m := mustOpen(t, filepath.Base(root), WithFS(os.DirFS(filepath.Dir(root))), WithVariant("fp16"), WithComponentDType("vae", To(dtype.F16)))
+	got := mustLoad(t, m)
+	if got.Len() != want.Len() {
+		t.Fatalf("%d tensors, want %d", got.Len(), want.Len())
+	}
+	for name, wt := range want.All() {
+		if gt, err := got.Tensor(name); err != nil || gt.DType != wt.DType || !bytes.Equal(gt.Bytes(), wt.Bytes()) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
