@@ -109,7 +109,8 @@ const maxConfigSize = 16 << 20
 // variant are PyTorch ones (pytorch_model*.bin, diffusion_pytorch_model*.bin,
 // their indexes and shards, resolved by package variant's rules for
 // safetensors weights: variants, fallbacks and refusals alike; safetensors
-// weights for the variant win, and the two are never mixed). Its pickle is read and checked whole by Open. Tied
+// weights for the variant win, and the two are never mixed). Its pickle is
+// read and checked whole by Open. Tied
 // names (two names of one view of a storage) load as two tensors of the
 // same values. Its tensors are read with pread, never mapped (a view may
 // be gathered from its storage, or byte-swapped), and are not verified:
