@@ -19,7 +19,9 @@
 // is never mixed with F32 shards) or a pipeline root with model_index.json.
 // A file or folder is a model with one component, named after its folder.
 // A PyTorch checkpoint (pytorch_model.bin, .pt, .pth, .ckpt, a
-// *.bin.index.json set, or a folder with only such weights) is opened
+// *.bin.index.json set, or a folder or pipeline component whose weights
+// for the variant are PyTorch ones only, pytorch_model.fp16.bin and the
+// like, named and chosen by package variant's rules) is opened
 // through package torch, which executes nothing, and loads like any other:
 // read with pread, unverified (it names no checksums). Nothing but headers, indexes and the components' config.json and
 // hf_quant_config.json is read until a load.

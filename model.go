@@ -105,9 +105,12 @@ const maxConfigSize = 16 << 20
 // executes nothing of its pickle; its errors are wrapped, so that
 // errors.Is(err, torch.ErrForbiddenGlobal) holds): a file named *.bin,
 // *.pt, *.pth or *.ckpt, an index *.bin.index.json or *.pt.index.json, or
-// a component folder whose only weights are pytorch_model.bin or
-// diffusion_pytorch_model.bin (or their indexes; safetensors weights in
-// the folder win). Its pickle is read and checked whole by Open. Tied
+// a component folder or pipeline component whose only weights for the
+// variant are PyTorch ones (pytorch_model*.bin, diffusion_pytorch_model*.bin,
+// their indexes and shards, resolved by package variant's rules for
+// safetensors weights: variants, fallbacks and refusals alike; safetensors
+// weights for the variant win, and the two are never mixed). Its pickle is
+// read and checked whole by Open. Tied
 // names (two names of one view of a storage) load as two tensors of the
 // same values. Its tensors are read with pread, never mapped (a view may
 // be gathered from its storage, or byte-swapped), and are not verified:
@@ -172,26 +175,40 @@ func Open(path string, opts ...Option) (*Model, error) {
 func (m *Model) openFile() error {
 	dir := m.src.Dir(m.name)
 	if isTorchFile(m.name) {
-		return m.openTorch(m.name, dir, false)
+		if m.cfg.variant != "" {
+			return &Error{Kind: ErrOption, Path: m.path, Msg: "a PyTorch checkpoint file has no precision variants to choose from (WithVariant chooses among a folder's files)"}
+		}
+		c, err := m.openTorch(m.name, dir, m.folderName(dir), false)
+		if err != nil {
+			return err
+		}
+		m.comps = []*modelComponent{c}
+		return m.setup(c)
 	}
 	strategy, why := m.chooseStrategy(dir)
 	ck, err := shard.Open(m.name, m.shardOptions(strategy)...)
 	if err != nil {
 		return &Error{Kind: ErrResolve, Path: m.path, Err: err}
 	}
-	name := m.src.Base(dir)
-	if abs, err := m.src.Abs(dir); err == nil {
-		name = m.src.Base(abs)
-	}
-	c := &modelComponent{name: name, dir: dir, ck: shardStore{ck}, strategy: strategy, why: why}
+	c := &modelComponent{name: m.folderName(dir), dir: dir, ck: shardStore{ck}, strategy: strategy, why: why}
 	m.comps = []*modelComponent{c}
 	return m.setup(c)
 }
 
-func (m *Model) openDir() error {
-	if p := m.torchIn(m.name); p != "" {
-		return m.openTorch(p, m.name, true)
+// folderName is the name of the component of a file given to Open: the
+// base name of its folder.
+func (m *Model) folderName(dir string) string {
+	if abs, err := m.src.Abs(dir); err == nil {
+		return m.src.Base(abs)
 	}
+	return m.src.Base(dir)
+}
+
+// openDir opens the components package variant resolves the folder to: a
+// plan of safetensors files through package shard, a plan of PyTorch files
+// (a component with no safetensors weights for the variant) through
+// package torch.
+func (m *Model) openDir() error {
 	vopts := []variant.Option{variant.WithSource(m.src), variant.WithShardOptions(m.cfg.shardOptions...)}
 	pp, err := variant.Resolve(m.name, m.cfg.variant, vopts...)
 	if err != nil {
@@ -204,6 +221,23 @@ func (m *Model) openDir() error {
 		}
 	}
 	for _, p := range pp.Components {
+		if p.Format == variant.FormatPyTorch {
+			c, err := m.openTorch(p.Entry(), p.Dir, p.Component, true)
+			if err != nil {
+				return err
+			}
+			c.vplan = p
+			m.comps = append(m.comps, c)
+			// The index's shards as package torch opened them (a single
+			// file is the one asked for, maybe through a link).
+			if err := p.CheckFiles(c.ck.Files()); p.Index != "" && err != nil {
+				return &Error{Kind: ErrResolve, Path: p.Dir, Component: p.Component, Err: err}
+			}
+			if err := m.setup(c); err != nil {
+				return err
+			}
+			continue
+		}
 		strategy, why := m.chooseStrategy(p.Dir)
 		// The plan adds these to the shard options it resolved with; with
 		// none, it hands over the checkpoint resolution opened.

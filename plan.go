@@ -75,10 +75,14 @@ type RankPlan struct {
 
 // ComponentPlan is the plan of one component.
 type ComponentPlan struct {
-	Name    string             `json:"name"`
-	Dir     string             `json:"dir"`
-	Variant string             `json:"variant,omitempty"`
-	Layout  string             `json:"layout,omitempty"`
+	Name    string `json:"name"`
+	Dir     string `json:"dir"`
+	Variant string `json:"variant,omitempty"`
+	Layout  string `json:"layout,omitempty"`
+	// Format is the format of Files: "safetensors", or "pytorch" for a
+	// PyTorch checkpoint (a file given to Open, or a folder's PyTorch
+	// weights; package variant's FormatSafetensors and FormatPyTorch).
+	Format  string             `json:"format,omitempty"`
 	Files   []string           `json:"files"`
 	Ignored []variant.Ignored  `json:"ignored,omitempty"`
 	Target  string             `json:"target,omitempty"` // the component's target, when set
@@ -234,6 +238,10 @@ func (m *Model) Plan() (*Plan, error) {
 				Unsupported: slices.Clone(c.scheme.Unsupported),
 				Kept:        slices.Clone(c.scheme.Kept),
 			},
+		}
+		cp.Format = variant.FormatSafetensors
+		if _, ok := c.ck.(*torchStore); ok {
+			cp.Format = variant.FormatPyTorch
 		}
 		if t, ok := m.cfg.policy.Components[c.name]; ok {
 			cp.Target = t.String()

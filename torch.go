@@ -3,12 +3,14 @@ package ckpt
 import (
 	"encoding/json"
 	"maps"
+	"path"
 	"slices"
 	"strings"
 
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
 	"github.com/ckpt-go/ckpt/torch"
+	"github.com/ckpt-go/ckpt/variant"
 )
 
 // PyTorch checkpoints: Open reads them through package torch (which never
@@ -22,79 +24,45 @@ import (
 // indexes that Open reads with package torch.
 var torchExts = []string{".bin", ".pt", ".pth", ".ckpt", ".bin.index.json", ".pt.index.json"}
 
-// torchWeights are the PyTorch weights files a component folder may hold,
-// in the order they are preferred.
-var torchWeights = []string{
-	"pytorch_model.bin.index.json", "pytorch_model.bin",
-	"diffusion_pytorch_model.bin.index.json", "diffusion_pytorch_model.bin",
-}
-
 // isTorchFile reports whether name is named like a PyTorch checkpoint
-// file or index.
+// file or index: by its ending, or as package variant names PyTorch
+// weights (a variant's index, pytorch_model.bin.index.fp16.json).
 func isTorchFile(name string) bool {
 	l := strings.ToLower(name)
-	return slices.ContainsFunc(torchExts, func(ext string) bool { return strings.HasSuffix(l, ext) })
+	return slices.ContainsFunc(torchExts, func(ext string) bool { return strings.HasSuffix(l, ext) }) ||
+		variant.FormatOf(path.Base(name)) == variant.FormatPyTorch
 }
 
-// torchIn returns the PyTorch weights of the component folder dir (one of
-// torchWeights): "" when the folder holds safetensors weights, which win,
-// or is a pipeline root, or holds none of them.
-func (m *Model) torchIn(dir string) string {
-	ents, err := m.src.ReadDir(dir)
-	if err != nil {
-		return ""
-	}
-	have := make(map[string]bool, len(ents))
-	for _, e := range ents {
-		if strings.HasSuffix(e.Name(), ".safetensors") || e.Name() == "model_index.json" {
-			return ""
-		}
-		have[e.Name()] = true
-	}
-	for _, n := range torchWeights {
-		if have[n] {
-			return m.src.Join(dir, n)
-		}
-	}
-	return ""
-}
-
-// openTorch opens the PyTorch file or index name as the model's one
-// component, named after the folder dir it is in. A file of a component
-// folder follows the folder's symlink rule (shard.ResolveFile); an index's
-// shards follow it too (torch.WithSymlinkRoot).
-func (m *Model) openTorch(name, dir string, inFolder bool) error {
-	if m.cfg.variant != "" {
-		return &Error{Kind: ErrOption, Path: m.path, Msg: "a PyTorch checkpoint has no precision variants to choose from (WithVariant)"}
-	}
+// openTorch opens the PyTorch file or index name as the component label
+// of the folder dir it is in. A file of a component folder follows the
+// folder's symlink rule (shard.ResolveFile); an index's shards follow it
+// too (torch.WithSymlinkRoot).
+func (m *Model) openTorch(name, dir, label string, inFolder bool) (*modelComponent, error) {
 	var ck *torch.Checkpoint
 	var err error
 	if fsys := m.src.FS(); fsys != nil {
 		ck, err = torch.OpenFS(fsys, name)
 	} else {
-		real := name
 		if inFolder {
-			if real, err = shard.ResolveFile(name, m.sourceOptions()...); err != nil {
-				return &Error{Kind: ErrResolve, Path: name, Err: err}
+			if _, err = shard.ResolveFile(name, m.sourceOptions()...); err != nil {
+				return nil, &Error{Kind: ErrResolve, Path: name, Component: label, Err: err}
 			}
 		}
+		// Opened by the name the folder gives it, not where its link
+		// leads: an index's shards are beside the index's name (in the
+		// Hugging Face cache, links in the snapshot folder, whose targets
+		// are blobs named by their hashes).
 		var opts []torch.Option
 		if m.src.Follow() {
 			opts = append(opts, torch.WithSymlinkRoot("/"))
 		}
-		ck, err = torch.Open(real, opts...)
+		ck, err = torch.Open(name, opts...)
 	}
 	if err != nil {
-		return &Error{Kind: ErrResolve, Path: name, Err: err}
+		return nil, &Error{Kind: ErrResolve, Path: name, Component: label, Err: err}
 	}
-	label := m.src.Base(dir)
-	if abs, err := m.src.Abs(dir); err == nil {
-		label = m.src.Base(abs)
-	}
-	c := &modelComponent{name: label, dir: dir, ck: newTorchStore(ck), strategy: readPread,
-		why: "PyTorch checkpoint: read into owned memory (its tensors may be gathered from their storage or byte-swapped, so its files are never mapped)"}
-	m.comps = []*modelComponent{c}
-	return m.setup(c)
+	return &modelComponent{name: label, dir: dir, ck: newTorchStore(ck), strategy: readPread,
+		why: "PyTorch checkpoint: read into owned memory (its tensors may be gathered from their storage or byte-swapped, so its files are never mapped)"}, nil
 }
 
 // torchStore is the tensors of a PyTorch checkpoint. A tied name (the

@@ -21,6 +21,7 @@ import (
 	"github.com/ckpt-go/ckpt/internal/testutil"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/torch"
+	"github.com/ckpt-go/ckpt/variant"
 )
 
 // ptView and ptStorage are the tensors and storages of a test PyTorch
@@ -380,8 +381,13 @@ func TestTorchShardedFolderAndFS(t *testing.T) {
 	check("fs folder", mustOpen(t, "folder", WithFS(fsys)), 1)
 	check("fs file", mustOpen(t, "folder/pytorch_model.bin", WithFS(fsys)), 1)
 	check("map fs", mustOpen(t, "m.pt", WithFS(fstest.MapFS{"m.pt": {Data: one}})), 1)
-	if _, err := Open(filepath.Join(dir, "folder"), WithVariant("fp16")); !errors.Is(err, ErrOption) {
+	// A folder's PyTorch weights have variants as safetensors weights do:
+	// this one has none.
+	if _, err := Open(filepath.Join(dir, "folder"), WithVariant("fp16")); !errors.Is(err, ErrResolve) || !errors.Is(err, variant.ErrVariantNotFound) {
 		t.Errorf("variant: %v", err)
+	}
+	if _, err := Open(filepath.Join(dir, "folder/pytorch_model.bin"), WithVariant("fp16")); !errors.Is(err, ErrOption) {
+		t.Errorf("variant of a file: %v", err)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 )
 
 // Weights prefixes used by Hugging Face libraries.
@@ -16,6 +17,9 @@ const (
 	TransformersPrefix = "model"
 	// DiffusersPrefix is the weights prefix of diffusers models.
 	DiffusersPrefix = "diffusion_pytorch_model"
+	// TorchPrefix is the prefix of transformers' PyTorch weights
+	// (pytorch_model.bin); diffusers' PyTorch weights have DiffusersPrefix.
+	TorchPrefix = "pytorch_model"
 )
 
 // Layout selects the file naming of a sharded variant set.
@@ -50,15 +54,45 @@ type Weights struct {
 	Tensors []Tensor
 	// Metadata goes into every file's __metadata__.
 	Metadata map[string]string
+	// PyTorch writes the set as PyTorch weights, as transformers and
+	// diffusers save them with torch.save: each file an EncodeTorch archive
+	// of its tensors (TorchOf), named as above with ".bin" for
+	// ".safetensors" (pytorch_model.fp16.bin, pytorch_model.bin.index.fp16.json,
+	// ...), and the default prefix TorchPrefix. Metadata is not written.
+	PyTorch bool
 }
 
 var variantRE = regexp.MustCompile(`^[A-Za-z0-9_]+$`)
 
 func (w Weights) prefix() string {
-	if w.Prefix == "" {
-		return TransformersPrefix
+	switch {
+	case w.Prefix != "":
+		return w.Prefix
+	case w.PyTorch:
+		return TorchPrefix
 	}
-	return w.Prefix
+	return TransformersPrefix
+}
+
+// name is a file name of the set: a safetensors name, or for PyTorch
+// weights the same with ".bin".
+func (w Weights) name(safetensorsName string) string {
+	if w.PyTorch {
+		return strings.Replace(safetensorsName, ".safetensors", ".bin", 1)
+	}
+	return safetensorsName
+}
+
+// encode encodes one file of the set.
+func (w Weights) encode(tensors []Tensor) ([]byte, error) {
+	if !w.PyTorch {
+		return Encode(tensors, w.Metadata)
+	}
+	views, storages, err := TorchOf(tensors)
+	if err != nil {
+		return nil, err
+	}
+	return EncodeTorch(views, storages, false)
 }
 
 // SingleName returns the single-file name PREFIX.safetensors or
@@ -104,8 +138,12 @@ func WriteWeights(dir string, w Weights) ([]string, error) {
 		return nil, &Error{Op: "write", Path: dir, Msg: fmt.Sprintf("invalid variant %q", w.Variant)}
 	}
 	if w.Shards <= 1 {
-		name := SingleName(prefix, w.Variant)
-		if err := WriteFile(filepath.Join(dir, name), w.Tensors, w.Metadata); err != nil {
+		name := w.name(SingleName(prefix, w.Variant))
+		b, err := w.encode(w.Tensors)
+		if err != nil {
+			return nil, &Error{Op: "write", Path: filepath.Join(dir, name), Err: err}
+		}
+		if err := writeBytes(filepath.Join(dir, name), b); err != nil {
 			return nil, err
 		}
 		return []string{name}, nil
@@ -119,9 +157,9 @@ func WriteWeights(dir string, w Weights) ([]string, error) {
 	for i := range w.Shards {
 		lo := i * len(w.Tensors) / w.Shards
 		hi := (i + 1) * len(w.Tensors) / w.Shards
-		name := ShardName(prefix, w.Variant, i+1, w.Shards, w.Layout)
+		name := w.name(ShardName(prefix, w.Variant, i+1, w.Shards, w.Layout))
 		part := w.Tensors[lo:hi]
-		b, err := Encode(part, w.Metadata)
+		b, err := w.encode(part)
 		if err != nil {
 			return nil, &Error{Op: "write", Path: filepath.Join(dir, name), Err: err}
 		}
@@ -135,7 +173,7 @@ func WriteWeights(dir string, w Weights) ([]string, error) {
 		}
 		names = append(names, name)
 	}
-	idx := IndexName(prefix, w.Variant, w.Layout)
+	idx := w.name(IndexName(prefix, w.Variant, w.Layout))
 	if err := WriteIndex(filepath.Join(dir, idx), weightMap, map[string]any{"total_size": total}); err != nil {
 		return nil, err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/ckpt-go/ckpt/internal/srcfs"
 	"github.com/ckpt-go/ckpt/quant"
 	"github.com/ckpt-go/ckpt/shard"
+	"github.com/ckpt-go/ckpt/variant"
 )
 
 // Weights file names, as package variant and shard know them: PREFIX[.V]
@@ -73,7 +74,8 @@ func isWeightsFile(name string) (bool, string) {
 		return true, "safetensors weights not converted (another variant or set)"
 	case strings.Contains(l, ".safetensors.") && strings.HasSuffix(l, ".json") && strings.Contains(l, "index"):
 		return true, "index of safetensors weights not converted (another variant or set)"
-	case strings.HasSuffix(l, ".bin.index.json"), strings.HasSuffix(l, ".pt.index.json"):
+	case strings.HasSuffix(l, ".bin.index.json"), strings.HasSuffix(l, ".pt.index.json"),
+		strings.HasSuffix(l, ".json") && variant.FormatOf(name) == variant.FormatPyTorch: // a variant's index
 		return true, "index of PyTorch weights"
 	}
 	for _, ext := range []string{".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".gguf", ".onnx", ".onnx_data", ".pdparams", ".ot"} {

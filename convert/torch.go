@@ -1,18 +1,34 @@
 package convert
 
-import "strings"
+import (
+	"cmp"
+	"strings"
+
+	"github.com/ckpt-go/ckpt/internal/setname"
+	"github.com/ckpt-go/ckpt/variant"
+)
 
 // torchExts are the endings of PyTorch weights files and indexes, longest
 // first.
 var torchExts = []string{".bin.index.json", ".pt.index.json", ".bin", ".pt", ".pth", ".ckpt"}
 
 // torchNaming returns the safetensors name that a source's weights file
-// stands for: a PyTorch file's (pytorch_model[-0000k-of-0000n].bin and
-// its index become model.safetensors, diffusion_pytorch_model.bin
-// diffusion_pytorch_model.safetensors, X.pt X.safetensors), and any other
-// name as it is. The loader decides what a PyTorch source is (ckpt.Open);
+// stands for: a PyTorch file's (package variant's names for PyTorch
+// weights, variants kept: pytorch_model.fp16.bin becomes
+// model.fp16.safetensors, the index pytorch_model.bin.index.fp16.json
+// model.safetensors.index.fp16.json, a shard its set's single name;
+// otherwise X.pt becomes X.safetensors), and any other name as it is. The loader decides what a PyTorch source is (ckpt.Open);
 // this is only how its output is named.
 func torchNaming(base string) string {
+	if n, ok := variant.SafetensorsName(base); ok {
+		// PyTorch weights as transformers and diffusers name them,
+		// variants included: a shard stands for its set.
+		stem := strings.TrimSuffix(n, ".safetensors")
+		if m := shardRE.FindStringSubmatch(stem); m != nil {
+			return setname.SingleName(m[1], cmp.Or(m[2], m[3]))
+		}
+		return n
+	}
 	stem := ""
 	for _, ext := range torchExts {
 		if strings.HasSuffix(strings.ToLower(base), ext) {

@@ -6,6 +6,18 @@
 // tensors to shards of another tag is an error rather than a silent F32
 // load.
 //
+// A component's weights may also be PyTorch ones, as transformers and
+// diffusers saved them before safetensors (pytorch_model.bin,
+// diffusion_pytorch_model.fp16.bin, pytorch_model.bin.index.json and its
+// shards, ...: the safetensors names with ".bin", see FormatPyTorch). They
+// follow the same rules, variants and fallbacks included; the variant is
+// chosen first, then the format: for that variant, safetensors weights win
+// over PyTorch ones (listed as ignored, with the reason), and a plan never
+// mixes the two. A PyTorch plan (Plan.Format) only names its files, checked
+// by name and kind (tags, shards present, regular files); the caller opens
+// them (package ckpt does, with package torch) from Plan.Entry and checks
+// with Plan.CheckFiles that it opened the planned ones.
+//
 // ResolveComponent handles one model folder; ResolvePipeline handles a
 // diffusers pipeline (model_index.json and one folder per component), where
 // a component without the requested variant falls back to its untagged

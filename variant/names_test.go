@@ -7,27 +7,31 @@ import (
 
 // format rebuilds a file name from a classified candidate.
 func format(c candidate) string {
+	ext := ".safetensors"
+	if c.format == FormatPyTorch {
+		ext = ".bin"
+	}
 	num := fmt.Sprintf("%05d-of-%05d", c.num, c.of)
 	if c.swap != "" {
 		num += ".swap-" + c.swap
 	}
 	switch {
 	case c.kind == kindSingle && c.variant == "":
-		return c.prefix + ".safetensors"
+		return c.prefix + ext
 	case c.kind == kindSingle:
-		return c.prefix + "." + c.variant + ".safetensors"
+		return c.prefix + "." + c.variant + ext
 	case c.kind == kindIndex && c.variant == "":
-		return c.prefix + ".safetensors.index.json"
+		return c.prefix + ext + ".index.json"
 	case c.kind == kindIndex && c.legacy:
-		return c.prefix + ".safetensors." + c.variant + ".index.json"
+		return c.prefix + ext + "." + c.variant + ".index.json"
 	case c.kind == kindIndex:
-		return c.prefix + ".safetensors.index." + c.variant + ".json"
+		return c.prefix + ext + ".index." + c.variant + ".json"
 	case c.variant == "":
-		return c.prefix + "-" + num + ".safetensors"
+		return c.prefix + "-" + num + ext
 	case c.legacy:
-		return c.prefix + "-" + num + "." + c.variant + ".safetensors"
+		return c.prefix + "-" + num + "." + c.variant + ext
 	default:
-		return c.prefix + "." + c.variant + "-" + num + ".safetensors"
+		return c.prefix + "." + c.variant + "-" + num + ext
 	}
 }
 
@@ -78,7 +82,8 @@ func TestClassify(t *testing.T) {
 func FuzzClassify(f *testing.F) {
 	for _, s := range []string{"model.safetensors", "model.fp16-00001-of-00002.safetensors", "model-00001-of-00002.fp16.safetensors",
 		"diffusion_pytorch_model.safetensors.bf16.index.json", "model.safetensors.index.index.json", "model.x.y.safetensors",
-		"model.fp16-00001-of-00002.swap-0123456789ab.safetensors"} {
+		"model.fp16-00001-of-00002.swap-0123456789ab.safetensors", "pytorch_model.bin.index.fp16.json", "pytorch_model-00001-of-00002.fp16.bin",
+		"diffusion_pytorch_model.bin.bin.index.json", "pytorch_model.safetensors.bin"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, name string) {
@@ -91,6 +96,15 @@ func FuzzClassify(f *testing.F) {
 		}
 		if got := format(c); got != name {
 			t.Fatalf("%q classified as %+v, which formats as %q", name, c, got)
+		}
+		// A PyTorch name's safetensors name is the same file of the same
+		// set in the other format.
+		st, ok := SafetensorsName(name)
+		if ok != (c.format == FormatPyTorch) {
+			t.Fatalf("%q (%s): SafetensorsName ok %v", name, c.format, ok)
+		}
+		if sc, isST := classify(st); ok && (!isST || sc.format != FormatSafetensors || sc.kind != c.kind || sc.variant != c.variant || sc.legacy != c.legacy || sc.num != c.num || sc.of != c.of) {
+			t.Fatalf("%q: safetensors name %q is %+v", name, st, sc)
 		}
 	})
 }

@@ -167,8 +167,8 @@ func ResolvePipeline(root, variant string, opts ...Option) (*PipelinePlan, error
 		}
 		if len(f.cands) == 0 {
 			if len(f.other) > 0 {
-				pp.Warnings = append(pp.Warnings, fmt.Sprintf("component %s has no safetensors weights under the recognized names (ignored: %s)", n, strings.Join(f.other, ", ")))
-				pp.Ignored = append(pp.Ignored, Ignored{File: n + "/", Reason: "no safetensors weights under the recognized names"})
+				pp.Warnings = append(pp.Warnings, fmt.Sprintf("component %s has no safetensors or PyTorch weights under the recognized names (ignored: %s)", n, strings.Join(f.other, ", ")))
+				pp.Ignored = append(pp.Ignored, Ignored{File: n + "/", Reason: "no safetensors or PyTorch weights under the recognized names"})
 			} else {
 				pp.Ignored = append(pp.Ignored, Ignored{File: n + "/", Reason: "no weights files"})
 			}
@@ -198,7 +198,7 @@ func ResolvePipeline(root, variant string, opts ...Option) (*PipelinePlan, error
 			}
 			msg := fmt.Sprintf("no component has variant %s (variants per component: %s)", variant, strings.Join(avail, "; "))
 			if len(comps) == 0 {
-				msg = fmt.Sprintf("no component has variant %s: no component folder has safetensors weights", variant)
+				msg = fmt.Sprintf("no component has variant %s: no component folder has safetensors or PyTorch weights", variant)
 			}
 			pp.Components = []*Plan{}
 			return pp.fail(&Error{Kind: ErrVariantNotFound, Dir: root, Msg: "no component has variant: " + msg})

@@ -192,16 +192,24 @@ func TestPipelineComponentSymlinkEscape(t *testing.T) {
 	}
 }
 
+// TestPipelineComponentWithoutSafetensors: a component whose only weights
+// are PyTorch ones is resolved to them (it used to be ignored); one whose
+// weights have no recognized name is still ignored, with a warning.
 func TestPipelineComponentWithoutSafetensors(t *testing.T) {
 	root := ckpttest.NewPipeline(t, ckpttest.Pipeline{Components: []ckpttest.Component{
 		{Name: "unet", Weights: []ckpttest.Weights{{Prefix: dpm, Tensors: f32}}},
 		{Name: "text_encoder", Library: "transformers", Class: "CLIPTextModel", Files: map[string]string{"pytorch_model.bin": "x", "config.json": "{}"}},
+		{Name: "vae", Library: "diffusers", Class: "AutoencoderKL", Files: map[string]string{"diffusion_pytorch_model.ckpt": "x", "config.json": "{}"}},
 	}})
 	pp, err := variant.ResolvePipeline(root, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(pp.Components) != 1 || !strings.Contains(strings.Join(pp.Warnings, "\n"), "text_encoder has no safetensors weights under the recognized names (ignored: pytorch_model.bin)") {
-		t.Errorf("plan %+v", pp)
+	te := pp.Component("text_encoder")
+	if len(pp.Components) != 2 || te == nil || te.Format != variant.FormatPyTorch || !slices.Equal(te.Files, []string{"pytorch_model.bin"}) {
+		t.Fatalf("plan %+v", pp)
+	}
+	if !strings.Contains(strings.Join(pp.Warnings, "\n"), "vae has no safetensors or PyTorch weights under the recognized names (ignored: diffusion_pytorch_model.ckpt)") {
+		t.Errorf("warnings %v", pp.Warnings)
 	}
 }

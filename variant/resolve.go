@@ -1,6 +1,8 @@
 package variant
 
 import (
+	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -8,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ckpt-go/ckpt/internal/safeopen"
 	"github.com/ckpt-go/ckpt/internal/srcfs"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
@@ -35,11 +38,15 @@ type Plan struct {
 	// Fallback is set when a pipeline component had no weights for the
 	// requested variant and the plan uses its untagged weights.
 	Fallback bool `json:"fallback,omitempty"`
+	// Format is the format of Files: FormatSafetensors, or FormatPyTorch
+	// when the component's only weights for Variant are PyTorch ones
+	// (empty when resolution failed). A plan never mixes formats.
+	Format string `json:"format,omitempty"`
 	// Layout is LayoutSingle, LayoutSharded or LayoutLegacySharded.
 	Layout string `json:"layout"`
 	// Index is the index file for sharded layouts.
 	Index string `json:"index,omitempty"`
-	// Files are the safetensors files to load, sorted.
+	// Files are the weights files to load, sorted.
 	Files []string `json:"files"`
 	// Ignored lists the weights-like files not loaded, with the reason.
 	Ignored []Ignored `json:"ignored"`
@@ -127,9 +134,40 @@ func (p *Plan) Paths() []string {
 	return out
 }
 
+// Entry returns the path of the file that opens the planned files as one
+// checkpoint: the index of a sharded layout, the single file otherwise;
+// "" when resolution failed. It is how a caller opens a PyTorch plan (with
+// package torch), which Open does not.
+func (p *Plan) Entry() string {
+	if p.err != nil || len(p.Files) == 0 {
+		return ""
+	}
+	return p.src.Join(p.Dir, cmp.Or(p.Index, p.Files[0]))
+}
+
+// CheckFiles reports whether files, the files a caller opened through
+// Entry (paths or base names, in any order), are exactly the planned ones:
+// when not, the folder changed after resolution, and the error is an
+// ErrInvalidLayout ("plan changed") naming both lists. Open makes the same
+// check.
+func (p *Plan) CheckFiles(files []string) error {
+	got := make([]string, 0, len(files))
+	for _, f := range files {
+		got = append(got, p.src.Base(f))
+	}
+	slices.Sort(got)
+	if slices.Equal(got, p.Files) {
+		return nil
+	}
+	return &Error{Kind: ErrInvalidLayout, Dir: p.Dir, File: p.Index,
+		Msg: fmt.Sprintf("plan changed: planned %s, found %s", strings.Join(p.Files, ", "), strings.Join(got, ", "))}
+}
+
 // Open opens exactly the planned files as one checkpoint. It fails with the
-// plan's own error when resolution failed, and with ErrInvalidLayout ("plan
-// changed") when the index now names other files than the planned ones. opts are added to the
+// plan's own error when resolution failed, with ErrInvalidArgument for a
+// PyTorch plan (open its Entry with package torch, and check what it
+// opened with CheckFiles), and with ErrInvalidLayout ("plan changed") when
+// the index now names other files than the planned ones. opts are added to the
 // shard options given to the resolver (WithShardOptions).
 //
 // Resolution opened the planned files already, to check them. Without
@@ -146,6 +184,10 @@ func (p *Plan) Open(opts ...shard.Option) (*shard.Checkpoint, error) {
 	}
 	if len(p.Files) == 0 {
 		return nil, &Error{Kind: ErrNoWeights, Dir: p.Dir, Msg: "the plan has no files"}
+	}
+	if p.Format == FormatPyTorch {
+		return nil, &Error{Kind: ErrInvalidArgument, Dir: p.Dir, File: cmp.Or(p.Index, p.Files[0]),
+			Msg: "a PyTorch plan: its files are opened with package torch (Entry), not as safetensors"}
 	}
 	file := p.Files[0]
 	if p.Index != "" {
@@ -170,15 +212,9 @@ func (p *Plan) Open(opts ...shard.Option) (*shard.Checkpoint, error) {
 			return nil, err
 		}
 	}
-	got := make([]string, 0, len(c.Files()))
-	for _, f := range c.Files() {
-		got = append(got, p.src.Base(f))
-	}
-	slices.Sort(got)
-	if !slices.Equal(got, p.Files) {
+	if err := p.CheckFiles(c.Files()); err != nil {
 		c.Close()
-		return nil, &Error{Kind: ErrInvalidLayout, Dir: p.Dir, File: p.Index,
-			Msg: fmt.Sprintf("plan changed: planned %s, found %s", strings.Join(p.Files, ", "), strings.Join(got, ", "))}
+		return nil, err
 	}
 	return c, nil
 }
@@ -188,6 +224,7 @@ func (p *Plan) fail(err error) (*Plan, error) {
 	p.kept = nil
 	p.err = err
 	p.Files = []string{}
+	p.Format = ""
 	p.Layout = ""
 	p.Index = ""
 	var e *Error
@@ -219,14 +256,16 @@ type folder struct {
 	library   string // the component's library in model_index.json ("" outside a pipeline)
 }
 
-// libPrefix is the weights prefix the component's library loads: "model"
-// for transformers, "diffusion_pytorch_model" for diffusers, "" otherwise.
-func (f *folder) libPrefix() string {
-	switch f.library {
-	case "transformers":
-		return TransformersPrefix
-	case "diffusers":
-		return DiffusersPrefix
+// libPrefix is the weights prefix of format that the component's library
+// loads: "model" ("pytorch_model" for PyTorch weights) for transformers,
+// "diffusion_pytorch_model" for diffusers, "" otherwise.
+func (f *folder) libPrefix(format string) string {
+	lib := map[string]int{"transformers": 0, "diffusers": 1}
+	i, ok := lib[f.library]
+	for _, fm := range formats {
+		if ok && fm.name == format {
+			return fm.prefixes[i]
+		}
 	}
 	return ""
 }
@@ -307,6 +346,11 @@ func (f *folder) variants() []string {
 // preferred candidate is returned. A component with no V-tagged weights fails
 // with ErrVariantNotFound, whose message says whether untagged weights exist.
 //
+// PyTorch weights follow the same names and rules with ".bin" for
+// ".safetensors" and "pytorch_model" for the prefix "model" (no swap
+// names): for the variant chosen, safetensors weights win over PyTorch ones
+// (never mixed), and a plan of PyTorch weights has Format FormatPyTorch.
+//
 // The plan is returned even on failure, with Error set, so that callers can
 // report the ignored files; the error is also returned.
 func ResolveComponent(dir, variant string, opts ...Option) (*Plan, error) {
@@ -344,11 +388,21 @@ func (f *folder) resolve(p *Plan) (*Plan, error) {
 	for _, o := range f.other {
 		p.ignore(o, "not a recognized weights file name")
 	}
+	// Which format? The first with weights for the variant: safetensors
+	// weights win over PyTorch ones, and the two are never mixed.
+	format := ""
+	var fprefixes []string
+	for _, fm := range formats {
+		if slices.ContainsFunc(f.cands, func(c candidate) bool { return c.format == fm.name && c.variant == v }) {
+			format, fprefixes = fm.name, fm.prefixes
+			break
+		}
+	}
 	// Which prefix?
 	var withV []string
-	for _, pre := range prefixes {
+	for _, pre := range fprefixes {
 		for _, c := range f.cands {
-			if c.prefix == pre && c.variant == v {
+			if c.format == format && c.prefix == pre && c.variant == v {
 				withV = append(withV, pre)
 				break
 			}
@@ -356,32 +410,33 @@ func (f *folder) resolve(p *Plan) (*Plan, error) {
 	}
 	if len(withV) == 0 {
 		for _, c := range f.cands {
-			p.ignore(c.name, ignoreReason(c, v))
+			p.ignore(c.name, ignoreReason(c, v, format))
 		}
 		return p.fail(f.notFound(v))
 	}
-	if len(withV) > 1 && f.library != "" && slices.Contains(withV, f.libPrefix()) {
+	if lp := f.libPrefix(format); len(withV) > 1 && f.library != "" && slices.Contains(withV, lp) {
 		// A pipeline component: model_index.json names its library, whose
 		// loader reads only its own prefix.
 		p.warn("%s weights exist for both prefixes %q and %q; using %q, the prefix of the component's library %s",
-			describeVariant(v), withV[0], withV[1], f.libPrefix(), f.library)
-		withV = []string{f.libPrefix()}
+			describeVariant(v), withV[0], withV[1], lp, f.library)
+		withV = []string{lp}
 	}
 	if len(withV) > 1 {
 		for _, c := range f.cands {
-			p.ignore(c.name, ignoreReason(c, v))
+			p.ignore(c.name, ignoreReason(c, v, format))
 		}
 		return p.fail(&Error{Kind: ErrInvalidLayout, Dir: f.dir,
 			Msg: fmt.Sprintf("ambiguous prefix: %s weights exist for both prefixes %q and %q", describeVariant(v), withV[0], withV[1])})
 	}
 	prefix := withV[0]
+	p.Format = format
 
 	var single *candidate
 	var indexes []candidate // current names first
 	shards := make(map[string]candidate)
 	for _, c := range f.cands {
-		if c.prefix != prefix || c.variant != v {
-			p.ignore(c.name, ignoreReason(c, v))
+		if c.format != format || c.prefix != prefix || c.variant != v {
+			p.ignore(c.name, ignoreReason(c, v, format))
 			continue
 		}
 		switch c.kind {
@@ -473,7 +528,7 @@ func (f *folder) resolve(p *Plan) (*Plan, error) {
 				for _, s := range names {
 					p.ignore(s, "shard without an index")
 				}
-				return p.fail(&Error{Kind: ErrInvalidLayout, Dir: f.dir, File: currentIndexName(prefix, v),
+				return p.fail(&Error{Kind: ErrInvalidLayout, Dir: f.dir, File: currentIndexName(format, prefix, v),
 					Msg: fmt.Sprintf("missing index: %s shards exist but no index or single file", describeVariant(v))})
 			}
 			if single != nil {
@@ -497,10 +552,10 @@ func (f *folder) resolve(p *Plan) (*Plan, error) {
 		if chosen.legacy {
 			p.Layout = LayoutLegacySharded
 			p.warn("%s uses diffusers' legacy variant naming (shards like %s); the current format is %s with shards %s",
-				chosen.c.name, chosen.shards[0], currentIndexName(prefix, v), currentShardName(prefix, v))
+				chosen.c.name, chosen.shards[0], currentIndexName(format, prefix, v), currentShardName(format, prefix, v))
 		}
 		if chosen.c.legacy {
-			p.warn("index %s has a legacy name; the current name is %s", chosen.c.name, currentIndexName(prefix, v))
+			p.warn("index %s has a legacy name; the current name is %s", chosen.c.name, currentIndexName(format, prefix, v))
 		}
 		p.Warnings = append(p.Warnings, chosen.warns...)
 		used[chosen.c.name] = true
@@ -544,8 +599,12 @@ func (f *folder) resolve(p *Plan) (*Plan, error) {
 	return p, nil
 }
 
-func ignoreReason(c candidate, v string) string {
+// ignoreReason says why the candidate c is not loaded by a plan for
+// variant v that loads weights of format ("" when there are none for v).
+func ignoreReason(c candidate, v, format string) string {
 	switch {
+	case c.variant == v && c.format != format:
+		return "PyTorch weights; the component's safetensors weights win over them (formats are never mixed)"
 	case c.variant == v:
 		return "weights of prefix " + c.prefix + ", not the one used"
 	case v == "":
@@ -564,7 +623,7 @@ func (f *folder) notFound(v string) error {
 			return &Error{Kind: ErrVariantNotFound, Dir: f.dir,
 				Msg: fmt.Sprintf("untagged not found: no untagged weights; variant-tagged weights exist for %s (pass a variant)", strings.Join(vs, ", "))}
 		}
-		return &Error{Kind: ErrNoWeights, Dir: f.dir, Msg: "no safetensors weights under the recognized names (model*.safetensors, diffusion_pytorch_model*.safetensors)"}
+		return &Error{Kind: ErrNoWeights, Dir: f.dir, Msg: "no safetensors weights under the recognized names (model*.safetensors, diffusion_pytorch_model*.safetensors), nor PyTorch ones (pytorch_model*.bin, diffusion_pytorch_model*.bin)"}
 	}
 	var msg string
 	switch {
@@ -575,7 +634,7 @@ func (f *folder) notFound(v string) error {
 	case len(vs) > 0:
 		msg = fmt.Sprintf("no weights for variant %s and no untagged weights; variants present: %s", v, strings.Join(vs, ", "))
 	default:
-		msg = fmt.Sprintf("no weights for variant %s and no untagged weights: no safetensors weights at all", v)
+		msg = fmt.Sprintf("no weights for variant %s and no untagged weights: no safetensors weights at all, nor PyTorch ones", v)
 	}
 	return &Error{Kind: ErrVariantNotFound, Dir: f.dir, Msg: msg}
 }
@@ -588,6 +647,9 @@ func (f *folder) checkSingle(name string) (*kept, error) {
 	real, err := shard.ResolveFile(path, f.shardOpts...)
 	if err != nil {
 		return nil, fromShard(f.dir, name, err)
+	}
+	if c, _ := classify(name); c.format == FormatPyTorch {
+		return nil, f.checkRegular(real, name, "")
 	}
 	// Open reads the header as the plan's Open would; only when it fails
 	// is the header read again on its own, for this package's error.
@@ -612,9 +674,13 @@ func (f *folder) checkSingle(name string) (*kept, error) {
 func (f *folder) checkIndex(c candidate, prefix, v string) (*checked, error) {
 	ch := &checked{c: c}
 	path := f.src.Join(f.dir, c.name)
-	if _, err := shard.ResolveFile(path, f.shardOpts...); err != nil {
+	real, err := shard.ResolveFile(path, f.shardOpts...)
+	if err != nil {
 		ch.err = fromShard(f.dir, c.name, err)
 		return ch, nil
+	}
+	if c.format == FormatPyTorch {
+		return f.checkTorchIndex(ch, real, prefix, v)
 	}
 	// Open reads the index itself; only when it fails is the index read
 	// again on its own, for the tag checks, which come first.
@@ -633,28 +699,9 @@ func (f *folder) checkIndex(c candidate, prefix, v string) (*checked, error) {
 		}
 	}
 	ch.shards = ix.Shards()
-	var current, legacy int
-	for _, s := range ch.shards {
-		sc, ok := classify(s)
-		if !ok || sc.prefix != prefix {
-			k.drop()
-			return nil, &Error{Kind: ErrInvalidLayout, Dir: f.dir, File: c.name,
-				Msg: fmt.Sprintf("foreign shard: maps tensors to %s, which is not a %s weights file name", s, prefix)}
-		}
-		if sc.variant != v || sc.kind == kindIndex {
-			k.drop()
-			return nil, &Error{Kind: ErrInvalidLayout, Dir: f.dir, File: c.name,
-				Msg: fmt.Sprintf("variant mismatch: this %s index maps tensors to %s, which is %s: refusing to mix", describeVariant(v), s, describeVariant(sc.variant))}
-		}
-		if sc.legacy {
-			legacy++
-		} else {
-			current++
-		}
-	}
-	ch.legacy = legacy > 0
-	if legacy > 0 && current > 0 {
-		ch.warns = append(ch.warns, fmt.Sprintf("index %s mixes current and legacy shard names", c.name))
+	if err := checkTags(f.dir, ch, prefix, v); err != nil {
+		k.drop()
+		return nil, err
 	}
 	if openErr != nil {
 		ch.err = fromShard(f.dir, c.name, openErr)
@@ -665,6 +712,119 @@ func (f *folder) checkIndex(c candidate, prefix, v string) (*checked, error) {
 	}
 	ch.kept = k
 	return ch, nil
+}
+
+// checkTags checks the shard names of the index ch.c (ch.shards): each
+// must be a weights file name of the index's format and prefix, tagged
+// with the index's variant v; an index of current names mapping to legacy
+// ones is noted (ch.legacy, a warning when it mixes both).
+func checkTags(dir string, ch *checked, prefix, v string) error {
+	var current, legacy int
+	for _, s := range ch.shards {
+		sc, ok := classify(s)
+		if !ok || sc.format != ch.c.format || sc.prefix != prefix {
+			return &Error{Kind: ErrInvalidLayout, Dir: dir, File: ch.c.name,
+				Msg: fmt.Sprintf("foreign shard: maps tensors to %s, which is not a %s weights file name", s, prefix)}
+		}
+		if sc.variant != v || sc.kind == kindIndex {
+			return &Error{Kind: ErrInvalidLayout, Dir: dir, File: ch.c.name,
+				Msg: fmt.Sprintf("variant mismatch: this %s index maps tensors to %s, which is %s: refusing to mix", describeVariant(v), s, describeVariant(sc.variant))}
+		}
+		if sc.legacy {
+			legacy++
+		} else {
+			current++
+		}
+	}
+	ch.legacy = legacy > 0
+	if legacy > 0 && current > 0 {
+		ch.warns = append(ch.warns, fmt.Sprintf("index %s mixes current and legacy shard names", ch.c.name))
+	}
+	return nil
+}
+
+// checkTorchIndex checks the PyTorch index ch.c, read from real, by names
+// only: its tags first (errors returned directly, as checkIndex's), then
+// its completeness (in ch.err): every shard it names is a regular file of
+// the folder under the symlink rule. The shards' contents are for the
+// caller to read (package torch checks them whole when it opens them).
+func (f *folder) checkTorchIndex(ch *checked, real, prefix, v string) (*checked, error) {
+	shards, err := f.readTorchIndex(real, ch.c.name)
+	if err != nil {
+		ch.err = err
+		return ch, nil
+	}
+	ch.shards = shards
+	if err := checkTags(f.dir, ch, prefix, v); err != nil {
+		return nil, err
+	}
+	for _, s := range shards {
+		sreal, err := shard.ResolveFile(f.src.Join(f.dir, s), f.shardOpts...)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			ch.err = &Error{Kind: ErrMissingShard, Dir: f.dir, File: ch.c.name, Msg: "missing shard " + s, Err: err}
+		case err != nil:
+			ch.err = fromShard(f.dir, s, err)
+		default:
+			ch.err = f.checkRegular(sreal, s, ch.c.name)
+		}
+		if ch.err != nil {
+			return ch, nil
+		}
+	}
+	return ch, nil
+}
+
+// readTorchIndex reads the shard names of a PyTorch index (the distinct
+// values of its "weight_map", sorted), bounded as a safetensors index is
+// (shard.MaxIndexSize). It checks no more than it needs to name the
+// files: package torch validates the index when it opens it.
+func (f *folder) readTorchIndex(real, name string) ([]string, error) {
+	data, err := f.src.ReadFile(real, shard.MaxIndexSize)
+	if err != nil {
+		var nr *safeopen.NotRegularError
+		if errors.As(err, &nr) {
+			return nil, &Error{Kind: ErrNotRegular, Dir: f.dir, File: name, Msg: safeopen.Describe(nr.Mode) + ", not a regular file"}
+		}
+		return nil, &Error{Kind: ErrInvalidLayout, Dir: f.dir, File: name, Msg: "invalid index", Err: err}
+	}
+	var doc struct {
+		WeightMap map[string]string `json:"weight_map"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return nil, &Error{Kind: ErrInvalidLayout, Dir: f.dir, File: name, Msg: "invalid index", Err: err}
+	}
+	if len(doc.WeightMap) == 0 {
+		return nil, &Error{Kind: ErrInvalidLayout, Dir: f.dir, File: name, Msg: "invalid index: no weight_map, or an empty one"}
+	}
+	shards := make(map[string]bool)
+	for _, s := range doc.WeightMap {
+		shards[s] = true
+	}
+	return slices.Sorted(maps.Keys(shards)), nil
+}
+
+// checkRegular checks that real, the resolved path of the folder's file
+// name (a shard of index when index is set), is a regular file: a PyTorch
+// file is checked by name and kind only, its contents are the caller's to
+// read.
+func (f *folder) checkRegular(real, name, index string) error {
+	st, err := f.src.Stat(real)
+	file := cmp.Or(index, name)
+	if err != nil {
+		if index != "" && errors.Is(err, fs.ErrNotExist) {
+			return &Error{Kind: ErrMissingShard, Dir: f.dir, File: index, Msg: "missing shard " + name, Err: err}
+		}
+		return &Error{Kind: ErrInvalidLayout, Dir: f.dir, File: file, Msg: "invalid weights", Err: err}
+	}
+	if !st.Mode().IsRegular() {
+		msg := safeopen.Describe(st.Mode()) + ", not a regular file"
+		if index != "" {
+			msg = "shard " + name + " is " + msg
+		}
+		return &Error{Kind: ErrNotRegular, Dir: f.dir, File: file, Msg: msg}
+	}
+	return nil
 }
 
 // readHeader reads the header of the safetensors file at path.

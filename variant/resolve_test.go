@@ -146,7 +146,7 @@ func TestVariantNames(t *testing.T) {
 
 func TestStrayFilesNeverCount(t *testing.T) {
 	strays := []string{
-		"model.safetensors.bak", "pytorch_model.bin", "model.bin", "adapter_model.safetensors",
+		"model.safetensors.bak", "pytorch_model.pt", "model.bin", "adapter_model.safetensors",
 		"model.fp16x.safetensors", "model.fp16.safetensors.tmp", "README.md", "model-1-of-2.fp16.safetensors",
 		"model.fp16-00001-of-00002.safetensors.part", "Model.fp16.safetensors", "model.fp-16.safetensors",
 	}
@@ -161,8 +161,8 @@ func TestStrayFilesNeverCount(t *testing.T) {
 	if _, ok := ignored(p)["README.md"]; ok {
 		t.Error("README listed as ignored weights")
 	}
-	if r := ignored(p)["pytorch_model.bin"]; r == "" {
-		t.Error("pytorch_model.bin not listed")
+	if r := ignored(p)["pytorch_model.pt"]; r == "" {
+		t.Error("pytorch_model.pt not listed")
 	}
 	wantErr(t, dir, "", variant.ErrVariantNotFound, "fp16x", ": untagged not found")
 

@@ -130,6 +130,9 @@ func printPlan(e *env, out *resolveOutput) {
 		if p.Variant != "" {
 			fmt.Fprintf(w, ", variant %s", p.Variant)
 		}
+		if p.Format == variant.FormatPyTorch {
+			fmt.Fprint(w, ", PyTorch weights")
+		}
 		fmt.Fprintln(w)
 		if p.Error != nil {
 			fmt.Fprintf(w, "  ERROR [%s] %s\n", p.Error.Kind, p.Error.Message)
