@@ -20,17 +20,12 @@ import (
 // of them, and VerifyAlways refuses them) and are read with pread, never
 // mapped: a view may be gathered from its storage, or byte-swapped.
 
-// torchExts are the endings of the names of PyTorch checkpoint files and
-// indexes that Open reads with package torch.
-var torchExts = []string{".bin", ".pt", ".pth", ".ckpt", ".bin.index.json", ".pt.index.json"}
-
 // isTorchFile reports whether name is named like a PyTorch checkpoint
 // file or index: by its ending, or as package variant names PyTorch
 // weights (a variant's index, pytorch_model.bin.index.fp16.json).
 func isTorchFile(name string) bool {
-	l := strings.ToLower(name)
-	return slices.ContainsFunc(torchExts, func(ext string) bool { return strings.HasSuffix(l, ext) }) ||
-		variant.FormatOf(path.Base(name)) == variant.FormatPyTorch
+	_, ok := torch.TrimName(name)
+	return ok || variant.FormatOf(path.Base(name)) == variant.FormatPyTorch
 }
 
 // openTorch opens the PyTorch file or index name as the component label

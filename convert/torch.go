@@ -5,12 +5,9 @@ import (
 	"strings"
 
 	"github.com/ckpt-go/ckpt/internal/setname"
+	"github.com/ckpt-go/ckpt/torch"
 	"github.com/ckpt-go/ckpt/variant"
 )
-
-// torchExts are the endings of PyTorch weights files and indexes, longest
-// first.
-var torchExts = []string{".bin.index.json", ".pt.index.json", ".bin", ".pt", ".pth", ".ckpt"}
 
 // torchNaming returns the safetensors name that a source's weights file
 // stands for: a PyTorch file's (package variant's names for PyTorch
@@ -29,14 +26,8 @@ func torchNaming(base string) string {
 		}
 		return n
 	}
-	stem := ""
-	for _, ext := range torchExts {
-		if strings.HasSuffix(strings.ToLower(base), ext) {
-			stem = base[:len(base)-len(ext)]
-			break
-		}
-	}
-	if stem == "" {
+	stem, ok := torch.TrimName(base)
+	if !ok {
 		return base
 	}
 	if m := shardRE.FindStringSubmatch(stem); m != nil && m[3] == "" {
