@@ -392,7 +392,7 @@ func (r *runner) loaderOptions() []ckpt.Option {
 func (r *runner) openLoader() ([]srcComponent, error) {
 	m, err := ckpt.Open(r.src, r.loaderOptions()...)
 	if err != nil {
-		return nil, &Error{Kind: ErrSource, Path: r.src, Err: err}
+		return nil, r.sourceErr(err)
 	}
 	defer m.Close()
 	p, err := m.Plan()
@@ -419,6 +419,17 @@ func (r *runner) openLoader() ([]srcComponent, error) {
 	return srcs, nil
 }
 
+// sourceErr is the error of a source the loader does not open: ErrOption
+// when an option does not apply to it (Options.SourceVariant for a
+// PyTorch file, which has no variants), else ErrSource.
+func (r *runner) sourceErr(err error) error {
+	kind := ErrSource
+	if errors.Is(err, ckpt.ErrOption) {
+		kind = ErrOption
+	}
+	return &Error{Kind: kind, Path: r.src, Err: err}
+}
+
 // openItems opens the source again, with the final policy (the caller's
 // and the rules protectComponent added), and gives each component the
 // loader's Items, which say how each of its tensors loads (buildTasks
@@ -431,10 +442,17 @@ func (r *runner) openItems(comps []*component) error {
 		if errors.As(err, &le) && errors.Is(le.Kind, ckpt.ErrTarget) {
 			// A target the tensor cannot take (a complex tensor to a
 			// real dtype, a dequantization to an integer, elements
-			// that do not fill whole bytes): the loader's refusal.
-			return &Error{Kind: ErrCast, Component: le.Component, Tensor: le.Tensor, Msg: le.Msg, Err: le.Err}
+			// that do not fill whole bytes): the loader's refusal,
+			// under convert's name of the component.
+			comp := ""
+			for _, c := range comps {
+				if c.label == le.Component {
+					comp = c.name
+				}
+			}
+			return &Error{Kind: ErrCast, Path: r.src, Component: comp, Tensor: le.Tensor, Msg: le.Msg, Err: le.Err}
 		}
-		return &Error{Kind: ErrSource, Path: r.src, Err: err}
+		return r.sourceErr(err)
 	}
 	r.closeItems = func() { m.Close() }
 	items, err := m.Items()

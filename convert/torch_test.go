@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/ckpt-go/ckpt"
+	"github.com/ckpt-go/ckpt/ckpttest"
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/internal/testutil"
 	"github.com/ckpt-go/ckpt/safetensors"
@@ -140,5 +141,37 @@ func TestRunTorchCastAndFolder(t *testing.T) {
 		if _, err := os.Stat(out); err == nil {
 			t.Errorf("%s: output written", tc.file)
 		}
+	}
+}
+
+// The loader's refusals of a PyTorch source keep convert's kinds: a
+// source variant of a PyTorch file is an option that does not apply to it
+// (ErrOption), and a target a tensor cannot take is ErrCast naming the
+// tensor, with no component for a single file.
+func TestRunTorchRefusals(t *testing.T) {
+	dir := t.TempDir()
+	views, storages, err := ckpttest.TorchOf([]ckpttest.Tensor{ckpttest.T("w", dtype.F32, 4, 2), ckpttest.T("c", dtype.C64, 3)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := ckpttest.EncodeTorch(views, storages, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(dir, "model.pt")
+	if err := os.WriteFile(src, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Run(context.Background(), src, filepath.Join(dir, "a.safetensors"), Options{SourceVariant: "fp16"})
+	if !errors.Is(err, ErrOption) || !strings.Contains(err.Error(), "no precision variants") {
+		t.Errorf("SourceVariant of a PyTorch file: %v", err)
+	}
+	_, err = Run(context.Background(), src, filepath.Join(dir, "b.safetensors"), Options{Policy: ckpt.Policy{Rules: []ckpt.Rule{mustRule(t, "c=F32")}}})
+	var ce *Error
+	if !errors.As(err, &ce) || ce.Kind != ErrCast || ce.Tensor != "c" || ce.Component != "" || !strings.Contains(err.Error(), "complex C64 cannot become F32") {
+		t.Errorf("complex to real: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "b.safetensors")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused conversion wrote its output: %v", err)
 	}
 }
