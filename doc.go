@@ -21,10 +21,12 @@
 // A PyTorch checkpoint (pytorch_model.bin, .pt, .pth, .ckpt, a
 // *.bin.index.json set, or a folder or pipeline component whose weights
 // for the variant are PyTorch ones only, pytorch_model.fp16.bin and the
-// like, named and chosen by package variant's rules) is opened
-// through package torch, which executes nothing, and loads like any other:
-// read with pread, unverified (it names no checksums). Nothing but headers, indexes and the components' config.json and
-// hf_quant_config.json is read until a load.
+// like, named and chosen by package variant's rules) is opened through
+// package torch, which executes nothing, and loads like any other: read
+// with pread, unverified (it names no checksums). Until a load, Open reads
+// nothing but headers (a PyTorch file's zip directory and its pickled
+// state dict), indexes and the components' config.json and
+// hf_quant_config.json.
 //
 // # Dtype policy
 //

@@ -19,8 +19,9 @@ func getCommand() *command {
 		name:    "get",
 		args:    "PATH TENSOR",
 		summary: "write one tensor as the loader returns it: raw bytes or .npy",
-		help: `Loads one tensor of PATH (a file, index, component folder or pipeline)
-under the same variant and dtype policy as "ckpt plan" and writes it to -o
+		help: `Loads one tensor of PATH (a file, index, component folder or pipeline,
+safetensors or PyTorch, as "ckpt plan" takes it) under the same variant
+and dtype policy as "ckpt plan" and writes it to -o
 FILE, or to standard output: converted when its target differs from the
 stored dtype, dequantized when it is a scaled low-precision weight and the
 target is a wider float. In a pipeline TENSOR is COMPONENT/NAME

@@ -19,12 +19,16 @@ func planCommand() *command {
 		summary: "show what loading would do: dtypes and their rules, layouts, bytes, and whether it fits",
 		help: `Plans a load of PATH without reading any tensor data: a .safetensors file,
 a *.safetensors.index.json, a component folder or a pipeline root (with
-model_index.json; every component with weights). For each component it
-prints the files (resolved for --variant), the quantization layout
-detected, the read strategy and why, the bytes that stay mapped (zero-copy
-views of the files) and owned (converted, dequantized or pread copies), the
-size under other uniform targets, and each dtype decision with the rule
-that made it (--tensors lists every tensor, with how it is verified).
+model_index.json; every component with weights), or a PyTorch checkpoint
+(.bin, .pt, .pth, .ckpt, a *.bin.index.json set, or components holding
+only PyTorch weights), read without executing anything of its pickle
+(nothing but its zip directory and state dict is read to plan it). For
+each component it prints the files (resolved for --variant), the
+quantization layout detected, the read strategy and why, the bytes that
+stay mapped (zero-copy views of the files) and owned (converted,
+dequantized or pread copies), the size under other uniform targets, and
+each dtype decision with the rule that made it (--tensors lists every
+tensor, with how it is verified).
 Then the totals: resident bytes plus the load's staging buffers is the
 peak, compared with the budget, and what a load verifies against the
 checksums the files name (--verify).
