@@ -16,11 +16,12 @@ type ErrorKind int
 // PlanError.Kind.
 const (
 	// ErrInvalidArgument: the variant name does not match ^[A-Za-z0-9_]+$
-	// ("invalid variant"), or Plan.Open was asked to open a PyTorch plan.
+	// ("invalid variant"), the folder to resolve is a file ("a file, not a
+	// folder"), or Plan.Open was asked to open a PyTorch plan.
 	ErrInvalidArgument ErrorKind = iota + 1
 	// ErrNoWeights: there are no weights to resolve. The message names the
-	// check: the folder is missing, not a folder or unreadable ("read
-	// dir"); it has no safetensors or PyTorch weights under any of the
+	// check: the folder is missing or unreadable ("read dir"); it has no
+	// safetensors or PyTorch weights under any of the
 	// recognized names; a pipeline root has no model_index.json ("model index
 	// missing"); model_index.json lists a component whose folder does not
 	// exist, or a plan has no such component ("component missing").

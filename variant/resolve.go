@@ -273,6 +273,9 @@ func (f *folder) libPrefix(format string) string {
 func scan(src srcfs.FS, dir string) (*folder, error) {
 	entries, err := src.ReadDir(dir)
 	if err != nil {
+		if st, serr := src.Stat(dir); serr == nil && !st.IsDir() {
+			return nil, &Error{Kind: ErrInvalidArgument, Dir: dir, Msg: "a file, not a folder: variants are resolved in a component folder or a pipeline root"}
+		}
 		return nil, &Error{Kind: ErrNoWeights, Dir: dir, Msg: "read dir", Err: err}
 	}
 	f := &folder{dir: dir, src: src}

@@ -181,6 +181,11 @@ func TestStrayFilesNeverCount(t *testing.T) {
 	wantErr(t, empty, "", variant.ErrNoWeights, "no safetensors weights under the recognized names")
 	wantErr(t, empty, "fp16", variant.ErrVariantNotFound, "no safetensors weights at all")
 	wantErr(t, filepath.Join(empty, "absent"), "", variant.ErrNoWeights, ": read dir")
+	file := filepath.Join(empty, "model.safetensors")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, file, "", variant.ErrInvalidArgument, "a file, not a folder")
 }
 
 func TestShardedLayouts(t *testing.T) {
