@@ -239,6 +239,10 @@ func (m *Model) readOptions(strategy readStrategy) []shard.Option {
 // setup reads the component's configs, detects its quantization layout and
 // builds its logical tensors in file order.
 func (m *Model) setup(c *modelComponent) error {
+	var err error
+	if c.ck, err = tie(c.ck); err != nil {
+		return inComponent(err, c.name)
+	}
 	c.files = c.ck.Files()
 	src := quant.Sources{Metadata: c.ck.Metadata(), ReadTensor: func(name string) ([]byte, error) {
 		// Small marker tensors (ComfyUI's P.comfy_quant JSON) only.
@@ -256,7 +260,6 @@ func (m *Model) setup(c *modelComponent) error {
 		b := make([]byte, t.ByteLen())
 		return b, readFull(t, b, 0)
 	}}
-	var err error
 	if src.ConfigJSON, err = m.readConfig(m.src.Join(c.dir, "config.json")); err != nil {
 		return &Error{Kind: ErrResolve, Component: c.name, Msg: "config", Err: err}
 	}
@@ -269,9 +272,17 @@ func (m *Model) setup(c *modelComponent) error {
 		info, _ := c.ck.At(i)
 		stored[i] = quant.Stored{Name: info.Name, DType: info.DType, Shape: info.Shape}
 	}
-	c.scheme, err = quant.Detect(stored, src)
+	// The layout is the stored tensors' (tied names aside), and a tie is
+	// no tensor of it: a layout names each of its tensors by its own name.
+	ns := storedLen(c.ck)
+	c.scheme, err = quant.Detect(stored[:ns], src)
 	if err != nil {
 		return &Error{Kind: ErrResolve, Component: c.name, Err: err}
+	}
+	if t, ok := c.ck.(*tiedStore); ok {
+		if err := t.checkLayout(c.scheme); err != nil {
+			return inComponent(err, c.name)
+		}
 	}
 	// plain reports whether the stored tensor name is an entry of its own:
 	// not consumed by a quantized weight, or a scale kept as a tensor.
