@@ -113,6 +113,18 @@ const maxConfigSize = 16 << 20
 // be gathered from its storage, or byte-swapped), and are not verified:
 // the files name no checksums (VerifyAlways refuses them).
 //
+// Tied names load as tensors of their own that read the bytes of the
+// tensor they tie to (its dtype, shape and checksum): a PyTorch
+// checkpoint's, and those a safetensors file records in its metadata
+// under torch.AliasesKey (as torch.WriteSafetensors and package convert
+// write them; in a shard set, the union of every shard's, each naming a
+// tensor of any shard). A recorded tie must parse (torch.ParseAliases),
+// name a stored tensor that no scaled layout consumes or keeps, and not
+// be a stored tensor's name itself; else Open fails with ErrResolve
+// naming the file and the tied name (errors.Is torch.ErrInvalidFormat,
+// or torch.ErrUnsupported for a tie to a layout's tensor). Contents
+// lists the tensor once, the ties in its Metadata.
+//
 // Open applies the policy to every tensor (see Plan) and detects scaled
 // low-precision layouts from tensor names and configs (package quant).
 // Errors: *Error of kind ErrResolve (wrapping the variant, shard, source
