@@ -240,6 +240,28 @@ func TestRunTorchTies(t *testing.T) {
 		})
 	}
 
+	// Sharded by size: the tie, in every shard's metadata, names a tensor
+	// of one of them.
+	dir := t.TempDir()
+	rep := run(t, src, filepath.Join(dir, "model.safetensors"), Options{MaxShardSize: 100})
+	ix := rep.Components[0].Index
+	if len(rep.Components[0].Files) != 2 || ix == "" {
+		t.Fatalf("sharded: %+v", rep.Components[0])
+	}
+	m, err := ckpt.Open(filepath.Join(dir, ix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := m.Load(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lm, err := w.Tensor("lm_head.weight"); err != nil || !bytes.Equal(lm.Bytes(), want["embed.weight"]) || w.Len() != 3 {
+		t.Errorf("sharded: %v, %v", m.Names(), err)
+	}
+	w.Close()
+	m.Close()
+
 	for _, c := range []struct {
 		name string
 		opts Options
