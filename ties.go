@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/ckpt-go/ckpt/quant"
 	"github.com/ckpt-go/ckpt/safetensors"
@@ -138,6 +139,14 @@ func (t *tiedStore) Metadata() map[string]string {
 	}
 	m[torch.AliasesKey] = torch.FormatAliases(t.ties)
 	return m
+}
+
+// Warnings are the stored tensors' but package shard's about shards
+// that record different ties: shard keeps one shard's value of a
+// metadata key, where tie takes the union of every shard's ties.
+func (t *tiedStore) Warnings() []string {
+	differ := fmt.Sprintf("metadata %q is ", torch.AliasesKey)
+	return slices.DeleteFunc(t.tensorStore.Warnings(), func(w string) bool { return strings.HasPrefix(w, differ) })
 }
 
 func (t *tiedStore) tensor(name string) (storedTensor, error) {

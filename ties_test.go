@@ -265,6 +265,11 @@ func TestTiesShardSet(t *testing.T) {
 	if err != nil || len(c.Tensors) != 2 || c.Metadata[torch.AliasesKey] != `{"x":"a","y":"b"}` {
 		t.Errorf("contents: %v, %v", c, err)
 	}
+	// Package shard's warning that the shards' values differ does not
+	// apply: the ties are their union.
+	if p, err := m.Plan(); err != nil || len(p.Components[0].Warnings) != 0 {
+		t.Errorf("plan warnings: %v, %v", p.Components[0].Warnings, err)
+	}
 	ix = write(t.TempDir(), map[string]string{torch.AliasesKey: `{"y":"a"}`}, map[string]string{torch.AliasesKey: `{"y":"b"}`})
 	_, err = Open(ix)
 	if !errors.Is(err, ErrResolve) || !strings.Contains(err.Error(), "model-00001-of-00002") || !strings.Contains(err.Error(), "model-00002-of-00002") {
