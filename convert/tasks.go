@@ -240,7 +240,7 @@ func (r *runner) buildTasks(c *component) error {
 		t.rep.Narrowed = t.narrow
 		tasks = append(tasks, t)
 	}
-	if err := checkTies(c, ties, func(it *ckpt.Item, name string) (string, bool, error) {
+	if err := checkTies(c, ties, tasks, func(it *ckpt.Item, name string) (string, bool, error) {
 		if unconsumed[it.Data.Tensor] || it.Action != ckpt.ActionConvert {
 			return it.Data.DType.String() + " as stored", false, nil
 		}
@@ -446,8 +446,9 @@ func (r *runner) policyString() string {
 // may not be a weight quantized with scales (a scaled layout names each
 // of its tensors by its own name, so the loader refuses a tie to one).
 // becomes says what the Item becomes written under name, and whether
-// that is a scaled quantization.
-func checkTies(c *component, ties []*ckpt.Item, becomes func(it *ckpt.Item, name string) (string, bool, error)) error {
+// that is a scaled quantization. The report lists each tie with its kept
+// tensor's task (TensorReport.Tied).
+func checkTies(c *component, ties []*ckpt.Item, tasks []*task, becomes func(it *ckpt.Item, name string) (string, bool, error)) error {
 	if len(ties) == 0 {
 		return nil
 	}
@@ -477,6 +478,11 @@ func checkTies(c *component, ties []*ckpt.Item, becomes func(it *ckpt.Item, name
 			return &Error{Kind: ErrCast, Component: c.name, Tensor: tie.Name, Msg: fmt.Sprintf(
 				"it is tied to %s (%s), and both would become %s: a scaled layout names each weight's scales by its own name, so a tie cannot stand for one; cast them without scales (Scale.Unscaled, --fp8-scale none) or keep them as stored",
 				kept.Name, torch.AliasesKey, kb)}
+		}
+		for _, t := range tasks {
+			if t.spec.Name == kept.Name {
+				t.rep.Tied = append(t.rep.Tied, tie.Name)
+			}
 		}
 	}
 	return nil

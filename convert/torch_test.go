@@ -8,6 +8,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -193,7 +194,12 @@ func TestRunTorchTies(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "m.safetensors")
-			run(t, src, out, c.opts)
+			rep := run(t, src, out, c.opts)
+			for _, tr := range rep.Tensors {
+				if want := tr.Name == "embed.weight"; want != slices.Equal(tr.Tied, []string{"lm_head.weight"}) {
+					t.Errorf("report: %s tied %v", tr.Name, tr.Tied)
+				}
+			}
 			f, err := safetensors.Open(out)
 			if err != nil {
 				t.Fatal(err)
