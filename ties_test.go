@@ -1,6 +1,7 @@
 package ckpt
 
 import (
+	"archive/zip"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -316,4 +317,24 @@ func FuzzTies(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestTiesTorchKeyTaken: a PyTorch checkpoint with a non-tensor value
+// named like torch.AliasesKey is refused (torch.ErrUnsupported), as
+// torch.WriteSafetensors refuses it: carried into a converted file's
+// metadata, it would read back as ties.
+func TestTiesTorchKeyTaken(t *testing.T) {
+	p := []byte{0x80, 2, '}', 'X'}
+	p = binary.LittleEndian.AppendUint32(p, uint32(len(torch.AliasesKey)))
+	p = append(p, torch.AliasesKey...)
+	p = append(p, 'K', 5, 's', '.') // BININT1 5, SETITEM, STOP
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	w, _ := zw.CreateHeader(&zip.FileHeader{Name: "archive/data.pkl", Method: zip.Store})
+	w.Write(p)
+	zw.Close()
+	path := writePT(t, t.TempDir(), "m.pt", buf.Bytes())
+	if _, err := Open(path); !errors.Is(err, ErrResolve) || !errors.Is(err, torch.ErrUnsupported) || !strings.Contains(err.Error(), path) {
+		t.Errorf("%v, want ErrResolve naming %s", err, path)
+	}
 }
