@@ -116,6 +116,18 @@ const maxConfigSize = 16 << 20
 // be gathered from its storage, or byte-swapped), and are not verified:
 // the files name no checksums (VerifyAlways refuses them).
 //
+// Tied names load as tensors of their own that read the bytes of the
+// tensor they tie to (its dtype, shape and checksum): a PyTorch
+// checkpoint's, and those a safetensors file records in its metadata
+// under torch.AliasesKey (as torch.WriteSafetensors and package convert
+// write them; in a shard set, the union of every shard's, each naming a
+// tensor of any shard). A recorded tie must parse (torch.ParseAliases),
+// name a stored tensor that no scaled layout consumes or keeps, and not
+// be a stored tensor's name itself; else Open fails with ErrResolve
+// naming the file and the tied name (errors.Is torch.ErrInvalidFormat,
+// or torch.ErrUnsupported for a tie to a layout's tensor). Contents
+// lists the tensor once, the ties in its Metadata.
+//
 // Open applies the policy to every tensor (see Plan) and detects scaled
 // low-precision layouts from tensor names and configs (package quant).
 // Errors: *Error of kind ErrResolve (wrapping the variant, shard, source
@@ -273,6 +285,10 @@ func (m *Model) readOptions(strategy readStrategy) []shard.Option {
 // setup reads the component's configs, detects its quantization layout and
 // builds its logical tensors in file order.
 func (m *Model) setup(c *modelComponent) error {
+	var err error
+	if c.ck, err = tie(c.ck); err != nil {
+		return inComponent(err, c.name)
+	}
 	c.files = c.ck.Files()
 	src := quant.Sources{Metadata: c.ck.Metadata(), ReadTensor: func(name string) ([]byte, error) {
 		// Small marker tensors (ComfyUI's P.comfy_quant JSON) only.
@@ -290,7 +306,6 @@ func (m *Model) setup(c *modelComponent) error {
 		b := make([]byte, t.ByteLen())
 		return b, readFull(t, b, 0)
 	}}
-	var err error
 	if src.ConfigJSON, err = m.readConfig(m.src.Join(c.dir, "config.json")); err != nil {
 		return &Error{Kind: ErrResolve, Component: c.name, Msg: "config", Err: err}
 	}
@@ -303,9 +318,17 @@ func (m *Model) setup(c *modelComponent) error {
 		info, _ := c.ck.At(i)
 		stored[i] = quant.Stored{Name: info.Name, DType: info.DType, Shape: info.Shape}
 	}
-	c.scheme, err = quant.Detect(stored, src)
+	// The layout is the stored tensors' (tied names aside), and a tie is
+	// no tensor of it: a layout names each of its tensors by its own name.
+	ns := storedLen(c.ck)
+	c.scheme, err = quant.Detect(stored[:ns], src)
 	if err != nil {
 		return &Error{Kind: ErrResolve, Component: c.name, Err: err}
+	}
+	if t, ok := c.ck.(*tiedStore); ok {
+		if err := t.checkLayout(c.scheme); err != nil {
+			return inComponent(err, c.name)
+		}
 	}
 	// plain reports whether the stored tensor name is an entry of its own:
 	// not consumed by a quantized weight, or a scale kept as a tensor.

@@ -1,8 +1,6 @@
 package ckpt
 
 import (
-	"encoding/json"
-	"maps"
 	"path"
 	"slices"
 	"strings"
@@ -60,27 +58,23 @@ func (m *Model) openTorch(name, dir, label string, inFolder bool) (*modelCompone
 		why: "PyTorch checkpoint: read into owned memory (its tensors may be gathered from their storage or byte-swapped, so its files are never mapped)"}, nil
 }
 
-// torchStore is the tensors of a PyTorch checkpoint. A tied name (the
-// same view of one storage as another, torch.Checkpoint.Aliases) is a
-// tensor of its own here, reading the bytes of the tensor it ties to:
-// the loader loads both names.
+// torchStore is the tensors of a PyTorch checkpoint. Its tied names (the
+// same view of one storage as another, torch.Checkpoint.Aliases) are
+// added by tie, as a safetensors file's are (ties.go).
 type torchStore struct {
 	ck    *torch.Checkpoint
-	infos []safetensors.TensorInfo // the tensors, tied names after the others
+	infos []safetensors.TensorInfo // the tensors
 	file  []int                    // each tensor's file
 	pos   map[string]int
 	files []string
-	meta  map[string]string
 }
 
 func newTorchStore(ck *torch.Checkpoint) *torchStore {
 	s := &torchStore{ck: ck, pos: map[string]int{}}
-	aliases := ck.Aliases()
 	names := ck.Names()
-	names = append(names, slices.Sorted(maps.Keys(aliases))...)
 	fileOf := map[string]int{}
 	for _, n := range names {
-		t, _ := ck.Tensor(n) // every name of Names and Aliases is a tensor
+		t, _ := ck.Tensor(n) // every name of Names is a tensor
 		if _, ok := fileOf[t.File()]; !ok {
 			fileOf[t.File()] = 0
 			s.files = append(s.files, t.File())
@@ -96,15 +90,26 @@ func newTorchStore(ck *torch.Checkpoint) *torchStore {
 		s.infos = append(s.infos, safetensors.TensorInfo{Name: n, DType: t.DType(), Shape: t.Shape(), Begin: t.Offset(), End: t.Offset() + t.ByteLen()})
 		s.file = append(s.file, fileOf[t.File()])
 	}
-	s.meta = ck.Metadata()
-	if len(aliases) > 0 {
-		if s.meta == nil {
-			s.meta = map[string]string{}
-		}
-		b, _ := json.Marshal(aliases)
-		s.meta[torch.AliasesKey] = string(b)
-	}
 	return s
+}
+
+// ties are the checkpoint's tied names, each recorded by the file of the
+// tensor it ties to. A non-tensor value named like torch.AliasesKey, the
+// key under which the ties are listed, is refused as
+// torch.WriteSafetensors refuses it.
+func (s *torchStore) ties() (ties, from map[string]string, err error) {
+	if _, dup := s.ck.Metadata()[torch.AliasesKey]; dup {
+		return nil, nil, &Error{Kind: ErrResolve, Path: s.ck.Path(), Err: &torch.Error{Kind: torch.ErrUnsupported, File: s.ck.Path(),
+			Msg: "duplicate name: a non-tensor value is named " + torch.AliasesKey + ", the metadata key of the tied names"}}
+	}
+	ties = s.ck.Aliases()
+	from = make(map[string]string, len(ties))
+	for tied, kept := range ties {
+		if i, ok := s.pos[kept]; ok {
+			from[tied] = s.files[s.file[i]]
+		}
+	}
+	return ties, from, nil
 }
 
 func (s *torchStore) Len() int { return len(s.infos) }
@@ -135,10 +140,9 @@ func (s *torchStore) index() string {
 	return ""
 }
 
-// Metadata is the checkpoint's non-tensor values and, under
-// torch.AliasesKey, its tied names as JSON: what torch.WriteSafetensors
-// writes.
-func (s *torchStore) Metadata() map[string]string { return maps.Clone(s.meta) }
+// Metadata is the checkpoint's non-tensor values (tie adds its tied names
+// under torch.AliasesKey: what torch.WriteSafetensors writes).
+func (s *torchStore) Metadata() map[string]string { return s.ck.Metadata() }
 
 func (s *torchStore) Warnings() []string { return nil }
 

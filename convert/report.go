@@ -106,6 +106,9 @@ type TensorReport struct {
 	// "block:128") and ScaleTensor the name of its scale tensor.
 	Scale       string `json:"scale,omitempty"`
 	ScaleTensor string `json:"scale_tensor,omitempty"`
+	// Tied are the names tied to this tensor, written as it, once (the
+	// ties recorded under torch.AliasesKey).
+	Tied []string `json:"tied,omitempty"`
 	// Rule says which level of the policy decided, as the loader's plan
 	// says it.
 	Rule     string `json:"rule"`

@@ -137,7 +137,10 @@ type runner struct {
 // weights. Nothing of it is executed (a forbidden pickle global fails
 // before anything is written), its tensors are read through the loader's
 // Parts like any other's, tied names are written once and recorded under
-// torch.AliasesKey, and the output is named
+// torch.AliasesKey (as are a safetensors source's: see ckpt.Open; a tied
+// name whose target would make it differ from its kept tensor, or that
+// would be quantized with scales, fails with ErrCast naming both before
+// anything is written), and the output is named
 // model.safetensors (diffusion_pytorch_model.safetensors, X.safetensors
 // for X.pt; model-0000k-of-0000n.safetensors for the shards of
 // pytorch_model-0000k-of-0000n.bin). A file converts to a file: dst is the

@@ -11,6 +11,7 @@ import (
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/quant"
 	"github.com/ckpt-go/ckpt/safetensors"
+	"github.com/ckpt-go/ckpt/torch"
 )
 
 // buildTasks builds the tasks that write every tensor of c, from the
@@ -108,6 +109,8 @@ func (r *runner) buildTasks(c *component) error {
 	noTarget := !o.Policy.Default.IsSet() && len(o.Policy.Components) == 0 && len(o.Policy.Rules) == 0
 	// dropped are the scales and markers of weights that leave their layout.
 	var dropped []string
+	// ties are the Items of tied names.
+	var ties []*ckpt.Item
 	// Activation scales and markers, decided last, in the source's order.
 	var later []storedEntry
 	for _, e := range entries {
@@ -200,9 +203,11 @@ func (r *runner) buildTasks(c *component) error {
 		}
 		name, stored, shape := it.Data.Tensor, it.Data.DType, it.Data.Shape
 		if name != it.Name {
-			// A tied name of a PyTorch source, which views another
-			// name's storage: that tensor is written once, under its own
-			// name, and the tie is in the metadata (torch.AliasesKey).
+			// A tied name, which reads another name's tensor: that
+			// tensor is written once, under its own name, and the tie
+			// is in the metadata (torch.AliasesKey), once checked
+			// (checkTies).
+			ties = append(ties, it)
 			continue
 		}
 		if kept[name] {
@@ -234,6 +239,18 @@ func (r *runner) buildTasks(c *component) error {
 		t.narrow = !exact(stored, d)
 		t.rep.Narrowed = t.narrow
 		tasks = append(tasks, t)
+	}
+	if err := checkTies(c, ties, tasks, func(it *ckpt.Item, name string) (string, bool, error) {
+		if unconsumed[it.Data.Tensor] || it.Action != ckpt.ActionConvert {
+			return it.Data.DType.String() + " as stored", false, nil
+		}
+		sc, err := scaled(it.DType, name, it.Data.Shape)
+		if sc && it.Data.DType.IsFloat() {
+			return it.DType.String() + " with scales (" + c.scale.reportString() + ")", true, err
+		}
+		return it.DType.String() + " (cast from " + it.Data.DType.String() + ")", false, err
+	}); err != nil {
+		return err
 	}
 	if storedFP8 > 0 {
 		r.rep.Warnings = append(r.rep.Warnings, fmt.Sprintf("%s: %d weights already stored as scaled FP8 (%s) are copied with their scales as stored: set Scale or ScaleFormat (--fp8-scale, --scale-format) to requantize or relabel them", cmp.Or(c.name, "weights"), storedFP8, sch.Layout))
@@ -421,4 +438,52 @@ func (r *runner) policyString() string {
 		return "as stored"
 	}
 	return strings.Join(parts, " ")
+}
+
+// checkTies refuses the ties that the output cannot keep: a tied name is
+// written once, as its kept tensor, so both must become the same (the
+// loader's Items: the policy may give them different targets), and that
+// may not be a weight quantized with scales (a scaled layout names each
+// of its tensors by its own name, so the loader refuses a tie to one).
+// becomes says what the Item becomes written under name, and whether
+// that is a scaled quantization. The report lists each tie with its kept
+// tensor's task (TensorReport.Tied).
+func checkTies(c *component, ties []*ckpt.Item, tasks []*task, becomes func(it *ckpt.Item, name string) (string, bool, error)) error {
+	if len(ties) == 0 {
+		return nil
+	}
+	byName := make(map[string]*ckpt.Item, len(c.items))
+	for _, it := range c.items {
+		byName[it.Name] = it
+	}
+	for _, tie := range ties {
+		kept := byName[tie.Data.Tensor]
+		if kept == nil {
+			return &Error{Kind: ErrSource, Component: c.name, Tensor: tie.Name, Msg: fmt.Sprintf("tied to %s, which the source does not list", tie.Data.Tensor)}
+		}
+		tb, _, err := becomes(tie, tie.Name)
+		if err != nil {
+			return err
+		}
+		kb, scaled, err := becomes(kept, kept.Name)
+		if err != nil {
+			return err
+		}
+		switch {
+		case tb != kb:
+			return &Error{Kind: ErrCast, Component: c.name, Tensor: tie.Name, Msg: fmt.Sprintf(
+				"it is tied to %s (%s), which would become %s (%s) while %s would become %s (%s): a tie is written once and cannot hold both; give both names the same target",
+				kept.Name, torch.AliasesKey, kb, kept.Decision.Rule, tie.Name, tb, tie.Decision.Rule)}
+		case scaled:
+			return &Error{Kind: ErrCast, Component: c.name, Tensor: tie.Name, Msg: fmt.Sprintf(
+				"it is tied to %s (%s), and both would become %s: a scaled layout names each weight's scales by its own name, so a tie cannot stand for one; cast them without scales (Scale.Unscaled, --fp8-scale none) or keep them as stored",
+				kept.Name, torch.AliasesKey, kb)}
+		}
+		for _, t := range tasks {
+			if t.spec.Name == kept.Name {
+				t.rep.Tied = append(t.rep.Tied, tie.Name)
+			}
+		}
+	}
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/ckpt-go/ckpt/ckpttest"
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/internal/testutil"
+	"github.com/ckpt-go/ckpt/quant"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
 	"github.com/ckpt-go/ckpt/torch"
@@ -140,6 +142,157 @@ func TestRunTorchCastAndFolder(t *testing.T) {
 		}
 		if _, err := os.Stat(out); err == nil {
 			t.Errorf("%s: output written", tc.file)
+		}
+	}
+}
+
+// tiedTorch writes a PyTorch checkpoint whose lm_head.weight is tied to
+// embed.weight (the same view of one storage), beside a tensor of its
+// own, and returns its path and each tensor's stored bytes.
+func tiedTorch(t *testing.T) (string, map[string][]byte) {
+	t.Helper()
+	ts := []ckpttest.Tensor{ckpttest.T("embed.weight", dtype.F32, 8, 4), ckpttest.T("norm.weight", dtype.F32, 4)}
+	views, storages, err := ckpttest.TorchOf(ts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tie := views[0]
+	tie.Name = "lm_head.weight"
+	views = append(views, tie)
+	b, err := ckpttest.EncodeTorch(views, storages, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "m.pt")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]byte{"embed.weight": storages["0"].Data, "lm_head.weight": storages["0"].Data, "norm.weight": storages["1"].Data}
+	return path, want
+}
+
+// TestRunTorchTies: a tied name is written once, the tie in the metadata,
+// and a reload gives both names bit-exact, as stored and under a dtype
+// policy, and again after converting the output; a policy that would give
+// the two names different dtypes, or quantize them with scales, is
+// refused before anything is written, naming both.
+func TestRunTorchTies(t *testing.T) {
+	src, want := tiedTorch(t)
+	bf16 := target(t, "bf16")
+	lm := ckpt.MustParsePattern("lm_head.weight")
+	embed := ckpt.MustParsePattern("embed.weight")
+	f8 := []ckpt.Rule{{Pattern: lm, Target: target(t, "f8_e4m3")}, {Pattern: embed, Target: target(t, "f8_e4m3")}}
+	for _, c := range []struct {
+		name string
+		opts Options
+		to   dtype.DType
+	}{
+		{"stored", Options{}, dtype.F32},
+		{"bf16", Options{Policy: ckpt.Policy{Default: bf16}}, dtype.BF16},
+		{"rules", Options{Policy: ckpt.Policy{Rules: []ckpt.Rule{{Pattern: lm, Target: bf16}, {Pattern: embed, Target: bf16}}}}, dtype.BF16},
+		{"f8 unscaled", Options{Policy: ckpt.Policy{Rules: f8}, Scale: Scale{Unscaled: true}}, dtype.F8_E4M3},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "m.safetensors")
+			rep := run(t, src, out, c.opts)
+			for _, tr := range rep.Tensors {
+				if want := tr.Name == "embed.weight"; want != slices.Equal(tr.Tied, []string{"lm_head.weight"}) {
+					t.Errorf("report: %s tied %v", tr.Name, tr.Tied)
+				}
+			}
+			f, err := safetensors.Open(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f.Len() != 2 || f.Metadata()[torch.AliasesKey] != `{"lm_head.weight":"embed.weight"}` {
+				t.Errorf("wrote %v, metadata %v", f.Names(), f.Metadata())
+			}
+			f.Close()
+			check := func(path string) {
+				t.Helper()
+				m, err := ckpt.Open(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer m.Close()
+				w, err := m.Load(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer w.Close()
+				if w.Len() != 3 {
+					t.Errorf("%s: %v", path, m.Names())
+				}
+				for _, n := range []string{"embed.weight", "lm_head.weight"} {
+					got, err := w.Tensor(n)
+					if err != nil {
+						t.Fatal(err)
+					}
+					exp := want[n]
+					if c.to != dtype.F32 {
+						exp = make([]byte, len(want[n])*c.to.Bits()/32)
+						dtype.Convert(exp, c.to, want[n], dtype.F32, dtype.Options{})
+					}
+					if got.DType != c.to || !bytes.Equal(got.Bytes(), exp) {
+						t.Errorf("%s: %s: %s, not the source's bytes", path, n, got.DType)
+					}
+				}
+			}
+			check(out)
+			// The output converts again, the tie kept.
+			again := filepath.Join(t.TempDir(), "again.safetensors")
+			run(t, out, again, Options{})
+			check(again)
+		})
+	}
+
+	// Sharded by size: the tie, in every shard's metadata, names a tensor
+	// of one of them.
+	dir := t.TempDir()
+	rep := run(t, src, filepath.Join(dir, "model.safetensors"), Options{MaxShardSize: 100})
+	ix := rep.Components[0].Index
+	if len(rep.Components[0].Files) != 2 || ix == "" {
+		t.Fatalf("sharded: %+v", rep.Components[0])
+	}
+	m, err := ckpt.Open(filepath.Join(dir, ix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := m.Load(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lm, err := w.Tensor("lm_head.weight"); err != nil || !bytes.Equal(lm.Bytes(), want["embed.weight"]) || w.Len() != 3 {
+		t.Errorf("sharded: %v, %v", m.Names(), err)
+	}
+	w.Close()
+	m.Close()
+
+	for _, c := range []struct {
+		name string
+		opts Options
+		msg  []string
+	}{
+		{"tie only", Options{Policy: ckpt.Policy{Rules: []ckpt.Rule{{Pattern: lm, Target: bf16}}}},
+			[]string{"lm_head.weight", "embed.weight", "F32 as stored", "BF16 (cast from F32)"}},
+		{"kept only", Options{Policy: ckpt.Policy{Rules: []ckpt.Rule{{Pattern: embed, Target: bf16}}}},
+			[]string{"lm_head.weight", "embed.weight", "F32 as stored", "BF16 (cast from F32)"}},
+		{"scaled", Options{Policy: ckpt.Policy{Rules: f8}, Scale: Scale{Granularity: quant.PerChannel}},
+			[]string{"lm_head.weight", "embed.weight", "with scales"}},
+	} {
+		dir := t.TempDir()
+		_, err := Run(context.Background(), src, filepath.Join(dir, "m.safetensors"), c.opts)
+		if !errors.Is(err, ErrCast) {
+			t.Errorf("%s: %v, want ErrCast", c.name, err)
+			continue
+		}
+		for _, s := range c.msg {
+			if !strings.Contains(err.Error(), s) {
+				t.Errorf("%s: %v, want it to name %q", c.name, err, s)
+			}
+		}
+		if files := testutil.Entries(t, dir); len(files) != 0 {
+			t.Errorf("%s: wrote %v", c.name, files)
 		}
 	}
 }

@@ -509,6 +509,13 @@ func (c *Checkpoint) Info(name string) (info safetensors.TensorInfo, file string
 // (Checksummed; safetensors.ChecksumPrefix). The map is a copy.
 func (c *Checkpoint) Metadata() map[string]string { return maps.Clone(c.meta) }
 
+// FileMetadata returns the __metadata__ of the i-th file of Files, as its
+// header has it (checksum keys included), without opening the file. The
+// map is a copy. It panics when i is out of range, as a slice does.
+func (c *Checkpoint) FileMetadata(i int) map[string]string {
+	return maps.Clone(c.shards[i].header.Metadata)
+}
+
 // Files returns the paths of the checkpoint's safetensors files, sorted.
 func (c *Checkpoint) Files() []string {
 	out := make([]string, len(c.shards))

@@ -5,17 +5,96 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strings"
 
 	"github.com/ckpt-go/ckpt/safetensors"
 )
 
 // AliasesKey is the safetensors metadata key under which WriteSafetensors
-// records the tied names that it writes once: a JSON object mapping each
-// dropped name to the name kept in the file, e.g.
-// {"lm_head.weight":"embed.weight"}. Loading a model restores a tie by
-// pointing the alias at the kept tensor.
+// (and package convert) records the tied names that it writes once: a
+// JSON object mapping each dropped name to the name kept in the file, e.g.
+// {"lm_head.weight":"embed.weight"}. ckpt.Open restores a tie by loading
+// the tied name as a tensor of its own that reads the kept tensor's
+// bytes (its dtype, shape and checksum are the kept tensor's: a tie
+// records no shape). ParseAliases reads the value and says what it must
+// be; in a shard set each shard may record ties, naming tensors of any
+// shard, and the set's ties are the union of them.
 const AliasesKey = "ckpt.aliases"
+
+// ParseAliases reads a value recorded under AliasesKey: a JSON object of
+// strings, each member a tied name and the name of the tensor it ties
+// to. A tied name may appear only once, and a tie names a stored tensor
+// directly: no name ties to itself or to another tied name (no chains,
+// no cycles). Nothing may follow the object. Whether the names are
+// tensors is the reader's to check against its files (ckpt.Open: the
+// kept name must be one, the tied name must not). The value is bounded
+// by the header that holds it (safetensors.MaxHeaderSize), and the map
+// holds no more than its strings. A malformed value is an *Error of kind
+// ErrInvalidFormat ("invalid aliases") naming the tensor concerned.
+func ParseAliases(s string) (map[string]string, error) {
+	fail := func(name, msg string, err error) error {
+		return &Error{Kind: ErrInvalidFormat, Tensor: name, Msg: "invalid aliases (" + AliasesKey + "): " + msg, Err: err}
+	}
+	dec := json.NewDecoder(strings.NewReader(s))
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, fail("", "not JSON", err)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return nil, fail("", "not a JSON object", nil)
+	}
+	out := map[string]string{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, fail("", "not JSON", err)
+		}
+		tied, _ := tok.(string) // a key is always a string
+		tok, err = dec.Token()
+		if err != nil {
+			return nil, fail(tied, "not JSON", err)
+		}
+		kept, ok := tok.(string)
+		if !ok {
+			return nil, fail(tied, "the value is not a string", nil)
+		}
+		if _, dup := out[tied]; dup {
+			return nil, fail(tied, "the tied name appears twice", nil)
+		}
+		out[tied] = kept
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return nil, fail("", "not JSON", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fail("", "data after the object", err)
+	}
+	for _, tied := range slices.Sorted(maps.Keys(out)) {
+		switch kept := out[tied]; {
+		case kept == tied:
+			return nil, fail(tied, "the name ties to itself", nil)
+		case hasKey(out, kept):
+			return nil, fail(tied, fmt.Sprintf("it ties to %q, itself a tied name (a tie names a stored tensor directly)", kept), nil)
+		}
+	}
+	return out, nil
+}
+
+// FormatAliases returns the ties (tied name → kept name) as AliasesKey
+// records them: a JSON object, keys sorted, without HTML escapes.
+func FormatAliases(ties map[string]string) string {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.Encode(ties) // a map of strings: cannot fail
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+func hasKey(m map[string]string, k string) bool { _, ok := m[k]; return ok }
 
 // FormatKey is the metadata key that Hugging Face transformers requires of
 // a safetensors file; WriteSafetensors sets it to "pt".
@@ -52,13 +131,7 @@ func WriteSafetensors(ctx context.Context, c *Checkpoint, path string, opts ...s
 	}
 	meta[FormatKey] = "pt"
 	if len(c.aliases) > 0 {
-		var b bytes.Buffer
-		enc := json.NewEncoder(&b)
-		enc.SetEscapeHTML(false)
-		if err := enc.Encode(c.aliases); err != nil { // a map of strings: cannot fail
-			return &Error{Kind: ErrWrite, File: path, Msg: "encode the aliases", Err: err}
-		}
-		meta[AliasesKey] = string(bytes.TrimSuffix(b.Bytes(), []byte("\n")))
+		meta[AliasesKey] = FormatAliases(c.aliases)
 	}
 	specs := make([]safetensors.TensorSpec, len(c.tensors))
 	for i, t := range c.tensors {

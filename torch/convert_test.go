@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -164,5 +165,25 @@ func TestWriteSafetensorsEmpty(t *testing.T) {
 	defer f.Close()
 	if f.Len() != 0 || f.Metadata()["epoch"] != "2" {
 		t.Errorf("%d tensors, metadata %v", f.Len(), f.Metadata())
+	}
+}
+
+// TestParseAliases: the value WriteSafetensors writes reads back; a
+// malformed one, a repeated tied name, a self-tie and a chain or cycle
+// are ErrInvalidFormat naming the tensor.
+func TestParseAliases(t *testing.T) {
+	got, err := ParseAliases(`{"lm_head.weight":"embed.weight","b":"embed.weight"}`)
+	if err != nil || !maps.Equal(got, map[string]string{"lm_head.weight": "embed.weight", "b": "embed.weight"}) {
+		t.Errorf("%v, %v", got, err)
+	}
+	for s, tensor := range map[string]string{
+		`[]`: "", `{"a":1}`: "a", `{"a":"b"} {}`: "", `{"a":"b"`: "", ``: "",
+		`{"a":"b","a":"c"}`: "a", `{"a":"a"}`: "a", `{"a":"b","b":"c"}`: "a", `{"a":"b","b":"a"}`: "a",
+	} {
+		_, err := ParseAliases(s)
+		var e *Error
+		if !errors.Is(err, ErrInvalidFormat) || !errors.As(err, &e) || e.Tensor != tensor {
+			t.Errorf("%q: %v", s, err)
+		}
 	}
 }

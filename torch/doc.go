@@ -112,7 +112,9 @@
 //
 // WriteSafetensors streams the tensors, one at a time, into a safetensors
 // file that appears atomically, with the aliases as JSON under AliasesKey
-// and the non-tensor values under their names.
+// (FormatAliases; ParseAliases reads them back, and ckpt.Open loads each
+// alias again as a tensor of its own) and the non-tensor values under
+// their names.
 //
 // Every failure is an *Error whose Kind can be tested with errors.Is
 // (errors.Is(err, torch.ErrForbiddenGlobal)) and which names the file, the

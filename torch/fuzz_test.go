@@ -2,8 +2,10 @@ package torch
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"testing"
 )
@@ -120,5 +122,38 @@ func FuzzCheckpoint(f *testing.F) {
 		}
 		data := torchZip(prefix, pkl, order, map[string][]byte{"0": rec0, "1": rec1, "2": rec0[:len(rec0)/2]})
 		readsInBounds(t, data)
+	})
+}
+
+// FuzzParseAliases: ParseAliases never panics; what it refuses is a typed
+// error, and what it accepts has no chains and reads back the same once
+// written as WriteSafetensors writes it.
+func FuzzParseAliases(f *testing.F) {
+	for _, s := range []string{`{"lm_head.weight":"embed.weight"}`, `{}`, `{"a":"b","c":"b"}`, `{"a":"b","b":"c"}`,
+		`{"a":"a"}`, `{"a":"b","a":"c"}`, `{"a":1}`, `[]`, `{"a":"b"} x`, `{"a":"b"`, `"x"`, ``, `{"\u00e9":"b"}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, err := ParseAliases(s)
+		if err != nil {
+			var e *Error
+			if !errors.As(err, &e) || e.Kind != ErrInvalidFormat {
+				t.Fatalf("untyped error %T: %v", err, err)
+			}
+			return
+		}
+		for tied, kept := range got {
+			if _, chain := got[kept]; chain || tied == kept {
+				t.Fatalf("accepted a chain: %q -> %q", tied, kept)
+			}
+		}
+		b, err := json.Marshal(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := ParseAliases(string(b))
+		if err != nil || !maps.Equal(got, again) {
+			t.Fatalf("%q: read back as %v, %v", b, again, err)
+		}
 	})
 }

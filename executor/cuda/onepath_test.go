@@ -28,7 +28,9 @@ import (
 // driver emulator) and convert.Run followed by a reload all give the same
 // tensors — dtype, shape, bytes, and the scales of weights kept quantized —
 // across rank splits (dimension 0 and 1, with and without conversion, a
-// block-FP8 weight split on its blocks and inside one), sources (a path,
+// block-FP8 weight split on its blocks and inside one), tied names (of a
+// PyTorch checkpoint, and recorded in a safetensors file's metadata),
+// sources (a path,
 // an fs.FS, S3 on the test server), scaled layouts (dequantized, kept
 // quantized) and a pipeline with a variant and per-component dtypes.
 
@@ -49,6 +51,17 @@ func TestOneLoadPath(t *testing.T) {
 	model := writeOnePathModel(t)
 	pipe := writeOnePathPipeline(t)
 	pt := writeOnePathTorch(t, model)
+	// The PyTorch checkpoint converted: safetensors, its tie in the
+	// metadata.
+	tied := filepath.Join(t.TempDir(), "onepath-tied")
+	if _, err := convert.Run(ctx, pt, tied, convert.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if tm, err := ckpt.Open(tied); err != nil || !slices.Contains(tm.Names(), "lm_head.weight") {
+		t.Fatalf("the converted PyTorch checkpoint lost its tie: %v", err)
+	} else {
+		tm.Close()
+	}
 	q := ckpt.MustParsePattern("**.q_proj.weight")
 	o := ckpt.MustParsePattern("**.o_proj.weight")
 	fc := ckpt.MustParsePattern("fc.weight")
@@ -83,6 +96,8 @@ func TestOneLoadPath(t *testing.T) {
 	add("torch-stored", pt, "", convert.Options{}, 0, nil)
 	add("torch-f32-split", pt, "", convert.Options{Policy: ckpt.Policy{Default: f32}}, 2, rows, ckpt.WithDType(f32))
 	add("torch-quantized-split-columns", pt, "", convert.Options{}, 2, cols, ckpt.WithDType(ckpt.Quantized))
+	add("tied-stored", tied, "", convert.Options{}, 0, nil)
+	add("tied-f32-split", tied, "", convert.Options{Policy: ckpt.Policy{Default: f32}}, 2, rows, ckpt.WithDType(f32))
 	add("pipeline", pipe, "fp16", convert.Options{SourceVariant: "fp16", Policy: ckpt.Policy{Components: map[string]ckpt.Target{"text_encoder": f32}}}, 2,
 		[]ckpt.Split{{Component: "unet", Pattern: q, Dim: 0}},
 		ckpt.WithVariant("fp16"), ckpt.WithComponentDType("text_encoder", f32))
@@ -108,11 +123,12 @@ func TestOneLoadPath(t *testing.T) {
 		s3.PutDir(t, bucket, "model", model)
 		s3.PutDir(t, bucket, "pipe", pipe)
 		s3.PutDir(t, bucket, "pt", pt)
+		s3.PutDir(t, bucket, "tied", tied)
 	} else {
 		t.Logf("S3 source not covered: %s", s3Reason)
 	}
 	location := func(dir string) string {
-		return "s3://" + bucket + "/" + map[string]string{model: "model", pipe: "pipe", pt: "pt"}[dir]
+		return "s3://" + bucket + "/" + map[string]string{model: "model", pipe: "pipe", pt: "pt", tied: "tied"}[dir]
 	}
 
 	for _, c := range cases {
@@ -301,7 +317,8 @@ func writeOnePathModel(t *testing.T) string {
 
 // writeOnePathTorch writes the tensors of the one-path model in dir as a
 // PyTorch checkpoint (pytorch_model.bin beside the same config.json), with
-// layers.0.o_proj.weight stored transposed: a view the loader gathers.
+// layers.0.o_proj.weight stored transposed: a view the loader gathers,
+// and lm_head.weight tied to it.
 func writeOnePathTorch(t *testing.T, dir string) string {
 	ck, err := shard.Open(filepath.Join(dir, "model.safetensors.index.json"))
 	if err != nil {
@@ -332,6 +349,16 @@ func writeOnePathTorch(t *testing.T, dir string) string {
 		}
 		views = append(views, v)
 		storages[v.Storage] = ckpttest.TorchStorage{DType: st.DType(), Data: b}
+	}
+	// lm_head.weight is tied to the transposed o_proj (the same view of
+	// its storage): convert writes it once, the tie in the metadata, and
+	// the reload loads it again.
+	for _, v := range views {
+		if v.Name == "layers.0.o_proj.weight" {
+			v.Name = "lm_head.weight"
+			views = append(views, v)
+			break
+		}
 	}
 	arc, err := ckpttest.EncodeTorch(views, storages, false)
 	if err != nil {
