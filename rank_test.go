@@ -290,6 +290,11 @@ func procReadBytes(t *testing.T) int64 {
 	return 0
 }
 
+// runtimeReadSlack bounds the bytes the Go runtime reads beside a load
+// measured with /proc/self/io's rchar (its poller's eventfd: 8 bytes a
+// wakeup).
+const runtimeReadSlack = 64
+
 // Measured by the kernel: with files read through ReadAt (no mapping, as
 // object storage is read), a rank's load reads from disk exactly the plan's
 // read bytes, about 1/N of a model whose weights are all split.
@@ -320,7 +325,10 @@ func TestRankDiskBytesMeasured(t *testing.T) {
 		self += before
 		w := mustLoad(t, m)
 		read := procReadBytes(t) - before - self
-		if read != p.TotalReadBytes {
+		// rchar counts every read of the process, the Go runtime's too:
+		// its poller reads 8 bytes from an eventfd when it is woken.
+		// Those are the only reads beside the load's, a few at most.
+		if read < p.TotalReadBytes || read-p.TotalReadBytes > runtimeReadSlack {
 			t.Errorf("rank %d: the kernel counted %d bytes read, the plan says %d", rank, read, p.TotalReadBytes)
 		}
 		frac := float64(read) / float64(p.TotalStoredBytes)
@@ -340,8 +348,8 @@ func TestRankDiskBytesMeasured(t *testing.T) {
 		n, _ := x.DType.ByteLen(numElements(x.Shape))
 		stored += n
 	}
-	if sum != stored+norm*(world-1) {
-		t.Errorf("ranks read %d bytes together, want %d", sum, stored+norm*(world-1))
+	if want := stored + norm*(world-1); sum < want || sum-want > world*runtimeReadSlack {
+		t.Errorf("ranks read %d bytes together, want %d", sum, want)
 	}
 }
 
