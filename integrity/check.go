@@ -49,6 +49,9 @@ func (v *verifier) check() error {
 	if v.cfg.piece > 0 {
 		piece, read = v.cfg.piece, min(v.cfg.read, v.cfg.piece)
 	}
+	if err := v.checkTorch(workers, read); err != nil {
+		return err
+	}
 
 	var runs []*fileRun
 	var largest int64

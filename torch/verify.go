@@ -77,6 +77,9 @@ type RecordError struct {
 	Want, Got uint32
 	// Msg says what is wrong, for people.
 	Msg string
+	// Err is the error that kept the bytes from being read, if any (nil
+	// for a mismatch).
+	Err error
 }
 
 // Error formats the error as
@@ -104,6 +107,9 @@ func (e *RecordError) Error() string {
 
 // Is reports whether target is safetensors.ErrChecksum.
 func (e *RecordError) Is(target error) bool { return target == safetensors.ErrChecksum }
+
+// Unwrap returns the error that kept the bytes from being read, if any.
+func (e *RecordError) Unwrap() error { return e.Err }
 
 func plural(n int, one, many string) string {
 	if n == 1 {
@@ -260,7 +266,9 @@ func verifyRecord(ctx context.Context, sf *shardFile, f *zip.File, buf []byte) (
 				if err == nil || err == io.EOF {
 					err = io.ErrUnexpectedEOF
 				}
-				return fail(off, off+n, 0, fmt.Sprintf("reading byte %d: %v", off+pos+int64(k), err)), -1
+				e := fail(off, off+n, 0, fmt.Sprintf("reading byte %d: %v", off+pos+int64(k), err))
+				e.Err = err
+				return e, -1
 			}
 			got = crc32.Update(got, crc32.IEEETable, buf[:m])
 			pos += m
@@ -277,7 +285,9 @@ func verifyRecord(ctx context.Context, sf *shardFile, f *zip.File, buf []byte) (
 		rc.Close()
 		got = h.Sum32()
 		if err != nil && err != zip.ErrChecksum {
-			return fail(off, off+n, got, "cannot read the record: "+err.Error()), -1
+			e := fail(off, off+n, got, "cannot read the record: "+err.Error())
+			e.Err = err
+			return e, -1
 		}
 	}
 	if got != f.CRC32 {
@@ -337,4 +347,33 @@ func localHeader(r io.ReaderAt, f *zip.File, off int64) (lh local, ok bool, err 
 		}
 	}
 	return lh, false, fmt.Errorf("no local header named %q ends at byte %d", f.Name, off)
+}
+
+// Index is a parsed PyTorch shard index (pytorch_model.bin.index.json),
+// for a caller that checks an index against its shards itself (package
+// integrity) rather than opening the set.
+type Index struct {
+	// Names are the tensors of the weight map, in the index's order.
+	Names []string
+	// WeightMap maps each tensor to the shard that holds it: a bare file
+	// name in the index's folder.
+	WeightMap map[string]string
+	// Shards are the shard names, in the order the weight map first
+	// names them.
+	Shards []string
+}
+
+// ParseIndex parses a PyTorch shard index by the rules Open applies: a
+// JSON object of at most MaxIndexSize bytes whose "weight_map" is a
+// non-empty object of tensor names to bare shard file names (a path is an
+// ErrInsecurePath error), naming no tensor twice; other keys are ignored.
+func ParseIndex(data []byte) (*Index, error) {
+	if len(data) > MaxIndexSize {
+		return nil, &Error{Kind: ErrInvalidFormat, Msg: fmt.Sprintf("invalid index: %d bytes, more than the %d an index may have", len(data), MaxIndexSize)}
+	}
+	ix, err := parseIndex(data)
+	if err != nil {
+		return nil, err
+	}
+	return &Index{Names: ix.names, WeightMap: ix.weightMap, Shards: ix.shards}, nil
 }
