@@ -243,3 +243,25 @@ func TestVerifyRecordsRefusals(t *testing.T) {
 		t.Errorf("nil: %v", err)
 	}
 }
+
+// TestParseIndex: ParseIndex applies Open's rules to an index's bytes.
+func TestParseIndex(t *testing.T) {
+	ix, err := ParseIndex([]byte(goodIndex))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ix.Names, []string{"l1.w", "l1.tied", "l0.w", "l0.b"}) || ix.WeightMap["l0.b"] != "pytorch_model-00001-of-00002.bin" ||
+		!slices.Equal(ix.Shards, []string{"pytorch_model-00002-of-00002.bin", "pytorch_model-00001-of-00002.bin"}) {
+		t.Errorf("index %+v", ix)
+	}
+	for in, kind := range map[string]ErrorKind{
+		`{"weight_map": {"a": "../x.bin"}}`:  ErrInsecurePath,
+		`{"weight_map": {}}`:                 ErrInvalidFormat,
+		`[]`:                                 ErrInvalidFormat,
+		string(make([]byte, MaxIndexSize+1)): ErrInvalidFormat,
+	} {
+		if _, err := ParseIndex([]byte(in)); !errors.Is(err, kind) {
+			t.Errorf("%.40q: %v, want %v", in, err, kind)
+		}
+	}
+}
