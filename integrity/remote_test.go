@@ -193,6 +193,25 @@ func TestHTTP(t *testing.T) {
 	}
 }
 
+// TestHTTPTorch verifies a PyTorch index and its shards served over
+// HTTP. (A .bin named directly is refused by package remote's HTTP
+// source, which takes .safetensors files and indexes only.)
+func TestHTTPTorch(t *testing.T) {
+	dir := torchSharded(t)
+	srv := httptest.NewServer(http.FileServer(http.Dir(dir)))
+	defer srv.Close()
+	for _, l := range []string{srv.URL + "/" + tindex} {
+		if rep := verify(t, l); !rep.OK() || rep.ArchiveTensors == 0 {
+			t.Errorf("%s: %v %+v", l, messages(rep), rep)
+		}
+	}
+	ranges, _ := storageRanges(t, filepath.Join(dir, tshard1))
+	flip(t, filepath.Join(dir, tshard1), ranges["0"].Begin)
+	if rep := verify(t, srv.URL+"/"+tindex); len(rep.Problems) != 1 || rep.Problems[0].Tensor != "a" || rep.Problems[0].File != tshard1 {
+		t.Errorf("damaged: %v", messages(rep))
+	}
+}
+
 // TestWithFS verifies the files of an fs.FS (read through their ReadAt)
 // and names them relative to the location.
 func TestWithFS(t *testing.T) {

@@ -59,6 +59,9 @@ type torchInspectReport struct {
 // named as one, or a folder whose weights (resolved as "ckpt resolve"
 // does) are PyTorch ones. handled is false for anything else.
 func inspectTorch(e *env, p, variantName string, follow, asJSON bool) (handled bool, err error) {
+	if b := path.Base(p); strings.HasSuffix(b, ".safetensors") || strings.HasSuffix(b, ".json") && !isTorchName(b) {
+		return false, nil // a safetensors file or index: not opened twice
+	}
 	fsys, name, err := openLocation(p)
 	if err != nil {
 		return false, nil // openTarget reports it
