@@ -60,11 +60,8 @@ problem. The JSON form is the report: {"location", "ok", "summary",
 "unchecked_tensors", "archive_verified_tensors", "archive_verified_bytes",
 "blobs"}, with "error" instead when PATH cannot be read. A file's "kind" is
 "safetensors", "pytorch", "index", "model_index" or "other"; a problem's
-"kind" is one of invalid_header, invalid_archive, truncated,
-trailing_bytes, checksum_mismatch, damaged_checksums, no_checksums,
-invalid_index, missing_shard, tensor_missing_from_shard, unmapped_tensor,
-duplicate_tensor, total_size_mismatch, blob_hash_mismatch, insecure_path,
-not_regular_file, invalid_model_index, missing_component, no_weights, io.
+"kind" is a stable snake_case name (checksum_mismatch, truncated,
+invalid_archive, ...: the names of package integrity's Kind).
 
 Examples:
   ckpt verify ./Llama-3-8B
