@@ -32,6 +32,8 @@ const (
 // and checks it: tensors in pieces, spread over the workers (each with one
 // reused buffer), a piece's CRC combined with the others' of its tensor;
 // hub blobs in order, hashed whole, their tensors' CRCs taken on the way.
+// PyTorch files come first, one at a time, their records spread over the
+// workers (checkTorch).
 func (v *verifier) check() error {
 	var rfs source.RangeFS
 	if fsys := v.src.FS(); fsys != nil {
@@ -48,6 +50,9 @@ func (v *verifier) check() error {
 	}
 	if v.cfg.piece > 0 {
 		piece, read = v.cfg.piece, min(v.cfg.read, v.cfg.piece)
+	}
+	if err := v.checkTorch(workers, read); err != nil {
+		return err
 	}
 
 	var runs []*fileRun

@@ -23,10 +23,23 @@ type ChecksumReport struct {
 	// Verified are the files that already had checksums: verified, and
 	// left as they were.
 	Verified []string `json:"verified"`
+	// Skipped are the files that cannot take checksums, sorted: PyTorch
+	// checkpoints (verified by their archive's CRC-32, and left as they
+	// were).
+	Skipped []Skipped `json:"skipped"`
 	// Report is the verification that came first. Checksum writes
 	// nothing unless it found no problem.
 	Report *Report `json:"report"`
 }
+
+// Skipped is a file Checksum left as it was, and why.
+type Skipped struct {
+	File   string `json:"file"`
+	Reason string `json:"reason"`
+}
+
+// torchSkipReason is why Checksum skips a PyTorch file.
+const torchSkipReason = "a PyTorch checkpoint: safetensors checksums cannot be written into it (its records carry their zip archive's CRC-32, which was verified); convert it to safetensors (ckpt convert) for checksums per tensor"
 
 // copyChunk is the most bytes of a tensor copied at once when a file is
 // rewritten.
@@ -61,6 +74,10 @@ const copyChunk = 4 << 20
 // header carries ahead of the data, once to copy them, checked against
 // the first).
 //
+// A PyTorch checkpoint cannot take checksums: it is verified (its
+// records against their archive's CRC-32), listed in Skipped, and never
+// rewritten.
+//
 // The files of a Hugging Face hub cache snapshot are refused: their
 // blobs are named by the hash of their content, which a rewrite would
 // break.
@@ -78,7 +95,13 @@ func Checksum(ctx context.Context, location string, opts ...Option) (*ChecksumRe
 		return nil, err
 	}
 	rep := v.report()
-	cr := &ChecksumReport{Location: location, Written: []string{}, Verified: []string{}, Report: rep}
+	cr := &ChecksumReport{Location: location, Written: []string{}, Verified: []string{}, Skipped: []Skipped{}, Report: rep}
+	for _, fc := range v.files {
+		if fc.kind == kindTorch {
+			cr.Skipped = append(cr.Skipped, Skipped{File: fc.display, Reason: torchSkipReason})
+		}
+	}
+	slices.SortFunc(cr.Skipped, func(a, b Skipped) int { return strings.Compare(a.File, b.File) })
 	if !rep.OK() {
 		return cr, rep.Err()
 	}

@@ -31,14 +31,19 @@ const (
 	// ChecksumMismatch: a tensor whose stored bytes differ from the
 	// checksum its file's header names (it also matches
 	// safetensors.ErrChecksum, and unwraps to a
-	// *safetensors.ChecksumError).
+	// *safetensors.ChecksumError); in a PyTorch file, a record whose
+	// bytes differ from the CRC-32 its zip archive records, or whose local
+	// header disagrees with the directory: one problem for each tensor
+	// that views the record's storage (or one naming the file when none
+	// does), its Range the record's bytes (it unwraps to a
+	// *torch.RecordError).
 	ChecksumMismatch
 	// DamagedChecksums: the checksums in a header are damaged (see
 	// safetensors.Header.Checksums); it also matches
 	// safetensors.ErrChecksum.
 	DamagedChecksums
-	// NoChecksums: a file without checksums, when RequireChecksums was
-	// given.
+	// NoChecksums: a file without checksums (a PyTorch file never has
+	// them), when RequireChecksums was given.
 	NoChecksums
 	// InvalidIndex: a shard index that does not parse or validate.
 	InvalidIndex
@@ -72,7 +77,8 @@ const (
 	// MissingComponent: a component model_index.json lists whose
 	// folder is missing or not a bare folder name.
 	MissingComponent
-	// NoWeights: a folder with no safetensors file or index to verify.
+	// NoWeights: a folder with no safetensors or PyTorch weights file or
+	// index to verify.
 	NoWeights
 	// IO: reading a file failed (or it changed size while it was
 	// read).
@@ -81,6 +87,14 @@ const (
 	// cache snapshot, a location without a sink, a file system given with
 	// WithFS).
 	NotWritable
+	// InvalidArchive: a PyTorch checkpoint that package torch refuses to
+	// open: a zip archive without its directory (a truncated copy ends
+	// before it), a damaged directory or data.pkl, a storage record that
+	// is missing, too short or runs past the end of the file, a tensor out
+	// of its storage's bounds; also what it cannot read (a forbidden
+	// global, the legacy format). One problem naming the file (and the
+	// record or tensor, when the refusal names one).
+	InvalidArchive
 
 	numKinds // keep last
 )
@@ -106,6 +120,7 @@ var kindNames = [...]string{
 	NoWeights:              "no_weights",
 	IO:                     "io",
 	NotWritable:            "not_writable",
+	InvalidArchive:         "invalid_archive",
 }
 
 // String returns the kind's snake_case name, e.g. "checksum_mismatch".
@@ -152,7 +167,8 @@ type Problem struct {
 	// Message is the whole line: file, tensor, range and what is wrong.
 	Message string `json:"message"`
 	// Err is the underlying error, if any (a *safetensors.ChecksumError
-	// for a checksum mismatch).
+	// for a checksum mismatch of a safetensors file, a *torch.RecordError
+	// for one of a PyTorch file, a *torch.Error for InvalidArchive).
 	Err error `json:"-"`
 }
 

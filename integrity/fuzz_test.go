@@ -6,9 +6,11 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/ckpt-go/ckpt/ckpttest"
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/integrity"
 	"github.com/ckpt-go/ckpt/safetensors"
+	"github.com/ckpt-go/ckpt/torch"
 )
 
 // FuzzVerify: any bytes as a checkpoint's file, beside a valid index that
@@ -47,6 +49,43 @@ func FuzzVerify(f *testing.F) {
 			}
 			if _, err := h.Checksums(); err != nil {
 				t.Fatalf("clean report for damaged checksums: %v", err)
+			}
+		}
+	})
+}
+
+// FuzzVerifyTorch: any bytes as the PyTorch shard of an index are checked
+// without a panic or an error other than a report; a clean report means
+// the shard opens and holds exactly the tensor the index names, whose
+// storage record matches its CRC-32.
+func FuzzVerifyTorch(f *testing.F) {
+	good, err := ckpttest.EncodeTorch([]ckpttest.TorchTensor{{Name: "w", Storage: "0", Shape: []int64{4}, Stride: []int64{1}}},
+		map[string]ckpttest.TorchStorage{"0": {DType: dtype.U8, Data: []byte("wxyz")}}, false)
+	if err == nil {
+		f.Add(good)
+	}
+	f.Add([]byte("PK\x05\x06" + string(make([]byte, 18))))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "pytorch_model-00001-of-00001.bin"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		idx := `{"metadata":{"total_size":4},"weight_map":{"w":"pytorch_model-00001-of-00001.bin"}}`
+		if err := os.WriteFile(filepath.Join(dir, "pytorch_model.bin.index.json"), []byte(idx), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		rep, err := integrity.Verify(context.Background(), dir)
+		if err != nil {
+			t.Fatalf("Verify: %v", err)
+		}
+		if rep.OK() {
+			c, err := torch.Open(filepath.Join(dir, "pytorch_model.bin.index.json"))
+			if err != nil {
+				t.Fatalf("clean report for a set that does not open: %v", err)
+			}
+			defer c.Close()
+			if c.Len() != 1 || rep.ArchiveTensors != 1 {
+				t.Fatalf("clean report: %d tensors, %d verified", c.Len(), rep.ArchiveTensors)
 			}
 		}
 	})

@@ -42,7 +42,7 @@ func hubSnapshot(t *testing.T, src string) (string, map[string]string) {
 			t.Fatal(err)
 		}
 		var name string
-		if strings.HasSuffix(e.Name(), ".safetensors") {
+		if strings.HasSuffix(e.Name(), ".safetensors") || strings.HasSuffix(e.Name(), ".bin") {
 			sum := sha256.Sum256(b)
 			name = hex.EncodeToString(sum[:])
 		} else {

@@ -128,6 +128,51 @@ func TestS3(t *testing.T) {
 	}
 }
 
+// TestS3Torch verifies a PyTorch set on S3 through the same file system
+// safetensors files are read through: sound, a damaged record named by
+// tensor, a truncated object named; Checksum skips its files and writes
+// nothing.
+func TestS3Torch(t *testing.T) {
+	s := needS3(t)
+	bucket := s.NewBucket(t)
+	dir := torchSharded(t)
+	s.PutDir(t, bucket, "pt", dir)
+	loc := "s3://" + bucket + "/pt"
+	for _, l := range []string{loc, loc + "/" + tindex, loc + "/" + tshard2} {
+		rep := verify(t, l)
+		wantOK(t, rep)
+		if rep.ArchiveTensors == 0 || rep.ArchiveTensors != rep.Tensors {
+			t.Errorf("%s: report %+v", l, rep)
+		}
+	}
+	good, err := os.ReadFile(filepath.Join(dir, tshard2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ranges, _ := storageRanges(t, filepath.Join(dir, tshard2))
+	bad := bytes.Clone(good)
+	bad[ranges["1"].Begin] ^= 0x40
+	s.Put(t, bucket, "pt/"+tshard2, bad)
+	rep := verify(t, loc)
+	if len(rep.Problems) != 1 || rep.Problems[0].Kind != integrity.ChecksumMismatch || rep.Problems[0].Tensor != "c" || rep.Problems[0].File != tshard2 {
+		t.Errorf("damaged object: %v", messages(rep))
+	}
+	cr, err := integrity.Checksum(context.Background(), loc)
+	if !errors.Is(err, safetensors.ErrChecksum) || cr == nil || len(cr.Written) != 0 || !bytes.Equal(s.Get(t, bucket, "pt/"+tshard2), bad) {
+		t.Errorf("Checksum of a damaged object: %v", err)
+	}
+	s.Put(t, bucket, "pt/"+tshard2, good[:len(good)-30])
+	rep = verify(t, loc)
+	if len(rep.Problems) != 1 || rep.Problems[0].Kind != integrity.InvalidArchive || rep.Problems[0].File != tshard2 {
+		t.Errorf("truncated object: %v", messages(rep))
+	}
+	s.Put(t, bucket, "pt/"+tshard2, good)
+	cr, err = integrity.Checksum(context.Background(), loc)
+	if err != nil || len(cr.Written) != 0 || len(cr.Skipped) != 2 {
+		t.Errorf("Checksum: %+v %v", cr, err)
+	}
+}
+
 // TestHTTP verifies a file and an index served over HTTP (ranged GETs);
 // a folder cannot be listed there: an error, not a problem.
 func TestHTTP(t *testing.T) {
@@ -145,6 +190,25 @@ func TestHTTP(t *testing.T) {
 	}
 	if _, err := integrity.Checksum(context.Background(), srv.URL+"/"+shard2); !hasKind(err, integrity.NotWritable) {
 		t.Errorf("Checksum over HTTP: %v, want NotWritable", err)
+	}
+}
+
+// TestHTTPTorch verifies a PyTorch index and its shards served over
+// HTTP. (A .bin named directly is refused by package remote's HTTP
+// source, which takes .safetensors files and indexes only.)
+func TestHTTPTorch(t *testing.T) {
+	dir := torchSharded(t)
+	srv := httptest.NewServer(http.FileServer(http.Dir(dir)))
+	defer srv.Close()
+	for _, l := range []string{srv.URL + "/" + tindex} {
+		if rep := verify(t, l); !rep.OK() || rep.ArchiveTensors == 0 {
+			t.Errorf("%s: %v %+v", l, messages(rep), rep)
+		}
+	}
+	ranges, _ := storageRanges(t, filepath.Join(dir, tshard1))
+	flip(t, filepath.Join(dir, tshard1), ranges["0"].Begin)
+	if rep := verify(t, srv.URL+"/"+tindex); len(rep.Problems) != 1 || rep.Problems[0].Tensor != "a" || rep.Problems[0].File != tshard1 {
+		t.Errorf("damaged: %v", messages(rep))
 	}
 }
 

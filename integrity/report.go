@@ -21,15 +21,26 @@ type Report struct {
 	Notes []string `json:"notes"`
 
 	// Tensors is the number of tensors of the safetensors files whose
-	// headers parsed.
+	// headers parsed and of the PyTorch files that opened (ties not
+	// counted).
 	Tensors int `json:"tensors"`
 	// VerifiedTensors is the number of tensors whose stored bytes were
 	// checked against their checksums, and VerifiedBytes their bytes.
 	VerifiedTensors int   `json:"verified_tensors"`
 	VerifiedBytes   int64 `json:"verified_bytes"`
-	// UncheckedTensors is the number of tensors in files without
-	// checksums: only the structure of those files could be checked.
+	// UncheckedTensors is the number of tensors in safetensors files
+	// without checksums: only the structure of those files could be
+	// checked.
 	UncheckedTensors int `json:"unchecked_tensors"`
+	// ArchiveTensors is the number of tensors of PyTorch files whose
+	// storage records matched the CRC-32 their zip archive records, and
+	// ArchiveBytes the bytes of the records read (every record of the
+	// archives, data.pkl included). A CRC-32 per record is no checksum
+	// per tensor: it was computed by torch.save from the bytes it wrote,
+	// so it finds damage since the file was written, as the safetensors
+	// checksums do.
+	ArchiveTensors int   `json:"archive_verified_tensors"`
+	ArchiveBytes   int64 `json:"archive_verified_bytes"`
 	// Blobs is the number of Hugging Face hub cache blobs whose content
 	// was hashed and compared with their names.
 	Blobs int `json:"blobs"`
@@ -39,14 +50,15 @@ type Report struct {
 type FileReport struct {
 	// Name is the file, relative to the location verified.
 	Name string `json:"name"`
-	// Kind is "safetensors", "index" (a shard index), "model_index"
-	// (a pipeline's model_index.json) or "other" (a file of a hub
-	// snapshot whose blob was checked).
+	// Kind is "safetensors", "pytorch" (a PyTorch checkpoint, a
+	// torch.save archive), "index" (a shard index of either),
+	// "model_index" (a pipeline's model_index.json) or "other" (a file of
+	// a hub snapshot whose blob was checked).
 	Kind string `json:"kind"`
 	// Size is the file's size in bytes.
 	Size int64 `json:"size"`
 	// Tensors is the number of tensors of a safetensors file whose
-	// header parsed.
+	// header parsed, or of a PyTorch file that opened.
 	Tensors int `json:"tensors,omitempty"`
 	// Checksums reports that the file's header names a checksum for
 	// every tensor.
@@ -69,7 +81,8 @@ func (r *Report) Err() error {
 }
 
 // Summary is one line saying what was checked: files, tensors, bytes
-// verified by checksum, tensors without checksums, hub blobs.
+// verified by checksum, tensors without checksums, PyTorch tensors
+// verified by their archive's CRC-32, hub blobs.
 func (r *Report) Summary() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d %s, %d %s, %s verified by checksum (%d %s), %d %s without checksums",
@@ -77,6 +90,10 @@ func (r *Report) Summary() string {
 		r.Tensors, plural(r.Tensors, "tensor", "tensors"),
 		humanBytes(r.VerifiedBytes), r.VerifiedTensors, plural(r.VerifiedTensors, "tensor", "tensors"),
 		r.UncheckedTensors, plural(r.UncheckedTensors, "tensor", "tensors"))
+	if r.ArchiveTensors > 0 || r.ArchiveBytes > 0 {
+		fmt.Fprintf(&b, ", %d PyTorch %s verified by the archive's CRC-32 (%s)",
+			r.ArchiveTensors, plural(r.ArchiveTensors, "tensor", "tensors"), humanBytes(r.ArchiveBytes))
+	}
 	if r.Blobs > 0 {
 		fmt.Fprintf(&b, ", %d hub %s hashed", r.Blobs, plural(r.Blobs, "blob", "blobs"))
 	}

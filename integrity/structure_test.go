@@ -368,7 +368,7 @@ func TestFolders(t *testing.T) {
 
 	// A folder without weights.
 	empty := t.TempDir()
-	wantProblems(t, verify(t, empty), []integrity.Kind{integrity.NoWeights}, `.: no safetensors file or index to verify`)
+	wantProblems(t, verify(t, empty), []integrity.Kind{integrity.NoWeights}, `.: no safetensors or PyTorch weights file or index to verify`)
 
 	// A pipeline: components of every variant, checked; a missing one.
 	root := ckpttest.NewPipeline(t, ckpttest.Pipeline{Components: []ckpttest.Component{

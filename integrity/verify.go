@@ -21,16 +21,20 @@ import (
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
 	"github.com/ckpt-go/ckpt/source"
+	"github.com/ckpt-go/ckpt/torch"
 	"github.com/ckpt-go/ckpt/variant"
 )
 
 // Verify checks the checkpoint at location and reports every problem it
 // finds. location is a .safetensors file, a shard index
-// (*.safetensors.index*.json) with its shards, a folder (every safetensors
-// file and index in it, of every variant), a diffusers pipeline folder
+// (*.safetensors.index*.json) with its shards, a PyTorch file or index
+// (named as the loader names them: torch.TrimName, package variant), a
+// folder (every safetensors file and index in it, of every variant, and
+// the PyTorch weights package variant names), a diffusers pipeline folder
 // (model_index.json: every listed component's folder, and the root), a
 // Hugging Face hub cache snapshot, or a "SCHEME://" location opened through
 // package source's registry (import package remote for s3://, https://).
+// PyTorch files are checked as the package documentation says.
 //
 // It checks, for every safetensors file: that its header parses, that the
 // file is as long as the header says (neither truncated, naming each tensor
@@ -72,7 +76,7 @@ type verifier struct {
 	cfg      config
 	location string
 	src      srcfs.FS
-	closer   io.Closer // the file system source.Open opened
+	closer   io.Closer // the file system source.Open opened (nil with WithFS)
 	root     string    // file names in problems are relative to it
 	hub      bool      // some file is a hub cache blob
 
@@ -118,6 +122,7 @@ func cmpOr(s, def string) string {
 }
 
 func (v *verifier) close() {
+	v.closeTorch()
 	if v.closer != nil {
 		v.closer.Close()
 	}
@@ -194,7 +199,7 @@ func (v *verifier) folderOrPipeline(dir string) error {
 			return err
 		}
 		if v.found == 0 {
-			v.problem(newProblem(NoWeights, v.rel(dir), "", nil, "no safetensors file or index to verify"))
+			v.problem(newProblem(NoWeights, v.rel(dir), "", nil, "no safetensors or PyTorch weights file or index to verify"))
 		}
 		return v.ctx.Err()
 	}
@@ -233,7 +238,7 @@ func (v *verifier) folderOrPipeline(dir string) error {
 		}
 	}
 	if v.found == 0 {
-		v.problem(newProblem(NoWeights, v.rel(dir), "", nil, "no safetensors file or index to verify in the pipeline"))
+		v.problem(newProblem(NoWeights, v.rel(dir), "", nil, "no safetensors or PyTorch weights file or index to verify in the pipeline"))
 	}
 	return v.ctx.Err()
 }
@@ -276,8 +281,11 @@ func isIndexName(name string) bool {
 	return strings.HasSuffix(name, ".safetensors.index.json")
 }
 
-// folder checks the safetensors files and indexes of the folder dir: each
-// index with its shards, then the files no index named, as single files.
+// folder checks the safetensors files and indexes of the folder dir, and
+// its PyTorch weights named as package variant names them (the files the
+// loader reads: pytorch_model.bin, its variants, indexes and shards):
+// each index with its shards, then the files no index named, as single
+// files.
 // In a hub cache snapshot every other file's blob is checked too. A root
 // folder that cannot be listed is an error; a component folder, a
 // problem.
@@ -301,6 +309,10 @@ func (v *verifier) folder(dir string, root bool) error {
 		case isIndexName(name):
 			v.index(p, false)
 		case strings.HasSuffix(name, ".safetensors"):
+			singles = append(singles, p)
+		case variant.FormatOf(name) == variant.FormatPyTorch && strings.HasSuffix(name, ".json"):
+			v.index(p, false)
+		case variant.FormatOf(name) == variant.FormatPyTorch:
 			singles = append(singles, p)
 		case name == variant.ModelIndex:
 			// checked by folderOrPipeline
@@ -380,8 +392,9 @@ func (v *verifier) quietResolve(name string) (string, bool) {
 	return real, true
 }
 
-// fileCheck is one safetensors file (or, with kind "other" or
-// "model_index", a file whose hub blob is checked).
+// fileCheck is one safetensors file, a PyTorch file (kind "pytorch"),
+// or, with kind "other" or "model_index", a file whose hub blob is
+// checked.
 type fileCheck struct {
 	name    string // as reached (in its folder)
 	open    string // what is opened: name with its links evaluated
@@ -392,9 +405,11 @@ type fileCheck struct {
 	bad     bool   // not checked: insecure, not regular, unreadable
 	size    int64
 	hdr     *safetensors.Header // nil unless it parsed
-	sums    map[string]uint32   // nil without checksums
-	blob    *blobCheck          // a hub cache blob
-	seqOnly bool                // its source can only be read in order
+	ck      *torch.Checkpoint   // a PyTorch file that opened, read through ckFile
+	ckFile  fs.File
+	sums    map[string]uint32 // nil without checksums
+	blob    *blobCheck        // a hub cache blob
+	seqOnly bool              // its source can only be read in order
 }
 
 // dataEnd is where the header says the data section ends.
@@ -449,6 +464,9 @@ func (v *verifier) locate(name string, direct bool) (fc *fileCheck, fresh bool) 
 		return fc, false
 	}
 	fc = &fileCheck{name: name, display: v.rel(name), kind: "safetensors"}
+	if isTorchName(v.src.Base(name)) {
+		fc.kind = kindTorch
+	}
 	v.files[name] = fc
 	v.found++
 	if _, err := v.src.Lstat(name); err != nil && errors.Is(err, fs.ErrNotExist) {
@@ -516,6 +534,10 @@ func (v *verifier) openProblem(display string, err error) {
 // size against it and its checksums' integrity. It is safe for concurrent
 // use on distinct files.
 func (v *verifier) readHeader(fc *fileCheck) {
+	if fc.kind == kindTorch {
+		v.readTorch(fc)
+		return
+	}
 	f, size, err := v.openRegular(fc.open)
 	if err != nil {
 		fc.bad = true
@@ -587,6 +609,9 @@ func (v *verifier) fileReport(fc *fileCheck) {
 	r := FileReport{Name: fc.display, Kind: fc.kind, Size: fc.size}
 	if fc.hdr != nil {
 		r.Tensors = len(fc.hdr.Tensors)
+	}
+	if fc.ck != nil {
+		r.Tensors = fc.ck.Len()
 	}
 	r.Checksums = fc.sums != nil
 	if fc.blob != nil {
@@ -723,8 +748,13 @@ func (v *verifier) index(name string, direct bool) {
 		return
 	}
 	v.other(name, real, "index")
-	ix, err := shard.ParseIndex(data)
-	if err != nil {
+	var ix *indexInfo
+	if isTorchName(v.src.Base(name)) {
+		if ix, err = parseTorchIndex(data); err != nil {
+			v.problem(torchIndexProblem(display, err))
+			return
+		}
+	} else if ix, err = parseIndex(data); err != nil {
 		kind := InvalidIndex
 		if errors.Is(err, shard.ErrInsecurePath) {
 			kind = InsecurePath
@@ -732,11 +762,11 @@ func (v *verifier) index(name string, direct bool) {
 		v.problem(newProblem(kind, display, "", nil, "invalid index: "+strings.TrimPrefix(err.Error(), "shard: ")))
 		return
 	}
-	for _, w := range ix.Warnings {
+	for _, w := range ix.warnings {
 		v.note("%s: %s", display, w)
 	}
 	dir := v.src.Dir(name)
-	shards := ix.Shards()
+	shards := ix.shards
 	files := make(map[string]*fileCheck, len(shards))
 	complete := true // every shard there and readable
 	var fresh []*fileCheck
@@ -757,35 +787,37 @@ func (v *verifier) index(name string, direct bool) {
 		case fc.missing != "":
 			complete = false
 			v.problem(newProblem(MissingShard, display, "", nil, "names shard "+s+", which is "+fc.missing))
-		case fc.hdr == nil:
+		case !fc.parsed():
 			complete = false
 		}
 	}
 
 	// Every tensor the index names must be in the shard it names.
 	var total int64
-	for _, t := range ix.Names() {
-		s := ix.WeightMap[t]
+	for _, t := range ix.names {
+		s := ix.weightMap[t]
 		fc := files[s]
-		if fc.hdr == nil {
+		if !fc.parsed() {
 			continue // the shard's own problem says why
 		}
-		if info, ok := fc.hdr.Lookup(t); ok {
-			total += info.ByteLen()
+		if n, ok := fc.lookup(t); ok {
+			total += n
 			continue
 		}
 		complete = false
 		var others []string
 		for _, o := range shards {
-			if o != s && files[o].hdr != nil {
-				if _, ok := files[o].hdr.Lookup(t); ok {
-					others = append(others, o)
-				}
+			if o != s && holds(files[o], t) {
+				others = append(others, o)
 			}
 		}
-		msg := "the index maps it to " + s + ", whose header does not have it; no shard of the index holds it"
+		has := "whose header does not have it"
+		if fc.ck != nil {
+			has = "which does not hold it"
+		}
+		msg := "the index maps it to " + s + ", " + has + "; no shard of the index holds it"
 		if len(others) > 0 {
-			msg = "the index maps it to " + s + ", whose header does not have it; it is in " + strings.Join(others, " and ") + " (the index names the wrong shard)"
+			msg = "the index maps it to " + s + ", " + has + "; it is in " + strings.Join(others, " and ") + " (the index names the wrong shard)"
 		}
 		v.problem(newProblem(TensorMissingFromShard, display, t, nil, msg))
 	}
@@ -793,37 +825,50 @@ func (v *verifier) index(name string, direct bool) {
 	// Every tensor of a shard must be named by the index, for that shard.
 	for _, s := range shards {
 		fc := files[s]
-		if fc.hdr == nil {
+		if !fc.parsed() {
 			continue
 		}
-		for _, t := range fc.hdr.Tensors {
-			named, ok := ix.WeightMap[t.Name]
+		for _, t := range fc.tensorNames() {
+			named, ok := ix.weightMap[t]
 			switch {
 			case !ok:
-				v.problem(newProblem(UnmappedTensor, fc.display, t.Name, nil,
+				v.problem(newProblem(UnmappedTensor, fc.display, t, nil,
 					"held by the shard, but the index "+v.src.Base(name)+" does not name it"))
-			case named != s && holds(files[named], t.Name):
-				v.problem(newProblem(DuplicateTensor, fc.display, t.Name, nil,
+			case named != s && holds(files[named], t):
+				v.problem(newProblem(DuplicateTensor, fc.display, t, nil,
 					"also held by "+named+", the shard the index "+v.src.Base(name)+" maps it to"))
 			}
 		}
 	}
 
 	// metadata.total_size: the bytes of the tensors the index names.
-	if n, ok := ix.Metadata["total_size"].(json.Number); ok && complete {
-		if want, err := n.Int64(); err == nil && want == ix.TotalSize && want != total {
-			v.problem(newProblem(TotalSizeMismatch, display, "", nil,
-				fmt.Sprintf("metadata.total_size is %d, but the tensors the index names hold %d bytes", want, total)))
-		}
+	if want := ix.totalSize; want != nil && complete && *want != total {
+		v.problem(newProblem(TotalSizeMismatch, display, "", nil,
+			fmt.Sprintf("metadata.total_size is %d, but the tensors the index names hold %d bytes", *want, total)))
 	}
 }
 
-// holds reports whether the header of fc, when it parsed, has the tensor.
+// parseIndex parses a safetensors shard index (package shard's rules).
+func parseIndex(data []byte) (*indexInfo, error) {
+	ix, err := shard.ParseIndex(data)
+	if err != nil {
+		return nil, err
+	}
+	info := &indexInfo{names: ix.Names(), weightMap: ix.WeightMap, shards: ix.Shards(), warnings: ix.Warnings}
+	if n, ok := ix.Metadata["total_size"].(json.Number); ok {
+		if want, err := n.Int64(); err == nil && want == ix.TotalSize {
+			info.totalSize = &want
+		}
+	}
+	return info, nil
+}
+
+// holds reports whether fc, when its tensors are known, has the tensor.
 func holds(fc *fileCheck, tensor string) bool {
-	if fc == nil || fc.hdr == nil {
+	if fc == nil {
 		return false
 	}
-	_, ok := fc.hdr.Index(tensor)
+	_, ok := fc.lookup(tensor)
 	return ok
 }
 

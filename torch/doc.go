@@ -108,6 +108,16 @@
 // of hanging. Each shard must hold exactly the tensors the index maps to it
 // (ErrInvalidFormat, "index mismatch").
 //
+// # Verifying
+//
+// Open checks the structure (the zip directory, data.pkl's CRC, every
+// tensor against its storage record) but reads no storage's bytes.
+// Checkpoint.VerifyRecords reads every record once and compares it with
+// the CRC-32 and sizes the archive records (a *RecordError, matching
+// safetensors.ErrChecksum, names the record, its bytes and the tensors
+// that view it); ParseIndex parses an index for a caller that checks it
+// against its shards itself (package integrity, behind `ckpt verify`).
+//
 // # Converting
 //
 // WriteSafetensors streams the tensors, one at a time, into a safetensors

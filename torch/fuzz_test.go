@@ -2,12 +2,15 @@ package torch
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"maps"
 	"os"
 	"testing"
+
+	"github.com/ckpt-go/ckpt/safetensors"
 )
 
 // fuzzLimits keep each input cheap.
@@ -61,7 +64,8 @@ func FuzzUnpickle(f *testing.F) {
 }
 
 // readsInBounds opens the archive data: NewReader either refuses it with a
-// typed error or reads every tensor, to exactly ByteLen bytes (at most the
+// typed error, or VerifyRecords runs without panic (each problem typed,
+// naming a record within the file) and it reads every tensor, to exactly ByteLen bytes (at most the
 // archive's), the same through Bytes, WriteTo and ReadAt.
 func readsInBounds(t *testing.T, data []byte) {
 	t.Helper()
@@ -72,6 +76,14 @@ func readsInBounds(t *testing.T, data []byte) {
 			t.Fatalf("untyped error %T: %v", err, err)
 		}
 		return
+	}
+	_, err = c.VerifyRecords(context.Background(), VerifyOptions{Workers: 2, ReadSize: 7}, func(e *RecordError) {
+		if e.Record == "" || e.Begin < 0 || e.Begin > e.End || e.End > int64(len(data)) || !errors.Is(e, safetensors.ErrChecksum) {
+			t.Fatalf("record problem out of bounds or untyped: %+v", e)
+		}
+	})
+	if err != nil {
+		t.Fatalf("VerifyRecords: %v", err)
 	}
 	for name, tn := range c.Tensors() {
 		if tn.ByteLen() > int64(len(data)) {

@@ -23,7 +23,21 @@ func inspectCommand() *command {
 offsets and the file holding it — then the metadata and totals by dtype.
 PATH is a .safetensors file, a *.safetensors.index.json, or a component
 folder (resolved like "ckpt resolve": --variant picks the precision variant).
-Only headers are read; no tensor data is touched. The files a folder or an
+Only headers are read; no tensor data is touched.
+
+A PyTorch checkpoint (a .bin, .pt, .pth or .ckpt file, a
+pytorch_model.bin.index.json, or a folder whose weights are PyTorch ones)
+is listed from its pickle, which is read without being executed: each
+tensor's name, dtype, shape, bytes, its storage (data/KEY in the archive)
+and its view of it ("contiguous", or its strides, and the element it
+starts from), then the tied names (one view under two names), the
+non-tensor values as metadata and the totals. --json gives {"path",
+"kind", "format": "pytorch", "files", "metadata", "tensors": [{"name",
+"dtype", "shape", "bytes", "storage", "storage_offset", "strides",
+"contiguous", "offset", "file"}], "aliases", "totals", "tensor_count",
+"total_bytes"}.
+
+The files a folder or an
 index resolves to must not be symlinks that lead out of it, unless
 --follow-symlinks is given (a Hugging Face cache snapshot needs it).
 
@@ -35,6 +49,7 @@ slashes: "model.safetensors" for a file or a single-file folder,
 
 Examples:
   ckpt inspect model.safetensors
+  ckpt inspect pytorch_model.bin
   ckpt inspect --json transformer/diffusion_pytorch_model.safetensors.index.json
   ckpt inspect --variant bf16 transformer/
   ckpt inspect --follow-symlinks ~/.cache/huggingface/hub/models--org--name/snapshots/REV`,
@@ -50,6 +65,9 @@ Examples:
 		}
 		if len(pos) != 1 {
 			return usageError{msg: "inspect takes exactly one PATH"}
+		}
+		if handled, err := inspectTorch(e, pos[0], *variantName, *follow, *asJSON); handled {
+			return withHint(err)
 		}
 		t, err := openTarget(pos[0], *variantName, *follow)
 		if err != nil {

@@ -20,10 +20,12 @@ func verifyCommand() *command {
 		args:    "PATH",
 		summary: "check every byte and the structure of a checkpoint: checksums, shards, sizes",
 		help: `Verifies PATH — a .safetensors file, a *.safetensors.index.json with its
-shards, a folder (every safetensors file and index in it, every variant), a
-diffusers pipeline (every component), a Hugging Face hub cache snapshot, or
-an s3:// or https:// location — and prints one line per problem, naming
-the file, the tensor and the byte range:
+shards, a PyTorch file (.bin, .pt, .pth, .ckpt) or index
+(pytorch_model.bin.index.json), a folder (every safetensors file and index
+in it, every variant, and its PyTorch weights: pytorch_model*.bin,
+diffusion_pytorch_model*.bin), a diffusers pipeline (every component), a
+Hugging Face hub cache snapshot, or an s3:// or https:// location — and
+prints one line per problem, naming the file, the tensor and the byte range:
 
   - a tensor whose stored bytes differ from the CRC-32C checksum its
     file's header names (files written by ckpt carry one per tensor; see
@@ -37,7 +39,16 @@ the file, the tensor and the byte range:
     shard, FIFOs and devices where files are expected, files symlinked out
     of their folder unless --follow-symlinks;
   - in a hub cache snapshot (with --follow-symlinks: its files link into
-    ../../blobs), every blob's content against the hash it is named by.
+    ../../blobs), every blob's content against the hash it is named by;
+  - a PyTorch file (a torch.save zip archive, which has no checksum per
+    tensor): its archive opened as the loader opens it (a truncated copy
+    has lost the zip directory at its end: "invalid archive"; a damaged
+    data.pkl or storage record table is named), then every record's bytes
+    against the CRC-32 its zip directory and local header record: a
+    mismatch is one line per tensor that views the record's storage,
+    naming the record and its byte range. Its tensors are counted as
+    "verified by the archive's CRC-32", not as checksummed; with
+    --require-checksums a PyTorch file is a problem (it has none).
 
 Exit status 0 when all is well (a summary: files, tensors, bytes verified by
 checksum, tensors without checksums), 1 with one line per problem, or when
@@ -46,10 +57,15 @@ problem. The JSON form is the report: {"location", "ok", "summary",
 "problems": [{"kind", "file", "tensor", "range": {"begin", "end"},
 "message"}], "files": [{"name", "kind", "size", "tensors", "checksums",
 "blob"}], "notes", "tensors", "verified_tensors", "verified_bytes",
-"unchecked_tensors", "blobs"}, with "error" instead when PATH cannot be read.
+"unchecked_tensors", "archive_verified_tensors", "archive_verified_bytes",
+"blobs"}, with "error" instead when PATH cannot be read. A file's "kind" is
+"safetensors", "pytorch", "index", "model_index" or "other"; a problem's
+"kind" is a stable snake_case name (checksum_mismatch, truncated,
+invalid_archive, ...: the names of package integrity's Kind).
 
 Examples:
   ckpt verify ./Llama-3-8B
+  ckpt verify pytorch_model.bin
   ckpt verify --follow-symlinks ~/.cache/huggingface/hub/models--org--name/snapshots/REV
   ckpt verify --json s3://bucket/checkpoints/step-1000 | jq -r '.problems[].message'`,
 	}
@@ -144,7 +160,10 @@ func checksumCommand() *command {
 		help: `Adds checksums (a CRC-32C of every tensor's stored bytes, in the header's
 __metadata__ as ckpt.crc32c.NAME; other readers ignore them) to every
 safetensors file of PATH that has none: a file, the shards of an index, a
-folder (every variant), a pipeline, or an s3:// location.
+folder (every variant), a pipeline, or an s3:// location. PyTorch files
+cannot take them: they are verified (against their archive's CRC-32) and
+listed as skipped, never rewritten ("ckpt convert" writes a safetensors copy
+with checksums).
 
 PATH is verified first, as "ckpt verify" does; when that finds a problem,
 nothing is written and the problems are printed, one per line (exit status
@@ -159,7 +178,8 @@ of a Hugging Face hub cache are refused: their blobs are named by the hash
 of their content.
 
 The JSON form: {"location", "written": [file], "verified": [file],
-"report": (the verify report)}, with "error" when nothing could be written.
+"skipped": [{"file", "reason"}], "report": (the verify report)}, with
+"error" when nothing could be written.
 
 Examples:
   ckpt checksum ./Llama-3-8B
@@ -203,6 +223,11 @@ Examples:
 			for _, f := range cr.Verified {
 				fmt.Fprintf(e.stdout, "verified  %s (it had checksums)\n", f)
 			}
+			if err == nil {
+				for _, f := range cr.Skipped {
+					fmt.Fprintf(e.stdout, "skipped   %s (%s)\n", f.File, f.Reason)
+				}
+			}
 		}
 		var pe *integrity.ProblemsError
 		switch {
@@ -214,7 +239,11 @@ Examples:
 			return err
 		}
 		printNotes(e.stderr, cr.Report)
-		fmt.Fprintf(e.stdout, "ok  %s: %d %s written with checksums, %d verified\n", pos[0], len(cr.Written), pluralize(len(cr.Written), "file", "files"), len(cr.Verified))
+		skipped := ""
+		if len(cr.Skipped) > 0 {
+			skipped = fmt.Sprintf(", %d PyTorch %s skipped", len(cr.Skipped), pluralize(len(cr.Skipped), "file", "files"))
+		}
+		fmt.Fprintf(e.stdout, "ok  %s: %d %s written with checksums, %d verified%s\n", pos[0], len(cr.Written), pluralize(len(cr.Written), "file", "files"), len(cr.Verified), skipped)
 		return nil
 	}
 	return c
