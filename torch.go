@@ -1,7 +1,6 @@
 package ckpt
 
 import (
-	"path"
 	"slices"
 	"strings"
 
@@ -22,8 +21,7 @@ import (
 // file or index: by its ending, or as package variant names PyTorch
 // weights (a variant's index, pytorch_model.bin.index.fp16.json).
 func isTorchFile(name string) bool {
-	_, ok := torch.TrimName(name)
-	return ok || variant.FormatOf(path.Base(name)) == variant.FormatPyTorch
+	return variant.IsPyTorchName(name)
 }
 
 // openTorch opens the PyTorch file or index name as the component label

@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"github.com/ckpt-go/ckpt/internal/setname"
-	"github.com/ckpt-go/ckpt/torch"
 	"github.com/ckpt-go/ckpt/variant"
 )
 
@@ -26,7 +25,7 @@ func torchNaming(base string) string {
 		}
 		return n
 	}
-	stem, ok := torch.TrimName(base)
+	stem, ok := variant.TrimPyTorchName(base)
 	if !ok {
 		return base
 	}

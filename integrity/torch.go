@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/ckpt-go/ckpt/torch"
-	"github.com/ckpt-go/ckpt/variant"
 )
 
 // PyTorch checkpoints.
@@ -26,15 +25,6 @@ import (
 
 // kindTorch is the FileReport.Kind of a PyTorch checkpoint file.
 const kindTorch = "pytorch"
-
-// isTorchName reports whether the base name names a PyTorch checkpoint
-// file or index by the rules the loader applies: its ending
-// (torch.TrimName) or package variant's names of PyTorch weights (a
-// variant's index, pytorch_model.bin.index.fp16.json).
-func isTorchName(base string) bool {
-	_, ok := torch.TrimName(base)
-	return ok || variant.FormatOf(base) == variant.FormatPyTorch
-}
 
 // readTorch opens fc as a PyTorch archive: its zip directory, pickle and
 // every tensor's bounds. It is safe for concurrent use on distinct files.

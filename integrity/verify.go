@@ -28,7 +28,7 @@ import (
 // Verify checks the checkpoint at location and reports every problem it
 // finds. location is a .safetensors file, a shard index
 // (*.safetensors.index*.json) with its shards, a PyTorch file or index
-// (named as the loader names them: torch.TrimName, package variant), a
+// (named as the loader names them: variant.IsPyTorchName), a
 // folder (every safetensors file and index in it, of every variant, and
 // the PyTorch weights package variant names), a diffusers pipeline folder
 // (model_index.json: every listed component's folder, and the root), a
@@ -464,7 +464,7 @@ func (v *verifier) locate(name string, direct bool) (fc *fileCheck, fresh bool) 
 		return fc, false
 	}
 	fc = &fileCheck{name: name, display: v.rel(name), kind: "safetensors"}
-	if isTorchName(v.src.Base(name)) {
+	if variant.IsPyTorchName(v.src.Base(name)) {
 		fc.kind = kindTorch
 	}
 	v.files[name] = fc
@@ -749,7 +749,7 @@ func (v *verifier) index(name string, direct bool) {
 	}
 	v.other(name, real, "index")
 	var ix *indexInfo
-	if isTorchName(v.src.Base(name)) {
+	if variant.IsPyTorchName(v.src.Base(name)) {
 		if ix, err = parseTorchIndex(data); err != nil {
 			v.problem(torchIndexProblem(display, err))
 			return

@@ -533,24 +533,3 @@ func (f *flattener) walk(name string, v any, depth int) error {
 	}
 	return nil
 }
-
-// nameEndings are the endings of the names of PyTorch checkpoint files and
-// indexes, longest first.
-var nameEndings = []string{".bin.index.json", ".pt.index.json", ".bin", ".pt", ".pth", ".ckpt"}
-
-// TrimName returns a file name without the ending that names it a PyTorch
-// checkpoint (".bin", ".pt", ".pth", ".ckpt") or a PyTorch index
-// (".bin.index.json", ".pt.index.json"), compared without case: the name
-// stem, and whether name has such an ending. It is the one rule by which
-// ckpt tells PyTorch files from safetensors ones by name (package variant
-// adds the index names of precision variants, such as
-// pytorch_model.bin.index.fp16.json).
-func TrimName(name string) (stem string, ok bool) {
-	l := strings.ToLower(name)
-	for _, e := range nameEndings {
-		if strings.HasSuffix(l, e) {
-			return name[:len(name)-len(e)], true
-		}
-	}
-	return name, false
-}

@@ -302,24 +302,3 @@ func TestNewReaderArguments(t *testing.T) {
 		t.Error(err)
 	}
 }
-
-func TestTrimName(t *testing.T) {
-	for _, c := range []struct {
-		name, stem string
-		ok         bool
-	}{
-		{"pytorch_model.bin", "pytorch_model", true},
-		{"model.PT", "model", true},
-		{"x.pth", "x", true},
-		{"sd.ckpt", "sd", true},
-		{"pytorch_model.bin.index.json", "pytorch_model", true},
-		{"m.pt.index.json", "m", true},
-		{"model.safetensors", "model.safetensors", false},
-		{"model.safetensors.index.json", "model.safetensors.index.json", false},
-		{"bin", "bin", false},
-	} {
-		if stem, ok := TrimName(c.name); stem != c.stem || ok != c.ok {
-			t.Errorf("TrimName(%q) = %q, %v; want %q, %v", c.name, stem, ok, c.stem, c.ok)
-		}
-	}
-}

@@ -1,6 +1,7 @@
 package variant
 
 import (
+	"path"
 	"regexp"
 	"strconv"
 	"strings"
@@ -224,4 +225,33 @@ func inFormat(format, name string) string {
 		}
 	}
 	return name
+}
+
+// pyTorchEndings are the endings of the names of PyTorch checkpoint files
+// and indexes, longest first.
+var pyTorchEndings = []string{".bin.index.json", ".pt.index.json", ".bin", ".pt", ".pth", ".ckpt"}
+
+// TrimPyTorchName returns a file name without the ending that names it a
+// PyTorch checkpoint (".bin", ".pt", ".pth", ".ckpt") or a PyTorch index
+// (".bin.index.json", ".pt.index.json"), compared without case: the name
+// stem, and whether name has such an ending.
+func TrimPyTorchName(name string) (stem string, ok bool) {
+	l := strings.ToLower(name)
+	for _, e := range pyTorchEndings {
+		if strings.HasSuffix(l, e) {
+			return name[:len(name)-len(e)], true
+		}
+	}
+	return name, false
+}
+
+// IsPyTorchName reports whether a file's name (a path or a base name)
+// names a PyTorch checkpoint file or index: by its ending
+// (TrimPyTorchName), or as the naming rules of ResolveComponent name
+// PyTorch weights (a variant's index, pytorch_model.bin.index.fp16.json).
+// It is the one rule by which ckpt tells PyTorch files from safetensors
+// ones by name.
+func IsPyTorchName(name string) bool {
+	_, ok := TrimPyTorchName(name)
+	return ok || FormatOf(path.Base(name)) == FormatPyTorch
 }

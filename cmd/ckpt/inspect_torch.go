@@ -16,14 +16,6 @@ import (
 	"github.com/ckpt-go/ckpt/variant"
 )
 
-// isTorchName reports whether the base name names a PyTorch checkpoint
-// file or index, by the rules the loader applies: its ending
-// (torch.TrimName) or package variant's names of PyTorch weights.
-func isTorchName(base string) bool {
-	_, ok := torch.TrimName(base)
-	return ok || variant.FormatOf(base) == variant.FormatPyTorch
-}
-
 // torchInspectTensor is a tensor of a PyTorch checkpoint in `ckpt
 // inspect`: the view it is of its storage record.
 type torchInspectTensor struct {
@@ -59,7 +51,7 @@ type torchInspectReport struct {
 // named as one, or a folder whose weights (resolved as "ckpt resolve"
 // does) are PyTorch ones. handled is false for anything else.
 func inspectTorch(e *env, p, variantName string, follow, asJSON bool) (handled bool, err error) {
-	if b := path.Base(p); strings.HasSuffix(b, ".safetensors") || strings.HasSuffix(b, ".json") && !isTorchName(b) {
+	if b := path.Base(p); strings.HasSuffix(b, ".safetensors") || strings.HasSuffix(b, ".json") && !variant.IsPyTorchName(b) {
 		return false, nil // a safetensors file or index: not opened twice
 	}
 	fsys, name, err := openLocation(p)
@@ -94,7 +86,7 @@ func inspectTorch(e *env, p, variantName string, follow, asJSON bool) (handled b
 		if plan.Index != "" {
 			file = join(plan.Dir, plan.Index)
 		}
-	case !isTorchName(base):
+	case !variant.IsPyTorchName(base):
 		return false, nil
 	case strings.HasSuffix(strings.ToLower(base), ".json"):
 		t.kind = "index"
