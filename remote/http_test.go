@@ -200,3 +200,26 @@ func TestHTTPQueryKeptForItsFile(t *testing.T) {
 		t.Errorf("unsigned: %v", err)
 	}
 }
+
+// A PyTorch file served over plain HTTP loads as the local file does.
+func TestHTTPLoadsPyTorchFile(t *testing.T) {
+	root := t.TempDir()
+	views, storages, err := ckpttest.TorchOf(ckpttest.Tensors(t, tensorSpec(6)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := ckpttest.EncodeTorch(views, storages, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := filepath.Join(root, "pytorch_model.bin")
+	if err := os.WriteFile(local, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(&fileServer{dir: root, etags: true})
+	defer srv.Close()
+	for _, target := range []ckpt.Target{{}, ckpt.To(dtype.F32)} {
+		got := load(t, open(t, srv.URL+"/pytorch_model.bin", ckpt.WithDType(target)))
+		sameTensors(t, "http PyTorch file", got, load(t, open(t, local, ckpt.WithDType(target))))
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/ckpt-go/ckpt/source"
+	"github.com/ckpt-go/ckpt/variant"
 )
 
 func init() {
@@ -86,9 +87,9 @@ func openHTTP(_ context.Context, location string) (fs.FS, string, error) {
 		return nil, "", err
 	}
 	name := nameOf(loc)
-	if !strings.HasSuffix(name, ".safetensors") && !strings.HasSuffix(name, ".json") {
+	if !strings.HasSuffix(name, ".safetensors") && !strings.HasSuffix(name, ".json") && !variant.IsPyTorchName(name) {
 		return nil, "", &Error{Kind: ErrInvalid, Location: location,
-			Msg: "http(s) sources take files (.safetensors) and indexes (.json), not folders, which plain HTTP cannot list"}
+			Msg: "http(s) sources take files (.safetensors, or PyTorch's .bin, .pt, .pth, .ckpt) and indexes (.json), not folders, which plain HTTP cannot list"}
 	}
 	fsys.be.(*httpBackend).withQuery(name, loc.RawQuery)
 	return fsys, name, nil
