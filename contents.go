@@ -50,7 +50,7 @@ func (m *Model) Contents(component string) (*Contents, error) {
 	if c == nil {
 		return nil, &Error{Kind: ErrNotFound, Path: m.path, Component: component, Msg: "no such component"}
 	}
-	out := &Contents{Component: c.name, Files: c.ck.Files(), Metadata: c.ck.Metadata(), Scheme: c.scheme}
+	out := &Contents{Component: c.name, Files: c.ck.files(), Metadata: c.ck.metadata(), Scheme: c.scheme}
 	out.Index = c.ck.index()
 	fileIdx := make(map[string]int, len(out.Files))
 	for i, f := range out.Files {
@@ -61,10 +61,10 @@ func (m *Model) Contents(component string) (*Contents, error) {
 		file  int
 		begin int64
 	}
-	ps := make([]placed, 0, c.ck.Len())
+	ps := make([]placed, 0, c.ck.count())
 	files := map[*safetensors.File]bool{}
-	for i := range c.ck.Len() {
-		info, _ := c.ck.At(i)
+	for i := range c.ck.count() {
+		info, _ := c.ck.at(i)
 		st, err := c.ck.tensorAt(i)
 		if err != nil {
 			return nil, inComponent(&Error{Kind: ErrRead, Tensor: info.Name, Err: err}, c.name)

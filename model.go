@@ -242,7 +242,7 @@ func (m *Model) openDir() error {
 			m.comps = append(m.comps, c)
 			// The index's shards as package torch opened them (a single
 			// file is the one asked for, maybe through a link).
-			if err := p.CheckFiles(c.ck.Files()); p.Index != "" && err != nil {
+			if err := p.CheckFiles(c.ck.files()); p.Index != "" && err != nil {
 				return &Error{Kind: ErrResolve, Path: p.Dir, Component: p.Component, Err: err}
 			}
 			if err := m.setup(c); err != nil {
@@ -289,10 +289,10 @@ func (m *Model) setup(c *modelComponent) error {
 	if c.ck, err = tie(c.ck); err != nil {
 		return inComponent(err, c.name)
 	}
-	c.files = c.ck.Files()
-	src := quant.Sources{Metadata: c.ck.Metadata(), ReadTensor: func(name string) ([]byte, error) {
+	c.files = c.ck.files()
+	src := quant.Sources{Metadata: c.ck.metadata(), ReadTensor: func(name string) ([]byte, error) {
 		// Small marker tensors (ComfyUI's P.comfy_quant JSON) only.
-		info, _, ok := c.ck.Info(name)
+		info, _, ok := c.ck.info(name)
 		if !ok {
 			return nil, fmt.Errorf("no tensor %q", name)
 		}
@@ -312,10 +312,10 @@ func (m *Model) setup(c *modelComponent) error {
 	if src.HFQuantConfig, err = m.readConfig(m.src.Join(c.dir, "hf_quant_config.json")); err != nil {
 		return &Error{Kind: ErrResolve, Component: c.name, Msg: "config", Err: err}
 	}
-	n := c.ck.Len()
+	n := c.ck.count()
 	stored := make([]quant.Stored, n)
 	for i := range n {
-		info, _ := c.ck.At(i)
+		info, _ := c.ck.at(i)
 		stored[i] = quant.Stored{Name: info.Name, DType: info.DType, Shape: info.Shape}
 	}
 	// The layout is the stored tensors' (tied names aside), and a tie is
@@ -375,7 +375,7 @@ func (m *Model) setup(c *modelComponent) error {
 		if !plain(s.Name) {
 			continue
 		}
-		info, fi := c.ck.At(i)
+		info, fi := c.ck.at(i)
 		in, _ := s.DType.ByteLen(numElements(s.Shape))
 		// Field by field into the zero entry: a whole entry copied in
 		// costs a bulk write barrier while the collector runs.
@@ -386,12 +386,12 @@ func (m *Model) setup(c *modelComponent) error {
 	for _, w := range c.scheme.Weights {
 		// A logical name may be its own data tensor's (consumed), not that
 		// of another entry.
-		if c.weights[w.Name] != nil || c.ck.Has(w.Name) && plain(w.Name) {
+		if c.weights[w.Name] != nil || c.ck.has(w.Name) && plain(w.Name) {
 			return &Error{Kind: ErrResolve, Component: c.name, Tensor: w.Name, Msg: "quant: a dequantized weight's name is also a stored tensor"}
 		}
 		at, fi, begin := -1, 0, int64(0)
 		if i := dataAt[w.Data.Name]; i >= 0 {
-			info, f := c.ck.At(i)
+			info, f := c.ck.at(i)
 			at, fi, begin = i, f, info.Begin
 		}
 		in, _ := w.Data.DType.ByteLen(numElements(w.Data.Shape))
@@ -587,7 +587,7 @@ func (c *modelComponent) entry(name string) *entry {
 	if e := c.weights[name]; e != nil {
 		return e
 	}
-	info, file, ok := c.ck.Info(name)
+	info, file, ok := c.ck.info(name)
 	if !ok {
 		return nil
 	}
@@ -610,7 +610,7 @@ func (m *Model) Close() error {
 	var first error
 	for _, c := range m.comps {
 		if c.ck != nil {
-			if err := c.ck.Close(); err != nil && first == nil {
+			if err := c.ck.close(); err != nil && first == nil {
 				first = err
 			}
 		}

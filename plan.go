@@ -251,7 +251,7 @@ func (m *Model) Plan() (*Plan, error) {
 			cp.Ignored = slices.Clone(c.vplan.Ignored)
 			cp.Warnings = append(cp.Warnings, c.vplan.Warnings...)
 		}
-		cp.Warnings = append(cp.Warnings, c.ck.Warnings()...)
+		cp.Warnings = append(cp.Warnings, c.ck.warnings()...)
 		if len(c.scheme.Unconsumed) > 0 {
 			cp.Warnings = append(cp.Warnings, fmt.Sprintf("%d tensors look like scales but no known layout consumed them (loaded as ordinary tensors): %s",
 				len(c.scheme.Unconsumed), strings.Join(firstN(c.scheme.Unconsumed, 5), ", ")))

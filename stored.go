@@ -79,30 +79,50 @@ func mappedFile(st storedTensor) *safetensors.File {
 }
 
 // tensorStore is the stored tensors of one component, in order: by
-// position (At, tensorAt) and by name. Info's Begin orders a file's
+// position (at, tensorAt) and by name. info's Begin orders a file's
 // tensors; the other fields are the tensor's.
 type tensorStore interface {
-	Len() int
-	At(i int) (info safetensors.TensorInfo, file int)
-	Info(name string) (info safetensors.TensorInfo, file string, ok bool)
-	Has(name string) bool
-	// Checksummed reports whether the tensor's file names a checksum
+	count() int
+	at(i int) (info safetensors.TensorInfo, file int)
+	info(name string) (info safetensors.TensorInfo, file string, ok bool)
+	has(name string) bool
+	// checksummed reports whether the tensor's file names a checksum
 	// for it (by name, or by position).
-	Checksummed(name string) bool
-	ChecksummedAt(i int) bool
-	// Files are the weights files, in order; index is the index file
+	checksummed(name string) bool
+	checksummedAt(i int) bool
+	// files are the weights files, in order; index is the index file
 	// that lists them ("" for a single file).
-	Files() []string
+	files() []string
 	index() string
-	Metadata() map[string]string
-	Warnings() []string
+	metadata() map[string]string
+	warnings() []string
 	tensor(name string) (storedTensor, error)
 	tensorAt(i int) (storedTensor, error)
-	Close() error
+	close() error
 }
 
 // shardStore is the tensors of safetensors files.
 type shardStore struct{ *shard.Checkpoint }
+
+func (s shardStore) count() int { return s.Len() }
+
+func (s shardStore) at(i int) (safetensors.TensorInfo, int) { return s.At(i) }
+
+func (s shardStore) info(name string) (safetensors.TensorInfo, string, bool) { return s.Info(name) }
+
+func (s shardStore) has(name string) bool { return s.Has(name) }
+
+func (s shardStore) checksummed(name string) bool { return s.Checksummed(name) }
+
+func (s shardStore) checksummedAt(i int) bool { return s.ChecksummedAt(i) }
+
+func (s shardStore) files() []string { return s.Files() }
+
+func (s shardStore) metadata() map[string]string { return s.Metadata() }
+
+func (s shardStore) warnings() []string { return s.Warnings() }
+
+func (s shardStore) close() error { return s.Close() }
 
 func (s shardStore) index() string {
 	if ix := s.Index(); ix != nil {

@@ -63,29 +63,29 @@ func tie(s tensorStore) (tensorStore, error) {
 	for _, tied := range t.names {
 		kept := ties[tied]
 		switch _, chain := ties[kept]; {
-		case s.Has(tied):
+		case s.has(tied):
 			return nil, fail(tied, "the tied name is also a stored tensor")
 		case chain:
 			return nil, fail(tied, fmt.Sprintf("it ties to %q, itself a tied name (a tie names a stored tensor directly)", kept))
-		case !s.Has(kept):
+		case !s.has(kept):
 			return nil, fail(tied, fmt.Sprintf("it ties to %q, which is no tensor of the checkpoint", kept))
 		}
 		want[kept] = -1
 	}
-	for i := range s.Len() {
-		if info, _ := s.At(i); want[info.Name] == -1 {
+	for i := range s.count() {
+		if info, _ := s.at(i); want[info.Name] == -1 {
 			want[info.Name] = i
 		}
 	}
 	for i, tied := range t.names {
-		t.pos[tied] = s.Len() + i
+		t.pos[tied] = s.count() + i
 		t.kept = append(t.kept, want[ties[tied]])
 	}
 	return t, nil
 }
 
 // stored is the number of stored tensors: the first ones of Len.
-func (t *tiedStore) stored() int { return t.tensorStore.Len() }
+func (t *tiedStore) stored() int { return t.tensorStore.count() }
 
 // keptAt returns the position of the kept tensor of the i-th tensor when
 // that is a tied name, else i.
@@ -96,44 +96,44 @@ func (t *tiedStore) keptAt(i int) int {
 	return i
 }
 
-func (t *tiedStore) Len() int { return t.stored() + len(t.names) }
+func (t *tiedStore) count() int { return t.stored() + len(t.names) }
 
-func (t *tiedStore) At(i int) (safetensors.TensorInfo, int) {
-	info, file := t.tensorStore.At(t.keptAt(i))
+func (t *tiedStore) at(i int) (safetensors.TensorInfo, int) {
+	info, file := t.tensorStore.at(t.keptAt(i))
 	if i >= t.stored() {
 		info.Name = t.names[i-t.stored()]
 	}
 	return info, file
 }
 
-func (t *tiedStore) Info(name string) (safetensors.TensorInfo, string, bool) {
+func (t *tiedStore) info(name string) (safetensors.TensorInfo, string, bool) {
 	kept, tied := t.ties[name]
 	if !tied {
-		return t.tensorStore.Info(name)
+		return t.tensorStore.info(name)
 	}
-	info, file, ok := t.tensorStore.Info(kept)
+	info, file, ok := t.tensorStore.info(kept)
 	info.Name = name
 	return info, file, ok
 }
 
-func (t *tiedStore) Has(name string) bool {
+func (t *tiedStore) has(name string) bool {
 	_, tied := t.ties[name]
-	return tied || t.tensorStore.Has(name)
+	return tied || t.tensorStore.has(name)
 }
 
-func (t *tiedStore) Checksummed(name string) bool {
+func (t *tiedStore) checksummed(name string) bool {
 	if kept, tied := t.ties[name]; tied {
 		name = kept
 	}
-	return t.tensorStore.Checksummed(name)
+	return t.tensorStore.checksummed(name)
 }
 
-func (t *tiedStore) ChecksummedAt(i int) bool { return t.tensorStore.ChecksummedAt(t.keptAt(i)) }
+func (t *tiedStore) checksummedAt(i int) bool { return t.tensorStore.checksummedAt(t.keptAt(i)) }
 
-// Metadata is the stored tensors' metadata with the ties under
+// metadata is the stored tensors' metadata with the ties under
 // torch.AliasesKey, as torch.FormatAliases writes them.
-func (t *tiedStore) Metadata() map[string]string {
-	m := t.tensorStore.Metadata()
+func (t *tiedStore) metadata() map[string]string {
+	m := t.tensorStore.metadata()
 	if m == nil {
 		m = map[string]string{}
 	}
@@ -141,12 +141,12 @@ func (t *tiedStore) Metadata() map[string]string {
 	return m
 }
 
-// Warnings are the stored tensors' but package shard's about shards
+// warnings are the stored tensors' but package shard's about shards
 // that record different ties: shard keeps one shard's value of a
 // metadata key, where tie takes the union of every shard's ties.
-func (t *tiedStore) Warnings() []string {
+func (t *tiedStore) warnings() []string {
 	differ := fmt.Sprintf("metadata %q is ", torch.AliasesKey)
-	return slices.DeleteFunc(t.tensorStore.Warnings(), func(w string) bool { return strings.HasPrefix(w, differ) })
+	return slices.DeleteFunc(t.tensorStore.warnings(), func(w string) bool { return strings.HasPrefix(w, differ) })
 }
 
 func (t *tiedStore) tensor(name string) (storedTensor, error) {
@@ -163,14 +163,14 @@ func storedLen(s tensorStore) int {
 	if t, ok := s.(*tiedStore); ok {
 		return t.stored()
 	}
-	return s.Len()
+	return s.count()
 }
 
 // ties reads the ties that the files' metadata records: the union of
 // every file's (a shard may record ties to tensors of any shard), a tied
 // name tied to two tensors being an error naming both files.
 func (s shardStore) ties() (ties, from map[string]string, err error) {
-	for i, f := range s.Files() {
+	for i, f := range s.files() {
 		v, ok := s.FileMetadata(i)[torch.AliasesKey]
 		if !ok {
 			continue

@@ -64,7 +64,7 @@ type torchStore struct {
 	infos []safetensors.TensorInfo // the tensors
 	file  []int                    // each tensor's file
 	pos   map[string]int
-	files []string
+	paths []string
 }
 
 func newTorchStore(ck *torch.Checkpoint) *torchStore {
@@ -75,11 +75,11 @@ func newTorchStore(ck *torch.Checkpoint) *torchStore {
 		t, _ := ck.Tensor(n) // every name of Names is a tensor
 		if _, ok := fileOf[t.File()]; !ok {
 			fileOf[t.File()] = 0
-			s.files = append(s.files, t.File())
+			s.paths = append(s.paths, t.File())
 		}
 	}
-	slices.Sort(s.files) // the shards of an index by their names, -0000k-of-0000n
-	for i, f := range s.files {
+	slices.Sort(s.paths) // the shards of an index by their names, -0000k-of-0000n
+	for i, f := range s.paths {
 		fileOf[f] = i
 	}
 	for _, n := range names {
@@ -104,32 +104,32 @@ func (s *torchStore) ties() (ties, from map[string]string, err error) {
 	from = make(map[string]string, len(ties))
 	for tied, kept := range ties {
 		if i, ok := s.pos[kept]; ok {
-			from[tied] = s.files[s.file[i]]
+			from[tied] = s.paths[s.file[i]]
 		}
 	}
 	return ties, from, nil
 }
 
-func (s *torchStore) Len() int { return len(s.infos) }
+func (s *torchStore) count() int { return len(s.infos) }
 
-func (s *torchStore) At(i int) (safetensors.TensorInfo, int) { return s.infos[i], s.file[i] }
+func (s *torchStore) at(i int) (safetensors.TensorInfo, int) { return s.infos[i], s.file[i] }
 
-func (s *torchStore) Info(name string) (safetensors.TensorInfo, string, bool) {
+func (s *torchStore) info(name string) (safetensors.TensorInfo, string, bool) {
 	i, ok := s.pos[name]
 	if !ok {
 		return safetensors.TensorInfo{}, "", false
 	}
-	return s.infos[i], s.files[s.file[i]], true
+	return s.infos[i], s.paths[s.file[i]], true
 }
 
-func (s *torchStore) Has(name string) bool { _, ok := s.pos[name]; return ok }
+func (s *torchStore) has(name string) bool { _, ok := s.pos[name]; return ok }
 
-// Checksummed is false: a PyTorch file names no checksums.
-func (s *torchStore) Checksummed(string) bool { return false }
+// checksummed is false: a PyTorch file names no checksums.
+func (s *torchStore) checksummed(string) bool { return false }
 
-func (s *torchStore) ChecksummedAt(int) bool { return false }
+func (s *torchStore) checksummedAt(int) bool { return false }
 
-func (s *torchStore) Files() []string { return slices.Clone(s.files) }
+func (s *torchStore) files() []string { return slices.Clone(s.paths) }
 
 func (s *torchStore) index() string {
 	if strings.HasSuffix(s.ck.Path(), ".json") {
@@ -138,11 +138,11 @@ func (s *torchStore) index() string {
 	return ""
 }
 
-// Metadata is the checkpoint's non-tensor values (tie adds its tied names
+// metadata is the checkpoint's non-tensor values (tie adds its tied names
 // under torch.AliasesKey: what torch.WriteSafetensors writes).
-func (s *torchStore) Metadata() map[string]string { return s.ck.Metadata() }
+func (s *torchStore) metadata() map[string]string { return s.ck.Metadata() }
 
-func (s *torchStore) Warnings() []string { return nil }
+func (s *torchStore) warnings() []string { return nil }
 
 func (s *torchStore) tensor(name string) (storedTensor, error) {
 	t, err := s.ck.Tensor(name)
@@ -154,7 +154,7 @@ func (s *torchStore) tensor(name string) (storedTensor, error) {
 
 func (s *torchStore) tensorAt(i int) (storedTensor, error) { return s.tensor(s.infos[i].Name) }
 
-func (s *torchStore) Close() error { return s.ck.Close() }
+func (s *torchStore) close() error { return s.ck.Close() }
 
 // torchTensor is a tensor of a PyTorch checkpoint: its bytes are read with
 // ReadAt (and Bytes, a copy); it has no checksum.

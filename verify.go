@@ -434,9 +434,9 @@ func (m *Model) planVerify(c *modelComponent, e *entry) {
 	part := func(name string, at int32, size int64, sel strided) {
 		has := false
 		if at >= 0 {
-			has = c.ck.ChecksummedAt(int(at)) // no lookup by name
+			has = c.ck.checksummedAt(int(at)) // no lookup by name
 		} else {
-			has = c.ck.Checksummed(name)
+			has = c.ck.checksummed(name)
 		}
 		switch decideCheck(v, has, false, sel.covers(size)) {
 		case checkRead:
