@@ -60,7 +60,7 @@ func FuzzUnpickle(f *testing.F) {
 
 // readsInBounds opens the archive data: NewReader either refuses it with a
 // typed error or reads every tensor, to exactly ByteLen bytes (at most the
-// archive's), the same through Bytes, WriteTo and ReadAt.
+// archive's), the same through Bytes, WriteTo, ReadAt and Gather.
 func readsInBounds(t *testing.T, data []byte) {
 	t.Helper()
 	c, err := NewReader(bytes.NewReader(data), int64(len(data)), "fuzz.pt")
@@ -92,6 +92,23 @@ func readsInBounds(t *testing.T, data []byte) {
 		}
 		if !bytes.Equal(got, b) {
 			t.Fatalf("%s: ReadAt differs from Bytes", name)
+		}
+		// Gathered once, read in the same pieces.
+		if tn.GatherBytes() > int64(len(data)) {
+			t.Fatalf("%s: Gather would hold %d bytes of a %d-byte file", name, tn.GatherBytes(), len(data))
+		}
+		g, err := tn.Gather()
+		if err != nil {
+			t.Fatalf("%s: Gather: %v", name, err)
+		}
+		clear(got)
+		for off := 0; off < len(got); off += 7 {
+			if n, err := g.ReadAt(got[off:min(off+7, len(got))], int64(off)); err != nil && err != io.EOF || n != min(7, len(got)-off) {
+				t.Fatalf("%s: Gathered.ReadAt(%d) = %d, %v", name, off, n, err)
+			}
+		}
+		if !bytes.Equal(got, b) {
+			t.Fatalf("%s: Gathered.ReadAt differs from Bytes", name)
 		}
 	}
 }

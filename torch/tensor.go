@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"sync"
 
@@ -170,9 +171,12 @@ func (t *Tensor) WriteTo(w io.Writer) (int64, error) {
 // returns fewer bytes only with an error, io.EOF past the end of the
 // tensor. A contiguous view of a little-endian archive is read straight
 // from the file; another view reads the part of its storage that the
-// asked elements span (at most the record's size) and gathers them, and a
-// big-endian archive's bytes are byte-swapped. Offsets and lengths need
-// not be whole elements. ReadAt may be called from several goroutines.
+// asked elements span (at most the record's size), or its lines where
+// they cost less (a read costs a system call on an *os.File, a request on
+// any other reader), and gathers them; a big-endian archive's bytes are
+// byte-swapped. Offsets and lengths need not be whole elements. ReadAt
+// may be called from several goroutines. A reader of a view that is not
+// contiguous in many pieces reads its storage once with Gather instead.
 func (t *Tensor) ReadAt(b []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, t.err(ErrInvalidArgument, fmt.Sprintf("negative offset %d", off), nil)
@@ -190,6 +194,106 @@ func (t *Tensor) ReadAt(b []byte, off int64) (int, error) {
 	if n > 0 {
 		if err := t.readElems(b[:n], off); err != nil {
 			return 0, err
+		}
+	}
+	if n < int64(len(b)) {
+		return int(n), io.EOF
+	}
+	return int(n), nil
+}
+
+// Gathered is a tensor's bytes read from its file once, for a reader that
+// reads them in many pieces (Tensor.Gather): its ReadAt serves them from
+// memory. It is safe for concurrent use.
+type Gathered struct {
+	t    *Tensor
+	src  []byte
+	span bool // src is the storage the view spans, gathered from on each read; else the contiguous little-endian bytes
+}
+
+// GatherBytes returns the memory Gather holds: the storage the view spans,
+// or, for a view that holds far less than it spans (and is read line by
+// line), its ByteLen bytes.
+func (t *Tensor) GatherBytes() int64 {
+	if t.gatherSpan() {
+		return t.extent
+	}
+	return t.size
+}
+
+// gatherSpan reports whether Gather reads the view's span (else its
+// contiguous bytes): a view that is not contiguous, unless its lines cost
+// less than the span, as useLines decides for the whole tensor, whose
+// lines are whole (numel/shape[m] of them).
+func (t *Tensor) gatherSpan() bool {
+	if t.contig || t.size == 0 {
+		return false
+	}
+	isz := int64(t.dt.Bits() / 8)
+	if t.extent <= max(2*t.size, spanRead) {
+		return true
+	}
+	return t.size/isz/t.shape[t.lineDim()] > t.extent/t.lineCost()
+}
+
+// Gather reads the tensor's bytes into memory (GatherBytes of it) with as
+// few reads as ReadTo makes, so that reading them again in pieces reads
+// nothing from the file: a piece of a permuted view (a transposed weight
+// read a few rows at a time) spans most of its storage, which ReadAt
+// reads again for each piece. The bytes are read when Gather is called;
+// the result does not depend on the Checkpoint staying open.
+func (t *Tensor) Gather() (*Gathered, error) {
+	if err := t.checkOpen(); err != nil {
+		return nil, err
+	}
+	if t.gatherSpan() {
+		src, err := t.span()
+		if err != nil {
+			return nil, err
+		}
+		return &Gathered{t: t, src: src, span: true}, nil
+	}
+	b := make([]byte, t.size) // <= the record's size, which is within the file
+	if t.size > 0 {
+		if t.contig {
+			if err := t.readAt(b, t.base); err != nil {
+				return nil, err
+			}
+		} else if err := t.gatherLines(b, 0, t.size/int64(t.dt.Bits()/8)); err != nil {
+			return nil, err
+		}
+		t.toLittle(b)
+	}
+	return &Gathered{t: t, src: b}, nil
+}
+
+// ReadAt reads len(b) bytes of the tensor's contiguous little-endian bytes
+// from offset off of them, as Tensor.ReadAt does, from memory.
+func (g *Gathered) ReadAt(b []byte, off int64) (int, error) {
+	t := g.t
+	if off < 0 {
+		return 0, t.err(ErrInvalidArgument, fmt.Sprintf("negative offset %d", off), nil)
+	}
+	if off >= t.size {
+		if len(b) == 0 {
+			return 0, nil
+		}
+		return 0, io.EOF
+	}
+	n := min(int64(len(b)), t.size-off)
+	if !g.span {
+		copy(b, g.src[off:off+n])
+	} else if n > 0 {
+		isz := int64(t.dt.Bits() / 8)
+		e0, e1 := off/isz, (off+n+isz-1)/isz
+		out := b[:n]
+		if off%isz != 0 || n%isz != 0 {
+			out = make([]byte, (e1-e0)*isz) // at most two elements more than b
+		}
+		t.gather(out, g.src, e0, 0)
+		t.toLittle(out)
+		if int64(len(out)) != n {
+			copy(b, out[off-e0*isz:])
 		}
 	}
 	if n < int64(len(b)) {
@@ -234,22 +338,34 @@ func (t *Tensor) readElems(dst []byte, off int64) error {
 
 // spanRead is the storage a read of a view that is not contiguous reads
 // in one piece, even where the elements asked for are less than half of
-// it; lineCost is what reading one line costs, in bytes of the span (a
-// system call): a read takes the lines of its elements (gatherLines)
-// where they cost less than the span they lie in (see readElems).
+// it. A read takes the lines of its elements (gatherLines) where they cost
+// less than the span they lie in (see readElems), a line costing what
+// reading lineCost bytes of the span costs: a system call on a local file
+// (lineCostLocal), a request on any other reader (lineCostRemote: a
+// remote file's ReadAt is a ranged request, an fs.FS file may be one).
 const (
-	spanRead = 64 << 10
-	lineCost = 4 << 10
+	spanRead       = 64 << 10
+	lineCostLocal  = 4 << 10
+	lineCostRemote = 1 << 20
 )
 
+// lineCost is what one read of the tensor's archive costs, in bytes.
+func (t *Tensor) lineCost() int64 {
+	if _, ok := t.sf.ar.r.(*os.File); ok {
+		return lineCostLocal
+	}
+	return lineCostRemote
+}
+
 // useLines reports whether the view's elements [e0, e1), whose storage
-// spans span bytes, are read line by line rather than as the span.
+// spans span bytes, are read line by line rather than as the span. It
+// walks at most span/lineCost lines.
 func (t *Tensor) useLines(e0, e1, span int64) bool {
 	isz := int64(t.dt.Bits() / 8)
 	if span <= max(2*(e1-e0)*isz, spanRead) {
 		return false
 	}
-	limit, n := span/lineCost, int64(0)
+	limit, n := span/t.lineCost(), int64(0)
 	stop := errors.New("")
 	return t.lines(e0, e1, func(_, _, _ int64) error {
 		if n++; n > limit {
@@ -309,63 +425,74 @@ func (t *Tensor) lineDim() int {
 // the range whose index along m varies form one interval, cnt elements
 // from storage offset off (elements from the view's first) that go to
 // positions pos, pos+rs, ... of the range (rs the view's row-major stride
-// of m). It stops at fn's first error.
+// of m). It calls fn only for lines that hold elements of the range, so
+// that its work is the number of lines it reports, and stops at fn's
+// first error.
 func (t *Tensor) lines(e0, e1 int64, fn func(off, pos, cnt int64) error) error {
 	nd, m := len(t.shape), t.lineDim()
-	rs := make([]int64, nd) // the view's row-major strides
-	n := int64(1)
-	for i := nd - 1; i >= 0; i-- {
-		rs[i] = n
-		n *= t.shape[i]
+	// An element is ((pre*M)+i)*P + q: pre the index of the dimensions
+	// before m, i its index along m, q the index of those after m.
+	M, P := t.shape[m], int64(1)
+	for _, d := range t.shape[m+1:] {
+		P *= d
 	}
-	lo, hi := t.unravel(e0), t.unravel(e1-1)
-	// The lines: the dimensions before m from lo's indices to hi's, those
-	// after m over all their indices (idx[m] is not used).
-	idx := slices.Clone(lo)
-	for i := m + 1; i < nd; i++ {
-		idx[i] = 0
-	}
-	for {
-		a, b := int64(0), t.shape[m] // the line's interval along m
-		if slices.Equal(idx[:m], lo[:m]) {
-			a = lo[m]
-			if slices.Compare(idx[m+1:], lo[m+1:]) < 0 {
-				a++
-			}
+	block := M * P
+	idx := make([]int64, nd)
+	for pre := e0 / block; pre <= (e1-1)/block; pre++ {
+		// The range's elements of this block, i*P+q in [s, u].
+		s, u := max(e0-pre*block, 0), min(e1-pre*block, block)-1
+		sI, sQ, uI, uQ := s/P, s%P, u/P, u%P
+		// Line q runs along m from a(q) = sI + [q < sQ] to
+		// b(q) = uI - [q > uQ]: the qs with a(q) <= b(q) are one or two
+		// intervals.
+		qs := [2][2]int64{{0, P - 1}, {1, 0}}
+		switch {
+		case uI == sI:
+			qs[0] = [2]int64{sQ, uQ}
+		case uI == sI+1 && uQ+1 < sQ:
+			qs[0], qs[1] = [2]int64{0, uQ}, [2]int64{sQ, P - 1}
 		}
-		if slices.Equal(idx[:m], hi[:m]) {
-			b = hi[m] + 1
-			if slices.Compare(idx[m+1:], hi[m+1:]) > 0 {
-				b--
-			}
+		// The storage offset of the block's first element.
+		var preOff int64
+		for i, rem := m-1, pre; i >= 0; i-- {
+			preOff += rem % t.shape[i] * t.stride[i]
+			rem /= t.shape[i]
 		}
-		if a < b {
-			off, pos := a*t.stride[m], a*rs[m]-e0
-			for i := range nd {
-				if i != m {
-					off += idx[i] * t.stride[i]
-					pos += idx[i] * rs[i]
-				}
-			}
-			if err := fn(off, pos, b-a); err != nil {
-				return err
-			}
-		}
-		// The next line, in row-major order of the other dimensions.
-		i := nd - 1
-		for ; i >= 0; i-- {
-			if i == m {
+		for _, r := range qs {
+			if r[0] > r[1] {
 				continue
 			}
-			if idx[i]++; idx[i] < t.shape[i] {
-				break
+			// The indices after m of q = r[0], and their offset.
+			var off int64
+			for i, rem := nd-1, r[0]; i > m; i-- {
+				idx[i] = rem % t.shape[i]
+				rem /= t.shape[i]
+				off += idx[i] * t.stride[i]
 			}
-			idx[i] = 0
-		}
-		if i < 0 || i < m && slices.Compare(idx[:m], hi[:m]) > 0 {
-			return nil
+			for q := r[0]; q <= r[1]; q++ {
+				a, b := sI, uI
+				if q < sQ {
+					a++
+				}
+				if q > uQ {
+					b--
+				}
+				if err := fn(preOff+a*t.stride[m]+off, pre*block+a*P+q-e0, b-a+1); err != nil {
+					return err
+				}
+				// The next q's indices.
+				for i := nd - 1; i > m; i-- {
+					off += t.stride[i]
+					if idx[i]++; idx[i] < t.shape[i] {
+						break
+					}
+					off -= idx[i] * t.stride[i]
+					idx[i] = 0
+				}
+			}
 		}
 	}
+	return nil
 }
 
 // spanOf returns the least and the greatest storage offset, in elements
