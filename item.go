@@ -210,6 +210,7 @@ func (p *Part) readRest() error {
 // newPart returns the Part of the selection sel of st's bytes, with its
 // check as the policy decides (shape is the part's, kept as given).
 func (m *Model) newPart(st storedTensor, shape []int64, sel strided) Part {
+	st = gathered(st, sel.total()) // read once for the part's pieces (torchGather)
 	p := Part{Tensor: st.Name(), DType: st.DType(), Shape: shape, File: filePath(st),
 		Range: sel.byteRange(st.Offset()), check: m.checkOf(st, sel), st: st, sel: sel, m: m}
 	if p.check.verified() {
