@@ -100,7 +100,10 @@ type Part struct {
 	// in File (a path of the model's file system). A PyTorch view that is
 	// not contiguous, or of a big-endian archive, is gathered or
 	// byte-swapped as it is read from its storage, which starts at
-	// Range.Offset: read its bytes with ReadAt.
+	// Range.Offset: read its bytes with ReadAt. A view that is not
+	// contiguous is read from its file once, by the Part's first ReadAt,
+	// into memory that serves every piece (its storage's bytes, see
+	// torch.Tensor.GatherBytes) until all of the Part's bytes were read.
 	File  string
 	Range safetensors.ByteRange
 	// check says whether ReadAt verifies the bytes against the checksum
