@@ -42,11 +42,11 @@ func (f countFile) ReadAt(b []byte, off int64) (int, error) {
 	return n, err
 }
 
-// gatherFixture writes a PyTorch file holding a transposed view [256,
+// gatherFixture writes a PyTorch file (big-endian with big) holding a transposed view [256,
 // 16384] of a 16 MiB F32 storage (each piece of a few rows of it spans
 // the whole storage) and a contiguous 4 MiB BF16 weight; it returns the
 // folder, the views and their stored bytes.
-func gatherFixture(t *testing.T) (string, []ptView, map[string][]byte) {
+func gatherFixture(t *testing.T, big bool) (string, []ptView, map[string][]byte) {
 	const r, c = 256, 16384
 	views := []ptView{
 		{Name: "w_t", Storage: "0", Shape: []int64{r, c}, Stride: []int64{1, r}},
@@ -57,18 +57,20 @@ func gatherFixture(t *testing.T) (string, []ptView, map[string][]byte) {
 		"1": {DType: dtype.BF16, Data: bf16s(t, ramp(1024*2048))},
 	}
 	dir := t.TempDir()
-	writePT(t, dir, "model.pt", torchArchive(t, views, storages, false))
+	writePT(t, dir, "model.pt", torchArchive(t, views, storages, big))
 	return dir, views, ptWant(views, storages)
 }
 
 // TestTorchGatherReadsOnce loads a transposed PyTorch view through an
-// fs.FS that counts the bytes read: as stored, converted, one tensor,
+// fs.FS that counts the bytes read: as stored, converted (of either byte
+// order), one tensor,
 // each rank's part of a split along either dimension, and the Items'
 // Parts read in pieces by several goroutines each read the file's
 // storages about once (≤ 1.1×; piece by piece, each piece read the whole
 // storage again: 16× for this view), and give the right bytes.
 func TestTorchGatherReadsOnce(t *testing.T) {
-	dir, views, want := gatherFixture(t)
+	dir, views, want := gatherFixture(t, false)
+	bigDir, _, _ := gatherFixture(t, true)
 	var stored int64
 	for _, b := range want {
 		stored += int64(len(b))
@@ -80,6 +82,7 @@ func TestTorchGatherReadsOnce(t *testing.T) {
 		n.Store(0)
 		return m
 	}
+	bigFS := countFS{os.DirFS(bigDir), &n}
 	check := func(what string, limit int64) {
 		t.Helper()
 		if got := n.Load(); got > limit*11/10 {
@@ -89,10 +92,14 @@ func TestTorchGatherReadsOnce(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		to   dtype.DType
-	}{{"as stored", 0}, {"BF16", dtype.BF16}} {
+		big  bool
+	}{{"as stored", 0, false}, {"BF16", dtype.BF16, false}, {"big-endian, as stored", 0, true}, {"big-endian, BF16", dtype.BF16, true}} {
 		var opts []Option
 		if c.to != 0 {
 			opts = append(opts, WithDType(To(c.to)))
+		}
+		if c.big {
+			opts = append(opts, WithFS(bigFS))
 		}
 		m := open(opts...)
 		w := mustLoad(t, m)
@@ -170,7 +177,7 @@ func TestTorchGatherReadsOnce(t *testing.T) {
 // that the load gathers, beyond the staging allowance, once per worker
 // at most.
 func TestTorchGatherPlan(t *testing.T) {
-	dir, _, want := gatherFixture(t)
+	dir, _, want := gatherFixture(t, false)
 	path := filepath.Join(dir, "model.pt")
 	base := mustOpen(t, path, WithWorkers(4), WithDType(To(dtype.BF16)))
 	p, err := base.Plan()
