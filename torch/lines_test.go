@@ -105,3 +105,49 @@ func TestLinesFewElements(t *testing.T) {
 		t.Errorf("lines went on after fn's error: %d calls", calls)
 	}
 }
+
+// TestGatherTiles gathers transposed views of 1-, 2-, 4- and 8-byte
+// elements (whose whole rows gather takes several at a time) from every
+// first element, in lengths of whole and partial rows, and compares with
+// the views' own arithmetic.
+func TestGatherTiles(t *testing.T) {
+	for _, dt := range []dtype.DType{dtype.U8, dtype.BF16, dtype.F32, dtype.F64} {
+		isz := int64(dt.Bits() / 8)
+		for _, v := range []struct{ shape, stride []int64 }{
+			{[]int64{37, 70}, []int64{1, 37}},
+			{[]int64{2, 19, 70}, []int64{19 * 70, 1, 19}},
+			{[]int64{19, 3, 70}, []int64{3, 1, 57}}, // rows of the middle dimension interleave, the first's too
+			{[]int64{20, 30}, []int64{2, 40}},       // a step: neighbouring rows two elements apart
+		} {
+			tn := viewOf(v.shape, v.stride)
+			tn.dt = dt
+			n := tn.size / 4
+			var hi int64
+			for i := range v.shape {
+				hi += (v.shape[i] - 1) * v.stride[i]
+			}
+			src := make([]byte, (hi+1)*isz)
+			for i := range src {
+				src[i] = byte(i*131 + i/7)
+			}
+			want := make([]byte, n*isz)
+			for e := range n {
+				var off int64
+				for i, idx := range tn.unravel(e) {
+					off += idx * v.stride[i]
+				}
+				copy(want[e*isz:(e+1)*isz], src[off*isz:])
+			}
+			for first := int64(0); first < n; first += 13 {
+				for _, cnt := range []int64{1, 69, 70, 71, 140, 7 * 70, n - first} {
+					cnt = min(cnt, n-first)
+					dst := make([]byte, cnt*isz)
+					tn.gather(dst, src, first, 0)
+					if !bytes.Equal(dst, want[first*isz:(first+cnt)*isz]) {
+						t.Fatalf("%s %v %v: elements [%d, %d) differ", dt, v.shape, v.stride, first, first+cnt)
+					}
+				}
+			}
+		}
+	}
+}

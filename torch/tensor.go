@@ -578,6 +578,27 @@ func (t *Tensor) gather(dst, src []byte, first, srcFirst int64) {
 			copy(dst, src[:isz])
 			return
 		}
+		// Whole rows whose elements interleave in the storage (a
+		// transposed matrix: the row dimension has the lesser stride, so
+		// that the elements of neighbouring rows share cache lines) are
+		// gathered several rows at a time, a block of columns at a time,
+		// so that each cache line read serves each of those rows.
+		if last > 0 && idx[last] == 0 && t.stride[last] > 1 && t.stride[last-1] < t.stride[last] && t.stride[last-1]*isz < 64 {
+			rowB := t.shape[last] * isz
+			if k := min(64/isz, t.shape[last-1]-idx[last-1], (int64(len(dst))-p)/rowB); k >= 2 {
+				gatherTile(dst[p:p+k*rowB], src[off*isz:], k, t.shape[last], t.stride[last-1]*isz, t.stride[last]*isz, isz)
+				p += k * rowB
+				idx[last-1] += k
+				off += k * t.stride[last-1]
+				for i := last - 1; i > 0 && idx[i] == t.shape[i]; i-- { // carry
+					off -= idx[i] * t.stride[i]
+					idx[i] = 0
+					idx[i-1]++
+					off += t.stride[i-1]
+				}
+				continue
+			}
+		}
 		run := min(t.shape[last]-idx[last], (int64(len(dst))-p)/isz)
 		if t.stride[last] == 1 {
 			copy(dst[p:p+run*isz], src[off*isz:(off+run)*isz])
@@ -596,6 +617,22 @@ func (t *Tensor) gather(dst, src []byte, first, srcFirst int64) {
 			}
 			off -= idx[i] * t.stride[i]
 			idx[i] = 0
+		}
+	}
+}
+
+// tileCols is the number of columns gatherTile gathers of each of its
+// rows in turn: the cache lines they use (one per column) stay in the
+// first-level cache while every row takes its elements from them.
+const tileCols = 64
+
+// gatherTile fills dst with k rows of n elements of isz bytes: row r's
+// element j is at r*rowStep + j*colStep bytes of src.
+func gatherTile(dst, src []byte, k, n, rowStep, colStep, isz int64) {
+	for j0 := int64(0); j0 < n; j0 += tileCols {
+		j1 := min(j0+tileCols, n)
+		for r := range k {
+			gatherRun(dst[(r*n+j0)*isz:(r*n+j1)*isz], src[r*rowStep+j0*colStep:], colStep, isz)
 		}
 	}
 }
