@@ -21,7 +21,9 @@
 // A PyTorch checkpoint (pytorch_model.bin, .pt, .pth, .ckpt, a
 // *.bin.index.json set, or a folder with only such weights) is opened
 // through package torch, which executes nothing, and loads like any other:
-// read with pread, unverified (it names no checksums). Nothing but headers, indexes and the components' config.json and
+// read with pread, unverified (it names no checksums); a view that is not
+// contiguous (a transposed weight) is read from its file once into memory
+// that serves all its pieces, which the plan's peak counts. Nothing but headers, indexes and the components' config.json and
 // hf_quant_config.json is read until a load.
 //
 // # Dtype policy
