@@ -169,6 +169,10 @@ func TestTorchGatherReadsOnce(t *testing.T) {
 		if !bytes.Equal(b, want[it.Name]) {
 			t.Errorf("Part %s read in pieces differs", it.Name)
 		}
+		// Every byte read: the gathered storage is gone.
+		if tg, ok := p.st.(*torchGather); ok != (it.Name == "w_t") || ok && tg.g != nil {
+			t.Errorf("Part %s: gathered %v, still held %v", it.Name, ok, ok && tg.g != nil)
+		}
 	}
 	check("Parts", stored)
 }
