@@ -23,9 +23,9 @@ import (
 // converted, dequantized or pread tensors). The peak adds the transient
 // staging and worker buffers of the load itself (at most the staging
 // allowance, 64 MiB by default, see WithStaging), and, for a PyTorch view
-// that is not contiguous (a transposed weight), its storage, which the
-// load reads once into memory for its pieces (one per worker, the largest
-// ones). A plan fits when
+// that is not contiguous (a transposed weight), the storage its part
+// spans, which the load reads once into memory for its pieces (one per
+// worker, the largest ones). A plan fits when
 // PeakBytes ≤ BudgetBytes. Loading never holds two full copies of a tensor:
 // a converted tensor is written once, from the mapping or from a bounded
 // staging buffer, straight into its own output.

@@ -103,13 +103,12 @@ func (m *Model) openTorch(name, dir string, inFolder bool) error {
 // tensor of its own here, reading the bytes of the tensor it ties to:
 // the loader loads both names.
 type torchStore struct {
-	ck     *torch.Checkpoint
-	infos  []safetensors.TensorInfo // the tensors, tied names after the others
-	file   []int                    // each tensor's file
-	gather []int64                  // each tensor's torch.Tensor.GatherBytes where it is read through a torchGather, else 0
-	pos    map[string]int
-	files  []string
-	meta   map[string]string
+	ck    *torch.Checkpoint
+	infos []safetensors.TensorInfo // the tensors, tied names after the others
+	file  []int                    // each tensor's file
+	pos   map[string]int
+	files []string
+	meta  map[string]string
 }
 
 func newTorchStore(ck *torch.Checkpoint) *torchStore {
@@ -134,11 +133,6 @@ func newTorchStore(ck *torch.Checkpoint) *torchStore {
 		s.pos[n] = len(s.infos)
 		s.infos = append(s.infos, safetensors.TensorInfo{Name: n, DType: t.DType(), Shape: t.Shape(), Begin: t.Offset(), End: t.Offset() + t.ByteLen()})
 		s.file = append(s.file, fileOf[t.File()])
-		var g int64
-		if !t.Contiguous() {
-			g = t.GatherBytes()
-		}
-		s.gather = append(s.gather, g)
 	}
 	s.meta = ck.Metadata()
 	if len(aliases) > 0 {
@@ -208,42 +202,52 @@ func (t torchTensor) VerifyChecksum(uint32) error {
 	return &safetensors.Error{Kind: safetensors.ErrChecksum, File: t.File(), Tensor: t.Name(), Msg: "a PyTorch file names no checksums"}
 }
 
-// torchGather is a PyTorch tensor as one reader reads it (one load, one
-// Part): in pieces, from several goroutines, in any order. A view that is
-// not contiguous (transposed, strided) has pieces that each span most of
-// its storage (a few rows of a transposed weight): read piece by piece,
-// the storage would be read again for every piece. So the first ReadAt
-// reads it once into memory (torch.Tensor.Gather, GatherBytes of it),
-// every ReadAt serves its piece from there, and the memory goes as soon as
-// the need bytes the reader reads have been served. A reader that stops
-// early leaves the memory to the garbage collector with the torchGather.
-// A contiguous view, of either byte order, reads exactly its own bytes,
-// and is read as it is.
+// torchGather is a PyTorch tensor as one reader reads its part (one load,
+// one Part): in pieces, from several goroutines, in any order. A view
+// that is not contiguous (transposed, strided) has pieces that each span
+// most of its storage (a few rows of a transposed weight): read piece by
+// piece, the storage would be read again for every piece. So the first
+// ReadAt reads the part's range of the tensor once into memory
+// (torch.Tensor.Gather: the storage the range spans, or its own bytes
+// where reading them line by line costs less), every ReadAt serves its
+// piece from there, and the memory goes as soon as the need bytes the
+// reader reads have been served. A reader that stops early leaves the
+// memory to the garbage collector with the torchGather. A contiguous
+// view, of either byte order, reads exactly its own bytes, and is read as
+// it is.
 type torchGather struct {
 	torchTensor
+	off, n int64 // the range of the tensor's bytes the part lies in
 	need   int64 // the bytes the reader reads
 	mu     sync.Mutex
 	g      *torch.Gathered // nil: not read, or every byte served
 	served int64           // bytes served from g
 }
 
-// gathered returns st as one reader that reads need bytes of it in pieces
-// reads it: a torchGather for a PyTorch view that is not contiguous, else
-// st.
-func gathered(st storedTensor, need int64) storedTensor {
-	if t, ok := st.(torchTensor); ok && !t.Contiguous() && need > 0 {
-		return &torchGather{torchTensor: t, need: need}
+// gathered returns st as one reader that reads the selection sel of its
+// bytes, in pieces, reads it: a torchGather for a PyTorch view that is not
+// contiguous, else st.
+func gathered(st storedTensor, sel strided) storedTensor {
+	t, ok := st.(torchTensor)
+	if !ok || t.Contiguous() || sel.total() == 0 {
+		return st
 	}
-	return st
+	off, n := selRange(sel)
+	return &torchGather{torchTensor: t, off: off, n: n, need: sel.total()}
 }
 
-// ReadAt serves b from the tensor's gathered bytes, reading them on the
+// selRange returns the range of bytes [off, off+n) the selection lies in.
+func selRange(sel strided) (off, n int64) {
+	return sel.first, (sel.count-1)*sel.stride + sel.n
+}
+
+// ReadAt serves b from the part's gathered bytes, reading them on the
 // first call (the others wait for them), and drops them once need bytes
-// were served (a reader that reads the tensor again reads it once more).
+// were served (a reader that reads the part again reads it once more).
 func (t *torchGather) ReadAt(b []byte, off int64) (int, error) {
 	t.mu.Lock()
 	if t.g == nil {
-		g, err := t.Tensor.Gather()
+		g, err := t.Tensor.Gather(t.off, t.n)
 		if err != nil {
 			t.mu.Unlock()
 			return 0, err
@@ -263,23 +267,21 @@ func (t *torchGather) ReadAt(b []byte, off int64) (int, error) {
 	return n, err
 }
 
-// gatherBytes is the memory a load holds to read e's data tensor: its
-// torch.Tensor.GatherBytes where it is a PyTorch view read through a
-// torchGather, else 0.
+// gatherBytes is the memory a load holds to read e's part of its data
+// tensor: torch.Tensor.GatherBytes of the part's range where it is a
+// PyTorch view read through a torchGather, else 0.
 func (c *modelComponent) gatherBytes(e *entry) int64 {
 	s, ok := c.ck.(*torchStore)
-	if !ok {
+	if !ok || e.sl == nil || e.sl.data.total() == 0 {
 		return 0
 	}
-	i := int(e.at)
-	if i < 0 {
-		name := e.name
-		if e.q != nil {
-			name = e.q.Data.Name
-		}
-		if i, ok = s.pos[name]; !ok {
-			return 0
-		}
+	name := e.name
+	if e.q != nil {
+		name = e.q.Data.Name
 	}
-	return s.gather[i]
+	t, err := s.ck.Tensor(name)
+	if err != nil || t.Contiguous() {
+		return 0
+	}
+	return t.GatherBytes(selRange(e.sl.data))
 }

@@ -266,3 +266,36 @@ func gatherChild(t *testing.T, path, to string) {
 	w.Close()
 	testutil.PrintReport(g)
 }
+
+// TestTorchGatherPart: a rank's part of a split transposed view gathers
+// only the range of the tensor it lies in, and there its own lines where
+// they are few ([2048, 2048] F32 with strides [1, 2048], split along
+// dimension 0 in four: 2048 lines of 2 KiB each, a quarter of the
+// storage), as the plan counts; split along dimension 1 its range is the
+// whole tensor. The parts equal the whole's.
+func TestTorchGatherPart(t *testing.T) {
+	const r = 2048
+	views := []ptView{{Name: "sq_t", Storage: "0", Shape: []int64{r, r}, Stride: []int64{1, r}}}
+	storages := map[string]ptStorage{"0": {DType: dtype.F32, Data: f32s(ramp(r * r)...)}}
+	path := writePT(t, t.TempDir(), "model.pt", torchArchive(t, views, storages, false))
+	full := ptWant(views, storages)["sq_t"]
+	for dim, want := range map[int]int64{0: 4 * r * r / 4, 1: 4 * r * r} {
+		var bs [][]byte
+		var shapes [][]int64
+		for rank := range 4 {
+			m := mustOpen(t, path, WithRank(rank, 4, Split{Pattern: MustParsePattern("sq_t"), Dim: dim}))
+			c := m.comps[0]
+			if got := c.gatherBytes(c.entries[0]); got != want {
+				t.Errorf("dim %d, rank %d: the plan gathers %d bytes, want %d", dim, rank, got, want)
+			}
+			tt, err := mustLoad(t, m).Tensor("sq_t")
+			if err != nil {
+				t.Fatal(err)
+			}
+			bs, shapes = append(bs, tt.Bytes()), append(shapes, tt.Shape)
+		}
+		if !bytes.Equal(concat(bs, shapes, dim, 4), full) {
+			t.Errorf("dim %d: the ranks' parts differ from the whole", dim)
+		}
+	}
+}

@@ -94,10 +94,10 @@ func readsInBounds(t *testing.T, data []byte) {
 			t.Fatalf("%s: ReadAt differs from Bytes", name)
 		}
 		// Gathered once, read in the same pieces.
-		if tn.GatherBytes() > int64(len(data)) {
-			t.Fatalf("%s: Gather would hold %d bytes of a %d-byte file", name, tn.GatherBytes(), len(data))
+		if tn.GatherBytes(0, tn.ByteLen()) > int64(len(data)) {
+			t.Fatalf("%s: Gather would hold %d bytes of a %d-byte file", name, tn.GatherBytes(0, tn.ByteLen()), len(data))
 		}
-		g, err := tn.Gather()
+		g, err := tn.Gather(0, tn.ByteLen())
 		if err != nil {
 			t.Fatalf("%s: Gather: %v", name, err)
 		}
@@ -109,6 +109,20 @@ func readsInBounds(t *testing.T, data []byte) {
 		}
 		if !bytes.Equal(got, b) {
 			t.Fatalf("%s: Gathered.ReadAt differs from Bytes", name)
+		}
+		// The middle third, gathered alone.
+		lo, n := int64(len(b)/3), int64(len(b)/3)
+		if tn.GatherBytes(lo, n) > int64(len(data)) {
+			t.Fatalf("%s: Gather(%d, %d) would hold %d bytes of a %d-byte file", name, lo, n, tn.GatherBytes(lo, n), len(data))
+		}
+		if g, err = tn.Gather(lo, n); err != nil {
+			t.Fatalf("%s: Gather(%d, %d): %v", name, lo, n, err)
+		}
+		for off := lo; off < lo+n; off += 7 {
+			piece := got[off:min(off+7, lo+n)]
+			if k, err := g.ReadAt(piece, off); err != nil || k != len(piece) || !bytes.Equal(piece, b[off:off+int64(k)]) {
+				t.Fatalf("%s: Gather(%d, %d).ReadAt(%d) = %d, %v", name, lo, n, off, k, err)
+			}
 		}
 	}
 }

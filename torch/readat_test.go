@@ -19,6 +19,7 @@ import (
 // little- and big-endian archives) at every offset and length, whole
 // elements or not, and compares with Bytes.
 func TestReadAt(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
 	be := func(n int) []byte {
 		var b []byte
 		for i := range n {
@@ -65,11 +66,14 @@ func TestReadAt(t *testing.T) {
 			if _, err := tn.ReadAt(make([]byte, 1), -1); !errors.Is(err, ErrInvalidArgument) {
 				t.Errorf("%s: negative offset: %v", name, err)
 			}
-			g, err := tn.Gather()
+			g, err := tn.Gather(0, tn.ByteLen())
 			if err != nil {
 				t.Fatal(err)
 			}
-			checkGathered(t, name+" ("+order+")", g, whole, tn.GatherBytes())
+			checkGathered(t, name+" ("+order+")", g, whole, tn.GatherBytes(0, tn.ByteLen()))
+			if len(whole) > 0 {
+				checkRanges(t, name+" ("+order+")", rng, tn, whole)
+			}
 		}
 		c.Close()
 		tn, _ := c.Tensor("flat")
@@ -182,11 +186,12 @@ func TestReadAtLines(t *testing.T) {
 					t.Fatal(err)
 				}
 				size := int64(len(whole))
-				g, err := tn.Gather()
+				g, err := tn.Gather(0, tn.ByteLen())
 				if err != nil {
 					t.Fatal(err)
 				}
-				checkGathered(t, name+" ("+order+")", g, whole, tn.GatherBytes())
+				checkGathered(t, name+" ("+order+")", g, whole, tn.GatherBytes(0, tn.ByteLen()))
+				checkRanges(t, name+" ("+order+")", rng, tn, whole)
 				for range 300 {
 					off := rng.Int64N(size)
 					n := rng.Int64N(min(size-off, 8<<10) + 1)
@@ -273,7 +278,7 @@ func TestReadAtTransport(t *testing.T) {
 	}
 	cr.calls.Store(0)
 	cr.bytes.Store(0)
-	g, err := tn.Gather()
+	g, err := tn.Gather(0, tn.ByteLen())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,8 +305,69 @@ func TestGatherBytes(t *testing.T) {
 	defer ck.Close()
 	for name, want := range map[string]int64{"t": 4 * r * c, "col": 4 * r, "flat": 4 * r * c} {
 		tn, _ := ck.Tensor(name)
-		if got := tn.GatherBytes(); got != want {
+		if got := tn.GatherBytes(0, tn.ByteLen()); got != want {
 			t.Errorf("%s: GatherBytes %d, want %d", name, got, want)
 		}
+	}
+}
+
+// checkRanges gathers random ranges of tn and reads random pieces inside
+// them, which equal whole's; a read outside a range is refused.
+func checkRanges(t *testing.T, name string, rng *rand.Rand, tn *Tensor, whole []byte) {
+	t.Helper()
+	size := int64(len(whole))
+	isz := int64(tn.DType().Bits() / 8)
+	for range 20 {
+		lo := rng.Int64N(size)
+		hi := lo + rng.Int64N(size-lo) + 1
+		g, err := tn.Gather(lo, hi-lo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if int64(len(g.src)) != tn.GatherBytes(lo, hi-lo) || int64(len(g.src)) > max(tn.extent, hi-lo+2*isz) {
+			t.Fatalf("%s: Gather(%d, %d) holds %d bytes, GatherBytes says %d", name, lo, hi-lo, len(g.src), tn.GatherBytes(lo, hi-lo))
+		}
+		for range 20 {
+			a := lo + rng.Int64N(hi-lo)
+			b := make([]byte, rng.Int64N(hi-a)+1)
+			if n, err := g.ReadAt(b, a); err != nil || n != len(b) || !bytes.Equal(b, whole[a:a+int64(len(b))]) {
+				t.Fatalf("%s: Gather(%d, %d).ReadAt(%d bytes, %d): %d, %v", name, lo, hi-lo, len(b), a, n, err)
+			}
+		}
+		if lo >= isz {
+			if _, err := g.ReadAt(make([]byte, 1), lo/isz*isz-1); !errors.Is(err, ErrInvalidArgument) {
+				t.Fatalf("%s: a read before the range [%d, %d): %v", name, lo, hi, err)
+			}
+		}
+		if after := (hi + isz - 1) / isz * isz; after < size {
+			if _, err := g.ReadAt(make([]byte, 1), after); !errors.Is(err, ErrInvalidArgument) {
+				t.Fatalf("%s: a read after the range [%d, %d): %v", name, lo, hi, err)
+			}
+		}
+	}
+}
+
+// TestGatherRangeRefused: a range outside the tensor's bytes is refused.
+func TestGatherRangeRefused(t *testing.T) {
+	pkl := stateDict(ts{name: "t", storage: "FloatStorage", key: "0", numel: 24, shape: []int64{6, 4}, stride: []int64{1, 6}})
+	ck, err := openBytes(t, torchZip("x/", pkl, "little", map[string][]byte{"0": seq(24)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn, _ := ck.Tensor("t")
+	for _, r := range [][2]int64{{-1, 4}, {0, -1}, {0, 97}, {97, 0}, {90, 7}, {math.MaxInt64, 1}, {1, math.MaxInt64}} {
+		if _, err := tn.Gather(r[0], r[1]); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("Gather(%d, %d): %v", r[0], r[1], err)
+		}
+		if b := tn.GatherBytes(r[0], r[1]); b != 0 {
+			t.Errorf("GatherBytes(%d, %d) = %d", r[0], r[1], b)
+		}
+	}
+	g, err := tn.Gather(96, 0)
+	if err != nil || len(g.src) != 0 {
+		t.Fatalf("an empty range at the end: %v", err)
+	}
+	if n, err := g.ReadAt(make([]byte, 4), 96); n != 0 || err != io.EOF {
+		t.Errorf("reading at the end: %d, %v", n, err)
 	}
 }

@@ -202,95 +202,137 @@ func (t *Tensor) ReadAt(b []byte, off int64) (int, error) {
 	return int(n), nil
 }
 
-// Gathered is a tensor's bytes read from its file once, for a reader that
-// reads them in many pieces (Tensor.Gather): its ReadAt serves them from
-// memory. It is safe for concurrent use.
+// Gathered is a range of a tensor's bytes read from its file once, for a
+// reader that reads them in many pieces (Tensor.Gather): its ReadAt serves
+// them from memory. It is safe for concurrent use.
 type Gathered struct {
-	t    *Tensor
-	src  []byte
-	span bool // src is the storage the view spans, gathered from on each read; else the contiguous little-endian bytes
+	t      *Tensor
+	e0, e1 int64  // the elements gathered, [e0, e1)
+	lo     int64  // span: the storage offset (elements from the view's first) of src's first element
+	src    []byte // the storage the elements span, or their contiguous little-endian bytes
+	span   bool
 }
 
-// GatherBytes returns the memory Gather holds: the storage the view spans,
-// or, for a view that holds far less than it spans (and is read line by
-// line), its ByteLen bytes.
-func (t *Tensor) GatherBytes() int64 {
-	if t.gatherSpan() {
-		return t.extent
+// gatherPlan is how Gather reads the range [off, off+n) of the tensor's
+// bytes (inside them): its elements [e0, e1) as the storage they span from
+// lo (span), or as their own bytes (one read for a contiguous view, line
+// by line for another, where that costs less); mem is what it holds.
+func (t *Tensor) gatherPlan(off, n int64) (e0, e1, lo, mem int64, span bool) {
+	isz := int64(t.dt.Bits() / 8)
+	e0, e1 = off/isz, (off+n+isz-1)/isz
+	if n == 0 {
+		return e0, e0, 0, 0, false
 	}
-	return t.size
+	if t.contig {
+		return e0, e1, 0, (e1 - e0) * isz, false
+	}
+	lo, hi := t.spanOf(e0, e1)
+	if t.linesCheaper(e0, e1, (hi-lo+1)*isz) {
+		return e0, e1, 0, (e1 - e0) * isz, false
+	}
+	return e0, e1, lo, (hi - lo + 1) * isz, true
 }
 
-// gatherSpan reports whether Gather reads the view's span (else its
-// contiguous bytes): a view that is not contiguous, unless its lines cost
-// less than the span, as useLines decides for the whole tensor, whose
-// lines are whole (numel/shape[m] of them).
-func (t *Tensor) gatherSpan() bool {
-	if t.contig || t.size == 0 {
+// linesCheaper reports whether reading the view's elements [e0, e1) line
+// by line costs less than reading the span bytes they lie in, a read
+// costing lineCost bytes besides its own: what Gather, whose memory is
+// held while a reader reads its pieces, reads them by (ReadAt reads a
+// span of up to twice its elements in one read, see useLines). It walks
+// at most span/lineCost lines.
+func (t *Tensor) linesCheaper(e0, e1, span int64) bool {
+	own := (e1 - e0) * int64(t.dt.Bits()/8)
+	if span <= max(own, spanRead) {
 		return false
 	}
-	isz := int64(t.dt.Bits() / 8)
-	if t.extent <= max(2*t.size, spanRead) {
-		return true
-	}
-	return t.size/isz/t.shape[t.lineDim()] > t.extent/t.lineCost()
+	limit, n := (span-own)/t.lineCost(), int64(0)
+	stop := errors.New("")
+	return t.lines(e0, e1, func(_, _, _ int64) error {
+		if n++; n > limit {
+			return stop
+		}
+		return nil
+	}) == nil
 }
 
-// Gather reads the tensor's bytes into memory (GatherBytes of it) with as
-// few reads as ReadTo makes, so that reading them again in pieces reads
-// nothing from the file: a piece of a permuted view (a transposed weight
-// read a few rows at a time) spans most of its storage, which ReadAt
-// reads again for each piece. The bytes are read when Gather is called;
-// the result does not depend on the Checkpoint staying open.
-func (t *Tensor) Gather() (*Gathered, error) {
+// GatherBytes returns the memory Gather(off, n) holds: the storage the
+// range's elements span, or their own bytes where the view is contiguous
+// or the elements are read line by line (they hold far less than they
+// span, in few lines). It is 0 for a range outside the tensor's bytes.
+func (t *Tensor) GatherBytes(off, n int64) int64 {
+	if off < 0 || n < 0 || off > t.size || n > t.size-off {
+		return 0
+	}
+	_, _, _, mem, _ := t.gatherPlan(off, n)
+	return mem
+}
+
+// Gather reads the bytes [off, off+n) of the tensor's contiguous
+// little-endian bytes into memory (GatherBytes(off, n) of it): the
+// storage they span in one read, or their lines where those reads cost
+// less than the span (see ReadAt), so that reading them again in pieces
+// reads nothing more from the file: a piece of a permuted view (a
+// transposed weight read a few rows at a time) spans most of its storage,
+// which ReadAt reads again for each piece. The bytes are read when Gather
+// is called; the result does not depend on the Checkpoint staying open.
+// Gather(0, ByteLen()) gathers the whole tensor.
+func (t *Tensor) Gather(off, n int64) (*Gathered, error) {
+	if off < 0 || n < 0 || off > t.size || n > t.size-off {
+		return nil, t.err(ErrInvalidArgument, fmt.Sprintf("range [%d, +%d) of a %d-byte tensor", off, n, t.size), nil)
+	}
 	if err := t.checkOpen(); err != nil {
 		return nil, err
 	}
-	if t.gatherSpan() {
-		src, err := t.span()
-		if err != nil {
+	e0, e1, lo, mem, span := t.gatherPlan(off, n)
+	g := &Gathered{t: t, e0: e0, e1: e1, lo: lo, src: make([]byte, mem), span: span} // mem <= the record's size, within the file
+	isz := int64(t.dt.Bits() / 8)
+	switch {
+	case mem == 0:
+	case span:
+		if err := t.readAt(g.src, t.base+lo*isz); err != nil {
 			return nil, err
 		}
-		return &Gathered{t: t, src: src, span: true}, nil
-	}
-	b := make([]byte, t.size) // <= the record's size, which is within the file
-	if t.size > 0 {
-		if t.contig {
-			if err := t.readAt(b, t.base); err != nil {
-				return nil, err
-			}
-		} else if err := t.gatherLines(b, 0, t.size/int64(t.dt.Bits()/8)); err != nil {
+	case t.contig:
+		if err := t.readAt(g.src, t.base+e0*isz); err != nil {
 			return nil, err
 		}
-		t.toLittle(b)
+		t.toLittle(g.src)
+	default:
+		if err := t.gatherLines(g.src, e0, e1); err != nil {
+			return nil, err
+		}
+		t.toLittle(g.src)
 	}
-	return &Gathered{t: t, src: b}, nil
+	return g, nil
 }
 
 // ReadAt reads len(b) bytes of the tensor's contiguous little-endian bytes
-// from offset off of them, as Tensor.ReadAt does, from memory.
+// from offset off of them, as Tensor.ReadAt does, from memory: they must
+// lie in the range gathered (ErrInvalidArgument), which a read may pass
+// only at the tensor's end (io.EOF).
 func (g *Gathered) ReadAt(b []byte, off int64) (int, error) {
 	t := g.t
-	if off < 0 {
-		return 0, t.err(ErrInvalidArgument, fmt.Sprintf("negative offset %d", off), nil)
-	}
-	if off >= t.size {
+	isz := int64(t.dt.Bits() / 8)
+	if off >= t.size && off >= g.e0*isz {
 		if len(b) == 0 {
 			return 0, nil
 		}
 		return 0, io.EOF
 	}
 	n := min(int64(len(b)), t.size-off)
-	if !g.span {
-		copy(b, g.src[off:off+n])
-	} else if n > 0 {
-		isz := int64(t.dt.Bits() / 8)
+	if off < g.e0*isz || off+n > g.e1*isz {
+		return 0, t.err(ErrInvalidArgument, fmt.Sprintf("read [%d, +%d) outside the gathered bytes [%d, %d)", off, len(b), g.e0*isz, g.e1*isz), nil)
+	}
+	switch {
+	case n == 0:
+	case !g.span:
+		copy(b, g.src[off-g.e0*isz:off-g.e0*isz+n])
+	default:
 		e0, e1 := off/isz, (off+n+isz-1)/isz
 		out := b[:n]
 		if off%isz != 0 || n%isz != 0 {
 			out = make([]byte, (e1-e0)*isz) // at most two elements more than b
 		}
-		t.gather(out, g.src, e0, 0)
+		t.gather(out, g.src, e0, g.lo)
 		t.toLittle(out)
 		if int64(len(out)) != n {
 			copy(b, out[off-e0*isz:])
