@@ -341,15 +341,16 @@ type usage struct {
 	resident  int64
 	perWorker int64 // the largest scratch one worker needs for it
 	pieces    int64 // pieces of work
-	// gathers are the largest memories of PyTorch views gathered whole
-	// for their pieces (torchGather), at most one per worker, largest
-	// first: each worker reads one tensor at a time, so that at most
-	// that many are gathered at once.
+	// gathers are the largest memories of PyTorch views gathered for
+	// their pieces (torchGather), at most one per worker, largest first:
+	// each worker reads one tensor at a time, and a tensor's gathered
+	// bytes go once its pieces have read them, so that at most that many
+	// are held at once.
 	gathers []int64
 }
 
-// addGather counts a tensor gathered whole into b bytes, keeping the
-// workers largest.
+// addGather counts a view gathered into b bytes, keeping the workers
+// largest.
 func (u *usage) addGather(b int64, workers int) {
 	if b <= 0 || workers <= 0 {
 		return
@@ -417,8 +418,8 @@ func (m *Model) peakOf(us []usage) (resident, peak int64) {
 	if all.pieces > 0 {
 		peak += m.stagingBytes(all.perWorker, all.pieces)
 	}
-	// PyTorch views gathered whole for their pieces, beyond the staging
-	// allowance: a view's pieces need its storage at once.
+	// PyTorch views gathered for their pieces, beyond the staging
+	// allowance: a view's pieces need the storage they span at once.
 	for _, g := range all.gathers {
 		peak += g
 	}
