@@ -100,7 +100,11 @@ type Part struct {
 	// in File (a path of the model's file system). A PyTorch view that is
 	// not contiguous, or of a big-endian archive, is gathered or
 	// byte-swapped as it is read from its storage, which starts at
-	// Range.Offset: read its bytes with ReadAt.
+	// Range.Offset: read its bytes with ReadAt. A view that is not
+	// contiguous is read from its file once, by the Part's first ReadAt,
+	// into memory that serves every piece (the storage the Part's range
+	// spans, or its own bytes: torch.Tensor.GatherBytes) until all of the
+	// Part's bytes were read.
 	File  string
 	Range safetensors.ByteRange
 	// check says whether ReadAt verifies the bytes against the checksum
@@ -210,6 +214,7 @@ func (p *Part) readRest() error {
 // newPart returns the Part of the selection sel of st's bytes, with its
 // check as the policy decides (shape is the part's, kept as given).
 func (m *Model) newPart(st storedTensor, shape []int64, sel strided) Part {
+	st = gathered(st, sel) // read once for the part's pieces (torchGather)
 	p := Part{Tensor: st.Name(), DType: st.DType(), Shape: shape, File: filePath(st),
 		Range: sel.byteRange(st.Offset()), check: m.checkOf(st, sel), st: st, sel: sel, m: m}
 	if p.check.verified() {

@@ -420,6 +420,9 @@ func (m *Model) prepareInto(c *modelComponent, e *entry, t *Tensor, pp *prep) er
 		return inComponent(err, c.name)
 	}
 	t.Location = Location{File: filePath(st), Offset: st.Offset(), Length: st.ByteLen()}
+	// The load reads the part's bytes once, in pieces: a PyTorch view
+	// that is not contiguous is gathered once for them (torchGather).
+	st = gathered(st, e.sl.data)
 	return m.preparePart(c, e, t, st, scales, pp)
 }
 

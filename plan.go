@@ -1,6 +1,7 @@
 package ckpt
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"runtime"
@@ -21,7 +22,10 @@ import (
 // (zero-copy views of the files' mappings) plus owned bytes (buffers of
 // converted, dequantized or pread tensors). The peak adds the transient
 // staging and worker buffers of the load itself (at most the staging
-// allowance, 64 MiB by default, see WithStaging). A plan fits when
+// allowance, 64 MiB by default, see WithStaging), and, for a PyTorch view
+// that is not contiguous (a transposed weight), the storage its part
+// spans, which the load reads once into memory for its pieces (one per
+// worker, the largest ones). A plan fits when
 // PeakBytes ≤ BudgetBytes. Loading never holds two full copies of a tensor:
 // a converted tensor is written once, from the mapping or from a bounded
 // staging buffer, straight into its own output.
@@ -38,7 +42,7 @@ type Plan struct {
 	TotalOwnedBytes    int64 `json:"total_owned_bytes"`
 	TotalResidentBytes int64 `json:"total_resident_bytes"`
 	// StagingBytes is the transient memory of the load beyond the resident
-	// bytes: worker and staging buffers.
+	// bytes: worker and staging buffers, and gathered PyTorch views.
 	StagingBytes int64 `json:"staging_bytes"`
 	// PeakBytes = TotalResidentBytes + StagingBytes.
 	PeakBytes int64 `json:"peak_bytes"`
@@ -345,6 +349,28 @@ type usage struct {
 	resident  int64
 	perWorker int64 // the largest scratch one worker needs for it
 	pieces    int64 // pieces of work
+	// gathers are the largest memories of PyTorch views gathered for
+	// their pieces (torchGather), at most one per worker, largest first:
+	// each worker reads one tensor at a time, and a tensor's gathered
+	// bytes go once its pieces have read them, so that at most that many
+	// are held at once.
+	gathers []int64
+}
+
+// addGather counts a view gathered into b bytes, keeping the workers
+// largest.
+func (u *usage) addGather(b int64, workers int) {
+	if b <= 0 || workers <= 0 {
+		return
+	}
+	i, _ := slices.BinarySearchFunc(u.gathers, b, func(x, y int64) int { return cmp.Compare(y, x) })
+	if i >= workers {
+		return
+	}
+	u.gathers = slices.Insert(u.gathers, i, b)
+	if len(u.gathers) > workers {
+		u.gathers = u.gathers[:workers]
+	}
 }
 
 // usageOf computes a component's usage for entries (its own, or the
@@ -371,6 +397,7 @@ func (u *usage) add(m *Model, c *modelComponent, e *entry) {
 			u.perWorker = max(u.perWorker, min(e.vextra, chunkBytes))
 		}
 	}
+	u.addGather(c.gatherBytes(e), m.workers())
 	switch {
 	case e.act == ActionView || e.act == ActionQuantized && c.strategy != readPread:
 		return // nothing to read or convert
@@ -391,10 +418,18 @@ func (m *Model) peakOf(us []usage) (resident, peak int64) {
 		all.resident += u.resident
 		all.perWorker = max(all.perWorker, u.perWorker)
 		all.pieces += u.pieces
+		for _, g := range u.gathers {
+			all.addGather(g, m.workers())
+		}
 	}
 	peak = all.resident
 	if all.pieces > 0 {
 		peak += m.stagingBytes(all.perWorker, all.pieces)
+	}
+	// PyTorch views gathered for their pieces, beyond the staging
+	// allowance: a view's pieces need the storage they span at once.
+	for _, g := range all.gathers {
+		peak += g
 	}
 	// A dequantized weight not read from views of the mapping is read
 	// piece by piece, a piece's rows per worker (partStaging).

@@ -57,8 +57,11 @@ func readFull(st storedTensor, b []byte, off int64) error {
 // file system), and the safetensors file when it is one (nil for a
 // PyTorch archive, which is never mapped nor read with ranged requests).
 func fileOf(st storedTensor) (string, *safetensors.File) {
-	if t, ok := st.(*safetensors.Tensor); ok {
+	switch t := st.(type) {
+	case *safetensors.Tensor:
 		return t.File().Path(), t.File()
+	case *torchGather:
+		return t.File(), nil
 	}
 	return st.(torchTensor).File(), nil
 }

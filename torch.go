@@ -3,6 +3,7 @@ package ckpt
 import (
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
@@ -164,4 +165,88 @@ func (torchTensor) Checksum() (uint32, bool, error) { return 0, false, nil }
 
 func (t torchTensor) VerifyChecksum(uint32) error {
 	return &safetensors.Error{Kind: safetensors.ErrChecksum, File: t.File(), Tensor: t.Name(), Msg: "a PyTorch file names no checksums"}
+}
+
+// torchGather is a PyTorch tensor as one reader reads its part (one load,
+// one Part): in pieces, from several goroutines, in any order. A view
+// that is not contiguous (transposed, strided) has pieces that each span
+// most of its storage (a few rows of a transposed weight): read piece by
+// piece, the storage would be read again for every piece. So the first
+// ReadAt reads the part's range of the tensor once into memory
+// (torch.Tensor.Gather: the storage the range spans, or its own bytes
+// where reading them line by line costs less), every ReadAt serves its
+// piece from there, and the memory goes as soon as the need bytes the
+// reader reads have been served. A reader that stops early leaves the
+// memory to the garbage collector with the torchGather. A contiguous
+// view, of either byte order, reads exactly its own bytes, and is read as
+// it is.
+type torchGather struct {
+	torchTensor
+	off, n int64 // the range of the tensor's bytes the part lies in
+	need   int64 // the bytes the reader reads
+	mu     sync.Mutex
+	g      *torch.Gathered // nil: not read, or every byte served
+	served int64           // bytes served from g
+}
+
+// gathered returns st as one reader that reads the selection sel of its
+// bytes, in pieces, reads it: a torchGather for a PyTorch view that is not
+// contiguous, else st.
+func gathered(st storedTensor, sel strided) storedTensor {
+	t, ok := st.(torchTensor)
+	if !ok || t.Contiguous() || sel.total() == 0 {
+		return st
+	}
+	off, n := selRange(sel)
+	return &torchGather{torchTensor: t, off: off, n: n, need: sel.total()}
+}
+
+// selRange returns the range of bytes [off, off+n) the selection lies in.
+func selRange(sel strided) (off, n int64) {
+	return sel.first, (sel.count-1)*sel.stride + sel.n
+}
+
+// ReadAt serves b from the part's gathered bytes, reading them on the
+// first call (the others wait for them), and drops them once need bytes
+// were served (a reader that reads the part again reads it once more).
+func (t *torchGather) ReadAt(b []byte, off int64) (int, error) {
+	t.mu.Lock()
+	if t.g == nil {
+		g, err := t.Tensor.Gather(t.off, t.n)
+		if err != nil {
+			t.mu.Unlock()
+			return 0, err
+		}
+		t.g, t.served = g, 0
+	}
+	g := t.g
+	t.mu.Unlock()
+	n, err := g.ReadAt(b, off)
+	t.mu.Lock()
+	if t.g == g {
+		if t.served += int64(n); t.served >= t.need {
+			t.g = nil
+		}
+	}
+	t.mu.Unlock()
+	return n, err
+}
+
+// gatherBytes is the memory a load holds to read e's part of its data
+// tensor: torch.Tensor.GatherBytes of the part's range where it is a
+// PyTorch view read through a torchGather, else 0.
+func (c *modelComponent) gatherBytes(e *entry) int64 {
+	s, ok := c.ck.(*torchStore)
+	if !ok || e.sl == nil || e.sl.data.total() == 0 {
+		return 0
+	}
+	name := e.name
+	if e.q != nil {
+		name = e.q.Data.Name
+	}
+	t, err := s.ck.Tensor(name)
+	if err != nil || t.Contiguous() {
+		return 0
+	}
+	return t.GatherBytes(selRange(e.sl.data))
 }

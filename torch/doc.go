@@ -84,9 +84,13 @@
 // (transposed, sliced with a step) is gathered into contiguous row-major
 // bytes. A big-endian archive is byte-swapped to little-endian as it is
 // read. A tensor is read whole (ReadTo, Bytes, WriteTo) or in any range of
-// its contiguous bytes (ReadAt), which reads only the storage that range
-// needs: a piece of a transposed view reads its own elements, line by
-// line along the view's least stride, not the whole storage.
+// its contiguous bytes (ReadAt), which reads the storage that range spans,
+// or its own elements line by line along the view's least stride where
+// those reads cost less (a system call each on an *os.File, a request each
+// on any other reader). A reader of many pieces of a view that is not
+// contiguous (a transposed weight, whose every piece of a few rows spans
+// the whole storage) reads its storage once with Gather, and its pieces
+// from the Gathered copy.
 //
 // Open reads the operating system's files, OpenFS those of an fs.FS (an
 // os.DirFS, an object store), NewReader one archive through an

@@ -65,8 +65,9 @@ func FuzzUnpickle(f *testing.F) {
 
 // readsInBounds opens the archive data: NewReader either refuses it with a
 // typed error, or VerifyRecords runs without panic (each problem typed,
-// naming a record within the file) and it reads every tensor, to exactly ByteLen bytes (at most the
-// archive's), the same through Bytes, WriteTo and ReadAt.
+// naming a record within the file) and it reads every tensor, to exactly
+// ByteLen bytes (at most the archive's), the same through Bytes, WriteTo,
+// ReadAt and Gather.
 func readsInBounds(t *testing.T, data []byte) {
 	t.Helper()
 	c, err := NewReader(bytes.NewReader(data), int64(len(data)), "fuzz.pt")
@@ -106,6 +107,37 @@ func readsInBounds(t *testing.T, data []byte) {
 		}
 		if !bytes.Equal(got, b) {
 			t.Fatalf("%s: ReadAt differs from Bytes", name)
+		}
+		// Gathered once, read in the same pieces.
+		if tn.GatherBytes(0, tn.ByteLen()) > int64(len(data)) {
+			t.Fatalf("%s: Gather would hold %d bytes of a %d-byte file", name, tn.GatherBytes(0, tn.ByteLen()), len(data))
+		}
+		g, err := tn.Gather(0, tn.ByteLen())
+		if err != nil {
+			t.Fatalf("%s: Gather: %v", name, err)
+		}
+		clear(got)
+		for off := 0; off < len(got); off += 7 {
+			if n, err := g.ReadAt(got[off:min(off+7, len(got))], int64(off)); err != nil && err != io.EOF || n != min(7, len(got)-off) {
+				t.Fatalf("%s: Gathered.ReadAt(%d) = %d, %v", name, off, n, err)
+			}
+		}
+		if !bytes.Equal(got, b) {
+			t.Fatalf("%s: Gathered.ReadAt differs from Bytes", name)
+		}
+		// The middle third, gathered alone.
+		lo, n := int64(len(b)/3), int64(len(b)/3)
+		if tn.GatherBytes(lo, n) > int64(len(data)) {
+			t.Fatalf("%s: Gather(%d, %d) would hold %d bytes of a %d-byte file", name, lo, n, tn.GatherBytes(lo, n), len(data))
+		}
+		if g, err = tn.Gather(lo, n); err != nil {
+			t.Fatalf("%s: Gather(%d, %d): %v", name, lo, n, err)
+		}
+		for off := lo; off < lo+n; off += 7 {
+			piece := got[off:min(off+7, lo+n)]
+			if k, err := g.ReadAt(piece, off); err != nil || k != len(piece) || !bytes.Equal(piece, b[off:off+int64(k)]) {
+				t.Fatalf("%s: Gather(%d, %d).ReadAt(%d) = %d, %v", name, lo, n, off, k, err)
+			}
 		}
 	}
 }

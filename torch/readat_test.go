@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"testing/fstest"
 )
@@ -18,6 +19,7 @@ import (
 // little- and big-endian archives) at every offset and length, whole
 // elements or not, and compares with Bytes.
 func TestReadAt(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
 	be := func(n int) []byte {
 		var b []byte
 		for i := range n {
@@ -63,6 +65,14 @@ func TestReadAt(t *testing.T) {
 			}
 			if _, err := tn.ReadAt(make([]byte, 1), -1); !errors.Is(err, ErrInvalidArgument) {
 				t.Errorf("%s: negative offset: %v", name, err)
+			}
+			g, err := tn.Gather(0, tn.ByteLen())
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkGathered(t, name+" ("+order+")", g, whole, tn.GatherBytes(0, tn.ByteLen()))
+			if len(whole) > 0 {
+				checkRanges(t, name+" ("+order+")", rng, tn, whole)
 			}
 		}
 		c.Close()
@@ -147,6 +157,7 @@ func TestReadAtLines(t *testing.T) {
 		ts{name: "perm", storage: "FloatStorage", key: "0", numel: r * c, shape: []int64{8, 20, r}, stride: []int64{20, 1, c}},
 		ts{name: "cols", storage: "FloatStorage", key: "0", numel: r * c, offset: 3, shape: []int64{r, 50}, stride: []int64{c, 3}},
 		ts{name: "colsT", storage: "FloatStorage", key: "0", numel: r * c, offset: 1, shape: []int64{50, r}, stride: []int64{3, c}},
+		ts{name: "col", storage: "FloatStorage", key: "0", numel: r * c, offset: 7, shape: []int64{r}, stride: []int64{c}},
 	)
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, order := range []string{"little", "big"} {
@@ -156,28 +167,207 @@ func TestReadAtLines(t *testing.T) {
 				slices.Reverse(data[i : i+4])
 			}
 		}
-		ck, err := openBytes(t, torchZip("x/", pkl, order, map[string][]byte{"0": data}))
+		zb := torchZip("x/", pkl, order, map[string][]byte{"0": data})
+		// From memory (a read is a request: lines rarely pay) and from a
+		// file (a read is a system call).
+		inMem, err := openBytes(t, zb)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for name, tn := range ck.Tensors() {
-			whole, err := tn.Bytes()
-			if err != nil {
-				t.Fatal(err)
-			}
-			size := int64(len(whole))
-			for range 300 {
-				off := rng.Int64N(size)
-				n := rng.Int64N(min(size-off, 8<<10) + 1)
-				if rng.IntN(4) == 0 {
-					off = rng.Int64N(size/3) / 4 * 4
-					n = min(size-off, size/3)
+		onDisk, err := Open(writeFile(t, t.TempDir(), "x.pt", zb))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer onDisk.Close()
+		for _, ck := range []*Checkpoint{inMem, onDisk} {
+			for name, tn := range ck.Tensors() {
+				whole, err := tn.Bytes()
+				if err != nil {
+					t.Fatal(err)
 				}
-				b := make([]byte, n)
-				if got, err := tn.ReadAt(b, off); err != nil || int64(got) != n || !bytes.Equal(b, whole[off:off+n]) {
-					t.Fatalf("%s (%s): ReadAt(%d bytes, %d): %d, %v; bytes equal %v", name, order, n, off, got, err, bytes.Equal(b, whole[off:off+n]))
+				size := int64(len(whole))
+				g, err := tn.Gather(0, tn.ByteLen())
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkGathered(t, name+" ("+order+")", g, whole, tn.GatherBytes(0, tn.ByteLen()))
+				checkRanges(t, name+" ("+order+")", rng, tn, whole)
+				for range 300 {
+					off := rng.Int64N(size)
+					n := rng.Int64N(min(size-off, 8<<10) + 1)
+					if rng.IntN(4) == 0 {
+						off = rng.Int64N(size/3) / 4 * 4
+						n = min(size-off, size/3)
+					}
+					b := make([]byte, n)
+					if got, err := tn.ReadAt(b, off); err != nil || int64(got) != n || !bytes.Equal(b, whole[off:off+n]) {
+						t.Fatalf("%s (%s): ReadAt(%d bytes, %d): %d, %v; bytes equal %v", name, order, n, off, got, err, bytes.Equal(b, whole[off:off+n]))
+					}
 				}
 			}
 		}
+	}
+}
+
+// checkGathered reads g at every offset with lengths of up to 9 bytes and
+// in pieces of 1000 bytes, and compares with whole; it holds memory bytes.
+func checkGathered(t *testing.T, name string, g *Gathered, whole []byte, memory int64) {
+	t.Helper()
+	if int64(len(g.src)) != memory {
+		t.Errorf("%s: Gather holds %d bytes, GatherBytes says %d", name, len(g.src), memory)
+	}
+	size := int64(len(whole))
+	for off := int64(0); off <= size; off++ {
+		for n := int64(0); n <= 9 && off+n <= size+2; n++ {
+			b := make([]byte, n)
+			got, err := g.ReadAt(b, off)
+			want := min(n, size-off)
+			if int64(got) != want || !bytes.Equal(b[:got], whole[off:off+want]) || (want < n) != (err == io.EOF) || want == n && err != nil {
+				t.Fatalf("%s: Gathered.ReadAt(%d bytes, %d) = %d, %v", name, n, off, got, err)
+			}
+		}
+	}
+	for off := int64(0); off < size; off += 1000 {
+		b := make([]byte, min(1000, size-off))
+		if _, err := g.ReadAt(b, off); err != nil || !bytes.Equal(b, whole[off:off+int64(len(b))]) {
+			t.Fatalf("%s: Gathered.ReadAt(%d bytes, %d): %v", name, len(b), off, err)
+		}
+	}
+	if _, err := g.ReadAt(make([]byte, 1), -1); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("%s: negative offset: %v", name, err)
+	}
+}
+
+// countingReader counts the reads and the bytes read through it.
+type countingReader struct {
+	r            io.ReaderAt
+	calls, bytes atomic.Int64
+}
+
+func (c *countingReader) ReadAt(b []byte, off int64) (int, error) {
+	c.calls.Add(1)
+	c.bytes.Add(int64(len(b)))
+	return c.r.ReadAt(b, off)
+}
+
+// TestReadAtTransport reads a transposed matrix in pieces of a few rows
+// through a reader that is not a file (each read a request of a remote
+// file): each piece is one read of the storage it spans, not a read per
+// line; Gather reads the storage once.
+func TestReadAtTransport(t *testing.T) {
+	const r, c = 512, 384 // 768 KiB of F32
+	pkl := stateDict(ts{name: "t", storage: "FloatStorage", key: "0", numel: r * c, shape: []int64{c, r}, stride: []int64{1, c}})
+	zb := torchZip("x/", pkl, "little", map[string][]byte{"0": seq(r * c)})
+	cr := &countingReader{r: bytes.NewReader(zb)}
+	ck, err := NewReader(cr, int64(len(zb)), "x.pt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn, _ := ck.Tensor("t")
+	whole, _ := tn.Bytes()
+	const piece = 4 * r * 16 // 16 rows
+	cr.calls.Store(0)
+	for off := int64(0); off < tn.ByteLen(); off += piece {
+		b := make([]byte, piece)
+		if _, err := tn.ReadAt(b, off); err != nil || !bytes.Equal(b, whole[off:off+piece]) {
+			t.Fatalf("ReadAt(%d): %v", off, err)
+		}
+	}
+	if pieces := tn.ByteLen() / piece; cr.calls.Load() != pieces {
+		t.Errorf("%d pieces read with %d reads, want one each", pieces, cr.calls.Load())
+	}
+	cr.calls.Store(0)
+	cr.bytes.Store(0)
+	g, err := tn.Gather(0, tn.ByteLen())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkGathered(t, "t", g, whole, tn.ByteLen())
+	if cr.calls.Load() != 1 || cr.bytes.Load() != tn.ByteLen() {
+		t.Errorf("Gather: %d reads of %d bytes, want one of %d", cr.calls.Load(), cr.bytes.Load(), tn.ByteLen())
+	}
+}
+
+// TestGatherBytes: Gather holds the storage a view spans, unless the view
+// holds far less than it spans and its lines are few (a column of a
+// matrix): then only its own bytes.
+func TestGatherBytes(t *testing.T) {
+	const r, c = 192, 160
+	pkl := stateDict(
+		ts{name: "t", storage: "FloatStorage", key: "0", numel: r * c, shape: []int64{c, r}, stride: []int64{1, c}},
+		ts{name: "col", storage: "FloatStorage", key: "0", numel: r * c, offset: 7, shape: []int64{r}, stride: []int64{c}},
+		ts{name: "flat", storage: "FloatStorage", key: "0", numel: r * c, shape: []int64{r * c}, stride: []int64{1}},
+	)
+	ck, err := Open(writeFile(t, t.TempDir(), "x.pt", torchZip("x/", pkl, "little", map[string][]byte{"0": seq(r * c)})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	for name, want := range map[string]int64{"t": 4 * r * c, "col": 4 * r, "flat": 4 * r * c} {
+		tn, _ := ck.Tensor(name)
+		if got := tn.GatherBytes(0, tn.ByteLen()); got != want {
+			t.Errorf("%s: GatherBytes %d, want %d", name, got, want)
+		}
+	}
+}
+
+// checkRanges gathers random ranges of tn and reads random pieces inside
+// them, which equal whole's; a read outside a range is refused.
+func checkRanges(t *testing.T, name string, rng *rand.Rand, tn *Tensor, whole []byte) {
+	t.Helper()
+	size := int64(len(whole))
+	isz := int64(tn.DType().Bits() / 8)
+	for range 20 {
+		lo := rng.Int64N(size)
+		hi := lo + rng.Int64N(size-lo) + 1
+		g, err := tn.Gather(lo, hi-lo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if int64(len(g.src)) != tn.GatherBytes(lo, hi-lo) || int64(len(g.src)) > max(tn.extent, hi-lo+2*isz) {
+			t.Fatalf("%s: Gather(%d, %d) holds %d bytes, GatherBytes says %d", name, lo, hi-lo, len(g.src), tn.GatherBytes(lo, hi-lo))
+		}
+		for range 20 {
+			a := lo + rng.Int64N(hi-lo)
+			b := make([]byte, rng.Int64N(hi-a)+1)
+			if n, err := g.ReadAt(b, a); err != nil || n != len(b) || !bytes.Equal(b, whole[a:a+int64(len(b))]) {
+				t.Fatalf("%s: Gather(%d, %d).ReadAt(%d bytes, %d): %d, %v", name, lo, hi-lo, len(b), a, n, err)
+			}
+		}
+		if lo >= isz {
+			if _, err := g.ReadAt(make([]byte, 1), lo/isz*isz-1); !errors.Is(err, ErrInvalidArgument) {
+				t.Fatalf("%s: a read before the range [%d, %d): %v", name, lo, hi, err)
+			}
+		}
+		if after := (hi + isz - 1) / isz * isz; after < size {
+			if _, err := g.ReadAt(make([]byte, 1), after); !errors.Is(err, ErrInvalidArgument) {
+				t.Fatalf("%s: a read after the range [%d, %d): %v", name, lo, hi, err)
+			}
+		}
+	}
+}
+
+// TestGatherRangeRefused: a range outside the tensor's bytes is refused.
+func TestGatherRangeRefused(t *testing.T) {
+	pkl := stateDict(ts{name: "t", storage: "FloatStorage", key: "0", numel: 24, shape: []int64{6, 4}, stride: []int64{1, 6}})
+	ck, err := openBytes(t, torchZip("x/", pkl, "little", map[string][]byte{"0": seq(24)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn, _ := ck.Tensor("t")
+	for _, r := range [][2]int64{{-1, 4}, {0, -1}, {0, 97}, {97, 0}, {90, 7}, {math.MaxInt64, 1}, {1, math.MaxInt64}} {
+		if _, err := tn.Gather(r[0], r[1]); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("Gather(%d, %d): %v", r[0], r[1], err)
+		}
+		if b := tn.GatherBytes(r[0], r[1]); b != 0 {
+			t.Errorf("GatherBytes(%d, %d) = %d", r[0], r[1], b)
+		}
+	}
+	g, err := tn.Gather(96, 0)
+	if err != nil || len(g.src) != 0 {
+		t.Fatalf("an empty range at the end: %v", err)
+	}
+	if n, err := g.ReadAt(make([]byte, 4), 96); n != 0 || err != io.EOF {
+		t.Errorf("reading at the end: %d, %v", n, err)
 	}
 }

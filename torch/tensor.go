@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"sync"
 
@@ -170,9 +171,12 @@ func (t *Tensor) WriteTo(w io.Writer) (int64, error) {
 // returns fewer bytes only with an error, io.EOF past the end of the
 // tensor. A contiguous view of a little-endian archive is read straight
 // from the file; another view reads the part of its storage that the
-// asked elements span (at most the record's size) and gathers them, and a
-// big-endian archive's bytes are byte-swapped. Offsets and lengths need
-// not be whole elements. ReadAt may be called from several goroutines.
+// asked elements span (at most the record's size), or its lines where
+// they cost less (a read costs a system call on an *os.File, a request on
+// any other reader), and gathers them; a big-endian archive's bytes are
+// byte-swapped. Offsets and lengths need not be whole elements. ReadAt
+// may be called from several goroutines. A reader of a view that is not
+// contiguous in many pieces reads its storage once with Gather instead.
 func (t *Tensor) ReadAt(b []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, t.err(ErrInvalidArgument, fmt.Sprintf("negative offset %d", off), nil)
@@ -190,6 +194,148 @@ func (t *Tensor) ReadAt(b []byte, off int64) (int, error) {
 	if n > 0 {
 		if err := t.readElems(b[:n], off); err != nil {
 			return 0, err
+		}
+	}
+	if n < int64(len(b)) {
+		return int(n), io.EOF
+	}
+	return int(n), nil
+}
+
+// Gathered is a range of a tensor's bytes read from its file once, for a
+// reader that reads them in many pieces (Tensor.Gather): its ReadAt serves
+// them from memory. It is safe for concurrent use.
+type Gathered struct {
+	t      *Tensor
+	e0, e1 int64  // the elements gathered, [e0, e1)
+	lo     int64  // span: the storage offset (elements from the view's first) of src's first element
+	src    []byte // the storage the elements span, or their contiguous little-endian bytes
+	span   bool
+}
+
+// gatherPlan is how Gather reads the range [off, off+n) of the tensor's
+// bytes (inside them): its elements [e0, e1) as the storage they span from
+// lo (span), or as their own bytes (one read for a contiguous view, line
+// by line for another, where that costs less); mem is what it holds.
+func (t *Tensor) gatherPlan(off, n int64) (e0, e1, lo, mem int64, span bool) {
+	isz := int64(t.dt.Bits() / 8)
+	e0, e1 = off/isz, (off+n+isz-1)/isz
+	if n == 0 {
+		return e0, e0, 0, 0, false
+	}
+	if t.contig {
+		return e0, e1, 0, (e1 - e0) * isz, false
+	}
+	lo, hi := t.spanOf(e0, e1)
+	if t.linesCheaper(e0, e1, (hi-lo+1)*isz) {
+		return e0, e1, 0, (e1 - e0) * isz, false
+	}
+	return e0, e1, lo, (hi - lo + 1) * isz, true
+}
+
+// linesCheaper reports whether reading the view's elements [e0, e1) line
+// by line costs less than reading the span bytes they lie in, a read
+// costing lineCost bytes besides its own: what Gather, whose memory is
+// held while a reader reads its pieces, reads them by (ReadAt reads a
+// span of up to twice its elements in one read, see useLines). It walks
+// at most span/lineCost lines.
+func (t *Tensor) linesCheaper(e0, e1, span int64) bool {
+	own := (e1 - e0) * int64(t.dt.Bits()/8)
+	if span <= max(own, spanRead) {
+		return false
+	}
+	limit, n := (span-own)/t.lineCost(), int64(0)
+	stop := errors.New("")
+	return t.lines(e0, e1, func(_, _, _ int64) error {
+		if n++; n > limit {
+			return stop
+		}
+		return nil
+	}) == nil
+}
+
+// GatherBytes returns the memory Gather(off, n) holds: the storage the
+// range's elements span, or their own bytes where the view is contiguous
+// or the elements are read line by line (they hold far less than they
+// span, in few lines). It is 0 for a range outside the tensor's bytes.
+func (t *Tensor) GatherBytes(off, n int64) int64 {
+	if off < 0 || n < 0 || off > t.size || n > t.size-off {
+		return 0
+	}
+	_, _, _, mem, _ := t.gatherPlan(off, n)
+	return mem
+}
+
+// Gather reads the bytes [off, off+n) of the tensor's contiguous
+// little-endian bytes into memory (GatherBytes(off, n) of it): the
+// storage they span in one read, or their lines where those reads cost
+// less than the span (see ReadAt), so that reading them again in pieces
+// reads nothing more from the file: a piece of a permuted view (a
+// transposed weight read a few rows at a time) spans most of its storage,
+// which ReadAt reads again for each piece. The bytes are read when Gather
+// is called; the result does not depend on the Checkpoint staying open.
+// Gather(0, ByteLen()) gathers the whole tensor.
+func (t *Tensor) Gather(off, n int64) (*Gathered, error) {
+	if off < 0 || n < 0 || off > t.size || n > t.size-off {
+		return nil, t.err(ErrInvalidArgument, fmt.Sprintf("range [%d, +%d) of a %d-byte tensor", off, n, t.size), nil)
+	}
+	if err := t.checkOpen(); err != nil {
+		return nil, err
+	}
+	e0, e1, lo, mem, span := t.gatherPlan(off, n)
+	g := &Gathered{t: t, e0: e0, e1: e1, lo: lo, src: make([]byte, mem), span: span} // mem <= the record's size, within the file
+	isz := int64(t.dt.Bits() / 8)
+	switch {
+	case mem == 0:
+	case span:
+		if err := t.readAt(g.src, t.base+lo*isz); err != nil {
+			return nil, err
+		}
+	case t.contig:
+		if err := t.readAt(g.src, t.base+e0*isz); err != nil {
+			return nil, err
+		}
+		t.toLittle(g.src)
+	default:
+		if err := t.gatherLines(g.src, e0, e1); err != nil {
+			return nil, err
+		}
+		t.toLittle(g.src)
+	}
+	return g, nil
+}
+
+// ReadAt reads len(b) bytes of the tensor's contiguous little-endian bytes
+// from offset off of them, as Tensor.ReadAt does, from memory: they must
+// lie in the range gathered (ErrInvalidArgument), which a read may pass
+// only at the tensor's end (io.EOF).
+func (g *Gathered) ReadAt(b []byte, off int64) (int, error) {
+	t := g.t
+	isz := int64(t.dt.Bits() / 8)
+	if off >= t.size && off >= g.e0*isz {
+		if len(b) == 0 {
+			return 0, nil
+		}
+		return 0, io.EOF
+	}
+	n := min(int64(len(b)), t.size-off)
+	if off < g.e0*isz || off+n > g.e1*isz {
+		return 0, t.err(ErrInvalidArgument, fmt.Sprintf("read [%d, +%d) outside the gathered bytes [%d, %d)", off, len(b), g.e0*isz, g.e1*isz), nil)
+	}
+	switch {
+	case n == 0:
+	case !g.span:
+		copy(b, g.src[off-g.e0*isz:off-g.e0*isz+n])
+	default:
+		e0, e1 := off/isz, (off+n+isz-1)/isz
+		out := b[:n]
+		if off%isz != 0 || n%isz != 0 {
+			out = make([]byte, (e1-e0)*isz) // at most two elements more than b
+		}
+		t.gather(out, g.src, e0, g.lo)
+		t.toLittle(out)
+		if int64(len(out)) != n {
+			copy(b, out[off-e0*isz:])
 		}
 	}
 	if n < int64(len(b)) {
@@ -234,22 +380,34 @@ func (t *Tensor) readElems(dst []byte, off int64) error {
 
 // spanRead is the storage a read of a view that is not contiguous reads
 // in one piece, even where the elements asked for are less than half of
-// it; lineCost is what reading one line costs, in bytes of the span (a
-// system call): a read takes the lines of its elements (gatherLines)
-// where they cost less than the span they lie in (see readElems).
+// it. A read takes the lines of its elements (gatherLines) where they cost
+// less than the span they lie in (see readElems), a line costing what
+// reading lineCost bytes of the span costs: a system call on a local file
+// (lineCostLocal), a request on any other reader (lineCostRemote: a
+// remote file's ReadAt is a ranged request, an fs.FS file may be one).
 const (
-	spanRead = 64 << 10
-	lineCost = 4 << 10
+	spanRead       = 64 << 10
+	lineCostLocal  = 4 << 10
+	lineCostRemote = 1 << 20
 )
 
+// lineCost is what one read of the tensor's archive costs, in bytes.
+func (t *Tensor) lineCost() int64 {
+	if _, ok := t.sf.ar.r.(*os.File); ok {
+		return lineCostLocal
+	}
+	return lineCostRemote
+}
+
 // useLines reports whether the view's elements [e0, e1), whose storage
-// spans span bytes, are read line by line rather than as the span.
+// spans span bytes, are read line by line rather than as the span. It
+// walks at most span/lineCost lines.
 func (t *Tensor) useLines(e0, e1, span int64) bool {
 	isz := int64(t.dt.Bits() / 8)
 	if span <= max(2*(e1-e0)*isz, spanRead) {
 		return false
 	}
-	limit, n := span/lineCost, int64(0)
+	limit, n := span/t.lineCost(), int64(0)
 	stop := errors.New("")
 	return t.lines(e0, e1, func(_, _, _ int64) error {
 		if n++; n > limit {
@@ -309,63 +467,74 @@ func (t *Tensor) lineDim() int {
 // the range whose index along m varies form one interval, cnt elements
 // from storage offset off (elements from the view's first) that go to
 // positions pos, pos+rs, ... of the range (rs the view's row-major stride
-// of m). It stops at fn's first error.
+// of m). It calls fn only for lines that hold elements of the range, so
+// that its work is the number of lines it reports, and stops at fn's
+// first error.
 func (t *Tensor) lines(e0, e1 int64, fn func(off, pos, cnt int64) error) error {
 	nd, m := len(t.shape), t.lineDim()
-	rs := make([]int64, nd) // the view's row-major strides
-	n := int64(1)
-	for i := nd - 1; i >= 0; i-- {
-		rs[i] = n
-		n *= t.shape[i]
+	// An element is ((pre*M)+i)*P + q: pre the index of the dimensions
+	// before m, i its index along m, q the index of those after m.
+	M, P := t.shape[m], int64(1)
+	for _, d := range t.shape[m+1:] {
+		P *= d
 	}
-	lo, hi := t.unravel(e0), t.unravel(e1-1)
-	// The lines: the dimensions before m from lo's indices to hi's, those
-	// after m over all their indices (idx[m] is not used).
-	idx := slices.Clone(lo)
-	for i := m + 1; i < nd; i++ {
-		idx[i] = 0
-	}
-	for {
-		a, b := int64(0), t.shape[m] // the line's interval along m
-		if slices.Equal(idx[:m], lo[:m]) {
-			a = lo[m]
-			if slices.Compare(idx[m+1:], lo[m+1:]) < 0 {
-				a++
-			}
+	block := M * P
+	idx := make([]int64, nd)
+	for pre := e0 / block; pre <= (e1-1)/block; pre++ {
+		// The range's elements of this block, i*P+q in [s, u].
+		s, u := max(e0-pre*block, 0), min(e1-pre*block, block)-1
+		sI, sQ, uI, uQ := s/P, s%P, u/P, u%P
+		// Line q runs along m from a(q) = sI + [q < sQ] to
+		// b(q) = uI - [q > uQ]: the qs with a(q) <= b(q) are one or two
+		// intervals.
+		qs := [2][2]int64{{0, P - 1}, {1, 0}}
+		switch {
+		case uI == sI:
+			qs[0] = [2]int64{sQ, uQ}
+		case uI == sI+1 && uQ+1 < sQ:
+			qs[0], qs[1] = [2]int64{0, uQ}, [2]int64{sQ, P - 1}
 		}
-		if slices.Equal(idx[:m], hi[:m]) {
-			b = hi[m] + 1
-			if slices.Compare(idx[m+1:], hi[m+1:]) > 0 {
-				b--
-			}
+		// The storage offset of the block's first element.
+		var preOff int64
+		for i, rem := m-1, pre; i >= 0; i-- {
+			preOff += rem % t.shape[i] * t.stride[i]
+			rem /= t.shape[i]
 		}
-		if a < b {
-			off, pos := a*t.stride[m], a*rs[m]-e0
-			for i := range nd {
-				if i != m {
-					off += idx[i] * t.stride[i]
-					pos += idx[i] * rs[i]
-				}
-			}
-			if err := fn(off, pos, b-a); err != nil {
-				return err
-			}
-		}
-		// The next line, in row-major order of the other dimensions.
-		i := nd - 1
-		for ; i >= 0; i-- {
-			if i == m {
+		for _, r := range qs {
+			if r[0] > r[1] {
 				continue
 			}
-			if idx[i]++; idx[i] < t.shape[i] {
-				break
+			// The indices after m of q = r[0], and their offset.
+			var off int64
+			for i, rem := nd-1, r[0]; i > m; i-- {
+				idx[i] = rem % t.shape[i]
+				rem /= t.shape[i]
+				off += idx[i] * t.stride[i]
 			}
-			idx[i] = 0
-		}
-		if i < 0 || i < m && slices.Compare(idx[:m], hi[:m]) > 0 {
-			return nil
+			for q := r[0]; q <= r[1]; q++ {
+				a, b := sI, uI
+				if q < sQ {
+					a++
+				}
+				if q > uQ {
+					b--
+				}
+				if err := fn(preOff+a*t.stride[m]+off, pre*block+a*P+q-e0, b-a+1); err != nil {
+					return err
+				}
+				// The next q's indices.
+				for i := nd - 1; i > m; i-- {
+					off += t.stride[i]
+					if idx[i]++; idx[i] < t.shape[i] {
+						break
+					}
+					off -= idx[i] * t.stride[i]
+					idx[i] = 0
+				}
+			}
 		}
 	}
+	return nil
 }
 
 // spanOf returns the least and the greatest storage offset, in elements
@@ -451,6 +620,27 @@ func (t *Tensor) gather(dst, src []byte, first, srcFirst int64) {
 			copy(dst, src[:isz])
 			return
 		}
+		// Whole rows whose elements interleave in the storage (a
+		// transposed matrix: the row dimension has the lesser stride, so
+		// that the elements of neighbouring rows share cache lines) are
+		// gathered several rows at a time, a block of columns at a time,
+		// so that each cache line read serves each of those rows.
+		if last > 0 && idx[last] == 0 && t.stride[last] > 1 && t.stride[last-1] < t.stride[last] && t.stride[last-1]*isz < 64 {
+			rowB := t.shape[last] * isz
+			if k := min(64/isz, t.shape[last-1]-idx[last-1], (int64(len(dst))-p)/rowB); k >= 2 {
+				gatherTile(dst[p:p+k*rowB], src[off*isz:], k, t.shape[last], t.stride[last-1]*isz, t.stride[last]*isz, isz)
+				p += k * rowB
+				idx[last-1] += k
+				off += k * t.stride[last-1]
+				for i := last - 1; i > 0 && idx[i] == t.shape[i]; i-- { // carry
+					off -= idx[i] * t.stride[i]
+					idx[i] = 0
+					idx[i-1]++
+					off += t.stride[i-1]
+				}
+				continue
+			}
+		}
 		run := min(t.shape[last]-idx[last], (int64(len(dst))-p)/isz)
 		if t.stride[last] == 1 {
 			copy(dst[p:p+run*isz], src[off*isz:(off+run)*isz])
@@ -469,6 +659,22 @@ func (t *Tensor) gather(dst, src []byte, first, srcFirst int64) {
 			}
 			off -= idx[i] * t.stride[i]
 			idx[i] = 0
+		}
+	}
+}
+
+// tileCols is the number of columns gatherTile gathers of each of its
+// rows in turn: the cache lines they use (one per column) stay in the
+// first-level cache while every row takes its elements from them.
+const tileCols = 64
+
+// gatherTile fills dst with k rows of n elements of isz bytes: row r's
+// element j is at r*rowStep + j*colStep bytes of src.
+func gatherTile(dst, src []byte, k, n, rowStep, colStep, isz int64) {
+	for j0 := int64(0); j0 < n; j0 += tileCols {
+		j1 := min(j0+tileCols, n)
+		for r := range k {
+			gatherRun(dst[(r*n+j0)*isz:(r*n+j1)*isz], src[r*rowStep+j0*colStep:], colStep, isz)
 		}
 	}
 }

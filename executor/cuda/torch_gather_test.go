@@ -1,0 +1,104 @@
+//go:build (linux && (amd64 || arm64)) || (linux && cgo)
+
+package cuda
+
+import (
+	"bytes"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+
+	"github.com/ckpt-go/ckpt"
+	"github.com/ckpt-go/ckpt/ckpttest"
+	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/executor"
+	"github.com/ckpt-go/ckpt/executor/cpu"
+)
+
+// readCountFS counts the bytes read with ReadAt from the files of an
+// fs.FS.
+type readCountFS struct {
+	fsys fs.FS
+	n    *atomic.Int64
+}
+
+func (c readCountFS) Open(name string) (fs.File, error) {
+	f, err := c.fsys.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	return readCountFile{f, c.n}, nil
+}
+
+type readCountFile struct {
+	fs.File
+	n *atomic.Int64
+}
+
+func (f readCountFile) ReadAt(b []byte, off int64) (int, error) {
+	n, err := f.File.(io.ReaderAt).ReadAt(b, off)
+	f.n.Add(int64(n))
+	return n, err
+}
+
+// TestUploadTorchTransposedReadsOnce uploads a PyTorch file holding a
+// transposed view ([256, 4096] F32, strides [1, 256]: each piece of a few
+// rows spans the whole 4 MiB storage) through an fs.FS that counts the
+// bytes read, with a 1 MiB staging ring and two readers, to the CPU
+// executor and to the CUDA executor on the emulator: each reads the
+// storage about once (≤ 1.1×), and uploads the loader's bytes.
+func TestUploadTorchTransposedReadsOnce(t *testing.T) {
+	const r, c = 256, 4096
+	vals := make([]float32, r*c)
+	for i := range vals {
+		vals[i] = float32(i%1021) * 0.5
+	}
+	arc, err := ckpttest.EncodeTorch([]ckpttest.TorchTensor{{Name: "w_t", Storage: "0", Shape: []int64{r, c}, Stride: []int64{1, r}}},
+		map[string]ckpttest.TorchStorage{"0": {DType: dtype.F32, Data: dtype.Float32Bytes(vals)}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "model.pt"), arc, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var n atomic.Int64
+	m, err := ckpt.Open("model.pt", ckpt.WithFS(readCountFS{os.DirFS(dir), &n}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	ws, err := m.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	want, _ := ws.Tensor("w_t")
+	host, err := cpu.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	gpu := onEmu(emuDevices[2], 1<<30)(t)
+	for _, e := range []executor.Executor{host, gpu} {
+		n.Store(0)
+		um, err := e.UploadModel(ctx, m, executor.WithStaging(1<<20), executor.WithReaders(2))
+		if err != nil {
+			t.Fatalf("%s: %v", e.Info().Kind, err)
+		}
+		if got := n.Load(); got > 4*r*c*11/10 {
+			t.Errorf("%s: read %d bytes of a %d-byte storage (%.1f×)", e.Info().Kind, got, 4*r*c, float64(got)/float64(4*r*c))
+		}
+		got, err := fromWeight(e, um, "w_t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.dt != dtype.F32 || !bytes.Equal(got.data, want.Bytes()) {
+			t.Errorf("%s: w_t uploads as %s, bytes equal %v", e.Info().Kind, got.dt, bytes.Equal(got.data, want.Bytes()))
+		}
+		um.Close()
+	}
+}
