@@ -53,12 +53,25 @@ func update(crc uint32, b []byte, k *kernel) uint32 {
 // the registers use: bit 31-i holds the coefficient of x^i, x^32 implied.
 const poly = 0x82F63B78
 
-// Combine returns the CRC-32C of a sequence A followed by B, given crcA =
-// Checksum(A), crcB = Checksum(B) and n = len(B): pieces checked apart (in
-// parallel, in any order) give the checksum of the whole. B is empty
-// when n ≤ 0: the result is crcA. It takes about 2·log2(n)
+// Combine returns the CRC-32C of a sequence A followed by B, given
+// crcA = Checksum(A), crcB = Checksum(B) and n = len(B): pieces checked
+// apart (in parallel, in any order) give the checksum of the whole. B is
+// empty when n ≤ 0: the result is crcA. It takes about 2·log2(n)
 // multiplications of 32-bit polynomials, about a microsecond.
-func Combine(crcA, crcB uint32, n int64) uint32 {
+func Combine(crcA, crcB uint32, n int64) uint32 { return combine(crcA, crcB, n, poly) }
+
+// IEEE is the IEEE polynomial (crc32.IEEE, the CRC-32 of zip archives) in
+// the same reflected order as poly.
+const IEEE = 0xEDB88320
+
+// CombineIEEE is Combine for the CRC-32 of the IEEE polynomial
+// (crc32.ChecksumIEEE: the CRC a zip archive records for each record),
+// which hash/crc32 computes (with carry-less multiplication on amd64 and
+// arm64) but cannot combine.
+func CombineIEEE(crcA, crcB uint32, n int64) uint32 { return combine(crcA, crcB, n, IEEE) }
+
+// combine is Combine for the reflected polynomial p.
+func combine(crcA, crcB uint32, n int64, p uint32) uint32 {
 	if n <= 0 {
 		return crcA
 	}
@@ -70,16 +83,16 @@ func Combine(crcA, crcB uint32, n int64) uint32 {
 	op := uint32(1) << (31 - 8) // x^8
 	for ; n > 0; n >>= 1 {
 		if n&1 != 0 {
-			crcA = mulMod(crcA, op)
+			crcA = mulMod(crcA, op, p)
 		}
-		op = mulMod(op, op)
+		op = mulMod(op, op, p)
 	}
 	return crcA ^ crcB
 }
 
-// mulMod returns a·b mod P, the operands and the result in the reflected
-// order (bit 31 is x^0).
-func mulMod(a, b uint32) uint32 {
+// mulMod returns a·b mod P, the operands, the result and P in the
+// reflected order (bit 31 is x^0).
+func mulMod(a, b, poly uint32) uint32 {
 	var p uint32
 	// Walk a's coefficients from x^0 (bit 31) up, with b multiplied by x
 	// (shifted right, reduced by P when x^31 overflows) at each step.
