@@ -304,7 +304,7 @@ func (c *Checkpoint) newTensor(sf *shardFile, name string, o *tensorObj, recs ma
 			o.shape, storeBytes))
 	}
 	t := &Tensor{c: c, sf: sf, name: name, dt: o.dt, shape: o.shape, stride: o.stride, offset: o.offset,
-		size: size, storage: o.st.key, record: record}
+		size: size, storage: o.st.key, record: record, recOff: recOff, recLen: storeBytes, crc: sf.ar.records[record].CRC32}
 	t.contig = contiguous(o.shape, o.stride)
 	t.base = recOff + o.offset*isz
 	if numel > 0 {

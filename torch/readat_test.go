@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"io"
 	"io/fs"
 	"math"
@@ -369,5 +370,55 @@ func TestGatherRangeRefused(t *testing.T) {
 	}
 	if n, err := g.ReadAt(make([]byte, 4), 96); n != 0 || err != io.EOF {
 		t.Errorf("reading at the end: %d, %v", n, err)
+	}
+}
+
+// TestRecordCRC: a contiguous view of its whole storage, from its start,
+// in a little-endian archive, is its record's bytes (whole), and the
+// CRC-32 of what ReadAt gives is the record's; every other view (part of
+// the storage, strided, big-endian) is not, and ReadRecordAt gives the
+// record's stored bytes, whose CRC-32 is the record's.
+func TestRecordCRC(t *testing.T) {
+	pkl := stateDict(
+		ts{name: "flat", storage: "FloatStorage", key: "0", numel: 24, shape: []int64{24}, stride: []int64{1}},
+		ts{name: "rows", storage: "FloatStorage", key: "0", numel: 24, offset: 4, shape: []int64{3, 4}, stride: []int64{4, 1}},
+		ts{name: "head", storage: "FloatStorage", key: "0", numel: 24, shape: []int64{5}, stride: []int64{1}},
+		ts{name: "t", storage: "FloatStorage", key: "0", numel: 24, shape: []int64{6, 4}, stride: []int64{1, 6}},
+	)
+	for _, order := range []string{"little", "big"} {
+		data := seq(24)
+		c, err := openBytes(t, torchZip("x/", pkl, order, map[string][]byte{"0": data}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, tn := range c.Tensors() {
+			crc, whole := tn.RecordCRC()
+			if crc != crc32.ChecksumIEEE(data) {
+				t.Errorf("%s (%s): RecordCRC %08x, want %08x", name, order, crc, crc32.ChecksumIEEE(data))
+			}
+			if want := name == "flat" && order == "little"; whole != want {
+				t.Errorf("%s (%s): whole %v, want %v", name, order, whole, want)
+			}
+			if whole {
+				b, _ := tn.Bytes()
+				if crc32.ChecksumIEEE(b) != crc {
+					t.Errorf("%s: the bytes' CRC differs from the record's", name)
+				}
+			}
+			rec, off, n := tn.Record()
+			if rec != "x/data/0" || n != int64(len(data)) || off <= 0 {
+				t.Errorf("%s: Record() = %q %d %d", name, rec, off, n)
+			}
+			b := make([]byte, n+3)
+			if k, err := tn.ReadRecordAt(b, 0); k != len(data) || err != io.EOF || !bytes.Equal(b[:k], data) {
+				t.Errorf("%s: ReadRecordAt = %d, %v", name, k, err)
+			}
+			if k, err := tn.ReadRecordAt(b[:4], n-2); k != 2 || err != io.EOF || !bytes.Equal(b[:2], data[n-2:]) {
+				t.Errorf("%s: ReadRecordAt at the end = %d, %v", name, k, err)
+			}
+			if _, err := tn.ReadRecordAt(b[:1], -1); err == nil {
+				t.Errorf("%s: a negative offset read", name)
+			}
+		}
 	}
 }

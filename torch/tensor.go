@@ -38,6 +38,9 @@ type Tensor struct {
 	extent  int64 // bytes from base that hold every element of the view
 	storage string
 	record  string
+	recOff  int64  // archive offset of the record's bytes
+	recLen  int64  // the record's size
+	crc     uint32 // the record's CRC-32, as the zip directory records it
 }
 
 // Name returns the tensor's name: its dotted path in the checkpoint
@@ -84,6 +87,53 @@ func (t *Tensor) ByteLen() int64 { return t.size }
 // other view is gathered or byte-swapped from the storage that starts
 // there, so read it with ReadAt.
 func (t *Tensor) Offset() int64 { return t.base }
+
+// Record returns the name of the storage record the tensor views
+// ("archive/data/3") and where its bytes lie in File: n bytes from offset
+// off, as stored (a view's elements among them, in the archive's byte
+// order).
+func (t *Tensor) Record() (name string, off, n int64) { return t.record, t.recOff, t.recLen }
+
+// RecordCRC returns the CRC-32 (IEEE polynomial) that the archive's zip
+// directory records for the bytes of the storage record the tensor views,
+// and whether the tensor's bytes as ReadAt gives them are exactly that
+// record's bytes (whole): a Contiguous view of the whole storage from its
+// first element, in a little-endian archive. Then a CRC-32 of the bytes
+// read (in pieces, combined) checks them against crc; any other view (part
+// of its storage, a strided view, a big-endian archive's) is checked by
+// the CRC-32 of the record's bytes (ReadRecordAt) instead. Open reads no
+// storage record's data, so it has not compared them
+// (Checkpoint.VerifyRecords compares every record).
+func (t *Tensor) RecordCRC() (crc uint32, whole bool) {
+	return t.crc, t.contig && t.offset == 0 && t.size == t.recLen && !t.sf.ar.big
+}
+
+// ReadRecordAt reads the bytes [off, off+len(b)) of the storage record the
+// tensor views, as stored (neither gathered nor byte-swapped), as
+// io.ReaderAt does: fewer bytes only with an error, io.EOF past the
+// record's end.
+func (t *Tensor) ReadRecordAt(b []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, t.err(ErrInvalidArgument, fmt.Sprintf("negative offset %d", off), nil)
+	}
+	if err := t.checkOpen(); err != nil {
+		return 0, err
+	}
+	if off >= t.recLen {
+		if len(b) == 0 {
+			return 0, nil
+		}
+		return 0, io.EOF
+	}
+	n := min(int64(len(b)), t.recLen-off)
+	if err := t.readAt(b[:n], t.recOff+off); err != nil {
+		return 0, err
+	}
+	if n < int64(len(b)) {
+		return int(n), io.EOF
+	}
+	return int(n), nil
+}
 
 // Bytes returns the tensor's contiguous little-endian bytes in a new slice.
 func (t *Tensor) Bytes() ([]byte, error) {
