@@ -114,7 +114,7 @@ type Part struct {
 	st  storedTensor
 	sel strided
 	m   *Model
-	ck  *tensorCheck // the check ReadAt adds to (checkRead, checkRest)
+	ck  *tensorCheck // the check ReadAt adds to (checkRead, checkRest), or reads (checkRecord)
 }
 
 // Size returns the part's bytes.
@@ -129,7 +129,9 @@ func (p *Part) Size() int64 { return p.sel.total() }
 // completes the part's bytes (checkRead), or, with checkRest, also reads
 // the rest of the stored tensor, returns the comparison with the file's
 // checksum: a *safetensors.ChecksumError (ErrChecksum) naming the file,
-// the tensor and its bytes when they differ. The bytes read before are
+// the tensor and its bytes when they differ. A PyTorch view verified by
+// its storage record (checkRecord) reads and verifies the whole record in
+// its Part's first ReadAt, before that returns any byte, once per Part. The bytes read before are
 // unproven until then: a consumer uses none of a part's bytes unless every
 // ReadAt of the part returned nil, and a consumer that reads only some of
 // a part's bytes gets them unverified. A part whose reading the policy
@@ -153,10 +155,14 @@ func (p *Part) ReadAt(b []byte, off int64) (int, error) {
 		return 0, p.m.refusal(p.st, p.check)
 	}
 	size := p.Size()
-	if size == 0 && p.ck != nil {
+	if p.check == checkRecord {
+		if err := p.ck.readWhole(); err != nil {
+			return 0, err
+		}
+	} else if size == 0 && p.ck != nil {
 		// No bytes to read: an empty part of an empty tensor is complete
 		// now, and checked now.
-		if err := p.st.VerifyChecksum(safetensors.Checksum(nil)); err != nil {
+		if err := p.ck.of.VerifyChecksum(0); err != nil { // the CRC of no bytes
 			return 0, err
 		}
 	}
@@ -176,7 +182,7 @@ func (p *Part) ReadAt(b []byte, off int64) (int, error) {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
 		}
-		if err == nil && p.ck != nil {
+		if err == nil && p.ck != nil && p.check != checkRecord {
 			err = p.ck.add(src, dst)
 		}
 		return err
@@ -218,7 +224,7 @@ func (m *Model) newPart(st storedTensor, shape []int64, sel strided) Part {
 	p := Part{Tensor: st.Name(), DType: st.DType(), Shape: shape, File: filePath(st),
 		Range: sel.byteRange(st.Offset()), check: m.checkOf(st, sel), st: st, sel: sel, m: m}
 	if p.check.verified() {
-		p.ck = &tensorCheck{st: st, size: st.ByteLen(), kind: p.check}
+		p.ck = newTensorCheck(st, p.check)
 	}
 	return p
 }
@@ -355,12 +361,24 @@ func (it *Item) plan(ranges bool, d *dims) TensorPlan {
 		if ranges {
 			tp.Ranges = append(tp.Ranges, TensorRead{Tensor: p.Tensor, File: p.File, ByteRange: p.Range})
 		}
-		if p.check == checkRest {
-			tp.VerifyReadBytes += restBytes(p.sel, p.st.ByteLen())
-		}
+		tp.VerifyReadBytes += p.verifyReadBytes()
 	}
 	tp.Verify = it.check().string()
 	return tp
+}
+
+// verifyReadBytes is what reading the part reads only to verify it: the
+// rest of its tensor (checkRest), the whole storage record of a PyTorch
+// view (checkRecord).
+func (p *Part) verifyReadBytes() int64 {
+	switch p.check {
+	case checkRest:
+		return restBytes(p.sel, p.st.ByteLen())
+	case checkRecord:
+		cl, _, _ := claimOf(p.st)
+		return cl.size
+	}
+	return 0
 }
 
 // part returns its Data for i = -1, else Scales[i].

@@ -84,12 +84,18 @@ func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, st storedTen
 	// check returns the check of the part sel of st (nil when it is not
 	// verified) and appends the pieces that read the rest of the tensor
 	// when the check needs them.
+	// A PyTorch view's check reads its storage record (checkRecord): the
+	// part's own reads, not the record's bytes, get no check.
 	check := func(t *Tensor, st storedTensor, sel strided) (*tensorCheck, error) {
 		ck, err := m.newCheck(st, sel)
 		if ck != nil && ck.kind == checkRest {
 			for _, r := range restRanges(sel, ck.size) {
 				checkRun(t, st, ck, r[0], r[1], true)
 			}
+		}
+		if ck != nil && ck.kind == checkRecord {
+			checkRun(t, st, ck, 0, ck.size, true)
+			return nil, nil
 		}
 		return ck, err
 	}
@@ -404,7 +410,7 @@ func (m *Model) checkPiece(ctx context.Context, p *piece) error {
 	}
 	defer stagePool.Put(bp)
 	buf := (*bp)[:p.n]
-	if _, err := sj.st.ReadAt(buf, lo); err != nil {
+	if _, err := sj.ck.of.ReadAt(buf, lo); err != nil { // the tensor's bytes, or a view's storage record's
 		return err
 	}
 	return sj.ck.add(lo, buf)

@@ -181,7 +181,8 @@ type VerifyPlan struct {
 	Tensors int   `json:"tensors"`
 	Bytes   int64 `json:"bytes"`
 	// ReadBytes is what the load reads only to verify: the rest of the
-	// tensors of rank parts (VerifyAlways). Views are verified by a pass
+	// tensors of rank parts, the storage records of PyTorch views
+	// (VerifyAlways). Zero-copy views are verified by a pass
 	// over the mapping that the load's workers do (their bytes are
 	// counted in Bytes, not here).
 	ReadBytes int64 `json:"read_bytes,omitempty"`
@@ -202,7 +203,7 @@ func (v *VerifyPlan) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "verify (%s): %d tensors (%s) by checksum", v.Policy, v.Tensors, sysmem.FormatSize(v.Bytes))
 	if v.ReadBytes > 0 {
-		fmt.Fprintf(&b, ", reading %s more to verify rank parts", sysmem.FormatSize(v.ReadBytes))
+		fmt.Fprintf(&b, ", reading %s more to verify rank parts and views", sysmem.FormatSize(v.ReadBytes))
 	}
 	if v.Unverified > 0 || v.Refused > 0 {
 		var why []string

@@ -35,9 +35,58 @@ type storedTensor interface {
 	Bytes() ([]byte, error)
 	// Checksum is the CRC-32C its file names for it (ok false: none;
 	// err: the file's checksums are damaged), and VerifyChecksum compares
-	// a CRC of its bytes with it (a *safetensors.ChecksumError).
+	// a CRC of its bytes with it (a *safetensors.ChecksumError). A
+	// PyTorch tensor names none; a load verifies it against its storage
+	// record's CRC-32 instead (claimOf).
 	Checksum() (crc uint32, ok bool, err error)
 	VerifyChecksum(crc uint32) error
+}
+
+// checked is what a tensor check reads and verifies: a stored tensor's
+// bytes, or the storage record a PyTorch view views (torchRecord).
+type checked interface {
+	Name() string
+	ReadAt(b []byte, off int64) (int, error)
+	// VerifyChecksum compares the CRC of all its bytes with the claim's
+	// (a *safetensors.ChecksumError when they differ).
+	VerifyChecksum(crc uint32) error
+}
+
+// claim is the checksum a file names for a stored tensor, as a load
+// verifies it: a safetensors header's CRC-32C of the tensor's bytes
+// (safetensors.ChecksumPrefix), or the CRC-32 (IEEE polynomial) that a
+// PyTorch archive's zip directory records for the storage record the
+// tensor views.
+type claim struct {
+	// of is what the CRC covers, size its bytes: the tensor itself, or
+	// (view) the storage record of a PyTorch tensor whose bytes are not
+	// the record's (part of its storage, a strided view, a big-endian
+	// archive's: torch.Tensor.RecordCRC).
+	of   checked
+	size int64
+	view bool
+	// ieee: a CRC-32 of the IEEE polynomial, else a CRC-32C.
+	ieee bool
+}
+
+// claimOf returns st's claim: ok is false when its file names none, err
+// says that its file's checksums are damaged.
+func claimOf(st storedTensor) (cl claim, ok bool, err error) {
+	var t torchTensor
+	switch x := st.(type) {
+	case torchTensor:
+		t = x
+	case *torchGather:
+		t = x.torchTensor
+	default:
+		_, ok, err = st.Checksum()
+		return claim{of: st, size: st.ByteLen()}, ok, err
+	}
+	if _, whole := t.RecordCRC(); whole {
+		return claim{of: st, size: st.ByteLen(), ieee: true}, true, nil
+	}
+	_, _, n := t.Record()
+	return claim{of: torchRecord{t}, size: n, view: true, ieee: true}, true, nil
 }
 
 // readFull reads st's bytes from off into b: all of them, or an error
@@ -93,6 +142,10 @@ type tensorStore interface {
 	// for it (by name, or by position).
 	checksummed(name string) bool
 	checksummedAt(i int) bool
+	// viewed returns, for a tensor whose checksum covers not its own
+	// bytes but the storage record it views (a PyTorch view: claimOf),
+	// the record's size.
+	viewed(name string) (record int64, ok bool)
 	// files are the weights files, in order; index is the index file
 	// that lists them ("" for a single file).
 	files() []string
@@ -118,6 +171,8 @@ func (s shardStore) has(name string) bool { return s.Has(name) }
 func (s shardStore) checksummed(name string) bool { return s.Checksummed(name) }
 
 func (s shardStore) checksummedAt(i int) bool { return s.ChecksummedAt(i) }
+
+func (s shardStore) viewed(string) (int64, bool) { return 0, false }
 
 func (s shardStore) files() []string { return s.Files() }
 

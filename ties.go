@@ -130,6 +130,13 @@ func (t *tiedStore) checksummed(name string) bool {
 
 func (t *tiedStore) checksummedAt(i int) bool { return t.tensorStore.checksummedAt(t.keptAt(i)) }
 
+func (t *tiedStore) viewed(name string) (int64, bool) {
+	if kept, tied := t.ties[name]; tied {
+		name = kept
+	}
+	return t.tensorStore.viewed(name)
+}
+
 // metadata is the stored tensors' metadata with the ties under
 // torch.AliasesKey, as torch.FormatAliases writes them.
 func (t *tiedStore) metadata() map[string]string {

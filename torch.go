@@ -14,9 +14,12 @@ import (
 // PyTorch checkpoints: Open reads them through package torch (which never
 // executes the pickle) as a component whose stored tensors are the
 // checkpoint's, so that everything built on the Model works for them as
-// for safetensors files. They carry no checksums (a load verifies nothing
-// of them, and VerifyAlways refuses them) and are read with pread, never
-// mapped: a view may be gathered from its storage, or byte-swapped.
+// for safetensors files. They name no checksum per tensor, but their zip
+// archive records a CRC-32 of every storage record: a load verifies a
+// tensor whose bytes are its record's as it reads them, and with
+// VerifyAlways a view of its storage by reading the record (verify.go).
+// They are read with pread, never mapped: a view may be gathered from its
+// storage, or byte-swapped.
 
 // isTorchFile reports whether name is named like a PyTorch checkpoint
 // file or index: by its ending, or as package variant names PyTorch
@@ -125,10 +128,25 @@ func (s *torchStore) info(name string) (safetensors.TensorInfo, string, bool) {
 
 func (s *torchStore) has(name string) bool { _, ok := s.pos[name]; return ok }
 
-// checksummed is false: a PyTorch file names no checksums.
-func (s *torchStore) checksummed(string) bool { return false }
+// checksummed is true: the archive records a CRC-32 of every storage
+// record (a tensor is verified against its record's: claimOf).
+func (s *torchStore) checksummed(string) bool { return true }
 
-func (s *torchStore) checksummedAt(int) bool { return false }
+func (s *torchStore) checksummedAt(int) bool { return true }
+
+// viewed returns the size of the storage record that the named tensor
+// views when its bytes are not the record's (a view: claimOf).
+func (s *torchStore) viewed(name string) (int64, bool) {
+	t, err := s.ck.Tensor(name)
+	if err != nil {
+		return 0, false
+	}
+	if _, whole := t.RecordCRC(); whole {
+		return 0, false
+	}
+	_, _, n := t.Record()
+	return n, true
+}
 
 func (s *torchStore) files() []string { return slices.Clone(s.paths) }
 
@@ -158,13 +176,47 @@ func (s *torchStore) tensorAt(i int) (storedTensor, error) { return s.tensor(s.i
 func (s *torchStore) close() error { return s.ck.Close() }
 
 // torchTensor is a tensor of a PyTorch checkpoint: its bytes are read with
-// ReadAt (and Bytes, a copy); it has no checksum.
+// ReadAt (and Bytes, a copy). It names no CRC-32C (Checksum); a load
+// verifies it against its storage record's CRC-32 (claimOf): its own bytes
+// when they are the record's, else the record's (torchRecord).
 type torchTensor struct{ *torch.Tensor }
 
 func (torchTensor) Checksum() (uint32, bool, error) { return 0, false, nil }
 
-func (t torchTensor) VerifyChecksum(uint32) error {
-	return &safetensors.Error{Kind: safetensors.ErrChecksum, File: t.File(), Tensor: t.Name(), Msg: "a PyTorch file names no checksums"}
+// VerifyChecksum compares got, the CRC-32 of the tensor's bytes, with its
+// storage record's, when the tensor's bytes are the record's
+// (torch.Tensor.RecordCRC).
+func (t torchTensor) VerifyChecksum(got uint32) error {
+	if _, whole := t.RecordCRC(); !whole {
+		return &safetensors.Error{Kind: safetensors.ErrChecksum, File: t.File(), Tensor: t.Name(),
+			Msg: "internal error: a view's bytes are not its storage record's, which its CRC-32 covers"}
+	}
+	return recordMismatch(t.Tensor, got)
+}
+
+// torchRecord is the storage record a PyTorch view views, as a check reads
+// (as stored) and verifies it against the CRC-32 the archive's zip
+// directory records for it.
+type torchRecord struct{ torchTensor }
+
+// ReadAt reads the record's stored bytes.
+func (r torchRecord) ReadAt(b []byte, off int64) (int, error) { return r.ReadRecordAt(b, off) }
+
+// VerifyChecksum compares got, the CRC-32 of the record's bytes, with the
+// directory's.
+func (r torchRecord) VerifyChecksum(got uint32) error { return recordMismatch(r.Tensor, got) }
+
+// recordMismatch is the error of got, a CRC-32 of t's storage record's
+// bytes, that differs from the one its archive records: a
+// *safetensors.ChecksumError naming the file, the tensor, the record and
+// its bytes (nil when they agree).
+func recordMismatch(t *torch.Tensor, got uint32) error {
+	want, _ := t.RecordCRC()
+	if got == want {
+		return nil
+	}
+	rec, off, n := t.Record()
+	return &safetensors.ChecksumError{File: t.File(), Tensor: t.Name(), Begin: off, End: off + n, Want: want, Got: got, Record: rec}
 }
 
 // torchGather is a PyTorch tensor as one reader reads its part (one load,

@@ -243,44 +243,63 @@ func TestTorchLoad(t *testing.T) {
 }
 
 // TestTorchPlan: the plan says the file is read with pread and why, and
-// that its tensors are not verified because it names no checksums;
-// VerifyAlways refuses it (ErrChecksum) before anything is read.
+// how each tensor is verified against its storage record's CRC-32: a
+// tensor whose bytes are its record's by checksum, a view of its storage
+// (transposed, an offset slice) not with VerifyPresent and by reading its
+// record with VerifyAlways (counted in verify_read_bytes), nothing with
+// VerifyNever. (Until PyTorch records were verified, the plan said "not
+// verified: no checksums" of every tensor and VerifyAlways refused them.)
 func TestTorchPlan(t *testing.T) {
 	views, storages := ptFixture(t)
 	path := writePT(t, t.TempDir(), "pytorch_model.bin", torchArchive(t, views, storages, false))
-	m := mustOpen(t, path, WithReadStrategy("mmap"))
-	p, err := m.Plan()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp := p.Components[0]
-	if cp.ReadStrategy != "pread" || !strings.Contains(cp.ReadStrategyReason, "PyTorch") {
-		t.Errorf("strategy %s (%s)", cp.ReadStrategy, cp.ReadStrategyReason)
-	}
-	text := p.String()
-	for _, s := range []string{"read by pread (PyTorch checkpoint", "no checksums: 7"} {
-		if !strings.Contains(text, s) {
-			t.Errorf("plan text lacks %q:\n%s", s, text)
+	isView := map[string]bool{"enc.weight_t": true, "enc.rows": true}
+	for _, c := range []struct {
+		v          Verify
+		whole, vw  string
+		text       string
+		readBytes  int64
+		verifiedTs int
+	}{
+		{VerifyPresent, "checksum", "not verified: a view of its storage", "verify (present): 5 tensors (488 B) by checksum, 2 not (a view of its storage: 2)", 0, 5},
+		{VerifyAlways, "checksum", "checksum (reads its storage record)", "verify (always): 7 tensors (776 B) by checksum, reading 384 B more to verify rank parts and views", 2 * 192, 7},
+		{VerifyNever, "not verified: never", "not verified: never", "verify (never): 0 tensors (0 B) by checksum, 7 not (never: 7)", 0, 0},
+	} {
+		m := mustOpen(t, path, WithReadStrategy("mmap"), WithVerify(c.v))
+		p, err := m.Plan()
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	for _, tp := range cp.Tensors {
-		if tp.Verify != "not verified: no checksums" || tp.Action != "read" {
-			t.Errorf("%s: verify %q, action %q", tp.Name, tp.Verify, tp.Action)
+		cp := p.Components[0]
+		if cp.ReadStrategy != "pread" || !strings.Contains(cp.ReadStrategyReason, "PyTorch") {
+			t.Errorf("strategy %s (%s)", cp.ReadStrategy, cp.ReadStrategyReason)
 		}
-	}
-	m = mustOpen(t, path, WithVerify(VerifyAlways))
-	if _, err := m.Load(context.Background()); !errors.Is(err, safetensors.ErrChecksum) {
-		t.Errorf("VerifyAlways: %v", err)
-	}
-	if _, err := m.LoadTensor(context.Background(), "enc.weight"); !errors.Is(err, safetensors.ErrChecksum) {
-		t.Errorf("VerifyAlways, one tensor: %v", err)
-	}
-	p, err = m.Plan()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tp := p.Components[0].Tensors[0]; tp.Verify != "refused: no checksums" {
-		t.Errorf("VerifyAlways plan: %q", tp.Verify)
+		text := p.String()
+		for _, s := range []string{"read by pread (PyTorch checkpoint", c.text + "\n"} {
+			if !strings.Contains(text, s) {
+				t.Errorf("%s: plan text lacks %q:\n%s", c.v, s, text)
+			}
+		}
+		for _, tp := range cp.Tensors {
+			want, rb := c.whole, int64(0)
+			if isView[tp.Name] {
+				want = c.vw
+				if c.v == VerifyAlways {
+					rb = 192 // storage 0: 48 F32
+				}
+			}
+			if tp.Verify != want || tp.VerifyReadBytes != rb || tp.Action != "read" {
+				t.Errorf("%s: %s: verify %q (%d bytes), action %q; want %q (%d bytes)", c.v, tp.Name, tp.Verify, tp.VerifyReadBytes, tp.Action, want, rb)
+			}
+		}
+		if p.Verify.ReadBytes != c.readBytes || p.Verify.Tensors != c.verifiedTs || p.Verify.Refused != 0 {
+			t.Errorf("%s: verify plan %+v", c.v, p.Verify)
+		}
+		if _, err := m.Load(context.Background()); err != nil {
+			t.Errorf("%s: %v", c.v, err)
+		}
+		if _, err := m.LoadTensor(context.Background(), "enc.weight_t"); err != nil {
+			t.Errorf("%s, one tensor: %v", c.v, err)
+		}
 	}
 }
 

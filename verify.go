@@ -3,9 +3,11 @@ package ckpt
 import (
 	"context"
 	"fmt"
+	"hash/crc32"
 	"slices"
 	"sync"
 
+	"github.com/ckpt-go/ckpt/internal/crc32c"
 	"github.com/ckpt-go/ckpt/safetensors"
 )
 
@@ -60,6 +62,25 @@ import (
 // from the mapping (its pages dropped again) or with pread through the
 // staging buffers; a split of a dimension after the first reads the whole
 // tensor again.
+//
+// PyTorch checkpoints name no checksum per tensor, but torch.save stores
+// every storage in a record of its zip archive, whose directory records
+// the CRC-32 (IEEE polynomial) of the record's bytes (claimOf). A tensor
+// whose bytes are exactly its record's — a contiguous view of its whole
+// storage, from its start, in a little-endian archive: most weights — is
+// verified as any checksummed tensor, from the bytes the load reads
+// (pread: PyTorch files are never mapped), with hash/crc32's IEEE code
+// (carry-less multiplication on amd64 and arm64) and CRCs combined with
+// crc32c.CombineIEEE. A rank's part of it follows the rule above. Any
+// other view (part of its storage, a strided or transposed view gathered
+// from it, a big-endian archive's byte-swapped one) reads bytes the CRC
+// does not cover: with VerifyPresent it is loaded unverified and the plan
+// says so ("not verified: a view of its storage"); with VerifyAlways the
+// load also reads its whole storage record as stored, only to verify it
+// (checkRecord; the plan counts those bytes in VerifyReadBytes): once per
+// tensor, load and Part, whichever part of the view is loaded. A mismatch
+// is a *safetensors.ChecksumError naming the file, the tensor, its
+// storage record and the record's bytes.
 
 // checkMode says whether and how a load verifies the stored bytes that a Part
 // reads against the checksum its file names.
@@ -74,6 +95,12 @@ const (
 	// checkRest: a rank's part of the tensor, verified by also reading the
 	// rest of the tensor (VerifyAlways).
 	checkRest
+	// checkRecord: a PyTorch view whose bytes are not its storage
+	// record's, verified by also reading the whole record (VerifyAlways).
+	checkRecord
+	// checkView: such a view, not verified (VerifyPresent): the record's
+	// CRC-32 covers the storage as stored, not the view's bytes.
+	checkView
 	// checkPart: a rank's part of the tensor, not verified (VerifyPresent):
 	// the checksum covers the whole tensor.
 	checkPart
@@ -89,7 +116,8 @@ const (
 )
 
 // string returns the check as plans write it: "checksum", "checksum
-// (reads the rest of the tensor)", "not verified: rank part", "not
+// (reads the rest of the tensor)", "checksum (reads its storage record)",
+// "not verified: rank part", "not verified: a view of its storage", "not
 // verified: no checksums", "not verified: never", "refused: no checksums"
 // or "refused: damaged checksums".
 func (c checkMode) string() string {
@@ -100,6 +128,10 @@ func (c checkMode) string() string {
 		return "checksum"
 	case checkRest:
 		return "checksum (reads the rest of the tensor)"
+	case checkRecord:
+		return "checksum (reads its storage record)"
+	case checkView:
+		return "not verified: a view of its storage"
 	case checkPart:
 		return "not verified: rank part"
 	case checkNoChecksums:
@@ -113,8 +145,8 @@ func (c checkMode) string() string {
 }
 
 // Verified reports whether the load verifies the bytes (checkRead,
-// checkRest).
-func (c checkMode) verified() bool { return c == checkRead || c == checkRest }
+// checkRest, checkRecord).
+func (c checkMode) verified() bool { return c == checkRead || c == checkRest || c == checkRecord }
 
 // Refused reports whether reading the bytes is refused with ErrChecksum
 // (checkRefused, checkDamaged).
@@ -124,14 +156,16 @@ func (c checkMode) refused() bool { return c == checkRefused || c == checkDamage
 // as its least verified part.
 func (c checkMode) weaker(d checkMode) bool {
 	rank := func(c checkMode) int {
-		return [...]int{checkRead: 0, checkRest: 1, checkPart: 2, checkNoChecksums: 3, checkOff: 4, checkRefused: 5, checkDamaged: 6}[c]
+		return [...]int{checkRead: 0, checkRest: 1, checkRecord: 2, checkPart: 3, checkView: 4, checkNoChecksums: 5, checkOff: 6, checkRefused: 7, checkDamaged: 8}[c]
 	}
 	return rank(c) > rank(d)
 }
 
 // decideCheck is the rule: the policy, whether the file names checksums
-// (damaged: they are damaged), and whether the part is the whole tensor.
-func decideCheck(v Verify, has, damaged, whole bool) checkMode {
+// (damaged: they are damaged), whether they cover the storage the tensor
+// views rather than its bytes (view: claimOf), and whether the part is
+// the whole tensor.
+func decideCheck(v Verify, has, damaged, view, whole bool) checkMode {
 	switch {
 	case v == VerifyNever:
 		return checkOff
@@ -141,6 +175,10 @@ func decideCheck(v Verify, has, damaged, whole bool) checkMode {
 		return checkRefused
 	case !has:
 		return checkNoChecksums
+	case view && v == VerifyAlways:
+		return checkRecord
+	case view:
+		return checkView
 	case whole:
 		return checkRead
 	case v == VerifyAlways:
@@ -186,8 +224,8 @@ func (m *Model) checkOf(st storedTensor, sel strided) checkMode {
 	if v == VerifyNever {
 		return checkOff
 	}
-	_, has, err := st.Checksum()
-	return decideCheck(v, has, err != nil, sel.covers(st.ByteLen()))
+	cl, has, err := claimOf(st)
+	return decideCheck(v, has, err != nil, cl.view, sel.covers(st.ByteLen()))
 }
 
 // refusal is the error of reading st's bytes under a refusing check.
@@ -211,11 +249,17 @@ func (m *Model) newCheck(st storedTensor, sel strided) (*tensorCheck, error) {
 	case !c.verified():
 		return nil, nil
 	}
-	ck := &tensorCheck{st: st, size: st.ByteLen(), kind: c}
+	ck := newTensorCheck(st, c)
 	if ck.size == 0 {
-		return nil, st.VerifyChecksum(safetensors.Checksum(nil))
+		return nil, ck.of.VerifyChecksum(0) // the CRC of no bytes
 	}
 	return ck, nil
+}
+
+// newTensorCheck returns the check of st's claim, of the kind c.
+func newTensorCheck(st storedTensor, c checkMode) *tensorCheck {
+	cl, _, _ := claimOf(st)
+	return &tensorCheck{of: cl.of, size: cl.size, ieee: cl.ieee, kind: c}
 }
 
 // tensorCheck verifies one stored tensor from the bytes a load reads of
@@ -223,15 +267,38 @@ func (m *Model) newCheck(st storedTensor, sel strided) (*tensorCheck, error) {
 // CRC is combined with its neighbours', and the piece that completes the
 // tensor compares the whole CRC with the header's.
 type tensorCheck struct {
-	st   storedTensor
+	of   checked // the bytes the claim covers (claimOf): the tensor's, or its storage record's
 	size int64
-	kind checkMode // checkRead or checkRest
+	ieee bool      // a CRC-32 (IEEE), else a CRC-32C
+	kind checkMode // checkRead, checkRest or checkRecord
 
 	mu       sync.Mutex
 	spans    []span // disjoint, by offset: claimed by a reader, or summed
 	covered  int64  // bytes of spans
 	verified bool   // a round covered the whole tensor and matched
 	rest     bool   // the rest of a part is being read (Part.ReadAt)
+
+	// A Part's checkRecord: all of the record read and verified once.
+	recMu   sync.Mutex
+	recDone bool
+	recErr  error
+}
+
+// crcOf returns the CRC of b in the claim's polynomial.
+func (c *tensorCheck) crcOf(b []byte) uint32 {
+	if c.ieee {
+		return crc32.ChecksumIEEE(b)
+	}
+	return safetensors.Checksum(b)
+}
+
+// combine returns the CRC of A followed by B (n bytes) in the claim's
+// polynomial.
+func (c *tensorCheck) combine(a, b uint32, n int64) uint32 {
+	if c.ieee {
+		return crc32c.CombineIEEE(a, b, n)
+	}
+	return safetensors.CombineChecksums(a, b, n)
 }
 
 // span is a run of a tensor's bytes: [lo, hi), with its CRC once summed.
@@ -267,7 +334,7 @@ func (c *tensorCheck) addSummed(lo int64, b []byte, crc uint32, summed bool) err
 			s.crc = crc
 			continue
 		}
-		s.crc = safetensors.Checksum(b[s.lo-lo : s.hi-lo])
+		s.crc = c.crcOf(b[s.lo-lo : s.hi-lo])
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -333,13 +400,13 @@ func (c *tensorCheck) sum(s span) {
 	c.spans[i].crc, c.spans[i].summed = s.crc, true
 	if i+1 < len(c.spans) && c.spans[i+1].summed && c.spans[i+1].lo == s.hi {
 		n := c.spans[i+1]
-		c.spans[i].crc = safetensors.CombineChecksums(c.spans[i].crc, n.crc, n.hi-n.lo)
+		c.spans[i].crc = c.combine(c.spans[i].crc, n.crc, n.hi-n.lo)
 		c.spans[i].hi = n.hi
 		c.spans = slices.Delete(c.spans, i+1, i+2)
 	}
 	if i > 0 && c.spans[i-1].summed && c.spans[i-1].hi == c.spans[i].lo {
 		p, n := &c.spans[i-1], c.spans[i]
-		p.crc = safetensors.CombineChecksums(p.crc, n.crc, n.hi-n.lo)
+		p.crc = c.combine(p.crc, n.crc, n.hi-n.lo)
 		p.hi = n.hi
 		c.spans = slices.Delete(c.spans, i, i+1)
 	}
@@ -353,7 +420,7 @@ func (c *tensorCheck) complete() error {
 	}
 	crc := c.spans[0].crc
 	c.spans, c.covered, c.rest = c.spans[:0], 0, false
-	if err := c.st.VerifyChecksum(crc); err != nil {
+	if err := c.of.VerifyChecksum(crc); err != nil {
 		return err
 	}
 	c.verified = true
@@ -382,7 +449,7 @@ func (c *tensorCheck) readRanges(ctx context.Context, ranges [][2]int64, buf []b
 				return err
 			}
 			b := buf[:min(int64(len(buf)), r[1]-at)]
-			if _, err := c.st.ReadAt(b, at); err != nil {
+			if _, err := c.of.ReadAt(b, at); err != nil {
 				return err
 			}
 			if err := c.add(at, b); err != nil {
@@ -394,6 +461,19 @@ func (c *tensorCheck) readRanges(ctx context.Context, ranges [][2]int64, buf []b
 	return nil
 }
 
+// readWhole reads all of the check's bytes and verifies them, once: a
+// Part's checkRecord, before its first ReadAt returns any byte. Other
+// calls wait for the first and return its result.
+func (c *tensorCheck) readWhole() error {
+	c.recMu.Lock()
+	defer c.recMu.Unlock()
+	if !c.recDone {
+		c.recErr = c.readRanges(context.Background(), [][2]int64{{0, c.size}}, make([]byte, min(c.size, 1<<20)))
+		c.recDone = true
+	}
+	return c.recErr
+}
+
 // finish makes sure the check completed: the load's reads cover every
 // byte of the tensor, so that a check that did not complete is a bug of
 // the loader, reported rather than passed over.
@@ -403,7 +483,7 @@ func (c *tensorCheck) finish() error {
 	if c.verified {
 		return nil
 	}
-	return &Error{Kind: ErrRead, Tensor: c.st.Name(),
+	return &Error{Kind: ErrRead, Tensor: c.of.Name(),
 		Msg: fmt.Sprintf("internal error: the load read %d of the tensor's %d bytes, so its checksum was not compared", c.covered, c.size)}
 }
 
@@ -438,12 +518,16 @@ func (m *Model) planVerify(c *modelComponent, e *entry) {
 		} else {
 			has = c.ck.checksummed(name)
 		}
-		switch decideCheck(v, has, false, sel.covers(size)) {
+		rec, view := c.ck.viewed(name)
+		switch decideCheck(v, has, false, view, sel.covers(size)) {
 		case checkRead:
 			e.vsum = true
 		case checkRest:
 			e.vsum = true
 			e.vextra += restBytes(sel, size)
+		case checkRecord:
+			e.vsum = true
+			e.vextra += rec
 		}
 	}
 	if e.q == nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/source"
+	"github.com/ckpt-go/ckpt/torch"
 )
 
 // checksummed rewrites every safetensors file under dir with package
@@ -512,7 +513,8 @@ func TestVerifyRankParts(t *testing.T) {
 
 // The pieces of a tensor's check may arrive in any order, overlap, and
 // come from several goroutines: the check compares the CRC of the whole
-// once every byte is in, and finds a changed byte.
+// once every byte is in, and finds a changed byte: for a safetensors
+// tensor's CRC-32C and a PyTorch storage record's CRC-32.
 func TestTensorCheckPieces(t *testing.T) {
 	data := make([]byte, 10007)
 	for i := range data {
@@ -522,10 +524,29 @@ func TestTensorCheckPieces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, _ := f.Tensor("x")
+	sf, _ := f.Tensor("x")
+	// The same bytes as a PyTorch tensor: its storage record's CRC-32
+	// (IEEE), combined with crc32c.CombineIEEE.
+	arc, err := ckpttest.EncodeTorch([]ckpttest.TorchTensor{{Name: "x", Storage: "0", Shape: []int64{int64(len(data))}, Stride: []int64{1}}},
+		map[string]ckpttest.TorchStorage{"0": {DType: dtype.U8, Data: data}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, err := torch.NewReader(bytes.NewReader(arc), int64(len(arc)), "x.pt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pt, _ := tc.Tensor("x")
 	rng := rand.New(rand.NewPCG(5, 6))
-	for round := range 50 {
-		ck := &tensorCheck{st: st, size: st.ByteLen(), kind: checkRead}
+	for round := range 100 {
+		var st storedTensor = sf
+		if round >= 50 {
+			st = torchTensor{pt}
+		}
+		ck := newTensorCheck(st, checkRead)
+		if ck.ieee != (round >= 50) || ck.size != int64(len(data)) {
+			t.Fatalf("round %d: check %+v", round, ck)
+		}
 		b := data
 		bad := round%2 == 1
 		if bad {

@@ -209,13 +209,20 @@ func listNames(names []string, max int) string {
 
 // ChecksumError is a tensor whose stored bytes do not match the checksum
 // its file's header names: a flipped bit, a truncated or mixed-up copy.
-// It matches ErrChecksum.
+// It matches ErrChecksum. The loader (package ckpt) also reports a
+// PyTorch tensor whose storage record's bytes differ from the CRC-32 its
+// archive's zip directory records for them with it (Record set).
 type ChecksumError struct {
 	File   string // the file, as opened ("" when not opened from a path)
 	Tensor string
-	// Begin and End are the tensor's stored bytes: file offsets.
+	// Begin and End are the tensor's stored bytes: file offsets (for a
+	// PyTorch tensor, its storage record's bytes).
 	Begin, End int64
 	Want, Got  uint32
+	// Record is, for a PyTorch checkpoint, the zip record whose bytes were
+	// checked ("archive/data/3"): Want and Got are then CRC-32s (IEEE
+	// polynomial), not CRC-32Cs. Empty for a safetensors file.
+	Record string
 }
 
 // Error names the file, the tensor, its bytes and both checksums.
@@ -223,6 +230,10 @@ func (e *ChecksumError) Error() string {
 	file := ""
 	if e.File != "" {
 		file = e.File + ": "
+	}
+	if e.Record != "" {
+		return fmt.Sprintf("torch: %stensor %q: checksum mismatch in its storage record %s, bytes %d to %d: the zip directory says crc32 %s, the data have %s (the file was damaged or changed after it was written)",
+			file, e.Tensor, e.Record, e.Begin, e.End, FormatChecksum(e.Want), FormatChecksum(e.Got))
 	}
 	return fmt.Sprintf("safetensors: %stensor %q: checksum mismatch in bytes %d to %d: the header says crc32c %s, the data have %s (the file was damaged or changed after it was written)",
 		file, e.Tensor, e.Begin, e.End, FormatChecksum(e.Want), FormatChecksum(e.Got))
