@@ -131,7 +131,8 @@ func (p *Part) Size() int64 { return p.sel.total() }
 // checksum: a *safetensors.ChecksumError (ErrChecksum) naming the file,
 // the tensor and its bytes when they differ. A PyTorch view verified by
 // its storage record (checkRecord) reads and verifies the whole record in
-// its Part's first ReadAt, before that returns any byte, once per Part. The bytes read before are
+// its Part's first ReadAt that reads bytes, before that returns any, once
+// per Part. The bytes read before are
 // unproven until then: a consumer uses none of a part's bytes unless every
 // ReadAt of the part returned nil, and a consumer that reads only some of
 // a part's bytes gets them unverified. A part whose reading the policy
@@ -155,11 +156,14 @@ func (p *Part) ReadAt(b []byte, off int64) (int, error) {
 		return 0, p.m.refusal(p.st, p.check)
 	}
 	size := p.Size()
-	if p.check == checkRecord {
-		if err := p.ck.readWhole(); err != nil {
-			return 0, err
+	switch {
+	case p.check == checkRecord:
+		if len(b) > 0 && off < size {
+			if err := p.ck.readWhole(); err != nil {
+				return 0, err
+			}
 		}
-	} else if size == 0 && p.ck != nil {
+	case size == 0 && p.ck != nil:
 		// No bytes to read: an empty part of an empty tensor is complete
 		// now, and checked now.
 		if err := p.ck.of.VerifyChecksum(0); err != nil { // the CRC of no bytes

@@ -389,3 +389,30 @@ func TestTorchVerifyRank(t *testing.T) {
 	// Rank 1's part holds the flip: present does not verify a part.
 	mustLoad(t, mustOpen(t, path, WithRank(1, 2, Split{Pattern: MustParsePattern("w"), Dim: 0})))
 }
+
+// TestTorchVerifyEmptyView: a view of no elements of a storage reads
+// nothing of its own; with VerifyAlways its record is still read and
+// verified (a load, a Part's ReadAt of no bytes asks nothing).
+func TestTorchVerifyEmptyView(t *testing.T) {
+	views := []ptView{
+		{Name: "a", Storage: "0", Shape: []int64{4}, Stride: []int64{1}},
+		{Name: "e", Storage: "0", Offset: 2, Shape: []int64{0}, Stride: []int64{1}},
+	}
+	storages := map[string]ptStorage{"0": {DType: dtype.F32, Data: f32s(1, 2, 3, 4)}}
+	path := writePT(t, t.TempDir(), "model.pt", torchArchive(t, views, storages, false))
+	for _, v := range []Verify{VerifyPresent, VerifyAlways} {
+		m := mustOpen(t, path, WithVerify(v))
+		mustLoad(t, m)
+		it := itemOf(t, m, "e")
+		if n, err := it.Data.ReadAt(nil, 0); n != 0 || err != nil {
+			t.Errorf("%s: ReadAt(nil, 0) = %d, %v", v, n, err)
+		}
+	}
+	rec, begin, end := flipRecord(t, path, "a", 5)
+	ctx := context.Background()
+	if _, err := mustOpen(t, path).LoadTensor(ctx, "e"); err != nil {
+		t.Errorf("present: %v", err)
+	}
+	_, err := mustOpen(t, path, WithVerify(VerifyAlways)).LoadTensor(ctx, "e")
+	wantRecordErr(t, "always", err, "model.pt", "e", rec, begin, end)
+}
