@@ -224,8 +224,12 @@ type runner struct {
 // is committed with an ErrSource error matching ckpt.ErrChecksum and
 // wrapping a *safetensors.ChecksumError that names the source file, the
 // tensor and its bytes; VerifyAlways also refuses, before anything is
-// written, a source file that names no checksums (and PyTorch sources);
-// VerifyNever checks nothing.
+// written, a source file that names no checksums; VerifyNever checks
+// nothing. A PyTorch source is verified against the CRC-32 its archive
+// records for each storage record: a tensor whose bytes are its record's
+// as it is read, a view of part of its storage (or transposed, or of a
+// big-endian archive) only with VerifyAlways, which reads its record
+// (see package ckpt).
 //
 // Errors are *Error values: ErrOption, ErrSource (also a file that cannot
 // be copied), ErrTarget (the destination, and writing it), ErrExists,

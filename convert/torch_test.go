@@ -328,3 +328,90 @@ func TestRunTorchRefusals(t *testing.T) {
 		t.Errorf("a refused conversion wrote its output: %v", err)
 	}
 }
+
+// TestRunTorchVerify: a PyTorch source is verified against its storage
+// records' CRC-32 as Run reads it: a bit flipped in the data of a record
+// whose bytes are a tensor's fails Run, naming the file, the tensor and
+// the record, with nothing written; views of part of a storage or
+// transposed are not verified by default and are with VerifyAlways (by
+// reading their record); VerifyNever converts the damaged source.
+func TestRunTorchVerify(t *testing.T) {
+	rows := make([]byte, 0, 300*64*4)
+	for i := range 300 * 64 {
+		rows = append(rows, dtype.Float32Bytes([]float32{float32(i%97) / 16})...)
+	}
+	views := []ckpttest.TorchTensor{
+		{Name: "big", Storage: "1", Shape: []int64{300, 64}, Stride: []int64{64, 1}},
+		{Name: "a_t", Storage: "0", Shape: []int64{6, 8}, Stride: []int64{1, 6}},
+		{Name: "rows", Storage: "0", Offset: 12, Shape: []int64{4, 6}, Stride: []int64{6, 1}},
+	}
+	storages := map[string]ckpttest.TorchStorage{
+		"0": {DType: dtype.F32, Data: rows[:48*4]},
+		"1": {DType: dtype.F32, Data: rows},
+	}
+	b, err := ckpttest.EncodeTorch(views, storages, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flip := func(t *testing.T, name string, at int64) (string, string) {
+		t.Helper()
+		src := filepath.Join(t.TempDir(), "model.pt")
+		c, err := torch.NewReader(bytes.NewReader(b), int64(len(b)), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tn, _ := c.Tensor(name)
+		rec, off, _ := tn.Record()
+		d := bytes.Clone(b)
+		d[off+at] ^= 0x10
+		if err := os.WriteFile(src, d, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return src, rec
+	}
+	opts := func(v ckpt.Verify, to string) Options {
+		var o Options
+		o.Policy.Verify = v
+		if to != "" {
+			o.Policy.Default = target(t, to)
+		}
+		return o
+	}
+	for _, to := range []string{"", "BF16"} {
+		// Undamaged: every mode converts it.
+		src := filepath.Join(t.TempDir(), "model.pt")
+		os.WriteFile(src, b, 0o644)
+		for _, v := range []ckpt.Verify{ckpt.VerifyPresent, ckpt.VerifyAlways, ckpt.VerifyNever} {
+			run(t, src, filepath.Join(t.TempDir(), "out.safetensors"), opts(v, to))
+		}
+		for _, c := range []struct {
+			tensor   string
+			at       int64
+			failWhen []ckpt.Verify
+			names    []string
+		}{
+			{"big", 300*64*2 + 1, []ckpt.Verify{ckpt.VerifyPresent, ckpt.VerifyAlways}, []string{"big"}},
+			{"a_t", 1, []ckpt.Verify{ckpt.VerifyAlways}, []string{"a_t", "rows"}},
+		} {
+			src, rec := flip(t, c.tensor, c.at)
+			for _, v := range []ckpt.Verify{ckpt.VerifyPresent, ckpt.VerifyAlways, ckpt.VerifyNever} {
+				dst := filepath.Join(t.TempDir(), "out.safetensors")
+				_, err := Run(context.Background(), src, dst, opts(v, to))
+				if !slices.Contains(c.failWhen, v) {
+					if err != nil {
+						t.Errorf("%s damaged, %s, to %q: %v", c.tensor, v, to, err)
+					}
+					continue
+				}
+				var ce *safetensors.ChecksumError
+				if !errors.Is(err, ckpt.ErrChecksum) || !errors.Is(err, ErrSource) || !errors.As(err, &ce) ||
+					!slices.Contains(c.names, ce.Tensor) || ce.Record != rec || ce.File != src || !strings.Contains(err.Error(), rec) {
+					t.Errorf("%s damaged, %s, to %q: %v, want ErrSource, ErrChecksum naming %v and %s", c.tensor, v, to, err, c.names, rec)
+				}
+				if _, err := os.Stat(dst); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("%s damaged, %s: the failed Run wrote its output: %v", c.tensor, v, err)
+				}
+			}
+		}
+	}
+}

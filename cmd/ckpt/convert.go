@@ -89,11 +89,14 @@ replaced last and the old shards are removed after it.
 
 Integrity: the source's tensors are checked as they are read against the
 CRC-32C their files name (files written by ckpt name one for every tensor),
-and the output names the CRC-32C of every tensor it holds. A damaged source
-tensor fails the conversion, naming the file, the tensor and its bytes,
-before anything is committed. --source-verify present (the default) checks
-the files that name checksums; always also refuses files that name none
-(PyTorch files never do); never checks nothing.
+and PyTorch tensors against the CRC-32 their archive records for their
+storage, and the output names the CRC-32C of every tensor it holds. A
+damaged source tensor fails the conversion, naming the file, the tensor and
+its bytes, before anything is committed. --source-verify present (the
+default) checks the files that name checksums and the PyTorch tensors whose
+bytes are their whole storage; always also refuses files that name none and
+checks PyTorch views of part of a storage (transposed, big-endian) by
+reading their storage; never checks nothing.
 
 Exit status: 0 when the conversion is done, 1 when it failed (nothing of a
 failed set was committed), 2 for usage errors.
