@@ -180,3 +180,29 @@ totals: 3 tensors, 60 B
 		t.Errorf("truncated: exit %d: %s", code, stderr)
 	}
 }
+
+// TestPlanAndGetTorchVerify: plan says the PyTorch tensors are verified
+// against their records' CRC-32; get of a tensor whose record has a
+// flipped bit fails (exit 1) naming the tensor and the record, in an index
+// set as in a shard file; --verify never writes the flipped bytes.
+func TestPlanAndGetTorchVerify(t *testing.T) {
+	dir := torchSet(t)
+	stdout, stderr, code := cliRun(t, "plan", dir)
+	if code != 0 || !strings.Contains(stdout, "verify (present): 3 tensors (40 B) by checksum\n") {
+		t.Errorf("plan: exit %d\n%s%s", code, stdout, stderr)
+	}
+	p2 := filepath.Join(dir, tShard2)
+	b, _ := recordOf(t, p2, "b")
+	flipByte(t, p2, b+2)
+	for _, loc := range []string{dir, filepath.Join(dir, tIndex), p2} {
+		if _, stderr, code := cliRun(t, "get", loc, "b", "--dtype", "BF16"); code != 1 || !strings.Contains(stderr, `tensor "b": checksum mismatch in its storage record`) {
+			t.Errorf("get %s b: exit %d, %s", loc, code, stderr)
+		}
+		if stdout, _, code := cliRun(t, "get", loc, "b", "--verify", "never"); code != 0 || len(stdout) != 16 {
+			t.Errorf("get %s b --verify never: exit %d, %d bytes", loc, code, len(stdout))
+		}
+	}
+	if stdout, stderr, code := cliRun(t, "get", dir, "a", "--verify", "always"); code != 0 || len(stdout) != 16 {
+		t.Errorf("get a --verify always: exit %d, %s", code, stderr)
+	}
+}

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +12,8 @@ import (
 	"github.com/ckpt-go/ckpt/ckpttest"
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/executor"
+	"github.com/ckpt-go/ckpt/safetensors"
+	"github.com/ckpt-go/ckpt/torch"
 )
 
 // A PyTorch checkpoint (the DeepSeek block-FP8 component of deepseekDir
@@ -108,5 +111,48 @@ func TestUploadModelTorch(t *testing.T) {
 		}
 		um.Close()
 		w.Close()
+	}
+	// A bit flipped in a storage record's data: the upload fails naming
+	// the tensor and the record (the transposed view's only with
+	// VerifyAlways, which reads its record), and hands out no model.
+	for _, c := range []struct {
+		name string
+		opts []ckpt.Option
+	}{
+		{views[0].Name, nil},
+		{views[0].Name, []ckpt.Option{ckpt.WithDType(ckpt.To(dtype.F32))}},
+		{"proj.weight", []ckpt.Option{ckpt.WithVerify(ckpt.VerifyAlways)}},
+	} {
+		bad := filepath.Join(t.TempDir(), "pt")
+		if err := os.CopyFS(bad, os.DirFS(dir)); err != nil {
+			t.Fatal(err)
+		}
+		file := filepath.Join(bad, "pytorch_model.bin")
+		tc, err := torch.Open(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tn, err := tc.Tensor(c.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, off, _ := tn.Record()
+		tc.Close()
+		b, _ := os.ReadFile(file)
+		b[off+1] ^= 0x10
+		os.WriteFile(file, b, 0o644)
+		um, err := e.UploadModel(ctx, open(t, bad, c.opts...))
+		var ce *safetensors.ChecksumError
+		if um != nil || !errors.Is(err, executor.ErrRead) || !errors.Is(err, ckpt.ErrChecksum) || !errors.As(err, &ce) || ce.Record != rec ||
+			ce.Tensor != c.name && !(c.name == "proj.weight" && ce.Tensor == "head.weight") {
+			t.Errorf("%s damaged, %v: model %v, %v; want ErrRead, ErrChecksum naming the tensor and %s", c.name, c.opts, um != nil, err, rec)
+		}
+		if c.name == "proj.weight" {
+			if um, err := e.UploadModel(ctx, open(t, bad)); err != nil {
+				t.Errorf("the transposed view damaged, VerifyPresent: %v", err)
+			} else {
+				um.Close()
+			}
+		}
 	}
 }
