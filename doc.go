@@ -133,6 +133,14 @@
 // files that name none, VerifyNever checks nothing. The plan says what
 // will be verified (Plan.Verify, TensorPlan.Verify).
 //
+// PyTorch checkpoints name no checksum per tensor, but their zip archive
+// records the CRC-32 of every storage record: a tensor whose bytes are its
+// whole record's (most weights) is verified against it in the same way,
+// and a view of its storage (part of it, transposed, or byte-swapped from
+// a big-endian archive) is loaded unverified with VerifyPresent ("not
+// verified: a view of its storage") and verified with VerifyAlways by
+// reading its whole record (verify.go).
+//
 // # Object storage, HTTP and other file systems
 //
 // Where the bytes come from is package source's business. Open also takes

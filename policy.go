@@ -178,7 +178,9 @@ type Policy struct {
 	// read (see safetensors.ChecksumPrefix): by default every tensor whose
 	// file names checksums. A rank's part of a tensor (WithRank) is
 	// verified only with VerifyAlways, which then also reads the rest of
-	// the tensor (the checksum covers all of it); the plan says per tensor.
+	// the tensor (the checksum covers all of it); so is a PyTorch view of
+	// its storage, whose record's CRC-32 covers the storage as stored
+	// (VerifyAlways reads the record); the plan says per tensor.
 	Verify Verify
 	// Saturate makes narrowing conversions clamp values beyond the
 	// target's range to ±max instead of overflowing to Inf or NaN

@@ -120,7 +120,11 @@
 // the CRC-32 and sizes the archive records (a *RecordError, matching
 // safetensors.ErrChecksum, names the record, its bytes and the tensors
 // that view it); ParseIndex parses an index for a caller that checks it
-// against its shards itself (package integrity, behind `ckpt verify`).
+// against its shards itself (package integrity, behind `ckpt verify`). A
+// reader that verifies tensors as it reads them (the loader, package ckpt)
+// asks Tensor.RecordCRC for the record's CRC-32 and whether the tensor's
+// bytes are the record's, and reads the record itself with
+// Tensor.ReadRecordAt where they are not.
 //
 // # Converting
 //

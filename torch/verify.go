@@ -24,7 +24,9 @@ import (
 // record's CRC-32 (IEEE) and sizes, and so does each record's local header
 // in front of its bytes. Open reads and checks the directory, data.pkl
 // (whose CRC the zip reader checks) and every tensor's bounds, but not the
-// data of the storage records: VerifyRecords reads them and compares.
+// data of the storage records: VerifyRecords reads them and compares, and
+// the loader (package ckpt) compares each tensor's as it reads it
+// (Tensor.RecordCRC).
 
 // defaultVerifyRead is the buffer VerifyRecords reads a record through
 // when VerifyOptions.ReadSize is not set.
