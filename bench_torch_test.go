@@ -112,41 +112,85 @@ func BenchmarkTorchLoad(b *testing.B) {
 			name += "/" + map[dtype.DType]string{dtype.F32: "stored", dtype.BF16: "bf16"}[to]
 			b.Run(name, func(b *testing.B) {
 				pt, st, n := benchTorchPair(b, transposed)
-				ctx := context.Background()
 				var ms [2]*ckpt.Model
-				var arenas [2]*ckpt.Arena
 				for i, path := range []string{pt, st} {
 					m, err := ckpt.Open(path, ckpt.WithDType(ckpt.To(to)), ckpt.WithBudget(-1), ckpt.WithVerify(ckpt.VerifyNever), ckpt.WithReadStrategy("pread"))
 					if err != nil {
 						b.Fatal(err)
 					}
 					defer m.Close()
-					ms[i], arenas[i] = m, ckpt.NewArena()
-					defer arenas[i].Free()
-					w, err := m.Load(ctx, ckpt.IntoArena(arenas[i])) // warm: the page cache, the arena grown
+					ms[i] = m
+				}
+				loadTurns(b, ms, n, "pt/st")
+			})
+		}
+	}
+}
+
+// loadTurns loads ms[0] and ms[1] into arenas of their own, taking turns
+// in each iteration (which goes first alternates), after a warm load of
+// each (the page cache, the arenas grown), and reports ms[0]'s ns/op and
+// MB/s (of n bytes) and its time over ms[1]'s as ratio.
+func loadTurns(b *testing.B, ms [2]*ckpt.Model, n int64, ratio string) {
+	ctx := context.Background()
+	var arenas [2]*ckpt.Arena
+	for i, m := range ms {
+		arenas[i] = ckpt.NewArena()
+		defer arenas[i].Free()
+		w, err := m.Load(ctx, ckpt.IntoArena(arenas[i]))
+		if err != nil {
+			b.Fatal(err)
+		}
+		w.Close()
+	}
+	var took [2]time.Duration
+	b.ResetTimer()
+	for it := range b.N {
+		for k := range 2 {
+			i := (it + k) % 2 // alternate which goes first
+			start := time.Now()
+			w, err := ms[i].Load(ctx, ckpt.IntoArena(arenas[i]))
+			if err != nil {
+				b.Fatal(err)
+			}
+			took[i] += time.Since(start)
+			w.Close()
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(took[0].Nanoseconds())/float64(b.N), "ns/op")
+	b.ReportMetric(float64(n)*float64(b.N)/took[0].Seconds()/1e6, "MB/s")
+	b.ReportMetric(float64(took[0])/float64(took[1]), ratio)
+}
+
+// BenchmarkTorchLoadVerified loads the PyTorch file of BenchmarkTorchLoad
+// verified and not (VerifyNever), taking turns in each iteration:
+// "verified/unverified" is the verified load's time over the unverified
+// one's in the same run. The contiguous weights are their storage
+// records' bytes, verified as they are read (VerifyPresent: the CRC-32 of
+// the bytes read, combined across pieces); the transposed view is
+// verified with VerifyAlways, which reads its storage record once more
+// only to verify it. Both read with pread into a reused arena.
+func BenchmarkTorchLoadVerified(b *testing.B) {
+	for _, transposed := range []bool{false, true} {
+		for _, to := range []dtype.DType{dtype.F32, dtype.BF16} {
+			name, v := "contiguous", ckpt.VerifyPresent
+			if transposed {
+				name, v = "transposed", ckpt.VerifyAlways
+			}
+			name += "/" + map[dtype.DType]string{dtype.F32: "stored", dtype.BF16: "bf16"}[to]
+			b.Run(name, func(b *testing.B) {
+				pt, _, n := benchTorchPair(b, transposed)
+				var ms [2]*ckpt.Model
+				for i, v := range []ckpt.Verify{v, ckpt.VerifyNever} {
+					m, err := ckpt.Open(pt, ckpt.WithDType(ckpt.To(to)), ckpt.WithBudget(-1), ckpt.WithVerify(v))
 					if err != nil {
 						b.Fatal(err)
 					}
-					w.Close()
+					defer m.Close()
+					ms[i] = m
 				}
-				var took [2]time.Duration
-				b.ResetTimer()
-				for it := range b.N {
-					for k := range 2 {
-						i := (it + k) % 2 // alternate which goes first
-						start := time.Now()
-						w, err := ms[i].Load(ctx, ckpt.IntoArena(arenas[i]))
-						if err != nil {
-							b.Fatal(err)
-						}
-						took[i] += time.Since(start)
-						w.Close()
-					}
-				}
-				b.StopTimer()
-				b.ReportMetric(float64(took[0].Nanoseconds())/float64(b.N), "ns/op")
-				b.ReportMetric(float64(n)*float64(b.N)/took[0].Seconds()/1e6, "MB/s")
-				b.ReportMetric(float64(took[0])/float64(took[1]), "pt/st")
+				loadTurns(b, ms, n, "verified/unverified")
 			})
 		}
 	}
