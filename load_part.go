@@ -297,6 +297,23 @@ func (m *Model) doPartPiece(ctx context.Context, p *piece, opts dtype.Options) (
 		}
 		defer stagePool.Put(bp)
 		buf := (*bp)[:n]
+		if sj.ck != nil && m.src.IsOS() {
+			// Verified, from a file of the OS: read, sum and convert a
+			// step at a time, each step from the cache its read wrote.
+			var stats dtype.Stats
+			for k := int64(0); k < n; k += crc32c.Step {
+				k1 := min(n, k+crc32c.Step)
+				if err := m.readSel(ctx, sj, sj.st, e.sl.data, from+k, buf[k:k1], p.evicting(), sj.ck); err != nil {
+					return stats, err
+				}
+				st, err := dtype.Convert(p.dst[k*8/fb*ob/8:k1*8/fb*ob/8], e.out, buf[k:k1], e.stored, opts)
+				stats.Add(st)
+				if err != nil {
+					return stats, err
+				}
+			}
+			return stats, nil
+		}
 		if err := m.readSel(ctx, sj, sj.st, e.sl.data, from, buf, p.evicting(), sj.ck); err != nil {
 			return dtype.Stats{}, err
 		}
@@ -438,13 +455,27 @@ func (m *Model) readSel(ctx context.Context, sj *partJob, st storedTensor, sel s
 			h(st, src, n)
 		}
 		b := dst[pos-from : pos-from+n]
-		if _, err := st.ReadAt(b, src); err != nil {
+		if ck == nil {
+			_, err := st.ReadAt(b, src)
 			return err
 		}
-		if ck != nil {
-			return ck.add(src, b)
+		// Verified: a file of the OS is read in steps of crc32c.Step, each
+		// summed right after its read from the cache the read wrote it to
+		// (a whole piece's read would be summed from further out); a file
+		// of another file system in one ReadAt, which may be a request.
+		step := n
+		if m.src.IsOS() {
+			step = crc32c.Step
 		}
-		return nil
+		var crc uint32
+		for k := int64(0); k < n; k += step {
+			s := b[k:min(n, k+step)]
+			if _, err := st.ReadAt(s, src+k); err != nil {
+				return err
+			}
+			crc = ck.update(crc, s)
+		}
+		return ck.addSummed(src, b, crc, true)
 	})
 }
 

@@ -285,11 +285,15 @@ type tensorCheck struct {
 }
 
 // crcOf returns the CRC of b in the claim's polynomial.
-func (c *tensorCheck) crcOf(b []byte) uint32 {
+func (c *tensorCheck) crcOf(b []byte) uint32 { return c.update(0, b) }
+
+// update returns the CRC of the bytes whose CRC is crc followed by b, in
+// the claim's polynomial.
+func (c *tensorCheck) update(crc uint32, b []byte) uint32 {
 	if c.ieee {
-		return crc32.ChecksumIEEE(b)
+		return crc32.Update(crc, crc32.IEEETable, b)
 	}
-	return safetensors.Checksum(b)
+	return safetensors.UpdateChecksum(crc, b)
 }
 
 // combine returns the CRC of A followed by B (n bytes) in the claim's
