@@ -238,3 +238,49 @@ func BenchmarkTorchConvert(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTorchConvertVerified runs convert.Run to BF16 of the PyTorch
+// file of BenchmarkTorchConvert verified and not (VerifyNever), taking
+// turns in each iteration ("verified/unverified": the verified run's
+// time over the other's in the same run): the contiguous weights with
+// VerifyPresent, the transposed view with VerifyAlways (its record read
+// once more, by the Part's first ReadAt).
+func BenchmarkTorchConvertVerified(b *testing.B) {
+	for _, transposed := range []bool{false, true} {
+		name, v := "contiguous", ckpt.VerifyPresent
+		if transposed {
+			name, v = "transposed", ckpt.VerifyAlways
+		}
+		b.Run(name, func(b *testing.B) {
+			pt, _, n := benchTorchPair(b, transposed)
+			ctx := context.Background()
+			out := b.TempDir()
+			opts := []convert.Options{
+				{Policy: ckpt.Policy{Default: ckpt.To(dtype.BF16), Verify: v}, Overwrite: true},
+				{Policy: ckpt.Policy{Default: ckpt.To(dtype.BF16), Verify: ckpt.VerifyNever}, Overwrite: true},
+			}
+			dsts := []string{filepath.Join(out, "v.safetensors"), filepath.Join(out, "u.safetensors")}
+			for i := range 2 { // warm
+				if _, err := convert.Run(ctx, pt, dsts[i], opts[i]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var took [2]time.Duration
+			b.ResetTimer()
+			for it := range b.N {
+				for k := range 2 {
+					i := (it + k) % 2
+					start := time.Now()
+					if _, err := convert.Run(ctx, pt, dsts[i], opts[i]); err != nil {
+						b.Fatal(err)
+					}
+					took[i] += time.Since(start)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(took[0].Nanoseconds())/float64(b.N), "ns/op")
+			b.ReportMetric(float64(n)*float64(b.N)/took[0].Seconds()/1e6, "MB/s")
+			b.ReportMetric(float64(took[0])/float64(took[1]), "verified/unverified")
+		})
+	}
+}

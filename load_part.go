@@ -459,23 +459,10 @@ func (m *Model) readSel(ctx context.Context, sj *partJob, st storedTensor, sel s
 			_, err := st.ReadAt(b, src)
 			return err
 		}
-		// Verified: a file of the OS is read in steps of crc32c.Step, each
-		// summed right after its read from the cache the read wrote it to
-		// (a whole piece's read would be summed from further out); a file
-		// of another file system in one ReadAt, which may be a request.
-		step := n
-		if m.src.IsOS() {
-			step = crc32c.Step
+		if _, err := st.ReadAt(b, src); err != nil {
+			return err
 		}
-		var crc uint32
-		for k := int64(0); k < n; k += step {
-			s := b[k:min(n, k+step)]
-			if _, err := st.ReadAt(s, src+k); err != nil {
-				return err
-			}
-			crc = ck.update(crc, s)
-		}
-		return ck.addSummed(src, b, crc, true)
+		return ck.add(src, b)
 	})
 }
 
