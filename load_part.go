@@ -297,9 +297,11 @@ func (m *Model) doPartPiece(ctx context.Context, p *piece, opts dtype.Options) (
 		}
 		defer stagePool.Put(bp)
 		buf := (*bp)[:n]
-		if sj.ck != nil && m.src.IsOS() {
-			// Verified, from a file of the OS: read, sum and convert a
-			// step at a time, each step from the cache its read wrote.
+		if sj.ck != nil && !sj.mapped && m.src.IsOS() {
+			// Verified, read with pread from a file of the OS: read, sum
+			// and convert a step at a time, each step from the cache its
+			// read wrote (a mapping's short runs are summed a step at a
+			// time by mappedSel).
 			var stats dtype.Stats
 			for k := int64(0); k < n; k += crc32c.Step {
 				k1 := min(n, k+crc32c.Step)
