@@ -416,3 +416,28 @@ func TestTorchVerifyEmptyView(t *testing.T) {
 	_, err := mustOpen(t, path, WithVerify(VerifyAlways)).LoadTensor(ctx, "e")
 	wantRecordErr(t, "always", err, "model.pt", "e", rec, begin, end)
 }
+
+// TestTorchVerifiedConvertSteps: a verified converting load reads, sums
+// and converts a piece a step at a time; it gives the bytes and the
+// statistics of an unverified one (to F16, the 6 MiB weight overflows in
+// every step but the first), with one worker and several.
+func TestTorchVerifiedConvertSteps(t *testing.T) {
+	views, storages := ptVerifyFixture(t)
+	path := writePT(t, t.TempDir(), "model.pt", torchArchive(t, views, storages, false))
+	for _, workers := range []int{1, 3} {
+		for _, to := range []dtype.DType{dtype.F16, dtype.BF16} {
+			ref := mustLoad(t, mustOpen(t, path, WithDType(To(to)), WithVerify(VerifyNever), WithWorkers(workers)))
+			got := mustLoad(t, mustOpen(t, path, WithDType(To(to)), WithWorkers(workers)))
+			for _, v := range views {
+				a, _ := ref.Tensor(v.Name)
+				b, _ := got.Tensor(v.Name)
+				if !bytes.Equal(a.Bytes(), b.Bytes()) || a.Stats != b.Stats {
+					t.Errorf("%s, %d workers: %s: verified %+v, unverified %+v; bytes equal %v", to, workers, v.Name, b.Stats, a.Stats, bytes.Equal(a.Bytes(), b.Bytes()))
+				}
+			}
+			if w, _ := got.Tensor("w"); to == dtype.F16 && w.Stats.Overflow == 0 {
+				t.Errorf("no overflow to F16: %+v", w.Stats)
+			}
+		}
+	}
+}
