@@ -50,9 +50,12 @@ Integrity: files written by ckpt name a CRC-32C of every tensor's bytes.
 read, and a damaged one fails with the file, the tensor and its bytes;
 --verify always also refuses files that name no checksums; --verify never
 checks nothing. A rank's part of a tensor is checked only with always,
-which then reads the rest of the tensor too. PyTorch files name no
-checksums: present reads them unverified, always refuses them. The plan's
-"verify" line says what will be checked.`
+which then reads the rest of the tensor too. PyTorch files are checked
+against the CRC-32 their archive records for each storage: a tensor whose
+bytes are its whole storage as read, a view of part of a storage
+(transposed, or from a big-endian archive) only with always, which then
+reads the storage too. The plan's "verify" line says what will be
+checked.`
 
 // policyFlags are the flags that choose what a load produces: the variant
 // and the dtype policy, and how files are read.
