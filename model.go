@@ -113,8 +113,10 @@ const maxConfigSize = 16 << 20
 // read and checked whole by Open. Tied
 // names (two names of one view of a storage) load as two tensors of the
 // same values. Its tensors are read with pread, never mapped (a view may
-// be gathered from its storage, or byte-swapped), and are not verified:
-// the files name no checksums (VerifyAlways refuses them).
+// be gathered from its storage, or byte-swapped), and verified against
+// the CRC-32 the archive records for each storage record: a tensor whose
+// bytes are its whole record's as it is read, a view of its storage only
+// with VerifyAlways, which reads the record (verify.go).
 //
 // Tied names load as tensors of their own that read the bytes of the
 // tensor they tie to (its dtype, shape and checksum): a PyTorch
