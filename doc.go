@@ -23,7 +23,8 @@
 // for the variant are PyTorch ones only, pytorch_model.fp16.bin and the
 // like, named and chosen by package variant's rules) is opened through
 // package torch, which executes nothing, and loads like any other: read
-// with pread, unverified (it names no checksums); a view that is not
+// with pread, verified against its storage records' CRC-32 (see
+// Integrity); a view that is not
 // contiguous (a transposed weight) is read from its file once into memory
 // that serves all its pieces, which the plan's peak counts. Until a load,
 // Open reads nothing but headers (a PyTorch file's zip directory and its
