@@ -188,7 +188,8 @@ type VerifyPlan struct {
 	ReadBytes int64 `json:"read_bytes,omitempty"`
 	// Unverified counts the tensors not verified, and Why how many for
 	// each reason (TensorPlan.Verify): "not verified: rank part", "not
-	// verified: no checksums", "not verified: never".
+	// verified: a view of its storage" (a PyTorch view), "not verified: no
+	// checksums", "not verified: never".
 	Unverified int            `json:"unverified"`
 	Why        map[string]int `json:"why,omitempty"`
 	// Refused counts the tensors a load refuses with ErrChecksum: in

@@ -80,7 +80,12 @@ import (
 // (checkRecord; the plan counts those bytes in VerifyReadBytes): once per
 // tensor, load and Part, whichever part of the view is loaded. A mismatch
 // is a *safetensors.ChecksumError naming the file, the tensor, its
-// storage record and the record's bytes.
+// storage record and the record's bytes. A pread that converts reads,
+// sums and converts a step (crc32c.Step) at a time, from the cache its
+// read wrote. Verifying costs a warm converting load of 64 MiB 1.17× the
+// unverified time, a warm load as stored 1.33× (a pread from the page
+// cache at memory-copy speed, and a pass more over its bytes), convert.Run
+// 1.01× (BENCHMARKS.md, torch-load).
 
 // checkMode says whether and how a load verifies the stored bytes that a Part
 // reads against the checksum its file names.
