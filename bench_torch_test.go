@@ -284,3 +284,21 @@ func BenchmarkTorchConvertVerified(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPreadLoadVerified is BenchmarkTorchLoadVerified's contiguous
+// BF16 case for the safetensors file of the same tensors read with pread
+// (the strategy of network file systems): its CRC-32C, verified a step at
+// a time with the conversion, against the same load unverified.
+func BenchmarkPreadLoadVerified(b *testing.B) {
+	_, st, n := benchTorchPair(b, false)
+	var ms [2]*ckpt.Model
+	for i, v := range []ckpt.Verify{ckpt.VerifyPresent, ckpt.VerifyNever} {
+		m, err := ckpt.Open(st, ckpt.WithDType(ckpt.To(dtype.BF16)), ckpt.WithBudget(-1), ckpt.WithVerify(v), ckpt.WithReadStrategy("pread"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer m.Close()
+		ms[i] = m
+	}
+	loadTurns(b, ms, n, "verified/unverified")
+}
