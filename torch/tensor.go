@@ -113,21 +113,30 @@ func (t *Tensor) RecordCRC() (crc uint32, whole bool) {
 // io.ReaderAt does: fewer bytes only with an error, io.EOF past the
 // record's end.
 func (t *Tensor) ReadRecordAt(b []byte, off int64) (int, error) {
+	return t.readRange(b, off, t.recLen, func(b []byte, off int64) error { return t.readAt(b, t.recOff+off) })
+}
+
+// readRange is io.ReaderAt's contract for bytes [0, size) that read reads:
+// the offset and the checkpoint checked, b cut at size, fewer bytes only
+// with io.EOF past the end.
+func (t *Tensor) readRange(b []byte, off, size int64, read func(b []byte, off int64) error) (int, error) {
 	if off < 0 {
 		return 0, t.err(ErrInvalidArgument, fmt.Sprintf("negative offset %d", off), nil)
 	}
 	if err := t.checkOpen(); err != nil {
 		return 0, err
 	}
-	if off >= t.recLen {
+	if off >= size {
 		if len(b) == 0 {
 			return 0, nil
 		}
 		return 0, io.EOF
 	}
-	n := min(int64(len(b)), t.recLen-off)
-	if err := t.readAt(b[:n], t.recOff+off); err != nil {
-		return 0, err
+	n := min(int64(len(b)), size-off)
+	if n > 0 {
+		if err := read(b[:n], off); err != nil {
+			return 0, err
+		}
 	}
 	if n < int64(len(b)) {
 		return int(n), io.EOF
@@ -228,28 +237,7 @@ func (t *Tensor) WriteTo(w io.Writer) (int64, error) {
 // may be called from several goroutines. A reader of a view that is not
 // contiguous in many pieces reads its storage once with Gather instead.
 func (t *Tensor) ReadAt(b []byte, off int64) (int, error) {
-	if off < 0 {
-		return 0, t.err(ErrInvalidArgument, fmt.Sprintf("negative offset %d", off), nil)
-	}
-	if err := t.checkOpen(); err != nil {
-		return 0, err
-	}
-	if off >= t.size {
-		if len(b) == 0 {
-			return 0, nil
-		}
-		return 0, io.EOF
-	}
-	n := min(int64(len(b)), t.size-off)
-	if n > 0 {
-		if err := t.readElems(b[:n], off); err != nil {
-			return 0, err
-		}
-	}
-	if n < int64(len(b)) {
-		return int(n), io.EOF
-	}
-	return int(n), nil
+	return t.readRange(b, off, t.size, t.readElems)
 }
 
 // Gathered is a range of a tensor's bytes read from its file once, for a

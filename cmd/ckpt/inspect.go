@@ -4,6 +4,9 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -386,22 +389,30 @@ func printInspectReport(e *env, rep *inspectReport) error {
 		}
 		return tensorCells(buf, ends, &rep.Tensors[i-1], fileCol)
 	})
-	if len(rep.Metadata) > 0 {
-		fmt.Fprintln(w, "metadata:")
-		keys := make([]string, 0, len(rep.Metadata))
-		for k := range rep.Metadata {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			fmt.Fprintf(w, "  %s = %s\n", k, rep.Metadata[k])
-		}
+	printPairs(w, "metadata", rep.Metadata)
+	printTotals(w, rep.Count, rep.Bytes, rep.Totals)
+	return w.Flush()
+}
+
+// printPairs prints a map under its title, a "KEY = VALUE" line for each
+// key in order; nothing for an empty map.
+func printPairs(w io.Writer, title string, m map[string]string) {
+	if len(m) == 0 {
+		return
 	}
-	fmt.Fprintf(w, "totals: %d tensors, %s\n", rep.Count, humanBytes(rep.Bytes))
-	for _, tot := range rep.Totals {
+	fmt.Fprintln(w, title+":")
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		fmt.Fprintf(w, "  %s = %s\n", k, m[k])
+	}
+}
+
+// printTotals prints the tensor count and bytes of an inspected file, and
+// the totals per dtype.
+func printTotals(w io.Writer, count int, bytes int64, totals []dtypeTotal) {
+	fmt.Fprintf(w, "totals: %d tensors, %s\n", count, humanBytes(bytes))
+	for _, tot := range totals {
 		fmt.Fprintf(w, "  %-12s %4d tensors %12d elements %10s\n", tot.DType, tot.Tensors, tot.Elements, humanBytes(tot.Bytes))
 	}
-	return w.Flush()
 }
 
 // tensorCells appends the cells of t's table row to buf, recording where

@@ -8,7 +8,6 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -188,31 +187,8 @@ func printTorchReport(e *env, rep *torchInspectReport) error {
 		}
 		return buf, ends
 	})
-	if len(rep.Aliases) > 0 {
-		fmt.Fprintln(w, "tied (the same view under another name):")
-		keys := make([]string, 0, len(rep.Aliases))
-		for k := range rep.Aliases {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			fmt.Fprintf(w, "  %s = %s\n", k, rep.Aliases[k])
-		}
-	}
-	if len(rep.Metadata) > 0 {
-		fmt.Fprintln(w, "metadata:")
-		keys := make([]string, 0, len(rep.Metadata))
-		for k := range rep.Metadata {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			fmt.Fprintf(w, "  %s = %s\n", k, rep.Metadata[k])
-		}
-	}
-	fmt.Fprintf(w, "totals: %d tensors, %s\n", rep.Count, humanBytes(rep.Bytes))
-	for _, tot := range rep.Totals {
-		fmt.Fprintf(w, "  %-12s %4d tensors %12d elements %10s\n", tot.DType, tot.Tensors, tot.Elements, humanBytes(tot.Bytes))
-	}
+	printPairs(w, "tied (the same view under another name)", rep.Aliases)
+	printPairs(w, "metadata", rep.Metadata)
+	printTotals(w, rep.Count, rep.Bytes, rep.Totals)
 	return w.Flush()
 }
