@@ -188,7 +188,7 @@ func Open(path string, opts ...Option) (*Model, error) {
 
 func (m *Model) openFile() error {
 	dir := m.src.Dir(m.name)
-	if isTorchFile(m.name) {
+	if variant.IsPyTorchName(m.name) {
 		if m.cfg.variant != "" {
 			return &Error{Kind: ErrOption, Path: m.path, Msg: "a PyTorch checkpoint file has no precision variants to choose from (WithVariant chooses among a folder's files)"}
 		}

@@ -246,7 +246,7 @@ func (m *Model) Plan() (*Plan, error) {
 			},
 		}
 		cp.Format = variant.FormatSafetensors
-		if _, ok := c.ck.(*torchStore); ok {
+		if torchOf(c.ck) != nil {
 			cp.Format = variant.FormatPyTorch
 		}
 		if t, ok := m.cfg.policy.Components[c.name]; ok {

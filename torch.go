@@ -8,7 +8,6 @@ import (
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
 	"github.com/ckpt-go/ckpt/torch"
-	"github.com/ckpt-go/ckpt/variant"
 )
 
 // PyTorch checkpoints: Open reads them through package torch (which never
@@ -20,13 +19,6 @@ import (
 // VerifyAlways a view of its storage by reading the record (verify.go).
 // They are read with pread, never mapped: a view may be gathered from its
 // storage, or byte-swapped.
-
-// isTorchFile reports whether name is named like a PyTorch checkpoint
-// file or index: by its ending, or as package variant names PyTorch
-// weights (a variant's index, pytorch_model.bin.index.fp16.json).
-func isTorchFile(name string) bool {
-	return variant.IsPyTorchName(name)
-}
 
 // openTorch opens the PyTorch file or index name as the component label
 // of the folder dir it is in. A file of a component folder follows the
@@ -69,6 +61,16 @@ type torchStore struct {
 	file  []int                    // each tensor's file
 	pos   map[string]int
 	paths []string
+}
+
+// torchOf returns the PyTorch checkpoint whose tensors s is (under its
+// tied names, when it has ties), nil for safetensors files.
+func torchOf(s tensorStore) *torchStore {
+	if t, ok := s.(*tiedStore); ok {
+		s = t.tensorStore
+	}
+	ts, _ := s.(*torchStore)
+	return ts
 }
 
 func newTorchStore(ck *torch.Checkpoint) *torchStore {
@@ -288,8 +290,8 @@ func (t *torchGather) ReadAt(b []byte, off int64) (int, error) {
 // tensor: torch.Tensor.GatherBytes of the part's range where it is a
 // PyTorch view read through a torchGather, else 0.
 func (c *modelComponent) gatherBytes(e *entry) int64 {
-	s, ok := c.ck.(*torchStore)
-	if !ok || e.sl == nil || e.sl.data.total() == 0 {
+	s := torchOf(c.ck)
+	if s == nil || e.sl == nil || e.sl.data.total() == 0 {
 		return 0
 	}
 	name := e.name

@@ -179,17 +179,40 @@ func TestTorchGatherReadsOnce(t *testing.T) {
 
 // TestTorchGatherPlan: the plan counts the storage of a transposed view
 // that the load gathers, beyond the staging allowance, once per worker
-// at most.
+// at most; under a tie too.
 func TestTorchGatherPlan(t *testing.T) {
 	dir, _, want := gatherFixture(t, false)
 	path := filepath.Join(dir, "model.pt")
-	base := mustOpen(t, path, WithWorkers(4), WithDType(To(dtype.BF16)))
+	// A staging allowance smaller than the storage: what the plan adds
+	// beyond it is the gather's.
+	base := mustOpen(t, path, WithWorkers(4), WithDType(To(dtype.BF16)), WithStaging(1<<20))
 	p, err := base.Plan()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if g := int64(len(want["w_t"])); p.StagingBytes < g {
 		t.Errorf("staging %d bytes: less than the %d gathered", p.StagingBytes, g)
+	}
+
+	// The same with a tie to the view: the component's stored tensors
+	// are then under their tied names, and still a PyTorch checkpoint's.
+	views := []ptView{
+		{Name: "w_t", Storage: "0", Shape: []int64{256, 16384}, Stride: []int64{1, 256}},
+		{Name: "w_t_tied", Storage: "0", Shape: []int64{256, 16384}, Stride: []int64{1, 256}},
+	}
+	storages := map[string]ptStorage{"0": {DType: dtype.F32, Data: f32s(ramp(256 * 16384)...)}}
+	tdir := t.TempDir()
+	writePT(t, tdir, "tied.pt", torchArchive(t, views, storages, false))
+	tied := mustOpen(t, filepath.Join(tdir, "tied.pt"), WithWorkers(4), WithDType(To(dtype.BF16)), WithStaging(1<<20))
+	tp, err := tied.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tied.Names()) != 2 || tp.Components[0].Format != "pytorch" {
+		t.Errorf("tied checkpoint: names %v, format %q", tied.Names(), tp.Components[0].Format)
+	}
+	if g := int64(len(storages["0"].Data)); tp.StagingBytes < g {
+		t.Errorf("tied checkpoint: staging %d bytes, less than the %d gathered", tp.StagingBytes, g)
 	}
 }
 
