@@ -74,8 +74,7 @@ func isWeightsFile(name string) (bool, string) {
 		return true, "safetensors weights not converted (another variant or set)"
 	case strings.Contains(l, ".safetensors.") && strings.HasSuffix(l, ".json") && strings.Contains(l, "index"):
 		return true, "index of safetensors weights not converted (another variant or set)"
-	case strings.HasSuffix(l, ".bin.index.json"), strings.HasSuffix(l, ".pt.index.json"),
-		strings.HasSuffix(l, ".json") && variant.FormatOf(name) == variant.FormatPyTorch: // a variant's index
+	case strings.HasSuffix(l, ".json") && variant.IsPyTorchName(name): // a variant's index too
 		return true, "index of PyTorch weights"
 	}
 	for _, ext := range []string{".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".gguf", ".onnx", ".onnx_data", ".pdparams", ".ot"} {

@@ -340,18 +340,25 @@ func (t *task) storedBytes(first, n int64) int64 {
 // holds a piece's worth of memory. The scales must have been fetched
 // (fetchScales).
 func (t *task) dequantRows(ctx context.Context, dst []byte, to dtype.DType, first, n int64, buf *[]byte) error {
-	eb, sb := int64(t.w.Elem.Bits()), int64(t.src.DType().Bits())
-	e0 := first * t.cols * eb / sb // the first stored element of these rows
-	rows := grow(*buf, n*t.cols*eb/8)
-	*buf = rows
-	_, err := t.src.ConvertElementsTo(t.src.DType(), rows, e0, dtype.Options{Workers: 1})
-	if err == nil {
-		_, err = t.w.DequantizeRows(ctx, dst, to, rows, t.scaleData, first, n, dtype.Options{Workers: 1})
-	}
-	if err != nil {
+	if err := dequantStored(ctx, t.w, t.src, t.scaleData, t.cols, dst, to, first, n, buf); err != nil {
 		return &Error{Kind: ErrSource, Component: t.comp.name, Tensor: t.spec.Name, Err: err}
 	}
 	return nil
+}
+
+// dequantStored dequantizes rows [first, first+n) of the scaled weight w
+// (cols columns) into dst as to, reading the stored bytes of these rows
+// only from src, its data tensor, into *buf (reused), with its scales'
+// bytes.
+func dequantStored(ctx context.Context, w *quant.Weight, src *partTensor, scales [][]byte, cols int64, dst []byte, to dtype.DType, first, n int64, buf *[]byte) error {
+	eb, sb := int64(w.Elem.Bits()), int64(src.DType().Bits())
+	rows := grow(*buf, n*cols*eb/8)
+	*buf = rows
+	if _, err := src.ConvertElementsTo(src.DType(), rows, first*cols*eb/sb, dtype.Options{Workers: 1}); err != nil {
+		return err
+	}
+	_, err := w.DequantizeRows(ctx, dst, to, rows, scales, first, n, dtype.Options{Workers: 1})
+	return err
 }
 
 // measure compares source values x with output values y.

@@ -1,7 +1,6 @@
 package convert
 
 import (
-	"cmp"
 	"strings"
 
 	"github.com/ckpt-go/ckpt/internal/setname"
@@ -13,15 +12,15 @@ import (
 // weights, variants kept: pytorch_model.fp16.bin becomes
 // model.fp16.safetensors, the index pytorch_model.bin.index.fp16.json
 // model.safetensors.index.fp16.json, a shard its set's single name;
-// otherwise X.pt becomes X.safetensors), and any other name as it is. The loader decides what a PyTorch source is (ckpt.Open);
-// this is only how its output is named.
+// otherwise X.pt becomes X.safetensors), and any other name as it is.
+// The loader decides what a PyTorch source is (ckpt.Open); this is only
+// how its output is named.
 func torchNaming(base string) string {
 	if n, ok := variant.SafetensorsName(base); ok {
 		// PyTorch weights as transformers and diffusers name them,
 		// variants included: a shard stands for its set.
-		stem := strings.TrimSuffix(n, ".safetensors")
-		if m := shardRE.FindStringSubmatch(stem); m != nil {
-			return setname.SingleName(m[1], cmp.Or(m[2], m[3]))
+		if f, ok := setname.ParseVisible(n); ok && f.IsShard() {
+			return f.Target()
 		}
 		return n
 	}

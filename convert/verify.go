@@ -127,7 +127,6 @@ func (r *runner) verifyQuant(t *task, scheme *quant.Scheme, store *loaderStore) 
 	var x []float32
 	var x64, y []float64
 	var rowBuf, outRows []byte // the stored bytes of a piece's rows, source and output
-	ob := int64(w.Elem.Bits())
 	for first := int64(0); first < t.rows; first += t.per {
 		n := min(t.per, t.rows-first)
 		x, y = grow(x, n*t.cols), grow(y, n*t.cols)
@@ -142,12 +141,7 @@ func (r *runner) verifyQuant(t *task, scheme *quant.Scheme, store *loaderStore) 
 		}
 		// The output's rows, read back through the loader as their own
 		// bytes (DequantizeRows takes them so).
-		sb := int64(dt.DType().Bits())
-		outRows = grow(outRows, n*t.cols*ob/8)
-		if _, err := dt.ConvertElementsTo(dt.DType(), outRows, first*t.cols*ob/sb, dtype.Options{Workers: 1}); err != nil {
-			return err
-		}
-		if _, err := w.DequantizeRows(r.ctx, dtype.Float64Bytes(y), dtype.F64, outRows, [][]byte{sdata}, first, n, dtype.Options{Workers: 1}); err != nil {
+		if err := dequantStored(r.ctx, w, dt, [][]byte{sdata}, t.cols, dtype.Float64Bytes(y), dtype.F64, first, n, &outRows); err != nil {
 			return err
 		}
 		x64 = grow(x64, n*t.cols)

@@ -16,7 +16,7 @@ func TestCombine(t *testing.T) {
 
 // TestCombineIEEE is TestCombine for the IEEE polynomial (zip's CRC-32).
 func TestCombineIEEE(t *testing.T) {
-	testCombine(t, "CRC-32", crc32.ChecksumIEEE, CombineIEEE, IEEE)
+	testCombine(t, "CRC-32", crc32.ChecksumIEEE, CombineIEEE, crc32.IEEE)
 }
 
 func testCombine(t *testing.T, name string, Checksum func([]byte) uint32, Combine func(a, b uint32, n int64) uint32, poly uint32) {

@@ -60,15 +60,11 @@ const poly = 0x82F63B78
 // multiplications of 32-bit polynomials, about a microsecond.
 func Combine(crcA, crcB uint32, n int64) uint32 { return combine(crcA, crcB, n, poly) }
 
-// IEEE is the IEEE polynomial (crc32.IEEE, the CRC-32 of zip archives) in
-// the same reflected order as poly.
-const IEEE = 0xEDB88320
-
 // CombineIEEE is Combine for the CRC-32 of the IEEE polynomial
 // (crc32.ChecksumIEEE: the CRC a zip archive records for each record),
 // which hash/crc32 computes (with carry-less multiplication on amd64 and
 // arm64) but cannot combine.
-func CombineIEEE(crcA, crcB uint32, n int64) uint32 { return combine(crcA, crcB, n, IEEE) }
+func CombineIEEE(crcA, crcB uint32, n int64) uint32 { return combine(crcA, crcB, n, crc32.IEEE) }
 
 // combine is Combine for the reflected polynomial p.
 func combine(crcA, crcB uint32, n int64, p uint32) uint32 {

@@ -226,8 +226,7 @@ func Commit(ctx context.Context, s *Set) (*Result, error) {
 		if err := c.barrier(ctx); err != nil {
 			return nil, c.notDurable(c.res.Files[0], err)
 		}
-	}
-	if n > 1 {
+	} else if n > 1 {
 		if err := ctx.Err(); err != nil {
 			return nil, c.fail(&Error{Stage: StageWrite, Msg: "canceled", Err: err})
 		}
