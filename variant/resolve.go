@@ -185,15 +185,12 @@ func (p *Plan) Open(opts ...shard.Option) (*shard.Checkpoint, error) {
 	if len(p.Files) == 0 {
 		return nil, &Error{Kind: ErrNoWeights, Dir: p.Dir, Msg: "the plan has no files"}
 	}
+	file := cmp.Or(p.Index, p.Files[0])
 	if p.Format == FormatPyTorch {
-		return nil, &Error{Kind: ErrInvalidArgument, Dir: p.Dir, File: cmp.Or(p.Index, p.Files[0]),
+		return nil, &Error{Kind: ErrInvalidArgument, Dir: p.Dir, File: file,
 			Msg: "a PyTorch plan: its files are opened with package torch (Entry), not as safetensors"}
 	}
-	file := p.Files[0]
-	if p.Index != "" {
-		file = p.Index
-	}
-	path := p.src.Join(p.Dir, file)
+	path := p.Entry()
 	// The folder may have changed since resolution: the index or single
 	// file must still keep to the symlink rule.
 	if _, err := shard.ResolveFile(path, opts...); err != nil {
@@ -260,10 +257,12 @@ type folder struct {
 // loads: "model" ("pytorch_model" for PyTorch weights) for transformers,
 // "diffusion_pytorch_model" for diffusers, "" otherwise.
 func (f *folder) libPrefix(format string) string {
-	lib := map[string]int{"transformers": 0, "diffusers": 1}
-	i, ok := lib[f.library]
+	i := slices.Index([]string{"transformers", "diffusers"}, f.library)
+	if i < 0 {
+		return ""
+	}
 	for _, fm := range formats {
-		if ok && fm.name == format {
+		if fm.name == format {
 			return fm.prefixes[i]
 		}
 	}
