@@ -69,14 +69,21 @@ Examples:
 		if len(pos) != 1 {
 			return usageError{msg: "inspect takes exactly one PATH"}
 		}
-		if handled, err := inspectTorch(e, pos[0], *variantName, *follow, *asJSON); handled {
-			return withHint(err)
-		}
-		t, err := openTarget(pos[0], *variantName, *follow)
+		t, err := openTarget(pos[0], *variantName, *follow, true)
 		if err != nil {
 			return withHint(err)
 		}
 		defer t.Close()
+		if t.torch != nil {
+			rep, err := buildTorchReport(t)
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				return e.printJSON(rep)
+			}
+			return printTorchReport(e, rep)
+		}
 		if *asJSON {
 			// Streamed tensor by tensor: memory stays that of the open
 			// checkpoint, whatever the number of tensors.
