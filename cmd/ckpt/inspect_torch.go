@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ckpt-go/ckpt/internal/shapes"
 	"github.com/ckpt-go/ckpt/variant"
 )
 
@@ -59,9 +60,9 @@ func buildTorchReport(t *checkpointTarget) (*torchInspectReport, error) {
 			rep.Files = append(rep.Files, file)
 		}
 		shape := tn.Shape()
-		n := int64(1)
-		for _, d := range shape {
-			n *= d
+		n, err := shapes.Elements(shape)
+		if err != nil {
+			return nil, fmt.Errorf("%s: tensor %q: %w", file, name, err)
 		}
 		rep.Tensors = append(rep.Tensors, torchInspectTensor{Name: name, DType: tn.DType().String(), Shape: shape, Bytes: tn.ByteLen(),
 			Storage: tn.Storage(), StorageOffset: tn.StorageOffset(), Strides: tn.Strides(), Contiguous: tn.Contiguous(),
@@ -92,14 +93,7 @@ func printTorchReport(e *env, rep *torchInspectReport) error {
 			return buf, ends
 		}
 		t := &rep.Tensors[i-1]
-		buf = append(buf, t.Name...)
-		ends = append(ends, len(buf))
-		buf = append(buf, t.DType...)
-		ends = append(ends, len(buf))
-		buf = appendShape(buf, t.Shape)
-		ends = append(ends, len(buf))
-		buf = strconv.AppendInt(buf, t.Bytes, 10)
-		ends = append(ends, len(buf))
+		buf, ends = leadCells(buf, ends, t.Name, t.DType, t.Shape, t.Bytes)
 		buf = append(buf, "data/"+t.Storage...)
 		ends = append(ends, len(buf))
 		if t.Contiguous {
