@@ -3,8 +3,6 @@ package ckpt
 import (
 	"bytes"
 	"context"
-	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -16,31 +14,6 @@ import (
 	"github.com/ckpt-go/ckpt/internal/sysmem"
 	"github.com/ckpt-go/ckpt/internal/testutil"
 )
-
-// countFS counts the bytes read with ReadAt from the files of an fs.FS.
-type countFS struct {
-	fsys fs.FS
-	n    *atomic.Int64
-}
-
-func (c countFS) Open(name string) (fs.File, error) {
-	f, err := c.fsys.Open(name)
-	if err != nil {
-		return nil, err
-	}
-	return countFile{f, c.n}, nil
-}
-
-type countFile struct {
-	fs.File
-	n *atomic.Int64
-}
-
-func (f countFile) ReadAt(b []byte, off int64) (int, error) {
-	n, err := f.File.(io.ReaderAt).ReadAt(b, off)
-	f.n.Add(int64(n))
-	return n, err
-}
 
 // gatherFixture writes a PyTorch file (big-endian with big) holding a transposed view [256,
 // 16384] of a 16 MiB F32 storage (each piece of a few rows of it spans
@@ -76,13 +49,13 @@ func TestTorchGatherReadsOnce(t *testing.T) {
 		stored += int64(len(b))
 	}
 	var n atomic.Int64
-	fsys := countFS{os.DirFS(dir), &n}
+	fsys := testutil.CountingFS{FS: os.DirFS(dir), N: &n}
 	open := func(opts ...Option) *Model {
 		m := mustOpen(t, "model.pt", append([]Option{WithFS(fsys), WithWorkers(4)}, opts...)...)
 		n.Store(0)
 		return m
 	}
-	bigFS := countFS{os.DirFS(bigDir), &n}
+	bigFS := testutil.CountingFS{FS: os.DirFS(bigDir), N: &n}
 	check := func(what string, limit int64) {
 		t.Helper()
 		if got := n.Load(); got > limit*11/10 {

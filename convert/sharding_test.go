@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"math/rand/v2"
 	"os"
@@ -85,7 +86,7 @@ func checkSharding(t *testing.T, what, index string, srcMap map[string]string, s
 }
 
 // loadAllStored loads every tensor of path (with opts) and returns their
-// dtypes and bytes.
+// dtypes, shapes and bytes.
 func loadAllStored(t *testing.T, path string, opts ...ckpt.Option) map[string]string {
 	t.Helper()
 	m, err := ckpt.Open(path, opts...)
@@ -100,7 +101,7 @@ func loadAllStored(t *testing.T, path string, opts ...ckpt.Option) map[string]st
 	defer w.Close()
 	out := map[string]string{}
 	for name, tn := range w.All() {
-		out[name] = tn.DType.String() + " " + string(tn.Bytes())
+		out[name] = fmt.Sprintf("%s %v %s", tn.DType, tn.Shape, tn.Bytes())
 	}
 	return out
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"io"
 	"io/fs"
 	"math"
 	"os"
@@ -16,35 +15,10 @@ import (
 	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/ckpttest"
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/testutil"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/source"
 )
-
-// readCountFS counts the bytes read with ReadAt from the files of an
-// fs.FS.
-type readCountFS struct {
-	fsys fs.FS
-	n    *atomic.Int64
-}
-
-func (c readCountFS) Open(name string) (fs.File, error) {
-	f, err := c.fsys.Open(name)
-	if err != nil {
-		return nil, err
-	}
-	return readCountFile{f, c.n}, nil
-}
-
-type readCountFile struct {
-	fs.File
-	n *atomic.Int64
-}
-
-func (f readCountFile) ReadAt(b []byte, off int64) (int, error) {
-	n, err := f.File.(io.ReaderAt).ReadAt(b, off)
-	f.n.Add(int64(n))
-	return n, err
-}
 
 // TestRunTorchTransposedReadsOnce converts a PyTorch file holding a
 // transposed view ([256, 16384] F32, strides [1, 256]: each piece of a few
@@ -69,7 +43,7 @@ func TestRunTorchTransposedReadsOnce(t *testing.T) {
 	}
 	var n atomic.Int64
 	source.Register("torchcount", func(_ context.Context, location string) (fs.FS, string, error) {
-		return readCountFS{os.DirFS(dir), &n}, strings.TrimPrefix(location, "torchcount://"), nil
+		return testutil.CountingFS{FS: os.DirFS(dir), N: &n}, strings.TrimPrefix(location, "torchcount://"), nil
 	})
 	out := filepath.Join(t.TempDir(), "w.safetensors")
 	run(t, "torchcount://model.pt", out, Options{Policy: ckpt.Policy{Default: target(t, "bf16")}, Workers: 4, ChunkBytes: 1 << 20})

@@ -1,8 +1,6 @@
 package convert
 
 import (
-	"bytes"
-	"context"
 	"os"
 	"path/filepath"
 	"slices"
@@ -92,38 +90,9 @@ func TestRunTorchPipeline(t *testing.T) {
 			// The output, opened as diffusers would (the variant, falling
 			// back to untagged weights), loads what the source loads.
 			opts := []ckpt.Option{ckpt.WithVariant(tc.variant)}
-			want, err := ckpt.Open(src, append(opts, ckpt.WithPolicy(tc.policy))...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer want.Close()
-			out, err := ckpt.Open(dst, opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer out.Close()
-			ww, err := want.Load(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ww.Close()
-			gw, err := out.Load(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer gw.Close()
-			if gw.Len() != 12 || gw.Len() != ww.Len() {
-				t.Fatalf("%d tensors, want %d", gw.Len(), ww.Len())
-			}
-			for name, wt := range ww.All() {
-				gt, err := gw.Tensor(name)
-				if err != nil {
-					t.Error(err)
-					continue
-				}
-				if gt.DType != wt.DType || !slices.Equal(gt.Shape, wt.Shape) || !bytes.Equal(gt.Bytes(), wt.Bytes()) {
-					t.Errorf("%s: %s %v, want %s %v and the source's bytes", name, gt.DType, gt.Shape, wt.DType, wt.Shape)
-				}
+			want := loadAllStored(t, src, append(opts, ckpt.WithPolicy(tc.policy))...)
+			if got := loadAllStored(t, dst, opts...); len(got) != 12 || !mapsEqual(got, want) {
+				t.Errorf("the output loads %d tensors, the source %d; or their dtypes, shapes or bytes differ", len(got), len(want))
 			}
 		})
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -144,3 +145,15 @@ func tensorOffset(t testing.TB, path, name string) (int64, int64) {
 }
 
 func formatInt(n int64) string { return strconv.FormatInt(n, 10) }
+
+// withEntry returns a copy of the weight map wm in which tensor k maps to
+// file v, or, when v is "", in which k is left out.
+func withEntry(wm map[string]string, k, v string) map[string]string {
+	m := maps.Clone(wm)
+	if v == "" {
+		delete(m, k)
+	} else {
+		m[k] = v
+	}
+	return m
+}

@@ -36,18 +36,6 @@ func sharded(t *testing.T) string {
 // relative to the folder of the index).
 func TestStructure(t *testing.T) {
 	weightMap := map[string]string{"a": shard1, "b": shard2, "c": shard2}
-	with := func(k, v string) map[string]string {
-		m := map[string]string{}
-		for kk, vv := range weightMap {
-			m[kk] = vv
-		}
-		if v == "" {
-			delete(m, k)
-		} else {
-			m[k] = v
-		}
-		return m
-	}
 	writeIndex := func(t *testing.T, dir string, wm map[string]string, total any) {
 		t.Helper()
 		if err := ckpttest.WriteIndex(filepath.Join(dir, index), wm, map[string]any{"total_size": total}); err != nil {
@@ -62,17 +50,17 @@ func TestStructure(t *testing.T) {
 	}{
 		{"intact", func(*testing.T, string) {}, nil, []string{}},
 		{"a tensor the index names that no shard holds", func(t *testing.T, dir string) {
-			writeIndex(t, dir, with("x", shard1), 40)
+			writeIndex(t, dir, withEntry(weightMap, "x", shard1), 40)
 		}, []integrity.Kind{integrity.TensorMissingFromShard}, []string{
 			`model.safetensors.index.json: tensor "x": the index maps it to model-00001-of-00002.safetensors, whose header does not have it; no shard of the index holds it`,
 		}},
 		{"the index names the wrong shard", func(t *testing.T, dir string) {
-			writeIndex(t, dir, with("b", shard1), 40)
+			writeIndex(t, dir, withEntry(weightMap, "b", shard1), 40)
 		}, []integrity.Kind{integrity.TensorMissingFromShard}, []string{
 			`model.safetensors.index.json: tensor "b": the index maps it to model-00001-of-00002.safetensors, whose header does not have it; it is in model-00002-of-00002.safetensors (the index names the wrong shard)`,
 		}},
 		{"a shard holding a tensor the index does not name", func(t *testing.T, dir string) {
-			writeIndex(t, dir, with("c", ""), 40)
+			writeIndex(t, dir, withEntry(weightMap, "c", ""), 40)
 		}, []integrity.Kind{integrity.UnmappedTensor, integrity.TotalSizeMismatch}, []string{
 			`model-00002-of-00002.safetensors: tensor "c": held by the shard, but the index model.safetensors.index.json does not name it`,
 			`model.safetensors.index.json: metadata.total_size is 40, but the tensors the index names hold 32 bytes`,
@@ -148,7 +136,7 @@ func TestStructure(t *testing.T) {
 			`model.safetensors.index.json: invalid index: invalid_index: tensor "a": invalid weight_map: shard is the number 1, not a string`,
 		}},
 		{"an index naming a shard outside the folder", func(t *testing.T, dir string) {
-			writeIndex(t, dir, with("a", "../"+shard1), 40)
+			writeIndex(t, dir, withEntry(weightMap, "a", "../"+shard1), 40)
 		}, []integrity.Kind{integrity.InsecurePath}, []string{
 			`model.safetensors.index.json: invalid index: insecure_path: shard "../model-00001-of-00002.safetensors": tensor "a": shard name is a path, not a bare file name`,
 		}},

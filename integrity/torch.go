@@ -79,11 +79,9 @@ func torchProblem(display string, err error) *Problem {
 	case torch.ErrInsecurePath:
 		kind = InsecurePath
 	}
-	msg := strings.TrimPrefix(te.Error(), "torch: ")
-	if te.Tensor != "" { // the problem names it
-		msg = strings.Replace(msg, fmt.Sprintf("tensor %q: ", te.Tensor), "", 1)
-	}
-	p := newProblem(kind, display, te.Tensor, nil, msg)
+	named := *te
+	named.Tensor = "" // the problem names it
+	p := newProblem(kind, display, te.Tensor, nil, strings.TrimPrefix(named.Error(), "torch: "))
 	p.Err = err
 	return p
 }

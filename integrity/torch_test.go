@@ -287,18 +287,6 @@ func TestTorchCorruption(t *testing.T) {
 // their exact messages, as TestStructure does for safetensors sets.
 func TestTorchStructure(t *testing.T) {
 	weightMap := map[string]string{"a": tshard1, "b": tshard2, "c": tshard2}
-	with := func(k, v string) map[string]string {
-		m := map[string]string{}
-		for kk, vv := range weightMap {
-			m[kk] = vv
-		}
-		if v == "" {
-			delete(m, k)
-		} else {
-			m[k] = v
-		}
-		return m
-	}
 	writeIndex := func(t *testing.T, dir string, wm map[string]string) {
 		t.Helper()
 		if err := ckpttest.WriteIndex(filepath.Join(dir, tindex), wm, map[string]any{"total_size": 1}); err != nil {
@@ -313,17 +301,17 @@ func TestTorchStructure(t *testing.T) {
 	}{
 		{"intact (total_size not checked)", func(t *testing.T, dir string) { writeIndex(t, dir, weightMap) }, nil, []string{}},
 		{"a tensor the index names that no shard holds", func(t *testing.T, dir string) {
-			writeIndex(t, dir, with("x", tshard1))
+			writeIndex(t, dir, withEntry(weightMap, "x", tshard1))
 		}, []integrity.Kind{integrity.TensorMissingFromShard}, []string{
 			tindex + `: tensor "x": the index maps it to ` + tshard1 + `, which does not hold it; no shard of the index holds it`,
 		}},
 		{"the index names the wrong shard", func(t *testing.T, dir string) {
-			writeIndex(t, dir, with("b", tshard1))
+			writeIndex(t, dir, withEntry(weightMap, "b", tshard1))
 		}, []integrity.Kind{integrity.TensorMissingFromShard}, []string{
 			tindex + `: tensor "b": the index maps it to ` + tshard1 + `, which does not hold it; it is in ` + tshard2 + ` (the index names the wrong shard)`,
 		}},
 		{"a shard holding a tensor the index does not name", func(t *testing.T, dir string) {
-			writeIndex(t, dir, with("c", ""))
+			writeIndex(t, dir, withEntry(weightMap, "c", ""))
 		}, []integrity.Kind{integrity.UnmappedTensor}, []string{
 			tshard2 + `: tensor "c": held by the shard, but the index ` + tindex + ` does not name it`,
 		}},
@@ -344,7 +332,7 @@ func TestTorchStructure(t *testing.T) {
 			tindex + `: names shard ` + tshard2 + `, which is missing`,
 		}},
 		{"an index naming a shard by a path", func(t *testing.T, dir string) {
-			writeIndex(t, dir, with("a", "../"+tshard1))
+			writeIndex(t, dir, withEntry(weightMap, "a", "../"+tshard1))
 		}, []integrity.Kind{integrity.InsecurePath}, []string{
 			tindex + `: invalid index: tensor "a": shard "../` + tshard1 + `": the shard name is a path, not a bare file name`,
 		}},

@@ -489,33 +489,16 @@ func (v *verifier) locate(name string, direct bool) (fc *fileCheck, fresh bool) 
 // openRegular opens the file name of the source for reading, refusing what
 // is not a regular file without blocking, and returns its size.
 func (v *verifier) openRegular(name string) (fs.File, int64, error) {
+	var f fs.File
+	var st fs.FileInfo
+	var err error
 	if v.src.IsOS() {
-		f, st, err := safeopen.Open(name)
-		if err != nil {
-			return nil, 0, err
-		}
-		return f, st.Size(), nil
+		f, st, err = safeopen.Open(name)
+	} else {
+		f, st, err = safeopen.OpenFS(v.src.FS(), name)
 	}
-	fsys := v.src.FS()
-	st, err := fs.Stat(fsys, name)
 	if err != nil {
 		return nil, 0, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, 0, &safeopen.NotRegularError{Path: name, Mode: st.Mode().Type()}
-	}
-	f, err := fsys.Open(name)
-	if err != nil {
-		return nil, 0, err
-	}
-	st, err = f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, 0, err
-	}
-	if !st.Mode().IsRegular() {
-		f.Close()
-		return nil, 0, &safeopen.NotRegularError{Path: name, Mode: st.Mode().Type()}
 	}
 	return f, st.Size(), nil
 }

@@ -449,7 +449,7 @@ func TestInspectJSONStreamMatchesEncoder(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("%s: exit %d: %s", path, code, stderr)
 		}
-		target, err := openTarget(path, "", false)
+		target, err := openTarget(path, "", false, false)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -208,7 +208,7 @@ func demoValidate(d *demo, root, work string) error {
 
 func demoInspect(d *demo, root, _ string) error {
 	d.section("inspect the FP8 transformer: DeepSeek block scales (headers only; no tensor data is read)")
-	t, err := openTarget(filepath.Join(root, "transformer", "diffusion_pytorch_model.fp8.safetensors"), "", false)
+	t, err := openTarget(filepath.Join(root, "transformer", "diffusion_pytorch_model.fp8.safetensors"), "", false, false)
 	if err != nil {
 		return err
 	}

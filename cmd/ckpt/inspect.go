@@ -69,14 +69,21 @@ Examples:
 		if len(pos) != 1 {
 			return usageError{msg: "inspect takes exactly one PATH"}
 		}
-		if handled, err := inspectTorch(e, pos[0], *variantName, *follow, *asJSON); handled {
-			return withHint(err)
-		}
-		t, err := openTarget(pos[0], *variantName, *follow)
+		t, err := openTarget(pos[0], *variantName, *follow, true)
 		if err != nil {
 			return withHint(err)
 		}
 		defer t.Close()
+		if t.torch != nil {
+			rep, err := buildTorchReport(t)
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				return e.printJSON(rep)
+			}
+			return printTorchReport(e, rep)
+		}
 		if *asJSON {
 			// Streamed tensor by tensor: memory stays that of the open
 			// checkpoint, whatever the number of tensors.
@@ -419,14 +426,7 @@ func printTotals(w io.Writer, count int, bytes int64, totals []dtypeTotal) {
 // each ends in ends: name, dtype, shape, bytes, offsets, and the file when
 // fileCol is set.
 func tensorCells(buf []byte, ends []int, t *inspectTensor, fileCol bool) ([]byte, []int) {
-	buf = append(buf, t.Name...)
-	ends = append(ends, len(buf))
-	buf = append(buf, t.DType...)
-	ends = append(ends, len(buf))
-	buf = appendShape(buf, t.Shape)
-	ends = append(ends, len(buf))
-	buf = strconv.AppendInt(buf, t.Bytes, 10)
-	ends = append(ends, len(buf))
+	buf, ends = leadCells(buf, ends, t.Name, t.DType, t.Shape, t.Bytes)
 	buf = append(buf, '[')
 	buf = strconv.AppendInt(buf, t.Offsets[0], 10)
 	buf = append(buf, ", "...)
@@ -438,6 +438,19 @@ func tensorCells(buf []byte, ends []int, t *inspectTensor, fileCol bool) ([]byte
 		ends = append(ends, len(buf))
 	}
 	return buf, ends
+}
+
+// leadCells appends the first cells of a tensor's table row, those of
+// safetensors and PyTorch files alike: name, dtype, shape and bytes.
+func leadCells(buf []byte, ends []int, name, dt string, shape []int64, bytes int64) ([]byte, []int) {
+	buf = append(buf, name...)
+	ends = append(ends, len(buf))
+	buf = append(buf, dt...)
+	ends = append(ends, len(buf))
+	buf = appendShape(buf, shape)
+	ends = append(ends, len(buf))
+	buf = strconv.AppendInt(buf, bytes, 10)
+	return buf, append(ends, len(buf))
 }
 
 // tableSpecial are the bytes text/tabwriter does not take as text: cell

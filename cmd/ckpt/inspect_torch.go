@@ -3,15 +3,11 @@ package main
 import (
 	"bufio"
 	"fmt"
-	"io/fs"
-	"os"
-	"path"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 
-	"github.com/ckpt-go/ckpt/torch"
+	"github.com/ckpt-go/ckpt/internal/shapes"
 	"github.com/ckpt-go/ckpt/variant"
 )
 
@@ -46,72 +42,9 @@ type torchInspectReport struct {
 	Bytes    int64                `json:"total_bytes"`
 }
 
-// inspectTorch inspects p when it is a PyTorch checkpoint: a file or index
-// named as one, or a folder whose weights (resolved as "ckpt resolve"
-// does) are PyTorch ones. handled is false for anything else.
-func inspectTorch(e *env, p, variantName string, follow, asJSON bool) (handled bool, err error) {
-	if b := path.Base(p); strings.HasSuffix(b, ".safetensors") || strings.HasSuffix(b, ".json") && !variant.IsPyTorchName(b) {
-		return false, nil // a safetensors file or index: not opened twice
-	}
-	fsys, name, err := openLocation(p)
-	if err != nil {
-		return false, nil // openTarget reports it
-	}
-	defer closeFS(fsys)
-	var st fs.FileInfo
-	if fsys != nil {
-		st, err = fs.Stat(fsys, name)
-	} else {
-		st, err = os.Stat(name)
-	}
-	if err != nil {
-		return false, nil
-	}
-	t := &checkpointTarget{path: p, kind: "file", fsys: fsys, name: name}
-	file := name
-	join := filepath.Join
-	base := filepath.Base(name)
-	if fsys != nil {
-		join, base = path.Join, path.Base(name)
-	}
-	switch {
-	case st.IsDir():
-		plan, err := variant.ResolveComponent(name, variantName, variant.WithSource(cliSource(fsys, follow)))
-		if err != nil || plan.Format != variant.FormatPyTorch || len(plan.Files) == 0 {
-			return false, nil
-		}
-		t.kind = "folder"
-		file = join(plan.Dir, plan.Files[0])
-		if plan.Index != "" {
-			file = join(plan.Dir, plan.Index)
-		}
-	case !variant.IsPyTorchName(base):
-		return false, nil
-	case strings.HasSuffix(strings.ToLower(base), ".json"):
-		t.kind = "index"
-	}
-	var ck *torch.Checkpoint
-	if fsys != nil {
-		ck, err = torch.OpenFS(fsys, file)
-	} else {
-		var opts []torch.Option
-		if follow {
-			opts = append(opts, torch.WithSymlinkRoot("/"))
-		}
-		ck, err = torch.Open(file, opts...)
-	}
-	if err != nil {
-		return true, err
-	}
-	defer ck.Close()
-	rep := buildTorchReport(t, ck)
-	if asJSON {
-		return true, e.printJSON(rep)
-	}
-	return true, printTorchReport(e, rep)
-}
-
-func buildTorchReport(t *checkpointTarget, ck *torch.Checkpoint) *torchInspectReport {
+// buildTorchReport is the report of t, a PyTorch checkpoint (t.torch).
+func buildTorchReport(t *checkpointTarget) (*torchInspectReport, error) {
+	ck := t.torch
 	rep := &torchInspectReport{Path: t.path, Kind: t.kind, Format: variant.FormatPyTorch, Files: []string{},
 		Metadata: ck.Metadata(), Aliases: ck.Aliases(), Tensors: []torchInspectTensor{}}
 	if rep.Metadata == nil {
@@ -127,9 +60,9 @@ func buildTorchReport(t *checkpointTarget, ck *torch.Checkpoint) *torchInspectRe
 			rep.Files = append(rep.Files, file)
 		}
 		shape := tn.Shape()
-		n := int64(1)
-		for _, d := range shape {
-			n *= d
+		n, err := shapes.Elements(shape)
+		if err != nil {
+			return nil, fmt.Errorf("%s: tensor %q: %w", file, name, err)
 		}
 		rep.Tensors = append(rep.Tensors, torchInspectTensor{Name: name, DType: tn.DType().String(), Shape: shape, Bytes: tn.ByteLen(),
 			Storage: tn.Storage(), StorageOffset: tn.StorageOffset(), Strides: tn.Strides(), Contiguous: tn.Contiguous(),
@@ -137,7 +70,7 @@ func buildTorchReport(t *checkpointTarget, ck *torch.Checkpoint) *torchInspectRe
 		tot.add(inspectTensor{DType: tn.DType().String(), Bytes: tn.ByteLen(), elements: n, dtype: tn.DType()})
 	}
 	rep.Count, rep.Bytes, rep.Totals = len(rep.Tensors), tot.bytes, tot.list()
-	return rep
+	return rep, nil
 }
 
 // printTorchReport writes the table of a PyTorch checkpoint: each tensor
@@ -160,14 +93,7 @@ func printTorchReport(e *env, rep *torchInspectReport) error {
 			return buf, ends
 		}
 		t := &rep.Tensors[i-1]
-		buf = append(buf, t.Name...)
-		ends = append(ends, len(buf))
-		buf = append(buf, t.DType...)
-		ends = append(ends, len(buf))
-		buf = appendShape(buf, t.Shape)
-		ends = append(ends, len(buf))
-		buf = strconv.AppendInt(buf, t.Bytes, 10)
-		ends = append(ends, len(buf))
+		buf, ends = leadCells(buf, ends, t.Name, t.DType, t.Shape, t.Bytes)
 		buf = append(buf, "data/"+t.Storage...)
 		ends = append(ends, len(buf))
 		if t.Contiguous {

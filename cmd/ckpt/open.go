@@ -15,6 +15,7 @@ import (
 	"github.com/ckpt-go/ckpt/internal/srcfs"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/shard"
+	"github.com/ckpt-go/ckpt/torch"
 	"github.com/ckpt-go/ckpt/variant"
 )
 
@@ -24,9 +25,12 @@ type checkpointTarget struct {
 	path string
 	kind string // "file", "index" or "folder"
 	ckpt *shard.Checkpoint
-	fsys fs.FS             // the remote location's file system, or nil
-	name string            // path as a name of fsys (path itself for a local path)
-	rels map[string]string // relFile's: file -> rel(file)
+	// torch is the target when it is a PyTorch checkpoint opened with
+	// openTarget's pytorch set (ckpt is nil then).
+	torch *torch.Checkpoint
+	fsys  fs.FS             // the remote location's file system, or nil
+	name  string            // path as a name of fsys (path itself for a local path)
+	rels  map[string]string // relFile's: file -> rel(file)
 }
 
 // root returns the folder the target's files are named relative to: the
@@ -99,13 +103,16 @@ func cliSource(fsys fs.FS, follow bool) srcfs.FS {
 // openTarget opens path as a checkpoint: a .safetensors file, a
 // *.safetensors.index*.json, or a folder resolved with the variant rules;
 // path may be a remote location (s3://, https://). follow is
-// --follow-symlinks.
-func openTarget(path, variantName string, follow bool) (*checkpointTarget, error) {
+// --follow-symlinks. With pytorch set, a PyTorch checkpoint — a file or
+// index named as one (variant.IsPyTorchName), or a folder whose resolved
+// weights are PyTorch ones — is opened with package torch into t.torch;
+// without it, it is opened as safetensors (and refused).
+func openTarget(path, variantName string, follow, pytorch bool) (*checkpointTarget, error) {
 	fsys, name, err := openLocation(path)
 	if err != nil {
 		return nil, err
 	}
-	t, err := openTargetFS(fsys, path, name, variantName, follow)
+	t, err := openTargetFS(fsys, path, name, variantName, follow, pytorch)
 	if err != nil {
 		closeFS(fsys)
 		return nil, err
@@ -114,7 +121,7 @@ func openTarget(path, variantName string, follow bool) (*checkpointTarget, error
 }
 
 // openTargetFS is openTarget for the name of fsys (nil: a local path).
-func openTargetFS(fsys fs.FS, path, name, variantName string, follow bool) (*checkpointTarget, error) {
+func openTargetFS(fsys fs.FS, path, name, variantName string, follow, pytorch bool) (*checkpointTarget, error) {
 	var st fs.FileInfo
 	var err error
 	if fsys != nil {
@@ -136,7 +143,17 @@ func openTargetFS(fsys fs.FS, path, name, variantName string, follow bool) (*che
 		if err != nil {
 			return nil, err
 		}
+		if pytorch && plan.Format == variant.FormatPyTorch && len(plan.Files) > 0 {
+			file := src.Join(plan.Dir, cmp.Or(plan.Index, plan.Files[0]))
+			t.torch, err = openTorch(fsys, file, follow)
+			break
+		}
 		t.ckpt, err = plan.Open()
+	case pytorch && variant.IsPyTorchName(name):
+		if strings.HasSuffix(strings.ToLower(name), ".json") {
+			t.kind = "index"
+		}
+		t.torch, err = openTorch(fsys, name, follow)
 	case strings.HasSuffix(name, ".json"):
 		t.kind = "index"
 		t.ckpt, err = shard.Open(name, opts...)
@@ -149,10 +166,26 @@ func openTargetFS(fsys fs.FS, path, name, variantName string, follow bool) (*che
 	return t, nil
 }
 
+// openTorch opens the PyTorch file or index file of fsys (nil: a local
+// path, kept to its folder unless follow is set).
+func openTorch(fsys fs.FS, file string, follow bool) (*torch.Checkpoint, error) {
+	if fsys != nil {
+		return torch.OpenFS(fsys, file)
+	}
+	var opts []torch.Option
+	if follow {
+		opts = append(opts, torch.WithSymlinkRoot("/"))
+	}
+	return torch.Open(file, opts...)
+}
+
 func (t *checkpointTarget) Close() error {
 	var err error
-	if t.ckpt != nil {
+	switch {
+	case t.ckpt != nil:
 		err = t.ckpt.Close()
+	case t.torch != nil:
+		err = t.torch.Close()
 	}
 	closeFS(t.fsys)
 	return err

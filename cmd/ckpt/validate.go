@@ -90,7 +90,7 @@ func validatePaths(paths []string, variantName string, follow bool) []validateRe
 	results := make([]validateResult, 0, len(paths))
 	for _, p := range paths {
 		r := validateResult{File: p}
-		t, err := openTarget(p, variantName, follow)
+		t, err := openTarget(p, variantName, follow, false)
 		if err == nil {
 			r.Tensors = t.ckpt.Len()
 			t.Close()

@@ -5,8 +5,6 @@ package cuda
 import (
 	"bytes"
 	"errors"
-	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -17,35 +15,10 @@ import (
 	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/executor"
 	"github.com/ckpt-go/ckpt/executor/cpu"
+	"github.com/ckpt-go/ckpt/internal/testutil"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/torch"
 )
-
-// readCountFS counts the bytes read with ReadAt from the files of an
-// fs.FS.
-type readCountFS struct {
-	fsys fs.FS
-	n    *atomic.Int64
-}
-
-func (c readCountFS) Open(name string) (fs.File, error) {
-	f, err := c.fsys.Open(name)
-	if err != nil {
-		return nil, err
-	}
-	return readCountFile{f, c.n}, nil
-}
-
-type readCountFile struct {
-	fs.File
-	n *atomic.Int64
-}
-
-func (f readCountFile) ReadAt(b []byte, off int64) (int, error) {
-	n, err := f.File.(io.ReaderAt).ReadAt(b, off)
-	f.n.Add(int64(n))
-	return n, err
-}
 
 // TestUploadTorchTransposedReadsOnce uploads a PyTorch file holding a
 // transposed view ([256, 4096] F32, strides [1, 256]: each piece of a few
@@ -69,7 +42,7 @@ func TestUploadTorchTransposedReadsOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	var n atomic.Int64
-	m, err := ckpt.Open("model.pt", ckpt.WithFS(readCountFS{os.DirFS(dir), &n}))
+	m, err := ckpt.Open("model.pt", ckpt.WithFS(testutil.CountingFS{FS: os.DirFS(dir), N: &n}))
 	if err != nil {
 		t.Fatal(err)
 	}

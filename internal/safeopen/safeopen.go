@@ -177,3 +177,35 @@ func ReadFileFS(fsys fs.FS, name string, max int64) ([]byte, error) {
 	defer f.Close()
 	return readAtMost(f, name, st.Size(), max)
 }
+
+// OpenFS is Open for the file name of fsys: it returns the open file and
+// its FileInfo (the open file's Stat), refusing what is not a regular file
+// with a NotRegularError naming name. When fsys implements fs.StatFS the
+// name is stat-ed before it is opened, so that a FIFO or a device is
+// refused without an open that could block; otherwise it is checked on
+// the open file. Other errors are fsys's, as they are.
+func OpenFS(fsys fs.FS, name string) (fs.File, fs.FileInfo, error) {
+	if sfs, ok := fsys.(fs.StatFS); ok {
+		st, err := sfs.Stat(name)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !st.Mode().IsRegular() {
+			return nil, nil, &NotRegularError{Path: name, Mode: st.Mode().Type()}
+		}
+	}
+	f, err := fsys.Open(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	if !st.Mode().IsRegular() {
+		f.Close()
+		return nil, nil, &NotRegularError{Path: name, Mode: st.Mode().Type()}
+	}
+	return f, st, nil
+}
