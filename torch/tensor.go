@@ -282,7 +282,13 @@ func (t *Tensor) linesCheaper(e0, e1, span int64) bool {
 	if span <= max(own, spanRead) {
 		return false
 	}
-	limit, n := (span-own)/t.lineCost(), int64(0)
+	return t.fewLines(e0, e1, (span-own)/t.lineCost())
+}
+
+// fewLines reports whether the view's elements [e0, e1) lie in at most
+// limit lines (see lines), walking at most limit+1 of them.
+func (t *Tensor) fewLines(e0, e1, limit int64) bool {
+	n := int64(0)
 	stop := errors.New("")
 	return t.lines(e0, e1, func(_, _, _ int64) error {
 		if n++; n > limit {
@@ -445,14 +451,7 @@ func (t *Tensor) useLines(e0, e1, span int64) bool {
 	if span <= max(2*(e1-e0)*isz, spanRead) {
 		return false
 	}
-	limit, n := span/t.lineCost(), int64(0)
-	stop := errors.New("")
-	return t.lines(e0, e1, func(_, _, _ int64) error {
-		if n++; n > limit {
-			return stop
-		}
-		return nil
-	}) == nil
+	return t.fewLines(e0, e1, span/t.lineCost())
 }
 
 // gatherLines fills out with the view's elements [e0, e1) in row-major
