@@ -26,6 +26,7 @@ type archive struct {
 	r       io.ReaderAt
 	size    int64
 	records map[string]*zip.File
+	files   []*zip.File      // the records in the zip directory's order
 	dataOff map[string]int64 // where the storage records' bytes start, found at Open (storageRecord)
 	prefix  string           // the folder of data.pkl, with its slash ("archive/"), or ""
 	pkl     string           // the data.pkl record's name
@@ -54,6 +55,7 @@ func openArchive(r io.ReaderAt, size int64) (*archive, error) {
 			return nil, &Error{Kind: ErrInvalidFormat, Record: f.Name, Msg: "invalid archive: the record appears twice"}
 		}
 		a.records[f.Name] = f
+		a.files = append(a.files, f)
 		if f.Name != "data.pkl" && !strings.HasSuffix(f.Name, "/data.pkl") {
 			continue
 		}

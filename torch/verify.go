@@ -146,15 +146,9 @@ func (c *Checkpoint) VerifyRecords(ctx context.Context, opts VerifyOptions, fn f
 		readSize = defaultVerifyRead
 	}
 
-	// The tensors (every name, aliases too) that view each record.
 	type recKey struct {
 		sf     *shardFile
 		record string
-	}
-	viewers := make(map[recKey][]string)
-	for name, t := range c.byName {
-		k := recKey{t.sf, t.record}
-		viewers[k] = append(viewers[k], name)
 	}
 	kept := make(map[recKey]int)
 	for _, t := range c.tensors {
@@ -167,22 +161,24 @@ func (c *Checkpoint) VerifyRecords(ctx context.Context, opts VerifyOptions, fn f
 	}
 	var jobs []job
 	for _, sf := range c.files {
-		for _, f := range sf.ar.records {
+		for _, f := range sf.ar.files { // the directory's order: the order torch.save wrote them, for reads in order
 			jobs = append(jobs, job{sf, f})
 		}
 	}
-	slices.SortFunc(jobs, func(a, b job) int { // in file order, for reads in order
-		if a.sf != b.sf {
-			return strings.Compare(a.sf.path, b.sf.path)
-		}
-		return strings.Compare(a.f.Name, b.f.Name)
-	})
 
 	var mu sync.Mutex
+	var viewers map[recKey][]string // the tensors (every name, aliases too) that view each record; made for the first problem
 	report := func(e *RecordError, ok bool, n int64, k recKey) {
 		mu.Lock()
 		defer mu.Unlock()
 		if e != nil {
+			if viewers == nil {
+				viewers = make(map[recKey][]string)
+				for name, t := range c.byName {
+					k := recKey{t.sf, t.record}
+					viewers[k] = append(viewers[k], name)
+				}
+			}
 			e.Tensors = slices.Clone(viewers[k])
 			slices.Sort(e.Tensors)
 			fn(e)
