@@ -298,7 +298,7 @@ func (c *Checkpoint) newTensor(sf *shardFile, name string, o *tensorObj) (*Tenso
 			o.shape, storeBytes))
 	}
 	t := &Tensor{c: c, sf: sf, name: name, dt: o.dt, shape: o.shape, stride: o.stride, offset: o.offset,
-		size: size, storage: o.st.key, record: record, recOff: recOff, recLen: storeBytes, crc: sf.ar.records[record].CRC32}
+		size: size, storage: o.st.key, rec: sf.ar.records[record]}
 	t.contig = contiguous(o.shape, o.stride)
 	t.base = recOff + o.offset*isz
 	if numel > 0 {

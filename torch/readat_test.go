@@ -406,7 +406,7 @@ func TestRecordCRC(t *testing.T) {
 				}
 			}
 			rec, off, n := tn.Record()
-			if rec != "x/data/0" || n != int64(len(data)) || off <= 0 {
+			if rec != "x/data/0" || n != int64(len(data)) || off != recordRanges(t, c)[rec][0] {
 				t.Errorf("%s: Record() = %q %d %d", name, rec, off, n)
 			}
 			b := make([]byte, n+3)

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/klauspost/compress/zip"
+
 	"github.com/ckpt-go/ckpt/dtype"
 )
 
@@ -37,10 +39,7 @@ type Tensor struct {
 	base    int64 // archive offset of the view's first element
 	extent  int64 // bytes from base that hold every element of the view
 	storage string
-	record  string
-	recOff  int64  // archive offset of the record's bytes
-	recLen  int64  // the record's size
-	crc     uint32 // the record's CRC-32, as the zip directory records it
+	rec     *zip.File // the storage record: its name, size (checked at Open) and CRC-32
 }
 
 // Name returns the tensor's name: its dotted path in the checkpoint
@@ -92,7 +91,14 @@ func (t *Tensor) Offset() int64 { return t.base }
 // ("archive/data/3") and where its bytes lie in File: n bytes from offset
 // off, as stored (a view's elements among them, in the archive's byte
 // order).
-func (t *Tensor) Record() (name string, off, n int64) { return t.record, t.recOff, t.recLen }
+func (t *Tensor) Record() (name string, off, n int64) { return t.rec.Name, t.recOff(), t.recLen() }
+
+// recOff is the archive offset of the storage record's bytes.
+func (t *Tensor) recOff() int64 { return t.base - t.offset*int64(t.dt.Bits()/8) }
+
+// recLen is the size of the storage record: the storage's bytes, as Open
+// checked.
+func (t *Tensor) recLen() int64 { return int64(t.rec.UncompressedSize64) }
 
 // RecordCRC returns the CRC-32 (IEEE polynomial) that the archive's zip
 // directory records for the bytes of the storage record the tensor views,
@@ -105,7 +111,7 @@ func (t *Tensor) Record() (name string, off, n int64) { return t.record, t.recOf
 // storage record's data, so it has not compared them
 // (Checkpoint.VerifyRecords compares every record).
 func (t *Tensor) RecordCRC() (crc uint32, whole bool) {
-	return t.crc, t.contig && t.offset == 0 && t.size == t.recLen && !t.sf.ar.big
+	return t.rec.CRC32, t.contig && t.offset == 0 && t.size == t.recLen() && !t.sf.ar.big
 }
 
 // ReadRecordAt reads the bytes [off, off+len(b)) of the storage record the
@@ -113,7 +119,8 @@ func (t *Tensor) RecordCRC() (crc uint32, whole bool) {
 // io.ReaderAt does: fewer bytes only with an error, io.EOF past the
 // record's end.
 func (t *Tensor) ReadRecordAt(b []byte, off int64) (int, error) {
-	return t.readRange(b, off, t.recLen, func(b []byte, off int64) error { return t.readAt(b, t.recOff+off) })
+	recOff := t.recOff()
+	return t.readRange(b, off, t.recLen(), func(b []byte, off int64) error { return t.readAt(b, recOff+off) })
 }
 
 // readRange is io.ReaderAt's contract for bytes [0, size) that read reads:
@@ -615,7 +622,7 @@ func (t *Tensor) checkOpen() error {
 }
 
 func (t *Tensor) err(kind ErrorKind, msg string, err error) error {
-	return &Error{Kind: kind, File: t.sf.path, Record: t.record, Tensor: t.name, Msg: msg, Err: err}
+	return &Error{Kind: kind, File: t.sf.path, Record: t.rec.Name, Tensor: t.name, Msg: msg, Err: err}
 }
 
 func (t *Tensor) readAt(b []byte, off int64) error {

@@ -152,7 +152,7 @@ func (c *Checkpoint) VerifyRecords(ctx context.Context, opts VerifyOptions, fn f
 	}
 	kept := make(map[recKey]int)
 	for _, t := range c.tensors {
-		kept[recKey{t.sf, t.record}]++
+		kept[recKey{t.sf, t.rec.Name}]++
 	}
 
 	type job struct {
@@ -175,7 +175,7 @@ func (c *Checkpoint) VerifyRecords(ctx context.Context, opts VerifyOptions, fn f
 			if viewers == nil {
 				viewers = make(map[recKey][]string)
 				for name, t := range c.byName {
-					k := recKey{t.sf, t.record}
+					k := recKey{t.sf, t.rec.Name}
 					viewers[k] = append(viewers[k], name)
 				}
 			}
