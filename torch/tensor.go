@@ -378,16 +378,7 @@ func (g *Gathered) ReadAt(b []byte, off int64) (int, error) {
 	case !g.span:
 		copy(b, g.src[off-g.e0*isz:off-g.e0*isz+n])
 	default:
-		e0, e1 := off/isz, (off+n+isz-1)/isz
-		out := b[:n]
-		if off%isz != 0 || n%isz != 0 {
-			out = make([]byte, (e1-e0)*isz) // at most two elements more than b
-		}
-		t.gather(out, g.src, e0, g.lo)
-		t.toLittle(out)
-		if int64(len(out)) != n {
-			copy(b, out[off-e0*isz:])
-		}
+		t.gatherRange(b[:n], off, g.src, g.lo)
 	}
 	if n < int64(len(b)) {
 		return int(n), io.EOF
@@ -403,30 +394,74 @@ func (t *Tensor) readElems(dst []byte, off int64) error {
 	}
 	isz := int64(t.dt.Bits() / 8)
 	e0, e1 := off/isz, (off+int64(len(dst))+isz-1)/isz
+	if !t.contig {
+		if lo, hi := t.spanOf(e0, e1); !t.useLines(e0, e1, (hi-lo+1)*isz) {
+			src := make([]byte, (hi-lo+1)*isz) // within the view's extent, checked at Open
+			if err := t.readAt(src, t.base+lo*isz); err != nil {
+				return err
+			}
+			t.gatherRange(dst, off, src, lo)
+			return nil
+		}
+	}
+	// A contiguous view of a big-endian archive, or a view read line by
+	// line: whole elements are read, through a buffer of them where dst
+	// cuts an element (a read in one piece, not one per part).
 	out := dst
 	if off%isz != 0 || int64(len(dst))%isz != 0 {
 		out = make([]byte, (e1-e0)*isz) // at most two elements more than dst
 	}
+	var err error
 	if t.contig {
-		if err := t.readAt(out, t.base+e0*isz); err != nil {
-			return err
-		}
-	} else if lo, hi := t.spanOf(e0, e1); t.useLines(e0, e1, (hi-lo+1)*isz) {
-		if err := t.gatherLines(out, e0, e1); err != nil {
-			return err
-		}
+		err = t.readAt(out, t.base+e0*isz)
 	} else {
-		src := make([]byte, (hi-lo+1)*isz) // within the view's extent, checked at Open
-		if err := t.readAt(src, t.base+lo*isz); err != nil {
-			return err
-		}
-		t.gather(out, src, e0, lo)
+		err = t.gatherLines(out, e0, e1)
+	}
+	if err != nil {
+		return err
 	}
 	t.toLittle(out)
 	if len(out) != len(dst) {
 		copy(dst, out[off-e0*isz:])
 	}
 	return nil
+}
+
+// gatherRange fills dst with the tensor's contiguous little-endian bytes
+// [off, off+len(dst)) (inside them, len(dst) > 0) from src, the storage
+// from the view's element lo on (see gather): the whole elements straight
+// into dst, an element that an end of dst cuts through a scratch element.
+func (t *Tensor) gatherRange(dst []byte, off int64, src []byte, lo int64) {
+	isz := int64(t.dt.Bits() / 8)
+	end := off + int64(len(dst))
+	if off%isz == 0 && end%isz == 0 {
+		t.gather(dst, src, off/isz, lo)
+		t.toLittle(dst)
+		return
+	}
+	scratch := make([]byte, isz)
+	part := func(e int64) { // element e's bytes that lie in [off, end)
+		t.gather(scratch, src, e, lo)
+		t.toLittle(scratch)
+		a, b := max(off, e*isz), min(end, (e+1)*isz)
+		copy(dst[a-off:b-off], scratch[a-e*isz:b-e*isz])
+	}
+	m0, m1 := (off+isz-1)/isz, end/isz // the whole elements [m0, m1)
+	if m0 > m1 {                       // dst lies inside one element
+		part(off / isz)
+		return
+	}
+	if off%isz != 0 {
+		part(off / isz)
+	}
+	if m1 > m0 {
+		mid := dst[m0*isz-off : m1*isz-off]
+		t.gather(mid, src, m0, lo)
+		t.toLittle(mid)
+	}
+	if end%isz != 0 {
+		part(m1)
+	}
 }
 
 // spanRead is the storage a read of a view that is not contiguous reads
