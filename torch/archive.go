@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/klauspost/compress/zip"
@@ -24,6 +25,7 @@ const maxSmallRecord = 64
 // data.pkl is.
 type archive struct {
 	r       io.ReaderAt
+	local   bool // r is a file of the operating system: a read is a system call, not a request
 	size    int64
 	records map[string]*zip.File
 	files   []*zip.File      // the records in the zip directory's order
@@ -47,7 +49,8 @@ func openArchive(r io.ReaderAt, size int64) (*archive, error) {
 	if err != nil && !errors.Is(err, zip.ErrInsecurePath) { // names are only looked up, never used as paths
 		return nil, &Error{Kind: ErrInvalidFormat, Msg: "invalid archive: not a readable zip archive", Err: err}
 	}
-	a := &archive{r: r, size: size, records: make(map[string]*zip.File, len(zr.File)), dataOff: make(map[string]int64)}
+	_, local := r.(*os.File)
+	a := &archive{r: r, local: local, size: size, records: make(map[string]*zip.File, len(zr.File)), dataOff: make(map[string]int64)}
 	var pkls []string
 	depth := -1
 	for _, f := range zr.File {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"sync"
 
@@ -479,7 +478,7 @@ const (
 
 // lineCost is what one read of the tensor's archive costs, in bytes.
 func (t *Tensor) lineCost() int64 {
-	if _, ok := t.sf.ar.r.(*os.File); ok {
+	if t.sf.ar.local {
 		return lineCostLocal
 	}
 	return lineCostRemote
