@@ -175,8 +175,8 @@ func (c *Checkpoint) VerifyRecords(ctx context.Context, opts VerifyOptions, fn f
 			if viewers == nil {
 				viewers = make(map[recKey][]string)
 				for name, t := range c.byName {
-					k := recKey{t.sf, t.rec.Name}
-					viewers[k] = append(viewers[k], name)
+					tk := recKey{t.sf, t.rec.Name}
+					viewers[tk] = append(viewers[tk], name)
 				}
 			}
 			e.Tensors = slices.Clone(viewers[k])
