@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/klauspost/compress/zip"
@@ -24,11 +25,14 @@ const maxSmallRecord = 64
 // data.pkl is.
 type archive struct {
 	r       io.ReaderAt
+	local   bool // r is a file of the operating system: a read is a system call, not a request
 	size    int64
 	records map[string]*zip.File
-	prefix  string // the folder of data.pkl, with its slash ("archive/"), or ""
-	pkl     string // the data.pkl record's name
-	big     bool   // the byteorder record says "big"
+	files   []*zip.File      // the records in the zip directory's order
+	dataOff map[string]int64 // where the storage records' bytes start, found at Open (storageRecord)
+	prefix  string           // the folder of data.pkl, with its slash ("archive/"), or ""
+	pkl     string           // the data.pkl record's name
+	big     bool             // the byteorder record says "big"
 }
 
 // openArchive reads the zip directory of a PyTorch checkpoint, finds
@@ -45,7 +49,8 @@ func openArchive(r io.ReaderAt, size int64) (*archive, error) {
 	if err != nil && !errors.Is(err, zip.ErrInsecurePath) { // names are only looked up, never used as paths
 		return nil, &Error{Kind: ErrInvalidFormat, Msg: "invalid archive: not a readable zip archive", Err: err}
 	}
-	a := &archive{r: r, size: size, records: make(map[string]*zip.File, len(zr.File))}
+	_, local := r.(*os.File)
+	a := &archive{r: r, local: local, size: size, records: make(map[string]*zip.File, len(zr.File)), dataOff: make(map[string]int64)}
 	var pkls []string
 	depth := -1
 	for _, f := range zr.File {
@@ -53,6 +58,7 @@ func openArchive(r io.ReaderAt, size int64) (*archive, error) {
 			return nil, &Error{Kind: ErrInvalidFormat, Record: f.Name, Msg: "invalid archive: the record appears twice"}
 		}
 		a.records[f.Name] = f
+		a.files = append(a.files, f)
 		if f.Name != "data.pkl" && !strings.HasSuffix(f.Name, "/data.pkl") {
 			continue
 		}
@@ -154,9 +160,13 @@ func (a *archive) pickle() ([]byte, error) {
 // storageRecord locates the bytes of a storage in the archive: a stored
 // (uncompressed, unencrypted) record data/<key> beside data.pkl, holding
 // exactly n bytes that lie inside the archive. It returns the offset of
-// the first byte.
+// the first byte, and keeps it (dataOffset): a record is checked once,
+// when its storage is first met.
 func (a *archive) storageRecord(key string, n int64) (int64, error) {
 	name := a.prefix + "data/" + key
+	if off, ok := a.dataOff[name]; ok {
+		return off, nil
+	}
 	f, ok := a.records[name]
 	if !ok {
 		return 0, &Error{Kind: ErrInvalidFormat, Record: name, Msg: fmt.Sprintf("missing record: storage %q has no record", key)}
@@ -176,8 +186,24 @@ func (a *archive) storageRecord(key string, n int64) (int64, error) {
 	if err != nil {
 		return 0, &Error{Kind: ErrInvalidFormat, Record: name, Msg: "invalid archive: unreadable local header", Err: err}
 	}
-	if off < 0 || off > a.size || n > a.size-off {
+	if !a.within(off, uint64(n)) {
 		return 0, &Error{Kind: ErrInvalidFormat, Record: name, Msg: fmt.Sprintf("invalid archive: %d bytes at offset %d run past the end of the archive (%d bytes)", n, off, a.size)}
 	}
+	a.dataOff[name] = off
 	return off, nil
+}
+
+// dataOffset returns where f's bytes start: the offset storageRecord
+// found, or for a record that holds no storage the one its local header
+// gives (a read).
+func (a *archive) dataOffset(f *zip.File) (int64, error) {
+	if off, ok := a.dataOff[f.Name]; ok {
+		return off, nil
+	}
+	return f.DataOffset()
+}
+
+// within reports whether n bytes from offset off lie inside the archive.
+func (a *archive) within(off int64, n uint64) bool {
+	return off >= 0 && off <= a.size && n <= uint64(a.size-off)
 }

@@ -38,6 +38,54 @@ func BenchmarkTensorWriteTo(b *testing.B) {
 	}
 }
 
+// BenchmarkGatherTranspose gathers the transposed view of benchZip ("wt",
+// 4 MiB of F32) from its storage in memory: "tiled" is the gather WriteTo
+// and ReadAt use (whole rows several at a time, a block of columns at a
+// time), "rows" the baseline of one row at a time (gatherRows), in the
+// same run.
+func BenchmarkGatherTranspose(b *testing.B) {
+	c, err := openBytes(b, benchZip())
+	if err != nil {
+		b.Fatal(err)
+	}
+	t, _ := c.Tensor("wt")
+	src := seq(1024 * 1024) // the storage, from the view's first element
+	want, err := t.Bytes()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, g := range []struct {
+		name   string
+		gather func(dst []byte)
+	}{
+		{"tiled", func(dst []byte) { t.gather(dst, src, 0, 0) }},
+		{"rows", func(dst []byte) { gatherRows(t, dst, src) }},
+	} {
+		dst := make([]byte, t.ByteLen())
+		g.gather(dst)
+		if !bytes.Equal(dst, want) {
+			b.Fatalf("%s: the gathered bytes differ from Bytes", g.name)
+		}
+		b.Run(g.name, func(b *testing.B) {
+			b.SetBytes(t.ByteLen())
+			for range b.N {
+				g.gather(dst)
+			}
+		})
+	}
+}
+
+// gatherRows gathers a 2-d view one row at a time, each a strided run of
+// the storage src (from the view's first element): the gather without
+// gatherTile, the baseline of BenchmarkGatherTranspose.
+func gatherRows(t *Tensor, dst, src []byte) {
+	isz := int64(t.dt.Bits() / 8)
+	rowB := t.shape[1] * isz
+	for i := range t.shape[0] {
+		gatherRun(dst[i*rowB:(i+1)*rowB], src[i*t.stride[0]*isz:], t.stride[1]*isz, isz)
+	}
+}
+
 // BenchmarkUnpickle parses the pickle of a 2000-tensor state dict.
 func BenchmarkUnpickle(b *testing.B) {
 	var tensors []ts

@@ -228,13 +228,12 @@ func (c *Checkpoint) load(path string, r io.ReaderAt, size int64, closer io.Clos
 	}
 	sf := &shardFile{path: path, ar: ar, closer: closer}
 	part := &loaded{sf: sf}
-	recs := make(map[string]int64) // storage key -> archive offset
 	for _, e := range entries {
 		if e.t == nil {
 			part.meta = append(part.meta, e)
 			continue
 		}
-		t, err := c.newTensor(sf, e.name, e.t, recs)
+		t, err := c.newTensor(sf, e.name, e.t)
 		if err != nil {
 			return nil, err
 		}
@@ -244,8 +243,8 @@ func (c *Checkpoint) load(path string, r io.ReaderAt, size int64, closer io.Clos
 }
 
 // newTensor checks a tensor's view against its storage record and returns
-// it. recs caches the records' offsets by storage key.
-func (c *Checkpoint) newTensor(sf *shardFile, name string, o *tensorObj, recs map[string]int64) (*Tensor, error) {
+// it.
+func (c *Checkpoint) newTensor(sf *shardFile, name string, o *tensorObj) (*Tensor, error) {
 	record := sf.ar.prefix + "data/" + o.st.key
 	fail := func(kind ErrorKind, msg string) error {
 		return &Error{Kind: kind, File: sf.path, Record: record, Tensor: name, Msg: msg}
@@ -259,14 +258,9 @@ func (c *Checkpoint) newTensor(sf *shardFile, name string, o *tensorObj, recs ma
 	if !ok {
 		return nil, fail(ErrInvalidFormat, fmt.Sprintf("storage size: storage of %d elements of %s overflows", o.st.numel, o.st.typ))
 	}
-	recOff, ok := recs[o.st.key]
-	if !ok {
-		off, err := sf.ar.storageRecord(o.st.key, storeBytes)
-		if err != nil {
-			return nil, withFile(err, sf.path, "")
-		}
-		recs[o.st.key] = off
-		recOff = off
+	recOff, err := sf.ar.storageRecord(o.st.key, storeBytes)
+	if err != nil {
+		return nil, withFile(err, sf.path, "")
 	}
 	if o.offset < 0 {
 		return nil, fail(ErrInvalidFormat, fmt.Sprintf("tensor bounds: negative storage offset %d", o.offset))
@@ -304,7 +298,7 @@ func (c *Checkpoint) newTensor(sf *shardFile, name string, o *tensorObj, recs ma
 			o.shape, storeBytes))
 	}
 	t := &Tensor{c: c, sf: sf, name: name, dt: o.dt, shape: o.shape, stride: o.stride, offset: o.offset,
-		size: size, storage: o.st.key, record: record, recOff: recOff, recLen: storeBytes, crc: sf.ar.records[record].CRC32}
+		size: size, storage: o.st.key, rec: sf.ar.records[record]}
 	t.contig = contiguous(o.shape, o.stride)
 	t.base = recOff + o.offset*isz
 	if numel > 0 {

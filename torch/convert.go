@@ -74,10 +74,11 @@ func ParseAliases(s string) (map[string]string, error) {
 		return nil, fail("", "data after the object", err)
 	}
 	for _, tied := range slices.Sorted(maps.Keys(out)) {
-		switch kept := out[tied]; {
-		case kept == tied:
+		kept := out[tied]
+		if kept == tied {
 			return nil, fail(tied, "the name ties to itself", nil)
-		case hasKey(out, kept):
+		}
+		if _, ok := out[kept]; ok {
 			return nil, fail(tied, fmt.Sprintf("it ties to %q, itself a tied name (a tie names a stored tensor directly)", kept), nil)
 		}
 	}
@@ -93,8 +94,6 @@ func FormatAliases(ties map[string]string) string {
 	enc.Encode(ties) // a map of strings: cannot fail
 	return strings.TrimSuffix(b.String(), "\n")
 }
-
-func hasKey(m map[string]string, k string) bool { _, ok := m[k]; return ok }
 
 // FormatKey is the metadata key that Hugging Face transformers requires of
 // a safetensors file; WriteSafetensors sets it to "pt".

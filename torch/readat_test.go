@@ -181,6 +181,13 @@ func TestReadAtLines(t *testing.T) {
 		}
 		defer onDisk.Close()
 		for _, ck := range []*Checkpoint{inMem, onDisk} {
+			// Count the reads: a ReadAt reads the span its elements lie
+			// in (one read) or their lines (one read each); from the file,
+			// lines pay for some of the reads here, from memory never.
+			ar := ck.files[0].ar
+			cr := &countingReader{r: ar.r}
+			ar.r = cr
+			lineReads := 0
 			for name, tn := range ck.Tensors() {
 				whole, err := tn.Bytes()
 				if err != nil {
@@ -201,10 +208,28 @@ func TestReadAtLines(t *testing.T) {
 						n = min(size-off, size/3)
 					}
 					b := make([]byte, n)
+					cr.calls.Store(0)
 					if got, err := tn.ReadAt(b, off); err != nil || int64(got) != n || !bytes.Equal(b, whole[off:off+n]) {
 						t.Fatalf("%s (%s): ReadAt(%d bytes, %d): %d, %v; bytes equal %v", name, order, n, off, got, err, bytes.Equal(b, whole[off:off+n]))
 					}
+					if n == 0 {
+						continue
+					}
+					e0, e1 := off/4, (off+n+3)/4
+					lo, hi := tn.spanOf(e0, e1)
+					want := int64(1)
+					if tn.useLines(e0, e1, (hi-lo+1)*4) {
+						want = 0
+						tn.lines(e0, e1, func(_, _, _ int64) error { want++; return nil })
+						lineReads++
+					}
+					if got := cr.calls.Load(); got != want {
+						t.Fatalf("%s (%s, local %v): ReadAt(%d bytes, %d): %d reads, want %d", name, order, ar.local, n, off, got, want)
+					}
 				}
+			}
+			if (lineReads > 0) != ar.local {
+				t.Errorf("%s, local %v: %d reads by lines", order, ar.local, lineReads)
 			}
 		}
 	}
@@ -406,7 +431,7 @@ func TestRecordCRC(t *testing.T) {
 				}
 			}
 			rec, off, n := tn.Record()
-			if rec != "x/data/0" || n != int64(len(data)) || off <= 0 {
+			if rec != "x/data/0" || n != int64(len(data)) || off != recordRanges(t, c)[rec][0] {
 				t.Errorf("%s: Record() = %q %d %d", name, rec, off, n)
 			}
 			b := make([]byte, n+3)

@@ -5,9 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"sync"
+
+	"github.com/klauspost/compress/zip"
 
 	"github.com/ckpt-go/ckpt/dtype"
 )
@@ -37,10 +38,7 @@ type Tensor struct {
 	base    int64 // archive offset of the view's first element
 	extent  int64 // bytes from base that hold every element of the view
 	storage string
-	record  string
-	recOff  int64  // archive offset of the record's bytes
-	recLen  int64  // the record's size
-	crc     uint32 // the record's CRC-32, as the zip directory records it
+	rec     *zip.File // the storage record: its name, size (checked at Open) and CRC-32
 }
 
 // Name returns the tensor's name: its dotted path in the checkpoint
@@ -92,7 +90,14 @@ func (t *Tensor) Offset() int64 { return t.base }
 // ("archive/data/3") and where its bytes lie in File: n bytes from offset
 // off, as stored (a view's elements among them, in the archive's byte
 // order).
-func (t *Tensor) Record() (name string, off, n int64) { return t.record, t.recOff, t.recLen }
+func (t *Tensor) Record() (name string, off, n int64) { return t.rec.Name, t.recOff(), t.recLen() }
+
+// recOff is the archive offset of the storage record's bytes.
+func (t *Tensor) recOff() int64 { return t.base - t.offset*int64(t.dt.Bits()/8) }
+
+// recLen is the size of the storage record: the storage's bytes, as Open
+// checked.
+func (t *Tensor) recLen() int64 { return int64(t.rec.UncompressedSize64) }
 
 // RecordCRC returns the CRC-32 (IEEE polynomial) that the archive's zip
 // directory records for the bytes of the storage record the tensor views,
@@ -105,7 +110,7 @@ func (t *Tensor) Record() (name string, off, n int64) { return t.record, t.recOf
 // storage record's data, so it has not compared them
 // (Checkpoint.VerifyRecords compares every record).
 func (t *Tensor) RecordCRC() (crc uint32, whole bool) {
-	return t.crc, t.contig && t.offset == 0 && t.size == t.recLen && !t.sf.ar.big
+	return t.rec.CRC32, t.contig && t.offset == 0 && t.size == t.recLen() && !t.sf.ar.big
 }
 
 // ReadRecordAt reads the bytes [off, off+len(b)) of the storage record the
@@ -113,7 +118,8 @@ func (t *Tensor) RecordCRC() (crc uint32, whole bool) {
 // io.ReaderAt does: fewer bytes only with an error, io.EOF past the
 // record's end.
 func (t *Tensor) ReadRecordAt(b []byte, off int64) (int, error) {
-	return t.readRange(b, off, t.recLen, func(b []byte, off int64) error { return t.readAt(b, t.recOff+off) })
+	recOff := t.recOff()
+	return t.readRange(b, off, t.recLen(), func(b []byte, off int64) error { return t.readAt(b, recOff+off) })
 }
 
 // readRange is io.ReaderAt's contract for bytes [0, size) that read reads:
@@ -282,7 +288,13 @@ func (t *Tensor) linesCheaper(e0, e1, span int64) bool {
 	if span <= max(own, spanRead) {
 		return false
 	}
-	limit, n := (span-own)/t.lineCost(), int64(0)
+	return t.fewLines(e0, e1, (span-own)/t.lineCost())
+}
+
+// fewLines reports whether the view's elements [e0, e1) lie in at most
+// limit lines (see lines), walking at most limit+1 of them.
+func (t *Tensor) fewLines(e0, e1, limit int64) bool {
+	n := int64(0)
 	stop := errors.New("")
 	return t.lines(e0, e1, func(_, _, _ int64) error {
 		if n++; n > limit {
@@ -365,16 +377,7 @@ func (g *Gathered) ReadAt(b []byte, off int64) (int, error) {
 	case !g.span:
 		copy(b, g.src[off-g.e0*isz:off-g.e0*isz+n])
 	default:
-		e0, e1 := off/isz, (off+n+isz-1)/isz
-		out := b[:n]
-		if off%isz != 0 || n%isz != 0 {
-			out = make([]byte, (e1-e0)*isz) // at most two elements more than b
-		}
-		t.gather(out, g.src, e0, g.lo)
-		t.toLittle(out)
-		if int64(len(out)) != n {
-			copy(b, out[off-e0*isz:])
-		}
+		t.gatherRange(b[:n], off, g.src, g.lo)
 	}
 	if n < int64(len(b)) {
 		return int(n), io.EOF
@@ -390,30 +393,74 @@ func (t *Tensor) readElems(dst []byte, off int64) error {
 	}
 	isz := int64(t.dt.Bits() / 8)
 	e0, e1 := off/isz, (off+int64(len(dst))+isz-1)/isz
+	if !t.contig {
+		if lo, hi := t.spanOf(e0, e1); !t.useLines(e0, e1, (hi-lo+1)*isz) {
+			src := make([]byte, (hi-lo+1)*isz) // within the view's extent, checked at Open
+			if err := t.readAt(src, t.base+lo*isz); err != nil {
+				return err
+			}
+			t.gatherRange(dst, off, src, lo)
+			return nil
+		}
+	}
+	// A contiguous view of a big-endian archive, or a view read line by
+	// line: whole elements are read, through a buffer of them where dst
+	// cuts an element (a read in one piece, not one per part).
 	out := dst
 	if off%isz != 0 || int64(len(dst))%isz != 0 {
 		out = make([]byte, (e1-e0)*isz) // at most two elements more than dst
 	}
+	var err error
 	if t.contig {
-		if err := t.readAt(out, t.base+e0*isz); err != nil {
-			return err
-		}
-	} else if lo, hi := t.spanOf(e0, e1); t.useLines(e0, e1, (hi-lo+1)*isz) {
-		if err := t.gatherLines(out, e0, e1); err != nil {
-			return err
-		}
+		err = t.readAt(out, t.base+e0*isz)
 	} else {
-		src := make([]byte, (hi-lo+1)*isz) // within the view's extent, checked at Open
-		if err := t.readAt(src, t.base+lo*isz); err != nil {
-			return err
-		}
-		t.gather(out, src, e0, lo)
+		err = t.gatherLines(out, e0, e1)
+	}
+	if err != nil {
+		return err
 	}
 	t.toLittle(out)
 	if len(out) != len(dst) {
 		copy(dst, out[off-e0*isz:])
 	}
 	return nil
+}
+
+// gatherRange fills dst with the tensor's contiguous little-endian bytes
+// [off, off+len(dst)) (inside them, len(dst) > 0) from src, the storage
+// from the view's element lo on (see gather): the whole elements straight
+// into dst, an element that an end of dst cuts through a scratch element.
+func (t *Tensor) gatherRange(dst []byte, off int64, src []byte, lo int64) {
+	isz := int64(t.dt.Bits() / 8)
+	end := off + int64(len(dst))
+	if off%isz == 0 && end%isz == 0 {
+		t.gather(dst, src, off/isz, lo)
+		t.toLittle(dst)
+		return
+	}
+	scratch := make([]byte, isz)
+	part := func(e int64) { // element e's bytes that lie in [off, end)
+		t.gather(scratch, src, e, lo)
+		t.toLittle(scratch)
+		a, b := max(off, e*isz), min(end, (e+1)*isz)
+		copy(dst[a-off:b-off], scratch[a-e*isz:b-e*isz])
+	}
+	m0, m1 := (off+isz-1)/isz, end/isz // the whole elements [m0, m1)
+	if m0 > m1 {                       // dst lies inside one element
+		part(off / isz)
+		return
+	}
+	if off%isz != 0 {
+		part(off / isz)
+	}
+	if m1 > m0 {
+		mid := dst[m0*isz-off : m1*isz-off]
+		t.gather(mid, src, m0, lo)
+		t.toLittle(mid)
+	}
+	if end%isz != 0 {
+		part(m1)
+	}
 }
 
 // spanRead is the storage a read of a view that is not contiguous reads
@@ -431,7 +478,7 @@ const (
 
 // lineCost is what one read of the tensor's archive costs, in bytes.
 func (t *Tensor) lineCost() int64 {
-	if _, ok := t.sf.ar.r.(*os.File); ok {
+	if t.sf.ar.local {
 		return lineCostLocal
 	}
 	return lineCostRemote
@@ -445,14 +492,7 @@ func (t *Tensor) useLines(e0, e1, span int64) bool {
 	if span <= max(2*(e1-e0)*isz, spanRead) {
 		return false
 	}
-	limit, n := span/t.lineCost(), int64(0)
-	stop := errors.New("")
-	return t.lines(e0, e1, func(_, _, _ int64) error {
-		if n++; n > limit {
-			return stop
-		}
-		return nil
-	}) == nil
+	return t.fewLines(e0, e1, span/t.lineCost())
 }
 
 // gatherLines fills out with the view's elements [e0, e1) in row-major
@@ -616,7 +656,7 @@ func (t *Tensor) checkOpen() error {
 }
 
 func (t *Tensor) err(kind ErrorKind, msg string, err error) error {
-	return &Error{Kind: kind, File: t.sf.path, Record: t.record, Tensor: t.name, Msg: msg, Err: err}
+	return &Error{Kind: kind, File: t.sf.path, Record: t.rec.Name, Tensor: t.name, Msg: msg, Err: err}
 }
 
 func (t *Tensor) readAt(b []byte, off int64) error {

@@ -146,19 +146,13 @@ func (c *Checkpoint) VerifyRecords(ctx context.Context, opts VerifyOptions, fn f
 		readSize = defaultVerifyRead
 	}
 
-	// The tensors (every name, aliases too) that view each record.
 	type recKey struct {
 		sf     *shardFile
 		record string
 	}
-	viewers := make(map[recKey][]string)
-	for name, t := range c.byName {
-		k := recKey{t.sf, t.record}
-		viewers[k] = append(viewers[k], name)
-	}
 	kept := make(map[recKey]int)
 	for _, t := range c.tensors {
-		kept[recKey{t.sf, t.record}]++
+		kept[recKey{t.sf, t.rec.Name}]++
 	}
 
 	type job struct {
@@ -167,22 +161,24 @@ func (c *Checkpoint) VerifyRecords(ctx context.Context, opts VerifyOptions, fn f
 	}
 	var jobs []job
 	for _, sf := range c.files {
-		for _, f := range sf.ar.records {
+		for _, f := range sf.ar.files { // the directory's order: the order torch.save wrote them, for reads in order
 			jobs = append(jobs, job{sf, f})
 		}
 	}
-	slices.SortFunc(jobs, func(a, b job) int { // in file order, for reads in order
-		if a.sf != b.sf {
-			return strings.Compare(a.sf.path, b.sf.path)
-		}
-		return strings.Compare(a.f.Name, b.f.Name)
-	})
 
 	var mu sync.Mutex
+	var viewers map[recKey][]string // the tensors (every name, aliases too) that view each record; made for the first problem
 	report := func(e *RecordError, ok bool, n int64, k recKey) {
 		mu.Lock()
 		defer mu.Unlock()
 		if e != nil {
+			if viewers == nil {
+				viewers = make(map[recKey][]string)
+				for name, t := range c.byName {
+					tk := recKey{t.sf, t.rec.Name}
+					viewers[tk] = append(viewers[tk], name)
+				}
+			}
 			e.Tensors = slices.Clone(viewers[k])
 			slices.Sort(e.Tensors)
 			fn(e)
@@ -244,15 +240,18 @@ func verifyRecord(ctx context.Context, sf *shardFile, f *zip.File, buf []byte) (
 	if f.Flags&1 != 0 {
 		return fail(0, 0, 0, "an encrypted record: its bytes cannot be verified"), -1
 	}
-	off, err := f.DataOffset()
+	off, err := a.dataOffset(f)
 	if err != nil {
 		return fail(0, 0, 0, "unreadable local header: "+err.Error()), -1
 	}
 	n := int64(f.CompressedSize64)
-	if off < 0 || off > a.size || f.CompressedSize64 > uint64(a.size-off) {
+	if !a.within(off, f.CompressedSize64) {
 		return fail(off, a.size, 0, fmt.Sprintf("truncated: the directory gives the record %d bytes at offset %d, past the end of the file (%d bytes)",
 			f.CompressedSize64, off, a.size)), -1
 	}
+	// The local header is read first, through buf (which the bytes then
+	// reuse), and compared last.
+	lh, lhOK, lhErr := localHeader(a.r, f, off, buf)
 	var got uint32
 	if f.Method == zip.Store {
 		if f.UncompressedSize64 != f.CompressedSize64 {
@@ -295,11 +294,10 @@ func verifyRecord(ctx context.Context, sf *shardFile, f *zip.File, buf []byte) (
 	if got != f.CRC32 {
 		return fail(off, off+n, got, fmt.Sprintf("CRC-32 mismatch: the zip directory says %08x, the %d bytes have %08x", f.CRC32, n, got)), n
 	}
-	lh, ok, err := localHeader(a.r, f, off)
 	switch {
-	case err != nil:
-		return fail(off, off+n, got, "unreadable local header: "+err.Error()), n
-	case !ok:
+	case lhErr != nil:
+		return fail(off, off+n, got, "unreadable local header: "+lhErr.Error()), n
+	case !lhOK:
 	case lh.crc != f.CRC32:
 		return fail(off, off+n, got, fmt.Sprintf("CRC-32 mismatch: the record's local header says %08x, the zip directory and the bytes %08x", lh.crc, f.CRC32)), n
 	case lh.csize != 0xffffffff && uint64(lh.csize) != f.CompressedSize64 || lh.usize != 0xffffffff && uint64(lh.usize) != f.UncompressedSize64:
@@ -318,8 +316,9 @@ type local struct{ crc, csize, usize uint32 }
 // The zip reader does not expose where the header starts, so it is found
 // from its end: the header ends at off with f's name and an extra field
 // of at most 65535 bytes. It reads at most a fixed window (a few hundred
-// bytes first, as torch.save pads the extra field to 64 bytes).
-func localHeader(r io.ReaderAt, f *zip.File, off int64) (lh local, ok bool, err error) {
+// bytes first, as torch.save pads the extra field to 64 bytes), into buf
+// where the window fits.
+func localHeader(r io.ReaderAt, f *zip.File, off int64, buf []byte) (lh local, ok bool, err error) {
 	if f.Flags&0x8 != 0 {
 		return lh, false, nil
 	}
@@ -329,7 +328,10 @@ func localHeader(r io.ReaderAt, f *zip.File, off int64) (lh local, ok bool, err 
 		if w < fixed {
 			return lh, false, fmt.Errorf("the record's data start at byte %d, before room for its local header", off)
 		}
-		buf := make([]byte, w) // at most 30 + 65535 + 65535 bytes: bounded by the format
+		if int64(len(buf)) < w {
+			buf = make([]byte, w) // at most 30 + 65535 + 65535 bytes: bounded by the format
+		}
+		buf := buf[:w]
 		if k, err := r.ReadAt(buf, off-w); int64(k) != w {
 			return lh, false, err
 		}

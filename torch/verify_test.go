@@ -265,3 +265,30 @@ func TestParseIndex(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifyRecordsReads counts VerifyRecords' reads (each a ranged
+// request on a remote file): a storage record, whose data offset Open
+// found, costs its local header's window and its bytes (smaller than the
+// buffer here), one read each; any other record one read more, for its
+// local header's fixed part.
+func TestVerifyRecordsReads(t *testing.T) {
+	data := viewsFixture()
+	cr := &countingReader{r: bytes.NewReader(data)}
+	c, err := NewReader(cr, int64(len(data)), "views.pt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ar := c.files[0].ar
+	storages := len(ar.dataOff)
+	others := len(ar.records) - storages
+	if storages != 3 {
+		t.Fatalf("Open located %d storage records, want 3", storages)
+	}
+	cr.calls.Store(0)
+	if probs, _ := verifyAll(t, c, VerifyOptions{}); len(probs) != 0 {
+		t.Fatalf("problems in a sound file: %v", probs[0])
+	}
+	if got, want := cr.calls.Load(), int64(2*storages+3*others); got != want {
+		t.Errorf("%d reads for %d storage records and %d others, want %d", got, storages, others, want)
+	}
+}
