@@ -3,7 +3,6 @@ package ckpt
 import (
 	"context"
 	"fmt"
-	"hash/crc32"
 	"slices"
 	"sync"
 
@@ -69,9 +68,9 @@ import (
 // whose bytes are exactly its record's — a contiguous view of its whole
 // storage, from its start, in a little-endian archive: most weights — is
 // verified as any checksummed tensor, from the bytes the load reads
-// (pread: PyTorch files are never mapped), with hash/crc32's IEEE code
-// (carry-less multiplication on amd64 and arm64) and CRCs combined with
-// crc32c.CombineIEEE. A rank's part of it follows the rule above. Any
+// (pread: PyTorch files are never mapped), with the CRC-32C kernels'
+// folding on the IEEE polynomial's constants (crc32c.UpdateIEEE) and CRCs
+// combined with crc32c.CombineIEEE. A rank's part of it follows the rule above. Any
 // other view (part of its storage, a strided or transposed view gathered
 // from it, a big-endian archive's byte-swapped one) reads bytes the CRC
 // does not cover: with VerifyPresent it is loaded unverified and the plan
@@ -296,7 +295,7 @@ func (c *tensorCheck) crcOf(b []byte) uint32 { return c.update(0, b) }
 // the claim's polynomial.
 func (c *tensorCheck) update(crc uint32, b []byte) uint32 {
 	if c.ieee {
-		return crc32.Update(crc, crc32.IEEETable, b)
+		return crc32c.UpdateIEEE(crc, b)
 	}
 	return safetensors.UpdateChecksum(crc, b)
 }

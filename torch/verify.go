@@ -14,6 +14,7 @@ import (
 
 	"github.com/klauspost/compress/zip"
 
+	"github.com/ckpt-go/ckpt/internal/crc32c"
 	"github.com/ckpt-go/ckpt/safetensors"
 )
 
@@ -271,7 +272,7 @@ func verifyRecord(ctx context.Context, sf *shardFile, f *zip.File, buf []byte) (
 				e.Err = err
 				return e, -1
 			}
-			got = crc32.Update(got, crc32.IEEETable, buf[:m])
+			got = crc32c.UpdateIEEE(got, buf[:m])
 			pos += m
 		}
 	} else {

@@ -1,69 +1,111 @@
 // Package crc32c computes CRC-32C (the Castagnoli polynomial, as in
-// hash/crc32 with crc32.Castagnoli) faster than hash/crc32 on long inputs
-// where the CPU can multiply polynomials over GF(2): on amd64, VPCLMULQDQ
-// on 512-bit registers (AVX-512) or on 256-bit ones (AVX2: AMD Zen 3,
-// Intel Alder Lake), else PCLMULQDQ on 128-bit ones.
+// hash/crc32 with crc32.Castagnoli), and the IEEE polynomial's CRC-32 (zip's,
+// crc32.IEEE), faster than hash/crc32 on long inputs where the CPU can
+// multiply polynomials over GF(2): on amd64, VPCLMULQDQ on 512-bit
+// registers (AVX-512) or on 256-bit ones (AVX2: AMD Zen 3, Intel Alder
+// Lake), else, for CRC-32C, PCLMULQDQ on 128-bit ones.
 //
 // hash/crc32 runs the SSE4.2 crc32 instruction on three interleaved
-// streams: one instruction per 8 bytes, one per cycle at best. The kernels
-// here instead fold: they keep several 128-bit remainders of the input and
-// move each one forward over the bytes that follow it with two carry-less
-// multiplications by constants x^k mod P, adding (xor) the next input to
-// it, so that many 16-byte blocks are taken per cycle; at the end the one
-// remaining 128-bit value is reduced to the 32-bit register with two crc32
-// instructions. Inputs shorter than a few hundred bytes, the last bytes
-// that do not fill a 16-byte block, other architectures and the purego
-// build tag use hash/crc32.
+// streams for CRC-32C: one instruction per 8 bytes, one per cycle at best;
+// for the IEEE polynomial it folds with PCLMULQDQ on 128-bit registers.
+// The kernels here fold on wider registers: they keep several 128-bit
+// remainders of the input and move each one forward over the bytes that
+// follow it with two carry-less multiplications by constants x^k mod P,
+// adding (xor) the next input to it, so that many 16-byte blocks are
+// taken per cycle; at the end the one remaining 128-bit value is reduced
+// to the 32-bit register (two crc32 instructions for CRC-32C, a table for
+// the IEEE polynomial). The two polynomials share the kernels and differ
+// only in their constants. Inputs shorter than a few hundred bytes, the
+// last bytes that do not fill a 16-byte block, other architectures and
+// the purego build tag use hash/crc32.
 package crc32c
 
 import "hash/crc32"
-
-// table is hash/crc32's Castagnoli table; with it hash/crc32 uses its
-// SSE4.2 (amd64) or CRC32-instruction (arm64) code.
-var table = crc32.MakeTable(crc32.Castagnoli)
 
 // Checksum returns the CRC-32C of b.
 func Checksum(b []byte) uint32 { return Update(0, b) }
 
 // Update returns the CRC-32C of the bytes whose CRC-32C is crc followed by
 // b: the same as crc32.Update(crc, crc32.MakeTable(crc32.Castagnoli), b).
-func Update(crc uint32, b []byte) uint32 { return update(crc, b, best) }
+func Update(crc uint32, b []byte) uint32 { return update(crc, b, best, castagnoli) }
+
+// UpdateIEEE is Update for the CRC-32 of the IEEE polynomial: the same as
+// crc32.Update(crc, crc32.IEEETable, b), with the same folding kernels
+// (hash/crc32 folds it with PCLMULQDQ on 128-bit registers only).
+func UpdateIEEE(crc uint32, b []byte) uint32 { return update(crc, b, bestIEEE, ieee) }
+
+// polynomial is what the kernels need of a CRC-32 polynomial.
+type polynomial struct {
+	rev    uint32       // the reflected form: bit 31-i holds the coefficient of x^i, x^32 implied
+	table  *crc32.Table // hash/crc32's table: short inputs, the bytes after the last 16-byte block
+	consts *[14]uint64  // the folding constants (fold_amd64.go; nil without kernels)
+	// reduce returns the CRC register of 16 bytes (lo, hi little-endian)
+	// from a zero start: what a fold's remainder reduces to.
+	reduce func(lo, hi uint64) uint32
+}
+
+// The two polynomials. With hash/crc32's Castagnoli table hash/crc32 uses
+// its SSE4.2 (amd64) or CRC32-instruction (arm64) code.
+var (
+	castagnoli = newPolynomial(crc32.Castagnoli, castagnoliReduce)
+	ieee       = newPolynomial(crc32.IEEE, nil)
+)
+
+// newPolynomial returns the polynomial of reflected form rev; reduce is its
+// 16-byte reduction, nil for the table's.
+func newPolynomial(rev uint32, reduce func(lo, hi uint64) uint32) *polynomial {
+	p := &polynomial{rev: rev, table: crc32.MakeTable(rev), consts: foldConsts(rev), reduce: reduce}
+	if p.reduce == nil {
+		p.reduce = p.reduceTable
+	}
+	return p
+}
+
+// reduceTable is reduce a byte at a time with the table.
+func (p *polynomial) reduceTable(lo, hi uint64) uint32 {
+	var reg uint32
+	for _, q := range [2]uint64{lo, hi} {
+		for range 8 {
+			reg = p.table[byte(reg)^byte(q)] ^ reg>>8
+			q >>= 8
+		}
+	}
+	return reg
+}
 
 // kernel is a folding kernel: fold takes the CRC register (the complement
-// of a CRC-32C) and a slice whose length is a multiple of 16 and at least
-// 64, and returns the register after those bytes. Update uses it from min
-// bytes on, where it beats hash/crc32 (BenchmarkShort).
+// of a CRC), a slice whose length is a multiple of 16 and at least 64, and
+// a polynomial's constants, and returns a 16-byte remainder whose register
+// from a zero start (polynomial.reduce) is the register after those
+// bytes. Update uses it from min bytes on, where it beats hash/crc32
+// (BenchmarkShort).
 type kernel struct {
 	name string
 	min  int
-	fold func(reg uint32, p []byte) uint32
+	fold func(reg uint32, p []byte, k *[14]uint64) (lo, hi uint64)
 }
 
-// update is Update with the kernel k (nil: hash/crc32 alone).
-func update(crc uint32, b []byte, k *kernel) uint32 {
+// update is Update with the kernel k (nil: hash/crc32 alone) and the
+// polynomial p.
+func update(crc uint32, b []byte, k *kernel, p *polynomial) uint32 {
 	if k != nil && len(b) >= k.min {
 		n := len(b) &^ 15
-		crc = ^k.fold(^crc, b[:n])
+		crc = ^p.reduce(k.fold(^crc, b[:n], p.consts))
 		b = b[n:]
 	}
-	return crc32.Update(crc, table, b)
+	return crc32.Update(crc, p.table, b)
 }
-
-// poly is the Castagnoli polynomial in the reflected order hash/crc32 and
-// the registers use: bit 31-i holds the coefficient of x^i, x^32 implied.
-const poly = 0x82F63B78
 
 // Combine returns the CRC-32C of a sequence A followed by B, given
 // crcA = Checksum(A), crcB = Checksum(B) and n = len(B): pieces checked
 // apart (in parallel, in any order) give the checksum of the whole. B is
 // empty when n ≤ 0: the result is crcA. It takes about 2·log2(n)
 // multiplications of 32-bit polynomials, about a microsecond.
-func Combine(crcA, crcB uint32, n int64) uint32 { return combine(crcA, crcB, n, poly) }
+func Combine(crcA, crcB uint32, n int64) uint32 { return combine(crcA, crcB, n, castagnoli.rev) }
 
 // CombineIEEE is Combine for the CRC-32 of the IEEE polynomial
 // (crc32.ChecksumIEEE: the CRC a zip archive records for each record),
-// which hash/crc32 computes (with carry-less multiplication on amd64 and
-// arm64) but cannot combine.
+// which hash/crc32 cannot combine.
 func CombineIEEE(crcA, crcB uint32, n int64) uint32 { return combine(crcA, crcB, n, crc32.IEEE) }
 
 // combine is Combine for the reflected polynomial p.

@@ -8,29 +8,46 @@ import (
 	"testing"
 )
 
-// Every kernel must give hash/crc32's Castagnoli CRC for every input: the
-// tests run each kernel this CPU has (kernels) and the plain Update on the
-// same inputs, at every length up to 4 KiB, every start alignment within a
-// cache line, random initial CRCs and random splits into pieces.
+// Every kernel must give hash/crc32's CRC for every input, for both
+// polynomials: the tests run each kernel this CPU has (kernels) and the
+// plain Update and UpdateIEEE on the same inputs, at every length up to
+// 4 KiB, every start alignment within a cache line, random initial CRCs
+// and random splits into pieces.
 
-// ref is the CRC the kernels must equal.
-func ref(crc uint32, b []byte) uint32 { return crc32.Update(crc, table, b) }
+// polys are the polynomials under test: each one's Update.
+var polys = []struct {
+	name   string
+	p      *polynomial
+	update func(uint32, []byte) uint32
+}{
+	{"castagnoli", castagnoli, Update},
+	{"ieee", ieee, UpdateIEEE},
+}
 
-// variants are the ways to compute the CRC under test: Update as it
-// selects, and each kernel forced.
-func variants() []struct {
+// ref is the CRC-32C the kernels must equal.
+func ref(crc uint32, b []byte) uint32 {
+	return crc32.Update(crc, crc32.MakeTable(crc32.Castagnoli), b)
+}
+
+// variant is a way to compute a CRC under test, with the reference it
+// must equal.
+type variant struct {
 	name string
 	fn   func(uint32, []byte) uint32
-} {
-	vs := []struct {
-		name string
-		fn   func(uint32, []byte) uint32
-	}{{"Update", Update}}
-	for _, k := range kernels() {
-		vs = append(vs, struct {
-			name string
-			fn   func(uint32, []byte) uint32
-		}{k.name, func(crc uint32, b []byte) uint32 { return update(crc, b, k) }})
+	ref  func(uint32, []byte) uint32
+}
+
+// variants are the ways to compute the CRCs under test: Update and
+// UpdateIEEE as they select, and each kernel forced, for each polynomial.
+func variants() []variant {
+	var vs []variant
+	for _, pl := range polys {
+		tab := crc32.MakeTable(pl.p.rev)
+		want := func(crc uint32, b []byte) uint32 { return crc32.Update(crc, tab, b) }
+		vs = append(vs, variant{pl.name + "/Update", pl.update, want})
+		for _, k := range kernels() {
+			vs = append(vs, variant{pl.name + "/" + k.name, func(crc uint32, b []byte) uint32 { return update(crc, b, k, pl.p) }, want})
+		}
 	}
 	return vs
 }
@@ -49,7 +66,8 @@ func TestKernelsAvailable(t *testing.T) {
 			t.Errorf("kernel %s: min %d is under the 64 bytes fold takes", k.name, k.min)
 		}
 	}
-	t.Logf("kernels on this CPU: %v (Update uses %v)", names, best)
+	t.Logf("kernels on this CPU: %v (Update uses %v, UpdateIEEE %v)", names, best, bestIEEE)
+
 	if len(names) == 0 && best != nil || len(names) > 0 && best != kernels()[0] {
 		t.Errorf("best = %v, want the first of %v", best, names)
 	}
@@ -78,6 +96,19 @@ func TestKnownValues(t *testing.T) {
 			t.Errorf("Checksum(% x) = %08x, want %08x", c.in, got, c.want)
 		}
 	}
+	// The check value of the IEEE CRC-32, and a length the kernels take.
+	long := make([]byte, 4096)
+	for i := range long {
+		long[i] = byte(i * 7)
+	}
+	for _, in := range [][]byte{[]byte("123456789"), long} {
+		if got, want := UpdateIEEE(0, in), crc32.ChecksumIEEE(in); got != want {
+			t.Errorf("UpdateIEEE(0, %d bytes) = %08x, want %08x", len(in), got, want)
+		}
+	}
+	if got := UpdateIEEE(0, []byte("123456789")); got != 0xcbf43926 {
+		t.Errorf("UpdateIEEE(0, \"123456789\") = %08x, want cbf43926", got)
+	}
 }
 
 func TestEveryLength(t *testing.T) {
@@ -88,7 +119,7 @@ func TestEveryLength(t *testing.T) {
 			off := n % 64
 			b := buf[off : off+n]
 			crc := r.Uint32()
-			if got, want := v.fn(crc, b), ref(crc, b); got != want {
+			if got, want := v.fn(crc, b), v.ref(crc, b); got != want {
 				t.Fatalf("%s: length %d at offset %d, crc %08x: got %08x, want %08x", v.name, n, off, crc, got, want)
 			}
 		}
@@ -100,13 +131,16 @@ func TestEveryLength(t *testing.T) {
 func TestFold(t *testing.T) {
 	r := rand.New(rand.NewSource(6))
 	buf := randBytes(r, 4096+64)
-	for _, k := range kernels() {
-		for n := 64; n <= 4096; n += 16 {
-			off := r.Intn(64)
-			b := buf[off : off+n]
-			reg := r.Uint32()
-			if got, want := k.fold(reg, b), ^ref(^reg, b); got != want {
-				t.Fatalf("%s: fold(%08x, %d bytes at offset %d) = %08x, want %08x", k.name, reg, n, off, got, want)
+	for _, pl := range polys {
+		tab := crc32.MakeTable(pl.p.rev)
+		for _, k := range kernels() {
+			for n := 64; n <= 4096; n += 16 {
+				off := r.Intn(64)
+				b := buf[off : off+n]
+				reg := r.Uint32()
+				if got, want := pl.p.reduce(k.fold(reg, b, pl.p.consts)), ^crc32.Update(^reg, tab, b); got != want {
+					t.Fatalf("%s/%s: fold(%08x, %d bytes at offset %d) reduces to %08x, want %08x", pl.name, k.name, reg, n, off, got, want)
+				}
 			}
 		}
 	}
@@ -120,7 +154,7 @@ func TestEveryAlignment(t *testing.T) {
 			for off := range 64 {
 				b := buf[off : off+n]
 				crc := r.Uint32()
-				if got, want := v.fn(crc, b), ref(crc, b); got != want {
+				if got, want := v.fn(crc, b), v.ref(crc, b); got != want {
 					t.Fatalf("%s: length %d at offset %d, crc %08x: got %08x, want %08x", v.name, n, off, crc, got, want)
 				}
 			}
@@ -140,7 +174,7 @@ func TestLongInputs(t *testing.T) {
 			off := r.Intn(64)
 			b := buf[off : off+n]
 			crc := r.Uint32()
-			if got, want := v.fn(crc, b), ref(crc, b); got != want {
+			if got, want := v.fn(crc, b), v.ref(crc, b); got != want {
 				t.Fatalf("%s: length %d at offset %d: got %08x, want %08x", v.name, n, off, got, want)
 			}
 		}
@@ -158,7 +192,7 @@ func TestSpecialInputs(t *testing.T) {
 					b[i] = fill
 				}
 				for _, crc := range []uint32{0, 0xffffffff} {
-					if got, want := v.fn(crc, b), ref(crc, b); got != want {
+					if got, want := v.fn(crc, b), v.ref(crc, b); got != want {
 						t.Fatalf("%s: %d bytes of %#x, crc %08x: got %08x, want %08x", v.name, n, fill, crc, got, want)
 					}
 				}
@@ -166,7 +200,7 @@ func TestSpecialInputs(t *testing.T) {
 			b := make([]byte, n)
 			for bit := 0; bit < 8*n; bit += 1 + bit/7 {
 				b[bit/8] = 1 << (bit % 8)
-				if got, want := v.fn(0, b), ref(0, b); got != want {
+				if got, want := v.fn(0, b), v.ref(0, b); got != want {
 					t.Fatalf("%s: %d bytes with bit %d set: got %08x, want %08x", v.name, n, bit, got, want)
 				}
 				b[bit/8] = 0
@@ -186,7 +220,7 @@ func TestIncremental(t *testing.T) {
 			}
 			b := buf[:n]
 			crc := r.Uint32()
-			want := ref(crc, b)
+			want := v.ref(crc, b)
 			got := crc
 			for rest := b; len(rest) > 0; {
 				k := r.Intn(len(rest)) + 1
@@ -208,7 +242,6 @@ func FuzzUpdate(f *testing.F) {
 	f.Add(uint32(0xffffffff), make([]byte, 300), 17)
 	f.Add(uint32(0x12345678), make([]byte, 4096), 1000)
 	f.Fuzz(func(t *testing.T, crc uint32, b []byte, split int) {
-		want := ref(crc, b)
 		if split < 0 {
 			split = -split
 		}
@@ -218,6 +251,7 @@ func FuzzUpdate(f *testing.F) {
 			split = 0
 		}
 		for _, v := range variants() {
+			want := v.ref(crc, b)
 			if got := v.fn(crc, b); got != want {
 				t.Fatalf("%s(%08x, %d bytes) = %08x, want %08x", v.name, crc, len(b), got, want)
 			}

@@ -3,6 +3,8 @@
 package crc32c
 
 import (
+	"hash/crc32"
+
 	"golang.org/x/sys/cpu"
 
 	"github.com/ckpt-go/ckpt/internal/cpuid"
@@ -33,6 +35,36 @@ var foldK = [14]uint64{
 	0, 0, // lane 3 stays: the 512-bit load of d = 384..128 reads this as zero
 }
 
+// foldKIEEE is foldK for the IEEE polynomial (crc32.IEEE: zip's CRC-32).
+var foldKIEEE = [14]uint64{
+	0x11542778a, 0x1322d1430, // d = 2048
+	0x1e88ef372, 0x14a7fe880, // d = 1024
+	0x154442bd4, 0x1c6e41596, // d = 512
+	0x03db1ecdc, 0x174359406, // d = 384
+	0x0f1da05aa, 0x15a546366, // d = 256
+	0x1751997d0, 0x0ccaa009e, // d = 128
+	0, 0,
+}
+
+// foldConsts returns the folding constants of the polynomial (its
+// reflected form): foldK or foldKIEEE.
+func foldConsts(rev uint32) *[14]uint64 {
+	if rev == crc32.IEEE {
+		return &foldKIEEE
+	}
+	return &foldK
+}
+
+// reduceCastagnoli returns the CRC-32C register of the 16 bytes lo, hi
+// (little-endian) from a zero start: two crc32 instructions.
+//
+//go:noescape
+func reduceCastagnoli(lo, hi uint64) uint32
+
+// castagnoliReduce is the Castagnoli polynomial's 16-byte reduction with
+// the crc32 instruction, which the kernels already require (SSE4.2).
+var castagnoliReduce = reduceCastagnoli
+
 // foldK's entries by distance, in units of a pair (16 bytes).
 const (
 	k2048 = iota
@@ -48,19 +80,19 @@ const (
 // VPCLMULQDQ on ZMM registers; len(p) is a multiple of 16 and at least 64.
 //
 //go:noescape
-func foldAVX512(reg uint32, p []byte) uint32
+func foldAVX512(reg uint32, p []byte, k *[14]uint64) (lo, hi uint64)
 
 // foldAVX2 folds four 256-bit accumulators (128 bytes per round) with
 // VPCLMULQDQ on YMM registers; len(p) is a multiple of 16 and at least 64.
 //
 //go:noescape
-func foldAVX2(reg uint32, p []byte) uint32
+func foldAVX2(reg uint32, p []byte, k *[14]uint64) (lo, hi uint64)
 
 // foldSSE folds four 128-bit accumulators (64 bytes per round) with
 // PCLMULQDQ; len(p) is a multiple of 16 and at least 64.
 //
 //go:noescape
-func foldSSE(reg uint32, p []byte) uint32
+func foldSSE(reg uint32, p []byte, k *[14]uint64) (lo, hi uint64)
 
 var (
 	avx512Kernel = &kernel{name: "avx512", min: 128, fold: foldAVX512}
@@ -83,6 +115,16 @@ var (
 var best = func() *kernel {
 	if k := kernels(); len(k) > 0 {
 		return k[0]
+	}
+	return nil
+}()
+
+// bestIEEE is the fastest kernel for the IEEE polynomial (nil: none), a
+// VPCLMULQDQ one: hash/crc32 already folds the IEEE polynomial with
+// PCLMULQDQ on 128-bit registers, as foldSSE would.
+var bestIEEE = func() *kernel {
+	if best != sseKernel {
+		return best
 	}
 	return nil
 }()
