@@ -490,6 +490,9 @@ func (m *Model) runPieces(ctx context.Context, work []piece) error {
 	var next atomic.Int64
 	opts := m.cfg.convertOptions()
 	opts.Streaming = meter.total >= streamingMin
+	took, stop := make(chan struct{}, 1), make(chan struct{})
+	var ahead sync.WaitGroup
+	ahead.Go(func() { readAhead(ctx, work, &next, took, stop) })
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Add(1)
@@ -500,6 +503,10 @@ func (m *Model) runPieces(ctx context.Context, work []piece) error {
 					return
 				}
 				i := next.Add(1) - 1
+				select {
+				case took <- struct{}{}:
+				default:
+				}
 				if i >= int64(len(work)) {
 					return
 				}
@@ -514,6 +521,8 @@ func (m *Model) runPieces(ctx context.Context, work []piece) error {
 		}()
 	}
 	wg.Wait()
+	close(stop)
+	ahead.Wait()
 	meter.flush()
 	return context.Cause(ctx)
 }
