@@ -461,10 +461,21 @@ func (m *Model) readSel(ctx context.Context, sj *partJob, st storedTensor, sel s
 			_, err := st.ReadAt(b, src)
 			return err
 		}
-		if _, err := st.ReadAt(b, src); err != nil {
-			return err
+		// From a file of the OS a step at a time, each one summed from
+		// the cache its read wrote (other sources: one read, fewer calls).
+		step := n
+		if m.src.IsOS() {
+			step = crc32c.Step
 		}
-		return ck.add(src, b)
+		var crc uint32
+		for k := int64(0); k < n; k += step {
+			k1 := min(n, k+step)
+			if _, err := st.ReadAt(b[k:k1], src+k); err != nil {
+				return err
+			}
+			crc = ck.update(crc, b[k:k1])
+		}
+		return ck.addSummed(src, b, crc, true)
 	})
 }
 
