@@ -182,10 +182,14 @@ type VerifyPlan struct {
 	Bytes   int64 `json:"bytes"`
 	// ReadBytes is what the load reads only to verify: the rest of the
 	// tensors of rank parts, the storage records of PyTorch views
-	// (VerifyAlways). Zero-copy views are verified by a pass
-	// over the mapping that the load's workers do (their bytes are
-	// counted in Bytes, not here).
+	// (VerifyAlways).
 	ReadBytes int64 `json:"read_bytes,omitempty"`
+	// PassBytes are the bytes of zero-copy views the load verifies, which
+	// it reads only for that: a pass over the mapping by its workers
+	// before it returns them, about the time of one read of those bytes
+	// from memory (from the disk, their first read). They are counted in
+	// Bytes too.
+	PassBytes int64 `json:"pass_bytes,omitempty"`
 	// Unverified counts the tensors not verified, and Why how many for
 	// each reason (TensorPlan.Verify): "not verified: rank part", "not
 	// verified: a view of its storage" (a PyTorch view), "not verified: no
@@ -205,6 +209,9 @@ func (v *VerifyPlan) String() string {
 	fmt.Fprintf(&b, "verify (%s): %d tensors (%s) by checksum", v.Policy, v.Tensors, sysmem.FormatSize(v.Bytes))
 	if v.ReadBytes > 0 {
 		fmt.Fprintf(&b, ", reading %s more to verify rank parts and views", sysmem.FormatSize(v.ReadBytes))
+	}
+	if v.PassBytes > 0 {
+		fmt.Fprintf(&b, "; %s of zero-copy views read once before the load returns them", sysmem.FormatSize(v.PassBytes))
 	}
 	if v.Unverified > 0 || v.Refused > 0 {
 		var why []string

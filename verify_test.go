@@ -246,6 +246,26 @@ func readItem(it *Item) error {
 	return nil
 }
 
+// viewBytes loads m and returns the bytes of its tensors and scales that
+// are views of the mapping.
+func viewBytes(t *testing.T, m *Model) int64 {
+	t.Helper()
+	w, err := m.Load(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	var n int64
+	for _, tt := range w.All() {
+		for _, x := range append([]*Tensor{tt}, tt.Scales...) {
+			if !x.Location.Owned {
+				n += int64(len(x.Bytes()))
+			}
+		}
+	}
+	return n
+}
+
 // Every stored tensor of a checksummed checkpoint, damaged by one flipped
 // bit, is refused by Load (nil Weights), LoadTensor, Item.Produce and the
 // items' Part.ReadAt with a *safetensors.ChecksumError naming the file,
@@ -269,6 +289,13 @@ func TestVerifyRefusesEveryDamagedTensor(t *testing.T) {
 			}
 			if p.Verify.Tensors != 4 || p.Verify.Unverified != 0 || p.Verify.Policy != "present" {
 				t.Errorf("plan: %+v, want 4 tensors verified", p.Verify)
+			}
+			// The plan's pass over views is the bytes a load hands out
+			// as views of the mapping.
+			if pass := viewBytes(t, m); p.Verify.PassBytes != pass || strings.HasSuffix(c.name, "/mmap") != (pass > 0) {
+				t.Errorf("plan: pass over %d bytes of views, the load's views hold %d", p.Verify.PassBytes, pass)
+			} else if pass > 0 && !strings.Contains(p.String(), "of zero-copy views read once before the load returns them") {
+				t.Errorf("plan does not say that views are read by a pass:\n%s", p)
 			}
 			m.Close()
 			for stored, logical := range verifyStored {
