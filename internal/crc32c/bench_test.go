@@ -16,7 +16,7 @@ func BenchmarkUpdate(b *testing.B) {
 // BenchmarkShort times the short lengths around the kernels' minimum
 // (kernel.min): where folding starts to pay.
 func BenchmarkShort(b *testing.B) {
-	benchSizes(b, []int{64, 128, 256, 512, 1024})
+	benchSizes(b, []int{64, 128, 256, 512, 1024, 2048, 3072})
 }
 
 func benchSizes(b *testing.B, sizes []int) {

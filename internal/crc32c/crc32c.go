@@ -39,38 +39,58 @@ type polynomial struct {
 	rev    uint32       // the reflected form: bit 31-i holds the coefficient of x^i, x^32 implied
 	table  *crc32.Table // hash/crc32's table: short inputs, the bytes after the last 16-byte block
 	consts *[14]uint64  // the folding constants (fold_amd64.go; nil without kernels)
+	min    int          // the least length the kernels take, where they beat hash/crc32 (BenchmarkShort), beside kernel.min
 	// reduce returns the CRC register of 16 bytes (lo, hi little-endian)
 	// from a zero start: what a fold's remainder reduces to.
-	reduce func(lo, hi uint64) uint32
+	reduce  func(lo, hi uint64) uint32
+	slicing *[8][256]uint32 // reduceTable's tables (nil with another reduce)
 }
 
 // The two polynomials. With hash/crc32's Castagnoli table hash/crc32 uses
 // its SSE4.2 (amd64) or CRC32-instruction (arm64) code.
 var (
-	castagnoli = newPolynomial(crc32.Castagnoli, castagnoliReduce)
-	ieee       = newPolynomial(crc32.IEEE, nil)
+	castagnoli = newPolynomial(crc32.Castagnoli, castagnoliReduce, 0)
+	ieee       = newPolynomial(crc32.IEEE, nil, 512) // hash/crc32 folds it too, and the reduction is longer
 )
 
 // newPolynomial returns the polynomial of reflected form rev; reduce is its
-// 16-byte reduction, nil for the table's.
-func newPolynomial(rev uint32, reduce func(lo, hi uint64) uint32) *polynomial {
-	p := &polynomial{rev: rev, table: crc32.MakeTable(rev), consts: foldConsts(rev), reduce: reduce}
+// 16-byte reduction, nil for the tables', and min its least length for
+// the kernels.
+func newPolynomial(rev uint32, reduce func(lo, hi uint64) uint32, min int) *polynomial {
+	p := &polynomial{rev: rev, table: crc32.MakeTable(rev), consts: foldConsts(rev), min: min, reduce: reduce}
 	if p.reduce == nil {
+		p.slicing = slicingTables(p.table)
 		p.reduce = p.reduceTable
 	}
 	return p
 }
 
-// reduceTable is reduce a byte at a time with the table.
+// reduceTable is reduce with the polynomial's tables, eight bytes at a
+// time (slicing by 8; the register starts at zero, without hash/crc32's
+// complements).
 func (p *polynomial) reduceTable(lo, hi uint64) uint32 {
+	t := p.slicing
 	var reg uint32
 	for _, q := range [2]uint64{lo, hi} {
-		for range 8 {
-			reg = p.table[byte(reg)^byte(q)] ^ reg>>8
-			q >>= 8
-		}
+		reg ^= uint32(q)
+		reg = t[0][q>>56] ^ t[1][q>>48&0xff] ^ t[2][q>>40&0xff] ^ t[3][q>>32&0xff] ^
+			t[4][reg>>24] ^ t[5][reg>>16&0xff] ^ t[6][reg>>8&0xff] ^ t[7][reg&0xff]
 	}
 	return reg
+}
+
+// slicingTables returns the tables of slicing by 8 for the table t:
+// entry [k][b] is the register after byte b followed by k zero bytes.
+func slicingTables(t *crc32.Table) *[8][256]uint32 {
+	var s [8][256]uint32
+	s[0] = *t
+	for k := 1; k < 8; k++ {
+		for b := range 256 {
+			r := s[k-1][b]
+			s[k][b] = r>>8 ^ t[byte(r)]
+		}
+	}
+	return &s
 }
 
 // kernel is a folding kernel: fold takes the CRC register (the complement
@@ -88,7 +108,7 @@ type kernel struct {
 // update is Update with the kernel k (nil: hash/crc32 alone) and the
 // polynomial p.
 func update(crc uint32, b []byte, k *kernel, p *polynomial) uint32 {
-	if k != nil && len(b) >= k.min {
+	if k != nil && len(b) >= max(k.min, p.min) {
 		n := len(b) &^ 15
 		crc = ^p.reduce(k.fold(^crc, b[:n], p.consts))
 		b = b[n:]
