@@ -42,16 +42,19 @@ import (
 // Zero-copy views are not read by the load: Load verifies them with a
 // pass over the mapping, by all workers in pieces of 4 MiB, before it
 // returns them — chosen over verifying on the first touch, which would
-// need the pages protected and a fault handler, and would fail a view
-// long after Load returned. The pass maps each piece's pages in one call
-// (MADV_POPULATE_READ on Linux: a file read from the disk arrives in
-// large reads, and the caller's touches find the pages mapped) and sums
-// it. Its cost is one more read of the bytes at memory speed, and that
-// the caller's first touch no longer overlaps the disk: a load that then
-// sums every byte with all cores takes 1.1–1.4× as long verified when the
-// file comes from the disk, 1.3–1.6× when it is in the page cache (as
-// long as, or less than, an unverified load that sums every byte twice:
-// BenchmarkVerifiedLoad, view-touch).
+// need the pages protected and a fault handler, would fail a view long
+// after Load returned, and could vouch for no byte of a tensor before all
+// of them were read (its CRC covers them all). The pass maps each piece's
+// pages in one call (MADV_POPULATE_READ on Linux: a file read from the
+// disk arrives in large reads, and the caller's touches find the pages
+// mapped) and sums it; a read-ahead maps the pieces ahead of the workers
+// (readahead.go), so that from the disk the reads overlap the sums. The
+// plan counts the pass (VerifyPlan.PassBytes). Its cost is one more read
+// of the bytes, at the memory's or the disk's speed: a load that then sums
+// every byte with all cores takes as long verified as an unverified load
+// that reads every byte once before it sums them (BenchmarkVerifiedLoad,
+// view-touch: 1.00), 1.2× as long as an unverified load that only sums
+// them, in the page cache, and 1.1–1.3× from the disk.
 //
 // A rank's part of a split tensor (WithRank) reads only some of the
 // tensor's bytes, and the CRC covers all of them. With VerifyPresent a
