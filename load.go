@@ -492,7 +492,9 @@ func (m *Model) runPieces(ctx context.Context, work []piece) error {
 	opts.Streaming = meter.total >= streamingMin
 	took, stop := make(chan struct{}, 1), make(chan struct{})
 	var ahead sync.WaitGroup
-	ahead.Go(func() { readAhead(ctx, work, &next, took, stop) })
+	if readsViews(work) {
+		ahead.Go(func() { readAhead(ctx, work, &next, took, stop) })
+	}
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Add(1)

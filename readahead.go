@@ -25,13 +25,27 @@ import (
 // pages of the views a load verifies.
 const readAheadBytes = 32 << 20
 
+// viewCheck reports whether p reads a zero-copy view's bytes only to
+// verify them: the pieces the read-ahead maps.
+func viewCheck(p *piece) bool { return p.sj.kind == partCheck && p.sj.mapped && !p.sj.rest }
+
+// readsViews reports whether work has pieces the read-ahead maps.
+func readsViews(work []piece) bool {
+	for i := range work {
+		if viewCheck(&work[i]) {
+			return true
+		}
+	}
+	return false
+}
+
 // readAhead maps the pages of the view pieces of work ahead of the
 // workers (next is the first piece no worker has taken; took says it
 // moved), until stop is closed or ctx ends.
 func readAhead(ctx context.Context, work []piece, next *atomic.Int64, took, stop <-chan struct{}) {
 	size := func(j int) int64 {
-		if p := &work[j]; p.sj.kind == partCheck && p.sj.mapped && !p.sj.rest {
-			return p.n // a view's bytes, which its check piece reads only to verify them
+		if p := &work[j]; viewCheck(p) {
+			return p.n
 		}
 		return 0
 	}
