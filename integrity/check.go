@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/ckpt-go/ckpt/internal/crc32c"
 	"github.com/ckpt-go/ckpt/safetensors"
 	"github.com/ckpt-go/ckpt/source"
 )
@@ -31,9 +32,10 @@ const (
 // check reads the data of every file that has checksums or is a hub blob
 // and checks it: tensors in pieces, spread over the workers (each with one
 // reused buffer), a piece's CRC combined with the others' of its tensor;
-// hub blobs in order, hashed whole, their tensors' CRCs taken on the way.
-// PyTorch files come first, one at a time, their records spread over the
-// workers (checkTorch).
+// hub blobs in order, hashed whole, their tensors' CRCs (a PyTorch blob:
+// its records' CRC-32s) taken on the way. PyTorch files come last, one at
+// a time, their records spread over the workers (checkTorch), those of
+// hub blobs checked from the sums the hashing pass took.
 func (v *verifier) check() error {
 	var rfs source.RangeFS
 	if fsys := v.src.FS(); fsys != nil {
@@ -51,10 +53,15 @@ func (v *verifier) check() error {
 	if v.cfg.piece > 0 {
 		piece, read = v.cfg.piece, min(v.cfg.read, v.cfg.piece)
 	}
-	if err := v.checkTorch(workers, read); err != nil {
+	if err := v.checkData(rfs, workers, piece, read); err != nil {
 		return err
 	}
+	return v.checkTorch(workers, read)
+}
 
+// checkData checks the files with checksums and the hub blobs (see
+// check).
+func (v *verifier) checkData(rfs source.RangeFS, workers int, piece, read int64) error {
 	var runs []*fileRun
 	var largest int64
 	for _, fc := range v.files {
@@ -358,6 +365,9 @@ func (r *fileRun) sequential(ctx context.Context, buf []byte) {
 		}
 	}
 	next := 0 // the first tensor not yet finished
+	recs := fc.records
+	recCRC := make([]uint32, len(recs))
+	nextRec := 0 // the first record not yet summed whole
 	for off := int64(0); off < fc.size; {
 		if ctx.Err() != nil {
 			return
@@ -392,7 +402,23 @@ func (r *fileRun) sequential(ctx context.Context, buf []byte) {
 				}
 			}
 		}
+		for i := nextRec; i < len(recs) && recs[i].Begin < off+n; i++ {
+			if lo, hi := max(recs[i].Begin, off), min(recs[i].End, off+n); lo < hi {
+				recCRC[i] = crc32c.UpdateIEEE(recCRC[i], b[lo-off:hi-off])
+			}
+			if recs[i].End <= off+n {
+				nextRec = i + 1
+			}
+		}
 		off += n
+	}
+	if len(recs) > 0 {
+		// Every record was read whole: checkTorch checks them from these.
+		sums := make(map[string]uint32, len(recs))
+		for i, rec := range recs {
+			sums[rec.Name] = recCRC[i]
+		}
+		fc.recordSums = sums
 	}
 	if sum != nil {
 		if p := fc.blob.problem(fc.display, sum(nil)); p != nil {

@@ -19,9 +19,12 @@ import (
 // of a truncated or mixed-up copy (no zip directory at the end, a damaged
 // data.pkl, whose CRC the zip reader checks, a storage record that is
 // missing, too short or runs past the end), then reads every record and
-// compares it with its CRC-32 (torch.Checkpoint.VerifyRecords). Its
-// tensors count as verified by the archive's CRC-32
-// (Report.ArchiveTensors), not as checksummed.
+// compares it with its CRC-32 (torch.Checkpoint.VerifyRecords). A file
+// that is a hub cache blob is read once: the pass that hashes it in order
+// also sums its stored records (torch.StoredRecord), and VerifyRecords
+// checks them from those sums, reading only their local headers
+// (TestHubTorchBlobReadOnce). Its tensors count as verified by the
+// archive's CRC-32 (Report.ArchiveTensors), not as checksummed.
 
 // kindTorch is the FileReport.Kind of a PyTorch checkpoint file.
 const kindTorch = "pytorch"
@@ -52,6 +55,9 @@ func (v *verifier) readTorch(fc *fileCheck) {
 		return
 	}
 	fc.ck, fc.ckFile = ck, f
+	if fc.blob != nil {
+		fc.records = ck.StoredRecords() // summed as the blob is hashed: its bytes are read once
+	}
 	v.mu.Lock()
 	v.rep.Tensors += ck.Len()
 	v.mu.Unlock()
@@ -100,7 +106,9 @@ func torchNames(ck *torch.Checkpoint) []string {
 // checkTorch reads the records of every PyTorch file that opened, one
 // file at a time, workers records at once, and reports each that
 // disagrees with its archive's CRC-32: one problem per tensor that views
-// it (or one for the file, when no tensor does).
+// it (or one for the file, when no tensor does). The records of a hub
+// blob were summed by the pass that hashed it (fileRun.sequential): they
+// are checked from those sums, not read again.
 func (v *verifier) checkTorch(workers int, read int64) error {
 	var fcs []*fileCheck
 	for _, fc := range v.files {
@@ -110,7 +118,14 @@ func (v *verifier) checkTorch(workers int, read int64) error {
 	}
 	slices.SortFunc(fcs, func(a, b *fileCheck) int { return strings.Compare(a.display, b.display) })
 	for _, fc := range fcs {
-		st, err := fc.ck.VerifyRecords(v.ctx, torch.VerifyOptions{Workers: workers, ReadSize: int(min(read, 64<<20))}, func(e *torch.RecordError) {
+		opts := torch.VerifyOptions{Workers: workers, ReadSize: int(min(read, 64<<20))}
+		if sums := fc.recordSums; sums != nil {
+			opts.Summed = func(_, record string) (uint32, bool) {
+				crc, ok := sums[record]
+				return crc, ok
+			}
+		}
+		st, err := fc.ck.VerifyRecords(v.ctx, opts, func(e *torch.RecordError) {
 			v.recordProblems(fc, e)
 		})
 		if err != nil {

@@ -403,6 +403,26 @@ func TestTorchLayouts(t *testing.T) {
 			t.Errorf("hub: %+v", f)
 		}
 	}
+	// A flipped bit in a record of a blob: the blob's hash and the
+	// record's CRC-32 (summed by the hashing pass) both say so, the
+	// record naming its tensor.
+	ranges, viewers := storageRanges(t, blobs[tshard1])
+	for storage, r := range ranges {
+		flip(t, blobs[tshard1], r.Begin+1)
+		rep = verify(t, snap, integrity.FollowSymlinks())
+		kinds := map[integrity.Kind]int{}
+		for _, pr := range rep.Problems {
+			kinds[pr.Kind]++
+			if pr.Kind == integrity.ChecksumMismatch && (pr.Tensor != viewers[storage][0] || *pr.Range != r) {
+				t.Errorf("hub, record of %v damaged: %+v", viewers[storage], pr)
+			}
+		}
+		if len(rep.Problems) != 2 || kinds[integrity.BlobMismatch] != 1 || kinds[integrity.ChecksumMismatch] != 1 {
+			t.Errorf("hub, record of %v damaged: %v", viewers[storage], messages(rep))
+		}
+		flip(t, blobs[tshard1], r.Begin+1)
+		break
+	}
 
 	before := map[string][]byte{}
 	for _, n := range []string{tshard1, tshard2, tindex} {

@@ -407,9 +407,13 @@ type fileCheck struct {
 	hdr     *safetensors.Header // nil unless it parsed
 	ck      *torch.Checkpoint   // a PyTorch file that opened, read through ckFile
 	ckFile  fs.File
-	sums    map[string]uint32 // nil without checksums
-	blob    *blobCheck        // a hub cache blob
-	seqOnly bool              // its source can only be read in order
+	// A PyTorch hub blob's stored records, summed by the pass that
+	// hashes it (recordSums: the CRC-32 of each record it read whole).
+	records    []torch.StoredRecord
+	recordSums map[string]uint32
+	sums       map[string]uint32 // nil without checksums
+	blob       *blobCheck        // a hub cache blob
+	seqOnly    bool              // its source can only be read in order
 }
 
 // dataEnd is where the header says the data section ends.

@@ -2,13 +2,17 @@ package torch
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
+	"hash/crc32"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/ckpt-go/ckpt/safetensors"
@@ -290,5 +294,80 @@ func TestVerifyRecordsReads(t *testing.T) {
 	}
 	if got, want := cr.calls.Load(), int64(2*storages+3*others); got != want {
 		t.Errorf("%d reads for %d storage records and %d others, want %d", got, storages, others, want)
+	}
+}
+
+// countingReaderAt counts the bytes read through it.
+type countingReaderAt struct {
+	r io.ReaderAt
+	n atomic.Int64
+}
+
+func (c *countingReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	k, err := c.r.ReadAt(p, off)
+	c.n.Add(int64(k))
+	return k, err
+}
+
+// TestVerifyRecordsSummed: StoredRecords lists every stored record with
+// its bytes, in file order; VerifyRecords checks the records a pass
+// summed (VerifyOptions.Summed) from those sums, reading only their local
+// headers, and reports a sum that disagrees with the directory; records
+// the pass did not sum are read as before.
+func TestVerifyRecordsSummed(t *testing.T) {
+	data := viewsFixture()
+	cr := &countingReaderAt{r: bytes.NewReader(data)}
+	c, err := NewReader(cr, int64(len(data)), "views")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := c.StoredRecords()
+	ranges := recordRanges(t, c)
+	if len(recs) != len(ranges) || !slices.IsSortedFunc(recs, func(a, b StoredRecord) int { return cmp.Compare(a.Begin, b.Begin) }) {
+		t.Fatalf("StoredRecords %+v, want the %d records in file order", recs, len(ranges))
+	}
+	for _, r := range recs {
+		if r.File != "views" || ranges[r.Name] != [2]int64{r.Begin, r.End} {
+			t.Errorf("StoredRecords: %+v, want bytes %v", r, ranges[r.Name])
+		}
+	}
+	sums := func(b []byte) func(file, record string) (uint32, bool) {
+		m := map[string]uint32{}
+		for _, r := range recs {
+			m[r.File+"\x00"+r.Name] = crc32.ChecksumIEEE(b[r.Begin:r.End])
+		}
+		return func(file, record string) (uint32, bool) {
+			crc, ok := m[file+"\x00"+record]
+			return crc, ok
+		}
+	}
+	cr.n.Store(0)
+	base, stBase := verifyAll(t, c, VerifyOptions{})
+	read := cr.n.Swap(0)
+	probs, st := verifyAll(t, c, VerifyOptions{Summed: sums(data)})
+	if len(base) != 0 || len(probs) != 0 || st != stBase {
+		t.Fatalf("summed: %v %+v, read: %v %+v", probs, st, base, stBase)
+	}
+	var recBytes int64
+	for _, r := range recs {
+		recBytes += r.End - r.Begin
+	}
+	if got := cr.n.Load(); got > read-recBytes {
+		t.Errorf("summed: read %d bytes, want at most %d (the %d bytes of records not read again)", got, read-recBytes, recBytes)
+	}
+
+	// A pass that saw other bytes: the sums, not the reader's sound
+	// bytes, decide.
+	bad := slices.Clone(data)
+	r1 := ranges["archive/data/1"]
+	bad[r1[0]+2] ^= 4
+	probs, _ = verifyAll(t, c, VerifyOptions{Summed: sums(bad)})
+	if len(probs) != 1 || probs[0].Record != "archive/data/1" || !slices.Equal(probs[0].Tensors, []string{"b", "bt"}) || !strings.Contains(probs[0].Msg, "CRC-32 mismatch") {
+		t.Errorf("a damaged sum: %v", probs)
+	}
+	// A pass that summed nothing: every record read.
+	cr.n.Store(0)
+	if probs, _ = verifyAll(t, c, VerifyOptions{Summed: func(string, string) (uint32, bool) { return 0, false }}); len(probs) != 0 || cr.n.Load() != read {
+		t.Errorf("nothing summed: %v, read %d bytes, want %d", probs, cr.n.Load(), read)
 	}
 }
