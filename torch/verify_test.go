@@ -6,13 +6,11 @@ import (
 	"context"
 	"errors"
 	"hash/crc32"
-	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/ckpt-go/ckpt/safetensors"
@@ -297,18 +295,6 @@ func TestVerifyRecordsReads(t *testing.T) {
 	}
 }
 
-// countingReaderAt counts the bytes read through it.
-type countingReaderAt struct {
-	r io.ReaderAt
-	n atomic.Int64
-}
-
-func (c *countingReaderAt) ReadAt(p []byte, off int64) (int, error) {
-	k, err := c.r.ReadAt(p, off)
-	c.n.Add(int64(k))
-	return k, err
-}
-
 // TestVerifyRecordsSummed: StoredRecords lists every stored record with
 // its bytes, in file order; VerifyRecords checks the records a pass
 // summed (VerifyOptions.Summed) from those sums, reading only their local
@@ -316,7 +302,7 @@ func (c *countingReaderAt) ReadAt(p []byte, off int64) (int, error) {
 // the pass did not sum are read as before.
 func TestVerifyRecordsSummed(t *testing.T) {
 	data := viewsFixture()
-	cr := &countingReaderAt{r: bytes.NewReader(data)}
+	cr := &countingReader{r: bytes.NewReader(data)}
 	c, err := NewReader(cr, int64(len(data)), "views")
 	if err != nil {
 		t.Fatal(err)
@@ -341,9 +327,9 @@ func TestVerifyRecordsSummed(t *testing.T) {
 			return crc, ok
 		}
 	}
-	cr.n.Store(0)
+	cr.bytes.Store(0)
 	base, stBase := verifyAll(t, c, VerifyOptions{})
-	read := cr.n.Swap(0)
+	read := cr.bytes.Swap(0)
 	probs, st := verifyAll(t, c, VerifyOptions{Summed: sums(data)})
 	if len(base) != 0 || len(probs) != 0 || st != stBase {
 		t.Fatalf("summed: %v %+v, read: %v %+v", probs, st, base, stBase)
@@ -352,7 +338,7 @@ func TestVerifyRecordsSummed(t *testing.T) {
 	for _, r := range recs {
 		recBytes += r.End - r.Begin
 	}
-	if got := cr.n.Load(); got > read-recBytes {
+	if got := cr.bytes.Load(); got > read-recBytes {
 		t.Errorf("summed: read %d bytes, want at most %d (the %d bytes of records not read again)", got, read-recBytes, recBytes)
 	}
 
@@ -366,8 +352,8 @@ func TestVerifyRecordsSummed(t *testing.T) {
 		t.Errorf("a damaged sum: %v", probs)
 	}
 	// A pass that summed nothing: every record read.
-	cr.n.Store(0)
-	if probs, _ = verifyAll(t, c, VerifyOptions{Summed: func(string, string) (uint32, bool) { return 0, false }}); len(probs) != 0 || cr.n.Load() != read {
-		t.Errorf("nothing summed: %v, read %d bytes, want %d", probs, cr.n.Load(), read)
+	cr.bytes.Store(0)
+	if probs, _ = verifyAll(t, c, VerifyOptions{Summed: func(string, string) (uint32, bool) { return 0, false }}); len(probs) != 0 || cr.bytes.Load() != read {
+		t.Errorf("nothing summed: %v, read %d bytes, want %d", probs, cr.bytes.Load(), read)
 	}
 }
