@@ -268,18 +268,26 @@ func TestParseIndex(t *testing.T) {
 	}
 }
 
-// TestVerifyRecordsReads counts VerifyRecords' reads (each a ranged
-// request on a remote file): a storage record, whose data offset Open
-// found, costs its local header's window and its bytes (smaller than the
-// buffer here), one read each; any other record one read more, for its
-// local header's fixed part.
-func TestVerifyRecordsReads(t *testing.T) {
+// countedViews opens viewsFixture's bytes ("views.pt") through a
+// countingReader.
+func countedViews(t *testing.T) ([]byte, *Checkpoint, *countingReader) {
+	t.Helper()
 	data := viewsFixture()
 	cr := &countingReader{r: bytes.NewReader(data)}
 	c, err := NewReader(cr, int64(len(data)), "views.pt")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return data, c, cr
+}
+
+// TestVerifyRecordsReads counts VerifyRecords' reads (each a ranged
+// request on a remote file): a storage record, whose data offset Open
+// found, costs its local header's window and its bytes (smaller than the
+// buffer here), one read each; any other record one read more, for its
+// local header's fixed part.
+func TestVerifyRecordsReads(t *testing.T) {
+	_, c, cr := countedViews(t)
 	ar := c.files[0].ar
 	storages := len(ar.dataOff)
 	others := len(ar.records) - storages
@@ -301,19 +309,14 @@ func TestVerifyRecordsReads(t *testing.T) {
 // headers, and reports a sum that disagrees with the directory; records
 // the pass did not sum are read as before.
 func TestVerifyRecordsSummed(t *testing.T) {
-	data := viewsFixture()
-	cr := &countingReader{r: bytes.NewReader(data)}
-	c, err := NewReader(cr, int64(len(data)), "views")
-	if err != nil {
-		t.Fatal(err)
-	}
+	data, c, cr := countedViews(t)
 	recs := c.StoredRecords()
 	ranges := recordRanges(t, c)
 	if len(recs) != len(ranges) || !slices.IsSortedFunc(recs, func(a, b StoredRecord) int { return cmp.Compare(a.Begin, b.Begin) }) {
 		t.Fatalf("StoredRecords %+v, want the %d records in file order", recs, len(ranges))
 	}
 	for _, r := range recs {
-		if r.File != "views" || ranges[r.Name] != [2]int64{r.Begin, r.End} {
+		if r.File != "views.pt" || ranges[r.Name] != [2]int64{r.Begin, r.End} {
 			t.Errorf("StoredRecords: %+v, want bytes %v", r, ranges[r.Name])
 		}
 	}
