@@ -8,12 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/ckpt-go/ckpt"
 	"github.com/ckpt-go/ckpt/ckpttest"
 	"github.com/ckpt-go/ckpt/convert"
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/testutil"
 )
 
 // benchTorchPair writes, once per process, a PyTorch file and a
@@ -128,39 +128,24 @@ func BenchmarkTorchLoad(b *testing.B) {
 }
 
 // loadTurns loads ms[0] and ms[1] into arenas of their own, taking turns
-// in each iteration (which goes first alternates), after a warm load of
-// each (the page cache, the arenas grown), and reports ms[0]'s ns/op and
-// MB/s (of n bytes) and its time over ms[1]'s as ratio.
+// in each iteration (testutil.Turns: after a warm load of each, the page
+// cache and the arenas grown), and reports ms[0]'s ns/op and MB/s (of n
+// bytes) and its time over ms[1]'s as ratio.
 func loadTurns(b *testing.B, ms [2]*ckpt.Model, n int64, ratio string) {
 	ctx := context.Background()
 	var arenas [2]*ckpt.Arena
-	for i, m := range ms {
+	for i := range arenas {
 		arenas[i] = ckpt.NewArena()
 		defer arenas[i].Free()
-		w, err := m.Load(ctx, ckpt.IntoArena(arenas[i]))
+	}
+	took := testutil.Turns(b, n, 2, nil, func(i, _ int) {
+		w, err := ms[i].Load(ctx, ckpt.IntoArena(arenas[i]))
 		if err != nil {
 			b.Fatal(err)
 		}
 		w.Close()
-	}
-	var took [2]time.Duration
-	b.ResetTimer()
-	for it := range b.N {
-		for k := range 2 {
-			i := (it + k) % 2 // alternate which goes first
-			start := time.Now()
-			w, err := ms[i].Load(ctx, ckpt.IntoArena(arenas[i]))
-			if err != nil {
-				b.Fatal(err)
-			}
-			took[i] += time.Since(start)
-			w.Close()
-		}
-	}
-	b.StopTimer()
-	b.ReportMetric(float64(took[0].Nanoseconds())/float64(b.N), "ns/op")
-	b.ReportMetric(float64(n)*float64(b.N)/took[0].Seconds()/1e6, "MB/s")
-	b.ReportMetric(float64(took[0])/float64(took[1]), ratio)
+	})
+	testutil.Ratio(b, took, 0, 1, ratio)
 }
 
 // BenchmarkTorchLoadVerified loads the PyTorch file of BenchmarkTorchLoad
@@ -214,27 +199,12 @@ func BenchmarkTorchConvert(b *testing.B) {
 			opts := convert.Options{Policy: ckpt.Policy{Default: ckpt.To(dtype.BF16), Verify: ckpt.VerifyNever}, Overwrite: true}
 			srcs := []string{pt, st}
 			dsts := []string{filepath.Join(out, "pt.safetensors"), filepath.Join(out, "st.safetensors")}
-			for i := range 2 { // warm
+			took := testutil.Turns(b, n, 2, nil, func(i, _ int) {
 				if _, err := convert.Run(ctx, srcs[i], dsts[i], opts); err != nil {
 					b.Fatal(err)
 				}
-			}
-			var took [2]time.Duration
-			b.ResetTimer()
-			for it := range b.N {
-				for k := range 2 {
-					i := (it + k) % 2
-					start := time.Now()
-					if _, err := convert.Run(ctx, srcs[i], dsts[i], opts); err != nil {
-						b.Fatal(err)
-					}
-					took[i] += time.Since(start)
-				}
-			}
-			b.StopTimer()
-			b.ReportMetric(float64(took[0].Nanoseconds())/float64(b.N), "ns/op")
-			b.ReportMetric(float64(n)*float64(b.N)/took[0].Seconds()/1e6, "MB/s")
-			b.ReportMetric(float64(took[0])/float64(took[1]), "pt/st")
+			})
+			testutil.Ratio(b, took, 0, 1, "pt/st")
 		})
 	}
 }
@@ -260,27 +230,12 @@ func BenchmarkTorchConvertVerified(b *testing.B) {
 				{Policy: ckpt.Policy{Default: ckpt.To(dtype.BF16), Verify: ckpt.VerifyNever}, Overwrite: true},
 			}
 			dsts := []string{filepath.Join(out, "v.safetensors"), filepath.Join(out, "u.safetensors")}
-			for i := range 2 { // warm
+			took := testutil.Turns(b, n, 2, nil, func(i, _ int) {
 				if _, err := convert.Run(ctx, pt, dsts[i], opts[i]); err != nil {
 					b.Fatal(err)
 				}
-			}
-			var took [2]time.Duration
-			b.ResetTimer()
-			for it := range b.N {
-				for k := range 2 {
-					i := (it + k) % 2
-					start := time.Now()
-					if _, err := convert.Run(ctx, pt, dsts[i], opts[i]); err != nil {
-						b.Fatal(err)
-					}
-					took[i] += time.Since(start)
-				}
-			}
-			b.StopTimer()
-			b.ReportMetric(float64(took[0].Nanoseconds())/float64(b.N), "ns/op")
-			b.ReportMetric(float64(n)*float64(b.N)/took[0].Seconds()/1e6, "MB/s")
-			b.ReportMetric(float64(took[0])/float64(took[1]), "verified/unverified")
+			})
+			testutil.Ratio(b, took, 0, 1, "verified/unverified")
 		})
 	}
 }

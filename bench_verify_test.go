@@ -13,9 +13,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/ckpt-go/ckpt/dtype"
+	"github.com/ckpt-go/ckpt/internal/testutil"
 	"github.com/ckpt-go/ckpt/safetensors"
 )
 
@@ -124,35 +124,24 @@ func benchConvert(b *testing.B, index string, n int64, cold, floor bool) {
 		defer m.Close()
 		ms[i], arenas[i] = m, NewArena()
 		defer arenas[i].Free()
-		w, err := m.Load(ctx, IntoArena(arenas[i])) // warm: mappings faulted in, arena grown
+	}
+	var setup func(int)
+	if cold {
+		setup = func(int) {
+			for _, f := range files {
+				dropCache(b, f)
+			}
+		}
+	}
+	// The warm loads (it = -1) fault the mappings in and grow the arenas.
+	took := testutil.Turns(b, n, 2, setup, func(i, it int) {
+		w, err := ms[i].Load(ctx, IntoArena(arenas[(i+max(it, 0)/2)%2]))
 		if err != nil {
 			b.Fatal(err)
 		}
 		w.Close()
-	}
-	var took [2]time.Duration
-	b.ResetTimer()
-	for it := range b.N {
-		for k := range 2 {
-			i := (it + k) % 2 // alternate which goes first
-			if cold {
-				for _, f := range files {
-					dropCache(b, f)
-				}
-			}
-			start := time.Now()
-			w, err := ms[i].Load(ctx, IntoArena(arenas[(i+it/2)%2]))
-			if err != nil {
-				b.Fatal(err)
-			}
-			took[i] += time.Since(start)
-			w.Close()
-		}
-	}
-	b.StopTimer()
-	b.ReportMetric(float64(took[0].Nanoseconds())/float64(b.N), "ns/op")
-	b.ReportMetric(float64(n)*float64(b.N)/took[0].Seconds()/1e6, "MB/s")
-	b.ReportMetric(float64(took[0])/float64(took[1]), "verified/unverified")
+	})
+	testutil.Ratio(b, took, 0, 1, "verified/unverified")
 }
 
 // benchViewTouch is BenchmarkVerifiedLoad's view-touch; cold drops the
@@ -167,14 +156,17 @@ func benchViewTouch(b *testing.B, index string, n int64, cold bool) {
 	ctx := context.Background()
 	files, _ := filepath.Glob(filepath.Join(filepath.Dir(index), "*.safetensors"))
 	var sink atomic.Uint64
-	once := func(v Verify, readFirst bool) time.Duration {
-		if cold {
+	var setup func(int)
+	if cold {
+		setup = func(int) {
 			for _, f := range files {
 				dropCache(b, f)
 			}
 		}
-		start := time.Now()
-		m, err := Open(index, WithBudget(-1), WithVerify(v), WithReadStrategy("mmap"))
+	}
+	// Verified, unverified, and unverified reading every byte first.
+	took := testutil.Turns(b, n, 3, setup, func(i, _ int) {
+		m, err := Open(index, WithBudget(-1), WithVerify([]Verify{VerifyPresent, VerifyNever, VerifyNever}[i]), WithReadStrategy("mmap"))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -182,28 +174,15 @@ func benchViewTouch(b *testing.B, index string, n int64, cold bool) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if readFirst {
+		if i == 2 {
 			sink.Add(eachView(w, func(b []byte) uint64 { return uint64(bytes.Count(b, []byte{0x5a})) }))
 		}
 		sink.Add(touchAll(w))
 		w.Close()
 		m.Close()
-		return time.Since(start)
-	}
-	once(VerifyNever, false) // the files in the page cache
-	var took [3]time.Duration
-	b.ResetTimer()
-	for it := range b.N {
-		for k := range 3 {
-			i := (it + k) % 3
-			took[i] += once([]Verify{VerifyPresent, VerifyNever, VerifyNever}[i], i == 2)
-		}
-	}
-	b.StopTimer()
-	b.ReportMetric(float64(took[0].Nanoseconds())/float64(b.N), "ns/op")
-	b.ReportMetric(float64(n)*float64(b.N)/took[0].Seconds()/1e6, "MB/s")
-	b.ReportMetric(float64(took[0])/float64(took[1]), "verified/unverified")
-	b.ReportMetric(float64(took[0])/float64(took[2]), "verified/read-first")
+	})
+	testutil.Ratio(b, took, 0, 1, "verified/unverified")
+	testutil.Ratio(b, took, 0, 2, "verified/read-first")
 }
 
 // touchAll reads every byte of the loaded tensors with all cores (eight
