@@ -386,15 +386,8 @@ func printInspectReport(e *env, rep *inspectReport) error {
 	if fileCol {
 		header = append(header, "FILE")
 	}
-	writeTable(w, len(rep.Tensors)+1, func(buf []byte, ends []int, i int) ([]byte, []int) {
-		if i == 0 {
-			for _, h := range header {
-				buf = append(buf, h...)
-				ends = append(ends, len(buf))
-			}
-			return buf, ends
-		}
-		return tensorCells(buf, ends, &rep.Tensors[i-1], fileCol)
+	writeTable(w, header, len(rep.Tensors), func(buf []byte, ends []int, i int) ([]byte, []int) {
+		return tensorCells(buf, ends, &rep.Tensors[i], fileCol)
 	})
 	printPairs(w, "metadata", rep.Metadata)
 	printTotals(w, rep.Count, rep.Bytes, rep.Totals)
@@ -460,17 +453,32 @@ var tableSpecial = [256]bool{'\t': true, '\v': true, '\n': true, '\f': true, tab
 // tablePadding is the space between columns.
 const tablePadding = 2
 
-// writeTable writes n rows, each of the same number of cells, aligned in
-// columns exactly as text/tabwriter.NewWriter(w, 0, 0, tablePadding, ' ',
-// 0) did with the cells joined by tabs: every cell but the last of its row
-// padded with spaces to its column's widest cell, counted in runes, plus
-// tablePadding. row appends row i's cells to buf (given empty) and their
-// ends to ends. The widths are measured in a first pass over the rows and
-// the rows formatted again in the second: no cell is kept, and nothing is
-// buffered per cell as tabwriter does (seconds for a million rows). A cell
-// holding a byte tabwriter treats specially (tableSpecial) sends the whole
-// table through tabwriter itself, whose output it stays.
-func writeTable(w *bufio.Writer, n int, row func(buf []byte, ends []int, i int) ([]byte, []int)) {
+// writeTable writes the row header, then n rows of as many cells, aligned
+// in columns exactly as text/tabwriter.NewWriter(w, 0, 0, tablePadding,
+// ' ', 0) did with the cells joined by tabs: every cell but the last of
+// its row padded with spaces to its column's widest cell, counted in
+// runes, plus tablePadding. row appends row i's cells to buf (given
+// empty) and their ends to ends. The widths are measured in a first pass
+// over the rows and the rows formatted again in the second: no cell is
+// kept, and nothing is buffered per cell as tabwriter does (seconds for a
+// million rows). A cell holding a byte tabwriter treats specially
+// (tableSpecial) sends the whole table through tabwriter itself, whose
+// output it stays.
+func writeTable(w *bufio.Writer, header []string, n int, row func(buf []byte, ends []int, i int) ([]byte, []int)) {
+	writeRows(w, n+1, func(buf []byte, ends []int, i int) ([]byte, []int) {
+		if i > 0 {
+			return row(buf, ends, i-1)
+		}
+		for _, h := range header {
+			buf = append(buf, h...)
+			ends = append(ends, len(buf))
+		}
+		return buf, ends
+	})
+}
+
+// writeRows is writeTable without the header: n rows.
+func writeRows(w *bufio.Writer, n int, row func(buf []byte, ends []int, i int) ([]byte, []int)) {
 	var buf []byte
 	var ends, widths []int
 	for i := range n {

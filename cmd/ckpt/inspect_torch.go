@@ -84,15 +84,8 @@ func printTorchReport(e *env, rep *torchInspectReport) error {
 	if fileCol {
 		header = append(header, "FILE")
 	}
-	writeTable(w, len(rep.Tensors)+1, func(buf []byte, ends []int, i int) ([]byte, []int) {
-		if i == 0 {
-			for _, h := range header {
-				buf = append(buf, h...)
-				ends = append(ends, len(buf))
-			}
-			return buf, ends
-		}
-		t := &rep.Tensors[i-1]
+	writeTable(w, header, len(rep.Tensors), func(buf []byte, ends []int, i int) ([]byte, []int) {
+		t := &rep.Tensors[i]
 		buf, ends = leadCells(buf, ends, t.Name, t.DType, t.Shape, t.Bytes)
 		buf = append(buf, "data/"+t.Storage...)
 		ends = append(ends, len(buf))
