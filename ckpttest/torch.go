@@ -46,6 +46,16 @@ var torchV3 = map[dtype.DType]string{
 	dtype.U16: "uint16", dtype.U32: "uint32", dtype.U64: "uint64",
 }
 
+// WriteTorch writes EncodeTorch's little-endian archive of tensors to
+// path, creating its folder.
+func WriteTorch(path string, tensors []TorchTensor, storages map[string]TorchStorage) error {
+	b, err := EncodeTorch(tensors, storages, false)
+	if err != nil {
+		return &Error{Op: "write", Path: path, Err: err}
+	}
+	return writeBytes(path, b)
+}
+
 // EncodeTorch returns a PyTorch checkpoint laid out as torch.save writes
 // a state dict: a zip archive of archive/data.pkl (pickle protocol 2: an
 // OrderedDict of the tensors, in order, each a _rebuild_tensor_v2 call on

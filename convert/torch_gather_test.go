@@ -32,13 +32,9 @@ func TestRunTorchTransposedReadsOnce(t *testing.T) {
 	for i := range r * c {
 		binary.LittleEndian.PutUint32(vals[4*i:], math.Float32bits(float32(i%4099)*0.25))
 	}
-	b, err := ckpttest.EncodeTorch([]ckpttest.TorchTensor{{Name: "w_t", Storage: "0", Shape: []int64{r, c}, Stride: []int64{1, r}}},
-		map[string]ckpttest.TorchStorage{"0": {DType: dtype.F32, Data: vals}}, false)
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "model.pt"), b, 0o644); err != nil {
+	if err := ckpttest.WriteTorch(filepath.Join(dir, "model.pt"), []ckpttest.TorchTensor{{Name: "w_t", Storage: "0", Shape: []int64{r, c}, Stride: []int64{1, r}}},
+		map[string]ckpttest.TorchStorage{"0": {DType: dtype.F32, Data: vals}}); err != nil {
 		t.Fatal(err)
 	}
 	var n atomic.Int64

@@ -159,12 +159,8 @@ func tiedTorch(t *testing.T) (string, map[string][]byte) {
 	tie := views[0]
 	tie.Name = "lm_head.weight"
 	views = append(views, tie)
-	b, err := ckpttest.EncodeTorch(views, storages, false)
-	if err != nil {
-		t.Fatal(err)
-	}
 	path := filepath.Join(t.TempDir(), "m.pt")
-	if err := os.WriteFile(path, b, 0o644); err != nil {
+	if err := ckpttest.WriteTorch(path, views, storages); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string][]byte{"embed.weight": storages["0"].Data, "lm_head.weight": storages["0"].Data, "norm.weight": storages["1"].Data}
@@ -307,12 +303,8 @@ func TestRunTorchRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := ckpttest.EncodeTorch(views, storages, false)
-	if err != nil {
-		t.Fatal(err)
-	}
 	src := filepath.Join(dir, "model.pt")
-	if err := os.WriteFile(src, b, 0o644); err != nil {
+	if err := ckpttest.WriteTorch(src, views, storages); err != nil {
 		t.Fatal(err)
 	}
 	_, err = Run(context.Background(), src, filepath.Join(dir, "a.safetensors"), Options{SourceVariant: "fp16"})

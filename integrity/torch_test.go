@@ -51,12 +51,8 @@ func torchViews(t *testing.T) string {
 	for i := range st["0"].Data {
 		st["0"].Data[i] = byte(i * 7)
 	}
-	b, err := ckpttest.EncodeTorch(views, st, false)
-	if err != nil {
-		t.Fatal(err)
-	}
 	p := filepath.Join(t.TempDir(), "pytorch_model.bin")
-	if err := os.WriteFile(p, b, 0o644); err != nil {
+	if err := ckpttest.WriteTorch(p, views, st); err != nil {
 		t.Fatal(err)
 	}
 	return p

@@ -208,12 +208,8 @@ func TestHTTPLoadsPyTorchFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := ckpttest.EncodeTorch(views, storages, false)
-	if err != nil {
-		t.Fatal(err)
-	}
 	local := filepath.Join(root, "pytorch_model.bin")
-	if err := os.WriteFile(local, b, 0o644); err != nil {
+	if err := ckpttest.WriteTorch(local, views, storages); err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(&fileServer{dir: root, etags: true})

@@ -134,12 +134,8 @@ func TestInspectTorch(t *testing.T) {
 		v.Storage = ts[0].Storage
 		ts = append(ts, v)
 	}
-	data, err := ckpttest.EncodeTorch(ts, st, false)
-	if err != nil {
-		t.Fatal(err)
-	}
 	p := filepath.Join(t.TempDir(), "model.pt")
-	if err := os.WriteFile(p, data, 0o644); err != nil {
+	if err := ckpttest.WriteTorch(p, ts, st); err != nil {
 		t.Fatal(err)
 	}
 	stdout, stderr, code := cliRun(t, "inspect", p)

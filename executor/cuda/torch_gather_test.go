@@ -32,13 +32,9 @@ func TestUploadTorchTransposedReadsOnce(t *testing.T) {
 	for i := range vals {
 		vals[i] = float32(i%1021) * 0.5
 	}
-	arc, err := ckpttest.EncodeTorch([]ckpttest.TorchTensor{{Name: "w_t", Storage: "0", Shape: []int64{r, c}, Stride: []int64{1, r}}},
-		map[string]ckpttest.TorchStorage{"0": {DType: dtype.F32, Data: dtype.Float32Bytes(vals)}}, false)
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "model.pt"), arc, 0o644); err != nil {
+	if err := ckpttest.WriteTorch(filepath.Join(dir, "model.pt"), []ckpttest.TorchTensor{{Name: "w_t", Storage: "0", Shape: []int64{r, c}, Stride: []int64{1, r}}},
+		map[string]ckpttest.TorchStorage{"0": {DType: dtype.F32, Data: dtype.Float32Bytes(vals)}}); err != nil {
 		t.Fatal(err)
 	}
 	var n atomic.Int64
