@@ -385,21 +385,6 @@ func (p *Part) verifyReadBytes() int64 {
 	return 0
 }
 
-// passBytes is what a load reads of the item's zero-copy views only to
-// verify them: a pass over the mapping before it returns them (verify.go).
-func (it *Item) passBytes() int64 {
-	if it.c.strategy == readPread || it.Action != ActionView && it.Action != ActionQuantized {
-		return 0
-	}
-	var n int64
-	for i := -1; i < len(it.Scales); i++ {
-		if p := it.part(i); p.check.verified() && p.sel.isContiguous() && mappedFile(p.st) != nil {
-			n += p.Size()
-		}
-	}
-	return n
-}
-
 // part returns its Data for i = -1, else Scales[i].
 func (it *Item) part(i int) *Part {
 	if i < 0 {
@@ -432,7 +417,7 @@ func (v *VerifyPlan) add(it *Item, tp TensorPlan) {
 		v.Tensors++
 		v.Bytes += bytes
 		v.ReadBytes += tp.VerifyReadBytes
-		v.PassBytes += it.passBytes()
+		v.PassBytes += it.e.mapped // views, read by the load's pass (verify.go)
 	case check.refused():
 		v.Refused++
 	default:
