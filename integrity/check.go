@@ -406,9 +406,9 @@ func (r *fileRun) sequential(ctx context.Context, buf []byte) {
 			if lo, hi := max(recs[i].Begin, off), min(recs[i].End, off+n); lo < hi {
 				recCRC[i] = crc32c.UpdateIEEE(recCRC[i], b[lo-off:hi-off])
 			}
-			if recs[i].End <= off+n {
-				nextRec = i + 1
-			}
+		}
+		for nextRec < len(recs) && recs[nextRec].End <= off+n { // by start: a hostile archive's records may overlap
+			nextRec++
 		}
 		off += n
 	}
