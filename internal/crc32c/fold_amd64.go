@@ -57,8 +57,6 @@ func foldConsts(rev uint32) *[14]uint64 {
 
 // reduceCastagnoli returns the CRC-32C register of the 16 bytes lo, hi
 // (little-endian) from a zero start: two crc32 instructions.
-//
-//go:noescape
 func reduceCastagnoli(lo, hi uint64) uint32
 
 // castagnoliReduce is the Castagnoli polynomial's 16-byte reduction with
