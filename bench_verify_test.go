@@ -109,7 +109,6 @@ func BenchmarkVerifiedLoad(b *testing.B) {
 // for two identical loads.
 func benchConvert(b *testing.B, index string, n int64, cold, floor bool) {
 	ctx := context.Background()
-	files, _ := filepath.Glob(filepath.Join(filepath.Dir(index), "*.safetensors"))
 	var ms [2]*Model
 	var arenas [2]*Arena
 	verify := []Verify{VerifyPresent, VerifyNever}
@@ -125,14 +124,7 @@ func benchConvert(b *testing.B, index string, n int64, cold, floor bool) {
 		ms[i], arenas[i] = m, NewArena()
 		defer arenas[i].Free()
 	}
-	var setup func(int)
-	if cold {
-		setup = func(int) {
-			for _, f := range files {
-				dropCache(b, f)
-			}
-		}
-	}
+	setup := coldSetup(b, index, cold)
 	// The warm loads (it = -1) fault the mappings in and grow the arenas.
 	took := testutil.Turns(b, n, 2, setup, func(i, it int) {
 		w, err := ms[i].Load(ctx, IntoArena(arenas[(i+max(it, 0)/2)%2]))
@@ -142,6 +134,20 @@ func benchConvert(b *testing.B, index string, n int64, cold, floor bool) {
 		w.Close()
 	})
 	testutil.Ratio(b, took, 0, 1, "verified/unverified")
+}
+
+// coldSetup returns, for cold, testutil.Turns' setup that drops the
+// checkpoint's files from the page cache before each run; nil otherwise.
+func coldSetup(b *testing.B, index string, cold bool) func(int) {
+	if !cold {
+		return nil
+	}
+	files, _ := filepath.Glob(filepath.Join(filepath.Dir(index), "*.safetensors"))
+	return func(int) {
+		for _, f := range files {
+			dropCache(b, f)
+		}
+	}
 }
 
 // benchViewTouch is BenchmarkVerifiedLoad's view-touch; cold drops the
@@ -154,16 +160,8 @@ func benchConvert(b *testing.B, index string, n int64, cold, floor bool) {
 // pass costs no more than that read).
 func benchViewTouch(b *testing.B, index string, n int64, cold bool) {
 	ctx := context.Background()
-	files, _ := filepath.Glob(filepath.Join(filepath.Dir(index), "*.safetensors"))
 	var sink atomic.Uint64
-	var setup func(int)
-	if cold {
-		setup = func(int) {
-			for _, f := range files {
-				dropCache(b, f)
-			}
-		}
-	}
+	setup := coldSetup(b, index, cold)
 	// Verified, unverified, and unverified reading every byte first.
 	took := testutil.Turns(b, n, 3, setup, func(i, _ int) {
 		m, err := Open(index, WithBudget(-1), WithVerify([]Verify{VerifyPresent, VerifyNever, VerifyNever}[i]), WithReadStrategy("mmap"))
