@@ -75,7 +75,8 @@ func benchChecksummed(b *testing.B, mib int) (index string, bytes int64) {
 //   - convert: converted to F32 with all cores into a reused arena.
 //   - view-touch: opened afresh, loaded as stored (zero-copy views; the
 //     verified load's pass faults the pages in), then every byte read by
-//     all cores, and closed.
+//     all cores, and closed; also verified as that read reads them
+//     (ViewCheckOnRead, Tensor.Chunks).
 //
 // The -cold variants drop the files from the page cache before each load
 // (POSIX_FADV_DONTNEED; Linux), so that the bytes come from the disk. The
@@ -157,14 +158,19 @@ func coldSetup(b *testing.B, index string, cold bool) func(int) {
 // (bytes.Count, vectorized) before the touch: the floor of any
 // verification by a separate pass over the bytes, which must read them
 // once more before the caller does ("verified/read-first" near 1 says the
-// pass costs no more than that read).
+// pass costs no more than that read). A fourth hands the views out
+// unverified (ViewCheckOnRead), and the touch reads them through
+// Tensor.Chunks, which verifies them as it goes ("on-read/unverified").
 func benchViewTouch(b *testing.B, index string, n int64, cold bool) {
 	ctx := context.Background()
 	var sink atomic.Uint64
 	setup := coldSetup(b, index, cold)
-	// Verified, unverified, and unverified reading every byte first.
-	took := testutil.Turns(b, n, 3, setup, func(i, _ int) {
-		m, err := Open(index, WithBudget(-1), WithVerify([]Verify{VerifyPresent, VerifyNever, VerifyNever}[i]), WithReadStrategy("mmap"))
+	took := testutil.Turns(b, n, 4, setup, func(i, _ int) {
+		opts := []Option{WithBudget(-1), WithVerify([]Verify{VerifyPresent, VerifyNever, VerifyNever, VerifyPresent}[i]), WithReadStrategy("mmap")}
+		if i == 3 {
+			opts = append(opts, WithViewCheck(ViewCheckOnRead))
+		}
+		m, err := Open(index, opts...)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -172,35 +178,54 @@ func benchViewTouch(b *testing.B, index string, n int64, cold bool) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if i == 2 {
+		switch i {
+		case 2:
 			sink.Add(eachView(w, func(b []byte) uint64 { return uint64(bytes.Count(b, []byte{0x5a})) }))
+			sink.Add(eachView(w, sum8))
+		case 3:
+			sink.Add(eachTensor(w, func(t *Tensor) uint64 {
+				var s uint64
+				for c, err := range t.Chunks() {
+					if err != nil {
+						b.Error(err)
+					}
+					s += sum8(c)
+				}
+				return s
+			}))
+		default:
+			sink.Add(eachView(w, sum8))
 		}
-		sink.Add(touchAll(w))
 		w.Close()
 		m.Close()
 	})
 	testutil.Ratio(b, took, 0, 1, "verified/unverified")
 	testutil.Ratio(b, took, 0, 2, "verified/read-first")
+	testutil.Ratio(b, took, 3, 1, "on-read/unverified")
 }
 
-// touchAll reads every byte of the loaded tensors with all cores (eight
-// bytes at a time, summed) and returns their sum.
-func touchAll(w *Weights) uint64 {
-	return eachView(w, func(b []byte) uint64 {
-		var s uint64
-		for j := 0; j+8 <= len(b); j += 8 {
-			s += binary.LittleEndian.Uint64(b[j:])
-		}
-		return s
-	})
+// sum8 reads every byte of b, eight at a time, and returns their sum: the
+// touch of view-touch.
+func sum8(b []byte) uint64 {
+	var s uint64
+	for j := 0; j+8 <= len(b); j += 8 {
+		s += binary.LittleEndian.Uint64(b[j:])
+	}
+	return s
 }
 
 // eachView runs fn on the bytes of every loaded tensor with all cores and
 // returns the sum of its results.
 func eachView(w *Weights, fn func([]byte) uint64) uint64 {
-	var bufs [][]byte
+	return eachTensor(w, func(t *Tensor) uint64 { return fn(t.Bytes()) })
+}
+
+// eachTensor runs fn on every loaded tensor with all cores and returns
+// the sum of its results.
+func eachTensor(w *Weights, fn func(*Tensor) uint64) uint64 {
+	var ts []*Tensor
 	for _, t := range w.All() {
-		bufs = append(bufs, t.Bytes())
+		ts = append(ts, t)
 	}
 	var next atomic.Int64
 	var total atomic.Uint64
@@ -210,10 +235,10 @@ func eachView(w *Weights, fn func([]byte) uint64) uint64 {
 			var s uint64
 			for {
 				i := next.Add(1) - 1
-				if i >= int64(len(bufs)) {
+				if i >= int64(len(ts)) {
 					break
 				}
-				s += fn(bufs[i])
+				s += fn(ts[i])
 			}
 			total.Add(s)
 		})

@@ -131,8 +131,13 @@
 // naming the file, the tensor and its bytes, and nothing of the load is
 // handed out. WithVerify chooses: VerifyPresent (the default) verifies
 // every tensor of a file that names checksums, VerifyAlways also refuses
-// files that name none, VerifyNever checks nothing. The plan says what
-// will be verified (Plan.Verify, TensorPlan.Verify).
+// files that name none, VerifyNever checks nothing. Zero-copy views,
+// which a load does not read, are verified by a pass over their bytes
+// before Load returns them; WithViewCheck(ViewCheckOnRead) hands them out
+// unverified instead, for a caller that reads every byte anyway to have
+// them verified by that read (Tensor.Chunks; Tensor.Check and
+// Weights.Check for the rest). The plan says what will be verified, and
+// when (Plan.Verify, TensorPlan.Verify).
 //
 // PyTorch checkpoints name no checksum per tensor, but their zip archive
 // records the CRC-32 of every storage record: a tensor whose bytes are its

@@ -368,6 +368,9 @@ func (it *Item) plan(ranges bool, d *dims) TensorPlan {
 		tp.VerifyReadBytes += p.verifyReadBytes()
 	}
 	tp.Verify = it.check().string()
+	if it.e.mapped > 0 && it.m.onRead(it.check()) {
+		tp.Verify = "checksum, when read"
+	}
 	return tp
 }
 
@@ -417,7 +420,16 @@ func (v *VerifyPlan) add(it *Item, tp TensorPlan) {
 		v.Tensors++
 		v.Bytes += bytes
 		v.ReadBytes += tp.VerifyReadBytes
-		v.PassBytes += it.e.mapped // views, read by the load's pass (verify.go)
+		// Views: read by the load's pass (verify.go), or verified as
+		// their reader reads them (onread.go).
+		var later int64
+		for i := -1; i < len(it.Scales) && it.e.mapped > 0; i++ {
+			if p := it.part(i); it.m.onRead(p.check) {
+				later += p.Size()
+			}
+		}
+		v.PassBytes += it.e.mapped - later
+		v.OnReadBytes += later
 	case check.refused():
 		v.Refused++
 	default:

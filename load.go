@@ -53,6 +53,9 @@ type Tensor struct {
 	data []byte
 	act  Action
 	q    *quant.Weight // the layout of a weight kept quantized (see QuantWeight)
+	// pending is the check of a view handed out unverified
+	// (ViewCheckOnRead); nil when there is none.
+	pending *onReadCheck
 }
 
 // Location says where a loaded tensor's bytes live: memory of the load or a
@@ -72,7 +75,9 @@ type Location struct {
 // Bytes returns the tensor's little-endian bytes. A view (Location.Owned
 // false) is the file's mapping: read-only, valid until the Model is closed.
 // Owned bytes are valid until the Weights are closed (or their Arena
-// reused).
+// reused). A view that a load under ViewCheckOnRead handed out is not
+// verified until a Chunks loop over it ended or Check returned nil
+// (Verified).
 func (t *Tensor) Bytes() []byte { return t.data }
 
 // Action says how the tensor was produced (ActionView, ActionRead,
@@ -191,7 +196,8 @@ func IntoArena(a *Arena) LoadOption { return func(c *loadConfig) { c.arena = a }
 // a few MiB (tensors in parallel and large tensors split), each piece read
 // once and written once. Where the files name checksums, every tensor's
 // stored bytes are verified as they are read, and views by a pass over the
-// mapping (see Policy.Verify); a damaged tensor fails the load with
+// mapping (see Policy.Verify), or under ViewCheckOnRead as their reader
+// reads them (Tensor.Chunks); a damaged tensor fails the load with
 // ErrChecksum, and a file the policy refuses (VerifyAlways without
 // checksums, damaged checksums) fails it before anything is allocated.
 // Cancelling ctx, or any error, stops the load promptly and frees what it

@@ -61,8 +61,9 @@ type dequantJob struct {
 // work: views of the mapping where the part is stored contiguously and
 // loads as stored, else reads, conversions or dequantizations of about
 // chunkBytes each. Each stored tensor the part reads gets its check
-// (verify.go): the reads add to it, views get a pass over the mapping, and
-// a part that verifies the rest of its tensor gets pieces that read it.
+// (verify.go): the reads add to it, views get a pass over the mapping
+// (or are verified as they are read, onread.go), and a part that
+// verifies the rest of its tensor gets pieces that read it.
 func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, st storedTensor, scales []storedTensor, pp *prep) error {
 	sl := e.sl
 	if sl.info != nil {
@@ -111,7 +112,10 @@ func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, st storedTen
 		if err != nil {
 			return nil, err
 		}
-		if ck != nil {
+		switch {
+		case ck != nil && m.onRead(ck.kind):
+			t.pending = &onReadCheck{m: m, c: c, e: e, st: st} // verified as it is read (onread.go)
+		case ck != nil:
 			checkRun(t, st, ck, sel.first, sel.first+sel.total(), false)
 		}
 		end := sel.first + sel.total()

@@ -20,6 +20,7 @@ type config struct {
 	strategy   readStrategy
 	keepScales bool
 	staging    int64
+	viewCheck  ViewCheck
 	// src is where the files are (WithFS; nil: the operating system or
 	// the location's scheme) and the symlink rule (WithFollowSymlinks):
 	// the one value Open passes down to package variant and package shard.

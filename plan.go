@@ -165,7 +165,8 @@ type TensorPlan struct {
 	// the checksums its file names (the least verified of its
 	// stored tensors: "checksum", "not verified: rank part", "refused: no
 	// checksums", ...), and VerifyReadBytes what it reads only to verify
-	// them (the rest of a rank's part, with VerifyAlways).
+	// them (the rest of a rank's part, with VerifyAlways). A view handed
+	// out unverified says "checksum, when read" (ViewCheckOnRead).
 	Verify          string `json:"verify"`
 	VerifyReadBytes int64  `json:"verify_read_bytes,omitempty"`
 }
@@ -190,6 +191,10 @@ type VerifyPlan struct {
 	// from memory (from the disk, their first read). They are counted in
 	// Bytes too.
 	PassBytes int64 `json:"pass_bytes,omitempty"`
+	// OnReadBytes are the bytes of zero-copy views the load hands out
+	// unverified, to be verified as they are read (ViewCheckOnRead:
+	// Tensor.Chunks, Check). They are counted in Bytes too.
+	OnReadBytes int64 `json:"on_read_bytes,omitempty"`
 	// Unverified counts the tensors not verified, and Why how many for
 	// each reason (TensorPlan.Verify): "not verified: rank part", "not
 	// verified: a view of its storage" (a PyTorch view), "not verified: no
@@ -212,6 +217,9 @@ func (v *VerifyPlan) String() string {
 	}
 	if v.PassBytes > 0 {
 		fmt.Fprintf(&b, "; %s of zero-copy views read once before the load returns them", sysmem.FormatSize(v.PassBytes))
+	}
+	if v.OnReadBytes > 0 {
+		fmt.Fprintf(&b, "; %s of zero-copy views handed out unverified, verified as they are read (Tensor.Chunks) or checked", sysmem.FormatSize(v.OnReadBytes))
 	}
 	if v.Unverified > 0 || v.Refused > 0 {
 		var why []string

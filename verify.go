@@ -41,10 +41,13 @@ import (
 //
 // Zero-copy views are not read by the load: Load verifies them with a
 // pass over the mapping, by all workers in pieces of 4 MiB, before it
-// returns them — chosen over verifying on the first touch, which would
-// need the pages protected and a fault handler, would fail a view long
-// after Load returned, and could vouch for no byte of a tensor before all
-// of them were read (its CRC covers them all). The pass maps each piece's
+// returns them (ViewCheckPass, the default) — chosen over verifying on
+// the first touch of the pages, which would need the pages protected and
+// a fault handler, would fail a view long after Load returned, and could
+// vouch for no byte of a tensor before all of them were read (its CRC
+// covers them all). A caller that reads every byte anyway can instead
+// have the views handed out unverified and verified by that read, through
+// Tensor.Chunks (ViewCheckOnRead, onread.go). The pass maps each piece's
 // pages in one call (MADV_POPULATE_READ on Linux: a file read from the
 // disk arrives in large reads, and the caller's touches find the pages
 // mapped) and sums it; a read-ahead maps the pieces ahead of the workers
@@ -54,7 +57,8 @@ import (
 // every byte with all cores takes as long verified as an unverified load
 // that reads every byte once before it sums them (BenchmarkVerifiedLoad,
 // view-touch: 1.00), 1.2× as long as an unverified load that only sums
-// them, in the page cache, and 1.1–1.3× from the disk.
+// them, in the page cache, and 1.1–1.3× from the disk; verified as the
+// sum reads them (ViewCheckOnRead), 1.0–1.1×.
 //
 // A rank's part of a split tensor (WithRank) reads only some of the
 // tensor's bytes, and the CRC covers all of them. With VerifyPresent a
