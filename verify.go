@@ -32,12 +32,12 @@ import (
 // hides behind the conversion's stores, and other pairs convert steps of
 // 192 KiB (crc32c.Step) and sum each one right after, from the CPU's
 // cache. A copy from a mapping sums each step after copying it, from the
-// copy; a pread or ranged read sums the bytes it read. With
-// the folding kernels, a warm BF16 → F32 load of 1 GiB takes about 1.06×
-// as long verified as not (two unverified loads differ by 1.02× in the
-// same benchmark; 1.18× when the CRC ran after each converted step, 1.37×
-// with hash/crc32); read from the disk, where the reads
-// dominate, 1.00× (medians of BenchmarkVerifiedLoad).
+// copy; a pread or ranged read sums the bytes it read. With the folding
+// kernels, which prefetch their source, a warm BF16 → F32 load of 1 GiB
+// takes about 1.03× as long verified as not (1.06× before the prefetch,
+// 1.18× when the CRC ran after each converted step, 1.37× with
+// hash/crc32); read from the disk, where the reads dominate, 0.98×
+// (medians of BenchmarkVerifiedLoad).
 //
 // Zero-copy views are not read by the load: Load verifies them with a
 // pass over the mapping, by all workers in pieces of 4 MiB, before it
