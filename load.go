@@ -77,7 +77,7 @@ type Location struct {
 // Owned bytes are valid until the Weights are closed (or their Arena
 // reused). A view that a load under ViewCheckOnRead handed out is not
 // verified until a Chunks loop over it ended or Check returned nil
-// (Verified).
+// (Pending).
 func (t *Tensor) Bytes() []byte { return t.data }
 
 // Action says how the tensor was produced (ActionView, ActionRead,
@@ -250,7 +250,7 @@ func (m *Model) Load(ctx context.Context, opts ...LoadOption) (*Weights, error) 
 			}
 		}
 	}
-	if err := m.run(ctx, pp.work); err != nil {
+	if err := m.run(ctx, pp.work, "load"); err != nil {
 		w.Close()
 		return nil, err
 	}
@@ -316,7 +316,7 @@ func (m *Model) loadEntry(ctx context.Context, c *modelComponent, e *entry, dst 
 	if err := m.prepareInto(c, e, t, pp); err != nil {
 		return nil, err
 	}
-	if err := m.run(ctx, pp.work); err != nil {
+	if err := m.run(ctx, pp.work, "load"); err != nil {
 		return nil, err
 	}
 	return t, nil
@@ -453,17 +453,17 @@ func (e *entry) arenaBytes() int64 {
 }
 
 // run does the pieces with the model's workers, in order, reporting
-// progress; the first error or ctx's end stops every worker. Then every
-// check of the pieces must have completed (verify.go).
-func (m *Model) run(ctx context.Context, work []piece) error {
+// progress as phase; the first error or ctx's end stops every worker.
+// Then every check of the pieces must have completed (verify.go).
+func (m *Model) run(ctx context.Context, work []piece, phase string) error {
 	if len(work) == 0 {
 		return ctx.Err()
 	}
 	var err error
 	if rfs := m.rangeFS(); rfs != nil {
-		err = m.runRanged(ctx, rfs, work) // load_ranged.go
+		err = m.runRanged(ctx, rfs, work, phase) // load_ranged.go
 	} else {
-		err = m.runPieces(ctx, work)
+		err = m.runPieces(ctx, work, phase)
 	}
 	if err != nil {
 		return err
@@ -485,12 +485,12 @@ func (m *Model) run(ctx context.Context, work []piece) error {
 }
 
 // runPieces does the pieces of run on the model's workers.
-func (m *Model) runPieces(ctx context.Context, work []piece) error {
+func (m *Model) runPieces(ctx context.Context, work []piece, phase string) error {
 	workers := min(m.workers(), len(work))
 	if lim := int(m.cfg.staging / chunkBytes); workers > lim {
 		workers = max(lim, 1)
 	}
-	meter := m.newMeter(work)
+	meter := m.newMeter(work, phase)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var next atomic.Int64
@@ -551,6 +551,7 @@ const streamingMin = 4 << 20
 // the other threads to flush their address translations).
 type loadMeter struct {
 	progress    func(Progress)
+	phase       string // Progress.Phase
 	mu          sync.Mutex
 	done, total int64
 	work        []piece
@@ -564,8 +565,8 @@ type loadMeter struct {
 // last of a file or of the load.
 const evictBatch = 4 << 20
 
-func (m *Model) newMeter(work []piece) *loadMeter {
-	pm := &loadMeter{progress: m.cfg.progress, work: work, finished: make([]bool, len(work))}
+func (m *Model) newMeter(work []piece, phase string) *loadMeter {
+	pm := &loadMeter{progress: m.cfg.progress, phase: phase, work: work, finished: make([]bool, len(work))}
 	for i := range work {
 		work[i].idx = i
 		pm.total += work[i].bytes
@@ -581,7 +582,7 @@ func (pm *loadMeter) finish(p *piece, st dtype.Stats) {
 	p.t.Stats.Add(st)
 	pm.done += p.bytes
 	if pm.progress != nil {
-		pm.progress(Progress{Phase: "load", Done: pm.done, Total: pm.total, Component: p.c.name, Tensor: p.t.Name})
+		pm.progress(Progress{Phase: pm.phase, Done: pm.done, Total: pm.total, Component: p.c.name, Tensor: p.t.Name})
 	}
 	pm.finished[p.idx] = true
 	for pm.next < len(pm.work) && pm.finished[pm.next] {

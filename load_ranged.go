@@ -42,7 +42,7 @@ type rangedItem struct {
 // its concurrency of requests in flight in file order; pieces it cannot
 // read that way (dequantization) go through doPiece. Progress is reported
 // per piece as in run; the first error or ctx's end stops every request.
-func (m *Model) runRanged(ctx context.Context, rfs source.RangeFS, work []piece) error {
+func (m *Model) runRanged(ctx context.Context, rfs source.RangeFS, work []piece, phase string) error {
 	rc := rfs.RangeConfig()
 	conc := max(rc.Concurrency, 1)
 	chunk := max(rc.Chunk, 1)
@@ -95,7 +95,7 @@ func (m *Model) runRanged(ctx context.Context, rfs source.RangeFS, work []piece)
 			cur.direct = false
 		}
 	}
-	meter := m.newMeter(work)
+	meter := m.newMeter(work, phase)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stage := newByteSem(m.cfg.staging)

@@ -49,7 +49,7 @@ const (
 	// ViewCheckOnRead hands the views out unverified and verifies each as
 	// Tensor.Chunks reads it, or when Tensor.Check or Weights.Check is
 	// called. Bytes returns a view's bytes whether or not they were
-	// verified yet.
+	// verified yet (Pending).
 	ViewCheckOnRead
 )
 
@@ -94,7 +94,7 @@ type onReadCheck struct {
 	done atomic.Bool
 }
 
-// pending returns t's check while it is not verified, else nil.
+// pendingCheck returns t's check while it is pending, else nil.
 func (t *Tensor) pendingCheck() *onReadCheck {
 	if pc := t.pending; pc != nil && !pc.done.Load() {
 		return pc
@@ -150,13 +150,12 @@ func (t *Tensor) Chunks() iter.Seq2[[]byte, error] {
 	}
 }
 
-// Verified reports whether the tensor's bytes are known to be the bytes
-// its file names checksums for: false only for a view that a load under
-// ViewCheckOnRead handed out, until a Chunks loop over it ended or Check
-// returned nil. (A tensor whose file names no checksums, or that the
-// policy does not verify, reports true: there is nothing to wait for; the
-// plan says which tensors are verified.)
-func (t *Tensor) Verified() bool { return t.pendingCheck() == nil }
+// Pending reports whether the tensor is a view that a load under
+// ViewCheckOnRead handed out unverified and that is not verified yet: no
+// Chunks loop over it ended without an error, and no Check returned nil.
+// Other tensors are never pending (whether they are verified at all, the
+// plan says).
+func (t *Tensor) Pending() bool { return t.pendingCheck() != nil }
 
 // Check verifies the tensor's bytes and its scales' now, if a load under
 // ViewCheckOnRead handed them out unverified and no read verified them
@@ -200,7 +199,8 @@ func checkViews(ctx context.Context, ts []*Tensor) error {
 		// load's records statistics in it, which the caller may read.
 		name := &Tensor{Component: t.Component, Name: t.Name}
 		for first := int64(0); first < ck.size; first += chunkBytes {
-			work = append(work, piece{c: pc.c, e: pc.e, t: name, st: pc.st, first: first, n: min(chunkBytes, ck.size-first), sj: sj})
+			n := min(chunkBytes, ck.size-first)
+			work = append(work, piece{c: pc.c, e: pc.e, t: name, st: pc.st, first: first, n: n, bytes: n, sj: sj})
 		}
 	}
 	if m == nil {
@@ -209,7 +209,7 @@ func checkViews(ctx context.Context, ts []*Tensor) error {
 	if err := m.checkOpen(); err != nil {
 		return err
 	}
-	if err := m.run(ctx, work); err != nil {
+	if err := m.run(ctx, work, "verify"); err != nil {
 		return err
 	}
 	for _, pc := range checked {

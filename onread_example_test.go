@@ -52,7 +52,7 @@ func ExampleTensor_Chunks() {
 				}
 				h.Write(b)
 			}
-			fmt.Printf("%s: %x…, verified %v\n", name, h.Sum(nil)[:4], t.Verified())
+			fmt.Printf("%s: %x…, pending %v\n", name, h.Sum(nil)[:4], t.Pending())
 		}
 	}
 	hash()
@@ -61,6 +61,6 @@ func ExampleTensor_Chunks() {
 	f.Close()
 	hash()
 	// Output:
-	// embed.weight: d4b6a977…, verified true
+	// embed.weight: d4b6a977…, pending false
 	// embed.weight: damaged: true
 }

@@ -65,20 +65,20 @@ func TestViewCheckOnRead(t *testing.T) {
 			for _, tt := range w.All() {
 				for _, x := range append([]*Tensor{tt}, tt.Scales...) {
 					if x.Location.Owned {
-						if !x.Verified() {
+						if x.Pending() {
 							t.Errorf("%s: owned, yet not verified", x.Name)
 						}
 						continue
 					}
 					viewed[x.Name] = true
-					if x.Verified() {
+					if !x.Pending() {
 						t.Errorf("%s: a view is verified before it was read", x.Name)
 					}
 					got, err := readChunks(x)
 					if err != nil || !bytes.Equal(got, x.Bytes()) {
 						t.Errorf("%s: Chunks: %d bytes, %v; want its %d bytes", x.Name, len(got), err, len(x.Bytes()))
 					}
-					if !x.Verified() {
+					if x.Pending() {
 						t.Errorf("%s: not verified after a whole loop", x.Name)
 					}
 				}
@@ -92,7 +92,7 @@ func TestViewCheckOnRead(t *testing.T) {
 				t.Errorf("Weights.Check: %v", err)
 			}
 			for _, tt := range w.All() {
-				if !tt.Verified() {
+				if tt.Pending() {
 					t.Errorf("%s: not verified after Weights.Check", tt.Name)
 				}
 			}
@@ -128,7 +128,7 @@ func TestViewCheckOnRead(t *testing.T) {
 							t.Errorf("%s damaged: Chunks yielded %d bytes before the error, want all %d", stored, len(got), len(x.Bytes()))
 						}
 						checkChecksumErr(t, stored+" damaged: Chunks", err, file, stored, at)
-						if x.Verified() {
+						if !x.Pending() {
 							t.Errorf("%s damaged: verified after a failed loop", stored)
 						}
 						checkChecksumErr(t, stored+" damaged: Tensor.Check", x.Check(ctx), file, stored, at)
@@ -200,15 +200,15 @@ func TestChunksSteps(t *testing.T) {
 		}
 		at += len(b)
 		steps++
-		if steps == 2 && !tw.Verified() {
+		if steps == 2 && tw.Pending() {
 			break
 		}
 	}
-	if at != 2*crc32c.Step || tw.Verified() {
-		t.Errorf("a loop that stopped after %d bytes: verified %v", at, tw.Verified())
+	if at != 2*crc32c.Step || !tw.Pending() {
+		t.Errorf("a loop that stopped after %d bytes: verified %v", at, !tw.Pending())
 	}
-	if err := tw.Check(ctx); err != nil || !tw.Verified() {
-		t.Errorf("Check: %v, verified %v", err, tw.Verified())
+	if err := tw.Check(ctx); err != nil || tw.Pending() {
+		t.Errorf("Check: %v, verified %v", err, !tw.Pending())
 	}
 
 	// Damaged in the last step: a loop that stops before it sees nothing
@@ -238,7 +238,7 @@ func TestChunksSteps(t *testing.T) {
 	if !errors.Is(err, ErrChecksum) || len(got) != 1<<20 || !strings.Contains(err.Error(), `"w"`) && !strings.Contains(err.Error(), " w") {
 		t.Errorf("whole loop: %d bytes, %v; want all 1 MiB, then ErrChecksum naming w", len(got), err)
 	}
-	if tb, _ := w.Tensor("b"); tb.Check(ctx) != nil || !tb.Verified() {
+	if tb, _ := w.Tensor("b"); tb.Check(ctx) != nil || tb.Pending() {
 		t.Errorf("b: not verified")
 	}
 	if err := w.Check(ctx); !errors.Is(err, ErrChecksum) {
@@ -277,12 +277,37 @@ func TestViewCheckEdges(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, tt := range w.All() {
-		if !tt.Verified() {
+		if tt.Pending() {
 			t.Errorf("%s: pending under VerifyNever", name)
 		}
 	}
 	if p, _ := m.Plan(); p.Verify.OnReadBytes != 0 {
 		t.Errorf("VerifyNever: plan verifies %d bytes on read", p.Verify.OnReadBytes)
+	}
+}
+
+// Weights.Check reports its progress as "verify", in bytes of the views
+// it reads.
+func TestWeightsCheckProgress(t *testing.T) {
+	path := onReadFixture(t)
+	var last Progress
+	var calls int
+	m := mustOpen(t, path, WithViewCheck(ViewCheckOnRead), WithReadStrategy("mmap"), WithProgress(func(p Progress) { last = p; calls++ }))
+	w, err := m.Load(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	calls = 0
+	if err := w.Check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if want := int64(1<<20 + 64); calls == 0 || last.Phase != "verify" || last.Done != want || last.Total != want {
+		t.Errorf("last progress %+v after %d calls, want verify %d of %d bytes", last, calls, want, want)
+	}
+	calls = 0
+	if err := w.Check(context.Background()); err != nil || calls != 0 {
+		t.Errorf("a second Check: %v, %d progress calls; want nothing to do", err, calls)
 	}
 }
 
@@ -319,7 +344,7 @@ func TestChunksConcurrent(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	if !tw.Verified() {
+	if tw.Pending() {
 		t.Error("not verified")
 	}
 }

@@ -118,7 +118,8 @@ type Progress struct {
 	// loaded output), "upload" (an executor's UploadModel; bytes read),
 	// and a conversion's "scales" (the pass that finds FP8 scales; bytes
 	// of source read), "write" (bytes of output written) and "verify"
-	// (bytes read back).
+	// (bytes read back); Tensor.Check and Weights.Check report "verify"
+	// (bytes of views read).
 	Phase       string
 	Done, Total int64
 	// Component and Tensor name the piece just finished (a conversion of
