@@ -176,18 +176,26 @@ func onReadFixture(t *testing.T) string {
 	return path
 }
 
+// loadOnRead opens path with ViewCheckOnRead (mapped) and opts, and loads
+// it; both are closed when the test ends.
+func loadOnRead(t *testing.T, path string, opts ...Option) (*Model, *Weights) {
+	t.Helper()
+	m := mustOpen(t, path, append([]Option{WithViewCheck(ViewCheckOnRead), WithReadStrategy("mmap")}, opts...)...)
+	w, err := m.Load(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	return m, w
+}
+
 // Chunks yields a large view in steps of crc32c.Step, each capped at its
 // end; a loop that stops early verifies nothing, and a damaged tensor read
 // only in part reports nothing; the error comes after the last step.
 func TestChunksSteps(t *testing.T) {
 	path := onReadFixture(t)
 	ctx := context.Background()
-	m := mustOpen(t, path, WithViewCheck(ViewCheckOnRead), WithReadStrategy("mmap"))
-	w, err := m.Load(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	m, w := loadOnRead(t, path)
 	tw, _ := w.Tensor("w")
 	steps := 0
 	var at int
@@ -219,12 +227,7 @@ func TestChunksSteps(t *testing.T) {
 		t.Fatal(err)
 	}
 	flipAt(t, path, fi.Size()-10, 0x10)
-	m = mustOpen(t, path, WithViewCheck(ViewCheckOnRead), WithReadStrategy("mmap"))
-	w, err = m.Load(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	_, w = loadOnRead(t, path)
 	tw, _ = w.Tensor("w")
 	for b, err := range tw.Chunks() {
 		if err != nil {
@@ -252,11 +255,7 @@ func TestChunksSteps(t *testing.T) {
 func TestViewCheckEdges(t *testing.T) {
 	path := onReadFixture(t)
 	ctx := context.Background()
-	m := mustOpen(t, path, WithViewCheck(ViewCheckOnRead), WithReadStrategy("mmap"))
-	w, err := m.Load(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, w := loadOnRead(t, path)
 	tw, _ := w.Tensor("w")
 	m.Close()
 	if _, err := readChunks(tw); !errors.Is(err, ErrClosed) {
@@ -271,11 +270,7 @@ func TestViewCheckEdges(t *testing.T) {
 	if ViewCheckPass.String() != "pass" || ViewCheckOnRead.String() != "on read" || ViewCheck(7).String() != "ViewCheck(7)" {
 		t.Errorf("String: %s, %s, %s", ViewCheckPass, ViewCheckOnRead, ViewCheck(7))
 	}
-	m = mustOpen(t, path, WithViewCheck(ViewCheckOnRead), WithVerify(VerifyNever), WithReadStrategy("mmap"))
-	w, err = m.Load(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, w = loadOnRead(t, path, WithVerify(VerifyNever))
 	for name, tt := range w.All() {
 		if tt.Pending() {
 			t.Errorf("%s: pending under VerifyNever", name)
@@ -292,12 +287,7 @@ func TestWeightsCheckProgress(t *testing.T) {
 	path := onReadFixture(t)
 	var last Progress
 	var calls int
-	m := mustOpen(t, path, WithViewCheck(ViewCheckOnRead), WithReadStrategy("mmap"), WithProgress(func(p Progress) { last = p; calls++ }))
-	w, err := m.Load(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	_, w := loadOnRead(t, path, WithProgress(func(p Progress) { last = p; calls++ }))
 	calls = 0
 	if err := w.Check(context.Background()); err != nil {
 		t.Fatal(err)
@@ -316,12 +306,7 @@ func TestWeightsCheckProgress(t *testing.T) {
 func TestChunksConcurrent(t *testing.T) {
 	path := onReadFixture(t)
 	ctx := context.Background()
-	m := mustOpen(t, path, WithViewCheck(ViewCheckOnRead), WithReadStrategy("mmap"))
-	w, err := m.Load(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	_, w := loadOnRead(t, path)
 	tw, _ := w.Tensor("w")
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
