@@ -90,14 +90,15 @@ func (t *Tensor) NumElements() int64 { return numElements(t.Shape) }
 
 // Float32s returns the elements as float32 (exact for every dtype of 24
 // significant bits or fewer). A weight kept quantized is refused: load it
-// with a float target to dequantize it.
+// with a float target to dequantize it. A view that is Pending is verified
+// by the decoding's read of its bytes (a mismatch is ErrChecksum).
 func (t *Tensor) Float32s() ([]float32, error) {
 	if t.act == ActionQuantized {
 		return nil, &Error{Kind: ErrTarget, Component: t.Component, Tensor: t.Name, Msg: "a quantized weight has no float values until it is dequantized (load it with a float target)"}
 	}
 	out := make([]float32, t.NumElements())
-	if _, err := dtype.DecodeFloat32(out, t.data, t.DType); err != nil {
-		return nil, &Error{Kind: ErrRead, Component: t.Component, Tensor: t.Name, Err: err}
+	if err := t.decodeFloat32(out); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

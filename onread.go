@@ -6,6 +6,7 @@ import (
 	"iter"
 	"sync/atomic"
 
+	"github.com/ckpt-go/ckpt/dtype"
 	"github.com/ckpt-go/ckpt/internal/crc32c"
 )
 
@@ -148,6 +149,42 @@ func (t *Tensor) Chunks() iter.Seq2[[]byte, error] {
 		}
 		pc.done.Store(true)
 	}
+}
+
+// decodeFloat32 decodes t's bytes into out (Float32s). A pending view is
+// verified by the decoding's read: dtype.ConvertSum sums the bytes it
+// converts (the CRC-32C of a safetensors file's checksums).
+func (t *Tensor) decodeFloat32(out []float32) error {
+	pc := t.pendingCheck()
+	var ck *tensorCheck
+	if pc != nil {
+		if err := pc.m.checkOpen(); err != nil {
+			return err
+		}
+		if ck = newTensorCheck(pc.st, checkRead); ck.ieee {
+			if err := t.Check(context.Background()); err != nil {
+				return err
+			}
+			pc, ck = nil, nil // verified: decode as any tensor
+		}
+	}
+	dst := dtype.Float32Bytes(out)
+	var err error
+	if ck == nil {
+		_, err = dtype.DecodeFloat32(out, t.data, t.DType)
+	} else {
+		var crc uint32
+		if _, crc, err = dtype.ConvertSum(dst, dtype.F32, t.data, t.DType, dtype.Options{}, 0); err == nil {
+			if err := ck.of.VerifyChecksum(crc); err != nil {
+				return readErr(err, t.Component, t.Name)
+			}
+			pc.done.Store(true)
+		}
+	}
+	if err != nil {
+		return &Error{Kind: ErrRead, Component: t.Component, Tensor: t.Name, Err: err}
+	}
+	return nil
 }
 
 // Pending reports whether the tensor is a view that a load under

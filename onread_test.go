@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -88,6 +89,16 @@ func TestViewCheckOnRead(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			for _, tt := range w.All() {
+				if tt.Action() == ActionQuantized || tt.Location.Owned {
+					continue
+				}
+				want := make([]float32, tt.NumElements())
+				dtype.DecodeFloat32(want, tt.Bytes(), tt.DType)
+				if got, err := tt.Float32s(); err != nil || !slices.Equal(got, want) || tt.Pending() {
+					t.Errorf("%s: Float32s: %v, pending %v", tt.Name, err, tt.Pending())
+				}
+			}
 			if err := w.Check(ctx); err != nil {
 				t.Errorf("Weights.Check: %v", err)
 			}
@@ -132,6 +143,13 @@ func TestViewCheckOnRead(t *testing.T) {
 							t.Errorf("%s damaged: verified after a failed loop", stored)
 						}
 						checkChecksumErr(t, stored+" damaged: Tensor.Check", x.Check(ctx), file, stored, at)
+						if x.Action() != ActionQuantized {
+							f, err := x.Float32s()
+							if f != nil {
+								t.Errorf("%s damaged: Float32s returned values", stored)
+							}
+							checkChecksumErr(t, stored+" damaged: Float32s", err, file, stored, at)
+						}
 					}
 					if tt.Name == logical {
 						checkChecksumErr(t, stored+" damaged: Tensor.Check of the weight", tt.Check(ctx), file, stored, at)
