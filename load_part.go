@@ -57,6 +57,17 @@ type dequantJob struct {
 	viewErr  error
 }
 
+// checkRun appends pieces of chunkBytes that read the bytes [lo, hi) of
+// st only to verify them (ck), from the mapping when mapped: a view's
+// (kept), or the rest of a part's tensor (rest: dropped again from a
+// mapping).
+func (pp *prep) checkRun(c *modelComponent, e *entry, t *Tensor, st storedTensor, ck *tensorCheck, lo, hi int64, mapped, rest bool) {
+	sj := pp.job(partJob{kind: partCheck, st: st, ck: ck, mapped: mapped, evict: rest && mapped, rest: rest})
+	for first := lo; first < hi; first += chunkBytes {
+		pp.work = append(pp.work, piece{c: c, e: e, t: t, st: st, first: first, n: min(chunkBytes, hi-first), sj: sj})
+	}
+}
+
 // preparePart assigns the memory of e's part (t) and appends its pieces of
 // work: views of the mapping where the part is stored contiguously and
 // loads as stored, else reads, conversions or dequantizations of about
@@ -72,15 +83,8 @@ func (m *Model) preparePart(c *modelComponent, e *entry, t *Tensor, st storedTen
 		t.Split = &info
 	}
 	pread := c.strategy == readPread
-	// checkRun appends pieces that read the bytes [lo, hi) of st only to
-	// verify them: a view's (from the mapping, kept), or the rest of a
-	// part's tensor (dropped again from a mapping).
 	checkRun := func(t *Tensor, st storedTensor, ck *tensorCheck, lo, hi int64, rest bool) {
-		mapped := !pread && mappedFile(st) != nil
-		sj := pp.job(partJob{kind: partCheck, st: st, ck: ck, mapped: mapped, evict: rest && mapped, rest: rest})
-		for first := lo; first < hi; first += chunkBytes {
-			pp.work = append(pp.work, piece{c: c, e: e, t: t, st: st, first: first, n: min(chunkBytes, hi-first), sj: sj})
-		}
+		pp.checkRun(c, e, t, st, ck, lo, hi, !pread && mappedFile(st) != nil, rest)
 	}
 	// check returns the check of the part sel of st (nil when it is not
 	// verified) and appends the pieces that read the rest of the tensor

@@ -121,30 +121,28 @@ func (t *Tensor) pendingCheck() *onReadCheck {
 // only (nil, an ErrClosed error).
 func (t *Tensor) Chunks() iter.Seq2[[]byte, error] {
 	return func(yield func([]byte, error) bool) {
+		var ck *tensorCheck
 		pc := t.pendingCheck()
-		if pc == nil {
-			for b := t.data; len(b) > 0; {
-				n := min(len(b), crc32c.Step)
-				if !yield(b[:n:n], nil) {
-					return
-				}
-				b = b[n:]
+		if pc != nil {
+			if err := pc.m.checkOpen(); err != nil {
+				yield(nil, err)
+				return
 			}
-			return
+			ck = newTensorCheck(pc.st, checkRead)
 		}
-		if err := pc.m.checkOpen(); err != nil {
-			yield(nil, err)
-			return
-		}
-		ck := newTensorCheck(pc.st, checkRead)
 		var crc uint32
 		for b := t.data; len(b) > 0; {
 			n := min(len(b), crc32c.Step)
 			if !yield(b[:n:n], nil) {
 				return
 			}
-			crc = ck.update(crc, b[:n]) // from the cache the body read
+			if ck != nil {
+				crc = ck.update(crc, b[:n]) // from the cache the body read
+			}
 			b = b[n:]
+		}
+		if ck == nil {
+			return
 		}
 		if err := ck.of.VerifyChecksum(crc); err != nil {
 			yield(nil, readErr(err, t.Component, t.Name))
@@ -156,37 +154,27 @@ func (t *Tensor) Chunks() iter.Seq2[[]byte, error] {
 
 // decodeFloat32 decodes t's bytes into out (Float32s). A pending view is
 // verified by the decoding's read: dtype.ConvertSum sums the bytes it
-// converts (the CRC-32C of a safetensors file's checksums).
+// converts, as CRC-32C, the checksum of safetensors files (views are of
+// safetensors files only: PyTorch files are never mapped).
 func (t *Tensor) decodeFloat32(out []float32) error {
 	pc := t.pendingCheck()
-	var ck *tensorCheck
-	if pc != nil {
-		if err := pc.m.checkOpen(); err != nil {
-			return err
+	if pc == nil {
+		if _, err := dtype.DecodeFloat32(out, t.data, t.DType); err != nil {
+			return &Error{Kind: ErrRead, Component: t.Component, Tensor: t.Name, Err: err}
 		}
-		if ck = newTensorCheck(pc.st, checkRead); ck.ieee {
-			if err := t.Check(context.Background()); err != nil {
-				return err
-			}
-			pc, ck = nil, nil // verified: decode as any tensor
-		}
+		return nil
 	}
-	dst := dtype.Float32Bytes(out)
-	var err error
-	if ck == nil {
-		_, err = dtype.DecodeFloat32(out, t.data, t.DType)
-	} else {
-		var crc uint32
-		if _, crc, err = dtype.ConvertSum(dst, dtype.F32, t.data, t.DType, dtype.Options{}, 0); err == nil {
-			if err := ck.of.VerifyChecksum(crc); err != nil {
-				return readErr(err, t.Component, t.Name)
-			}
-			pc.done.Store(true)
-		}
+	if err := pc.m.checkOpen(); err != nil {
+		return err
 	}
+	_, crc, err := dtype.ConvertSum(dtype.Float32Bytes(out), dtype.F32, t.data, t.DType, dtype.Options{}, 0)
 	if err != nil {
 		return &Error{Kind: ErrRead, Component: t.Component, Tensor: t.Name, Err: err}
 	}
+	if err := newTensorCheck(pc.st, checkRead).of.VerifyChecksum(crc); err != nil {
+		return readErr(err, t.Component, t.Name)
+	}
+	pc.done.Store(true)
 	return nil
 }
 
@@ -224,7 +212,7 @@ func (w *Weights) Check(ctx context.Context) error {
 // read-ahead.
 func checkViews(ctx context.Context, ts []*Tensor) error {
 	var m *Model
-	var work []piece
+	var pp prep
 	var checked []*onReadCheck
 	for _, t := range ts {
 		pc := t.pendingCheck()
@@ -233,15 +221,11 @@ func checkViews(ctx context.Context, ts []*Tensor) error {
 		}
 		m = pc.m
 		checked = append(checked, pc)
-		ck := newTensorCheck(pc.st, checkRead)
-		sj := &partJob{kind: partCheck, st: pc.st, ck: ck, mapped: true}
 		// The pieces name the tensor through a Tensor of their own: the
 		// load's records statistics in it, which the caller may read.
 		name := &Tensor{Component: t.Component, Name: t.Name}
-		for first := int64(0); first < ck.size; first += chunkBytes {
-			n := min(chunkBytes, ck.size-first)
-			work = append(work, piece{c: pc.c, e: pc.e, t: name, st: pc.st, first: first, n: n, bytes: n, sj: sj})
-		}
+		ck := newTensorCheck(pc.st, checkRead)
+		pp.checkRun(pc.c, pc.e, name, pc.st, ck, 0, ck.size, true, false)
 	}
 	if m == nil {
 		return nil // nothing pending
@@ -249,7 +233,10 @@ func checkViews(ctx context.Context, ts []*Tensor) error {
 	if err := m.checkOpen(); err != nil {
 		return err
 	}
-	if err := m.run(ctx, work, "verify"); err != nil {
+	for i := range pp.work {
+		pp.work[i].bytes = pp.work[i].n // the progress counts the bytes read
+	}
+	if err := m.run(ctx, pp.work, "verify"); err != nil {
 		return err
 	}
 	for _, pc := range checked {
